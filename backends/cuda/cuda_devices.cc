@@ -1,0 +1,32 @@
+#include "backends/cuda/cuda_devices.h"
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace forecastd {
+
+absl::StatusOr<std::vector<Device>> DiscoverCudaDevices() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver) {
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return std::vector<Device>{};
+  }
+  CUDA_RETURN_IF_ERROR(error);
+  std::vector<Device> devices;
+  for (int i = 0; i < count; ++i) {
+    cudaDeviceProp prop{};
+    CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, i));
+    Device device;
+    device.kind = DeviceKind::kCuda;
+    device.index = i;
+    device.name = prop.name;
+    device.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+    device.compute_capability = prop.major * 10 + prop.minor;
+    devices.push_back(device);
+  }
+  return devices;
+}
+
+}  // namespace forecastd

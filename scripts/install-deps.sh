@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs every package forecastd needs to build and test, with apt-get. Idempotent: when
+# everything is already installed it changes nothing and touches no network.
+# Debian 12 (bookworm) is the reference platform; Ubuntu 24.04 (noble) is supported too.
+# CUDA, cuDNN and NCCL are not Debian packages: the build uses them when they are present.
+set -euo pipefail
+
+packages=(
+  build-essential cmake make pkg-config git ccache clang-format
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libdnnl-dev
+  catch2 libcli11-dev nlohmann-json3-dev
+)
+
+if [[ -r /etc/os-release ]]; then
+  # shellcheck disable=SC1091
+  . /etc/os-release
+  case "${ID:-}:${VERSION_ID:-}" in
+    debian:12 | ubuntu:24.04) ;;
+    *) echo "install-deps: ${PRETTY_NAME:-this system} is untested; trying the Debian 12 package names" >&2 ;;
+  esac
+fi
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    sudo=(sudo)
+  else
+    echo "install-deps: need root or sudo to install: ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

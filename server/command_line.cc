@@ -1,0 +1,122 @@
+#include "server/command_line.h"
+
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "server/version.h"
+
+namespace forecastd {
+namespace {
+
+CommandLine UsageError(absl::string_view message) {
+  CommandLine result;
+  result.should_exit = true;
+  result.exit_code = kExitUsageError;
+  result.message = absl::StrCat("forecastd: ", message, "\nRun 'forecastd --help' for usage.\n");
+  return result;
+}
+
+}  // namespace
+
+std::string VersionString() { return absl::StrCat("forecastd ", kForecastdVersion); }
+
+absl::Status ValidateHostPort(absl::string_view flag, absl::string_view address) {
+  const size_t colon = address.rfind(':');
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad ", flag, " '", address, "': ", why, " (expected host:port)"));
+  };
+  if (colon == absl::string_view::npos) return bad("no port");
+  const absl::string_view host = address.substr(0, colon);
+  const absl::string_view port_text = address.substr(colon + 1);
+  if (host.empty()) return bad("no host");
+  if (host.front() == '[' && host.back() != ']') return bad("unclosed IPv6 bracket");
+  if (host.front() != '[' && host.find(':') != absl::string_view::npos) {
+    return bad("an IPv6 host needs brackets, as in [::1]:8001");
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(port_text, &port) || port < 0 || port > 65535) {
+    return bad("the port must be a number from 0 to 65535");
+  }
+  return absl::OkStatus();
+}
+
+CommandLine ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine result;
+  ServerOptions& options = result.options;
+
+  CLI::App app("forecastd: serves and trains time-series forecasting models over gRPC.",
+               "forecastd");
+  app.set_version_flag("--version", VersionString());
+  app.footer(
+      "Example:\n  forecastd --model-repository models --grpc-address 127.0.0.1:8001 "
+      "--metrics-address 127.0.0.1:8002 --devices cpu");
+
+  std::string devices = "cpu";
+  std::string log_level = "info";
+  std::string log_format = "text";
+  double shutdown_grace_seconds = absl::ToDoubleSeconds(options.shutdown_grace);
+  app.add_option("--grpc-address", options.grpc_address, "host:port for the gRPC services")
+      ->capture_default_str();
+  app.add_option("--metrics-address", options.metrics_address,
+                 "host:port for Prometheus metrics at /metrics")
+      ->capture_default_str();
+  app.add_option("--model-repository", options.model_repository,
+                 "directory with one sub-directory per model")
+      ->capture_default_str();
+  app.add_option("--devices", devices, "devices to use: cpu, cuda, cuda:<i>, all (comma-separated)")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+  app.add_option("--log-format", log_format, "text or json (one JSON object per line)")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace-seconds", shutdown_grace_seconds,
+                 "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
+      ->capture_default_str();
+
+  std::vector<const char*> argv;
+  argv.reserve(args.size());
+  for (const std::string& arg : args) argv.push_back(arg.c_str());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::CallForHelp&) {
+    result.should_exit = true;
+    result.exit_code = kExitOk;
+    result.message = app.help();
+    return result;
+  } catch (const CLI::CallForVersion&) {
+    result.should_exit = true;
+    result.exit_code = kExitOk;
+    result.message = VersionString() + "\n";
+    return result;
+  } catch (const CLI::ParseError& e) {
+    return UsageError(e.what());
+  }
+
+  if (absl::Status s = ValidateHostPort("--grpc-address", options.grpc_address); !s.ok()) {
+    return UsageError(s.message());
+  }
+  if (absl::Status s = ValidateHostPort("--metrics-address", options.metrics_address); !s.ok()) {
+    return UsageError(s.message());
+  }
+  if (options.model_repository.empty()) return UsageError("--model-repository is empty");
+  absl::StatusOr<std::vector<DeviceSpec>> device_specs = ParseDeviceList(devices);
+  if (!device_specs.ok())
+    return UsageError(absl::StrCat("--devices: ", device_specs.status().message()));
+  options.devices = *std::move(device_specs);
+  absl::StatusOr<spdlog::level::level_enum> level = ParseLogLevel(log_level);
+  if (!level.ok()) return UsageError(absl::StrCat("--log-level: ", level.status().message()));
+  options.log.level = *level;
+  absl::StatusOr<LogFormat> format = ParseLogFormat(log_format);
+  if (!format.ok()) return UsageError(absl::StrCat("--log-format: ", format.status().message()));
+  options.log.format = *format;
+  if (!(shutdown_grace_seconds >= 0 && shutdown_grace_seconds <= 3600)) {
+    return UsageError("--shutdown-grace-seconds must be between 0 and 3600");
+  }
+  options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
+  return result;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,38 @@
+// Everything the forecastd daemon is configured with. main() fills it from the command line
+// (server/command_line.h); Server::Create validates what only the host can tell (can the
+// addresses be bound, does the repository exist, are the devices present). A value type.
+#ifndef FORECASTD_SERVER_SERVER_OPTIONS_H_
+#define FORECASTD_SERVER_SERVER_OPTIONS_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "backends/device.h"
+#include "server/logging.h"
+
+namespace forecastd {
+
+struct ServerOptions {
+  // host:port for every gRPC service (health, and the forecasting services to come).
+  // Triton's default gRPC port, so tools built for Triton find forecastd.
+  std::string grpc_address = "127.0.0.1:8001";
+
+  // host:port of the Prometheus text exposition, served at /metrics. Triton's default.
+  std::string metrics_address = "127.0.0.1:8002";
+
+  // Directory holding one sub-directory per model (config.json plus numbered versions).
+  std::string model_repository = "models";
+
+  // Devices to serve and train on; see ParseDeviceList for the spelling.
+  std::vector<DeviceSpec> devices = {{DeviceKind::kCpu, 0}};
+
+  LogOptions log;
+
+  // On SIGTERM/SIGINT, in-flight calls get this long to finish before they are cancelled.
+  absl::Duration shutdown_grace = absl::Seconds(10);
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_SERVER_OPTIONS_H_
