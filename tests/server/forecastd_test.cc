@@ -2,7 +2,7 @@
 // would: health checks, a metrics scrape, signals, exit codes.
 #include <signal.h>
 
-#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,17 +24,11 @@ constexpr absl::Duration kStartBound = absl::Seconds(60);
 constexpr absl::Duration kExitBound = absl::Seconds(60);
 
 struct Daemon {
+  std::unique_ptr<testing::TempDir> repository;
   ChildProcess process;
   std::string grpc_address;
   int metrics_port;
 };
-
-std::string EmptyRepository() {
-  const std::string dir = absl::StrCat(std::filesystem::temp_directory_path().string(),
-                                       "/forecastd-empty-repo-", getpid());
-  std::filesystem::create_directories(dir);
-  return dir;
-}
 
 Daemon StartDaemon(std::vector<std::string> extra_flags = {}) {
   const int grpc_port = testing::PickFreePort();
@@ -42,19 +36,20 @@ Daemon StartDaemon(std::vector<std::string> extra_flags = {}) {
   REQUIRE(grpc_port > 0);
   REQUIRE(metrics_port > 0);
   const std::string grpc_address = absl::StrCat("127.0.0.1:", grpc_port);
+  auto repository = std::make_unique<testing::TempDir>();
   std::vector<std::string> argv = {FORECASTD_BINARY,
                                    "--grpc-address",
                                    grpc_address,
                                    "--metrics-address",
                                    absl::StrCat("127.0.0.1:", metrics_port),
                                    "--model-repository",
-                                   EmptyRepository(),
+                                   repository->path(),
                                    "--devices",
                                    "cpu"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv);
   REQUIRE(process.ok());
-  return Daemon{*std::move(process), grpc_address, metrics_port};
+  return Daemon{std::move(repository), *std::move(process), grpc_address, metrics_port};
 }
 
 // Polls the health service until it answers SERVING; fails if the daemon exits first.
@@ -149,9 +144,10 @@ TEST_CASE("forecastd refuses to start on a port that is taken, with exit code 1"
   Daemon first = StartDaemon();
   AwaitServing(first);
   const int metrics_port = testing::PickFreePort();
+  testing::TempDir repository;
   const auto second = testing::Run({FORECASTD_BINARY, "--grpc-address", first.grpc_address,
                                     "--metrics-address", absl::StrCat("127.0.0.1:", metrics_port),
-                                    "--model-repository", EmptyRepository()});
+                                    "--model-repository", repository.path()});
   REQUIRE(second.ok());
   CAPTURE(second->output);
   REQUIRE(second->exit_code == 1);
@@ -177,8 +173,9 @@ TEST_CASE("forecastd exits 1 for a missing repository and 2 for bad flags",
   REQUIRE(bad_flag->exit_code == 2);
   REQUIRE(bad_flag->output.find("bad log level 'loud'") != std::string::npos);
 
+  testing::TempDir repository;
   const auto missing_gpu = testing::Run({FORECASTD_BINARY, "--devices", "cuda:63",
-                                         "--model-repository", EmptyRepository(), "--grpc-address",
+                                         "--model-repository", repository.path(), "--grpc-address",
                                          "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
   REQUIRE(missing_gpu.ok());
   CAPTURE(missing_gpu->output);

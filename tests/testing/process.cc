@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -122,6 +123,18 @@ absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv, absl::Durati
   absl::StatusOr<int> code = child->WaitForExit(timeout);
   if (!code.ok()) return code.status();
   return RunResult{*code, child->Output()};
+}
+
+TempDir::TempDir() {
+  char path_template[] = "/tmp/forecastd-test-XXXXXX";
+  const char* made = mkdtemp(path_template);
+  path_ = made != nullptr ? made : "";
+}
+
+TempDir::~TempDir() {
+  if (path_.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 absl::StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path) {

@@ -55,6 +55,19 @@ struct RunResult {
 absl::StatusOr<RunResult> Run(const std::vector<std::string>& argv,
                               absl::Duration timeout = absl::Seconds(60));
 
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // GET http://host:port/path; returns the body of a 200 response, or an error naming the
 // status line.
 absl::StatusOr<std::string> HttpGet(const std::string& host, int port, const std::string& path);

@@ -1,0 +1,77 @@
+// The op set the models are written against. Ops are coarse (a whole LSTM layer, a whole
+// attention core) so each backend can use its best primitive. Every op has the semantics and
+// shapes of its reference in kernels/ref/ (see those headers for the exact formulas); a
+// backend that cannot run an op or a shape natively falls back to the reference, and
+// SupportsOp says which ops are native. Pointers are memory of the backend's device.
+// Implementations are thread-safe: ops may run concurrently on different buffers.
+#ifndef FORECASTD_BACKENDS_BACKEND_H_
+#define FORECASTD_BACKENDS_BACKEND_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "kernels/ref/activation.h"
+#include "kernels/ref/recurrent.h"
+
+namespace forecastd {
+
+enum class Op {
+  kLinear,
+  kLstmLayer,
+  kGruLayer,
+  kLayerNorm,
+  kGelu,
+  kRelu,
+  kSoftmax,
+  kAttention,
+  kResidual,
+  kPositionalEncoding,
+};
+
+using ref::GeluForm;
+using ref::RecurrentDims;
+using ref::RecurrentDirectionWeights;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual absl::string_view name() const = 0;
+  // True when `op` runs on this backend's own primitive rather than the reference.
+  virtual bool SupportsOp(Op op) const = 0;
+
+  // out (N, OUT) = inp (N, IN) @ weight (OUT, IN)^T + bias (OUT, or nullptr)
+  virtual absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
+                              int64_t N, int64_t IN, int64_t OUT) = 0;
+
+  // One LSTM / GRU layer, both directions when dims.ND == 2; see kernels/ref/recurrent.h.
+  virtual absl::Status LstmLayer(float* out, float* h_n, float* c_n, const float* inp,
+                                 const float* h_0, const float* c_0,
+                                 const RecurrentDirectionWeights* weights,
+                                 const RecurrentDims& dims) = 0;
+  virtual absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                                const RecurrentDirectionWeights* weights,
+                                const RecurrentDims& dims) = 0;
+
+  // out (N, C) = LayerNorm(inp (N, C)) * gamma + beta; mean/rstd (N) or nullptr.
+  virtual absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* gamma, const float* beta, int64_t N, int64_t C,
+                                 float eps) = 0;
+
+  virtual absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) = 0;
+  virtual absl::Status Relu(float* out, const float* inp, int64_t n) = 0;
+  // Row-wise softmax of (R, C).
+  virtual absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) = 0;
+  // out (B, T, D) from packed qkv (B, T, 3D); att (B, NH, T, T) or nullptr.
+  virtual absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                 int64_t D, int64_t NH, bool causal) = 0;
+  virtual absl::Status Residual(float* out, const float* a, const float* b, int64_t n) = 0;
+  // out (B, T, D) = inp + sinusoidal table (T, D).
+  virtual absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                          int64_t D) = 0;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_BACKENDS_BACKEND_H_

@@ -1,0 +1,72 @@
+#include "backends/reference_backend.h"
+
+#include "kernels/ref/activation.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/linear.h"
+#include "kernels/ref/normalization.h"
+#include "kernels/ref/positional_encoding.h"
+#include "kernels/ref/recurrent.h"
+
+namespace forecastd {
+
+absl::Status ReferenceBackend::Linear(float* out, const float* inp, const float* weight,
+                                      const float* bias, int64_t N, int64_t IN, int64_t OUT) {
+  ref::LinearForward(out, inp, weight, bias, N, IN, OUT);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::LstmLayer(float* out, float* h_n, float* c_n, const float* inp,
+                                         const float* h_0, const float* c_0,
+                                         const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims) {
+  ref::LstmLayerForward(out, h_n, c_n, inp, h_0, c_0, weights, dims);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                                        const RecurrentDirectionWeights* weights,
+                                        const RecurrentDims& dims) {
+  ref::GruLayerForward(out, h_n, inp, h_0, weights, dims);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::LayerNorm(float* out, float* mean, float* rstd, const float* inp,
+                                         const float* gamma, const float* beta, int64_t N,
+                                         int64_t C, float eps) {
+  ref::LayerNormForward(out, mean, rstd, inp, gamma, beta, N, C, eps);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::Gelu(float* out, const float* inp, int64_t n, GeluForm form) {
+  ref::GeluForward(out, inp, n, form);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::Relu(float* out, const float* inp, int64_t n) {
+  ref::ReluForward(out, inp, n);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::Softmax(float* out, const float* inp, int64_t R, int64_t C) {
+  ref::SoftmaxForward(out, inp, R, C);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::Attention(float* out, float* att, const float* qkv, int64_t B,
+                                         int64_t T, int64_t D, int64_t NH, bool causal) {
+  ref::AttentionForward(out, att, qkv, B, T, D, NH, causal);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::Residual(float* out, const float* a, const float* b, int64_t n) {
+  ref::ResidualForward(out, a, b, n);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::PositionalEncoding(float* out, const float* inp, int64_t B,
+                                                  int64_t T, int64_t D) {
+  ref::PositionalEncodingForward(out, inp, B, T, D);
+  return absl::OkStatus();
+}
+
+}  // namespace forecastd

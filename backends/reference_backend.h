@@ -1,0 +1,38 @@
+// The reference backend: every op runs the plain loops of kernels/ref/. It is the oracle
+// the other backends are tested against and the fallback they use for what they cannot do.
+// Stateless; thread-safe.
+#ifndef FORECASTD_BACKENDS_REFERENCE_BACKEND_H_
+#define FORECASTD_BACKENDS_REFERENCE_BACKEND_H_
+
+#include "backends/backend.h"
+
+namespace forecastd {
+
+class ReferenceBackend final : public Backend {
+ public:
+  absl::string_view name() const override { return "reference"; }
+  bool SupportsOp(Op) const override { return true; }
+
+  absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t N, int64_t IN, int64_t OUT) override;
+  absl::Status LstmLayer(float* out, float* h_n, float* c_n, const float* inp, const float* h_0,
+                         const float* c_0, const RecurrentDirectionWeights* weights,
+                         const RecurrentDims& dims) override;
+  absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                        const RecurrentDirectionWeights* weights,
+                        const RecurrentDims& dims) override;
+  absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
+                         const float* beta, int64_t N, int64_t C, float eps) override;
+  absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
+  absl::Status Relu(float* out, const float* inp, int64_t n) override;
+  absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
+  absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
+                         int64_t NH, bool causal) override;
+  absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
+  absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                  int64_t D) override;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_BACKENDS_REFERENCE_BACKEND_H_

@@ -1,0 +1,110 @@
+#include "engine/models/forecaster.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/recurrent_forecaster.h"
+#include "engine/models/transformer_forecaster.h"
+#include "kernels/base/status.h"
+#include "spdlog/spdlog.h"
+
+namespace forecastd {
+
+void Workspace::Reserve(int64_t n) {
+  if (static_cast<int64_t>(buffer_.size()) < n) buffer_.resize(static_cast<size_t>(n));
+}
+
+float* Workspace::Alloc(int64_t n) {
+  if (used_ + n > static_cast<int64_t>(buffer_.size())) {
+    // A model asked for more than its WorkspaceFloats() promised: a bug, not bad input.
+    spdlog::critical("Workspace::Alloc: {} floats requested with {} of {} used", n, used_,
+                     buffer_.size());
+    std::abort();
+  }
+  float* p = buffer_.data() + used_;
+  // Keep every allocation 64-byte aligned for vectorised kernels.
+  used_ += (n + 15) / 16 * 16;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig& config) {
+  RETURN_IF_ERROR(ValidateModelConfig(config));
+  std::unique_ptr<Forecaster> model;
+  switch (config.architecture_case()) {
+    case ModelConfig::kLstm:
+    case ModelConfig::kGru:
+      model.reset(new RecurrentForecaster(config));
+      break;
+    case ModelConfig::kTransformer:
+      model.reset(new TransformerForecaster(config));
+      break;
+    case ModelConfig::ARCHITECTURE_NOT_SET:
+      return absl::InvalidArgumentError("no architecture");
+  }
+  if (model->standardized()) {
+    model->parameters_.Add("normalizer.mean", {model->num_features_});
+    model->parameters_.Add("normalizer.std", {model->num_features_});
+  }
+  model->DeclareParameters(model->parameters_);
+  model->parameters_.Allocate();
+  if (model->standardized()) {
+    // Identity standardisation until real statistics are loaded.
+    float* std = model->parameters_.at("normalizer.std");
+    for (int f = 0; f < model->num_features_; ++f) std[f] = 1.0f;
+  }
+  return model;
+}
+
+Forecaster::Forecaster(const ModelConfig& config)
+    : config_(config),
+      num_features_(NumFeatures(config)),
+      num_targets_(NumTargets(config)),
+      target_features_(TargetFeatureIndices(config)) {}
+
+bool Forecaster::standardized() const { return config_.normalization() != v1::NORMALIZATION_NONE; }
+
+int64_t Forecaster::WorkspaceFloats(int64_t B) const {
+  const int64_t pad = 16;
+  const int64_t T = lookback(), F = num_features_, P = horizon();
+  return (B * T * F + pad) + (B * P * num_targets_ + pad) + BodyWorkspaceFloats(B);
+}
+
+absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp, int64_t B,
+                                 Workspace& workspace) const {
+  if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
+  const int64_t T = lookback(), F = num_features_, P = horizon(), K = num_targets_;
+  workspace.Reserve(WorkspaceFloats(B));
+  workspace.Reset();
+
+  const float* xn = inp;
+  if (standardized()) {
+    const float* mean = parameters_.at("normalizer.mean");
+    const float* std = parameters_.at("normalizer.std");
+    float* scaled = workspace.Alloc(B * T * F);
+    for (int64_t i = 0; i < B * T; ++i) {
+      for (int64_t f = 0; f < F; ++f) {
+        scaled[i * F + f] = (inp[i * F + f] - mean[f]) / std[f];
+      }
+    }
+    xn = scaled;
+  }
+
+  float* y = workspace.Alloc(B * P * K);
+  RETURN_IF_ERROR(ForwardStandardized(backend, y, xn, B, workspace));
+
+  if (!standardized()) {
+    std::copy(y, y + B * P * K, out);
+    return absl::OkStatus();
+  }
+  const float* mean = parameters_.at("normalizer.mean");
+  const float* std = parameters_.at("normalizer.std");
+  for (int64_t i = 0; i < B * P; ++i) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int f = target_features_[static_cast<size_t>(k)];
+      out[i * K + k] = y[i * K + k] * std[f] + mean[f];
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace forecastd

@@ -1,0 +1,180 @@
+#include "engine/models/model_config.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace forecastd {
+namespace {
+
+// Generous bounds that catch a typo (an extra zero) before it becomes a huge allocation.
+constexpr int kMaxLookback = 1 << 16;
+constexpr int kMaxHorizon = 1 << 12;
+constexpr int kMaxFeatures = 1 << 12;
+constexpr int kMaxWidth = 1 << 15;
+constexpr int kMaxLayers = 128;
+
+absl::Status Invalid(const ModelConfig& config, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("model config '", config.name(), "': ", what));
+}
+
+absl::Status CheckRange(const ModelConfig& config, absl::string_view field, int64_t value,
+                        int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return Invalid(config,
+                   absl::StrCat(field, " is ", value, "; it must be in [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateRecurrent(const ModelConfig& config, const v1::RecurrentConfig& rnn,
+                               absl::string_view kind) {
+  if (absl::Status s =
+          CheckRange(config, absl::StrCat(kind, ".hidden_size"), rnn.hidden_size(), 1, kMaxWidth);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckRange(config, absl::StrCat(kind, ".num_layers"), rnn.num_layers(), 1, kMaxLayers);
+      !s.ok()) {
+    return s;
+  }
+  if (!(rnn.dropout() >= 0.0f && rnn.dropout() < 1.0f)) {
+    return Invalid(config, absl::StrCat(kind, ".dropout must be in [0, 1)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateTransformer(const ModelConfig& config, const v1::TransformerConfig& t) {
+  if (absl::Status s = CheckRange(config, "transformer.d_model", t.d_model(), 1, kMaxWidth);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(config, "transformer.num_heads", t.num_heads(), 1, t.d_model());
+      !s.ok()) {
+    return s;
+  }
+  if (t.d_model() % t.num_heads() != 0) {
+    return Invalid(config, absl::StrCat("transformer.d_model (", t.d_model(),
+                                        ") must be divisible by num_heads (", t.num_heads(), ")"));
+  }
+  if (absl::Status s = CheckRange(config, "transformer.num_layers", t.num_layers(), 1, kMaxLayers);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          CheckRange(config, "transformer.dim_feedforward", t.dim_feedforward(), 1, 4 * kMaxWidth);
+      !s.ok()) {
+    return s;
+  }
+  if (!(t.dropout() >= 0.0f && t.dropout() < 1.0f)) {
+    return Invalid(config, "transformer.dropout must be in [0, 1)");
+  }
+  if (!(t.layer_norm_eps() >= 0.0f && t.layer_norm_eps() < 1.0f)) {
+    return Invalid(config, "transformer.layer_norm_eps must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json) {
+  ModelConfig config;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &config, options);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a valid ModelConfig JSON: ", std::string(status.message())));
+  }
+  return config;
+}
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model config ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  absl::StatusOr<ModelConfig> config = ParseModelConfigJson(buffer.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+absl::StatusOr<std::string> ModelConfigToJson(const ModelConfig& config) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = false;
+  const auto status = google::protobuf::util::MessageToJsonString(config, &json, options);
+  if (!status.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot print ModelConfig as JSON: ", std::string(status.message())));
+  }
+  return json;
+}
+
+absl::Status ValidateModelConfig(const ModelConfig& config) {
+  if (config.name().empty()) return Invalid(config, "name is empty");
+  if (absl::Status s = CheckRange(config, "lookback", config.lookback(), 1, kMaxLookback);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(config, "horizon", config.horizon(), 1, kMaxHorizon); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(config, "number of feature_names", config.feature_names_size(), 1,
+                                  kMaxFeatures);
+      !s.ok()) {
+    return s;
+  }
+  std::set<std::string> features;
+  for (const std::string& f : config.feature_names()) {
+    if (f.empty()) return Invalid(config, "a feature name is empty");
+    if (!features.insert(f).second)
+      return Invalid(config, absl::StrCat("feature '", f, "' repeats"));
+  }
+  if (config.target_names().empty()) return Invalid(config, "target_names is empty");
+  std::set<std::string> targets;
+  for (const std::string& t : config.target_names()) {
+    if (!features.count(t)) {
+      return Invalid(config, absl::StrCat("target '", t, "' is not one of the feature_names"));
+    }
+    if (!targets.insert(t).second) return Invalid(config, absl::StrCat("target '", t, "' repeats"));
+  }
+  switch (config.architecture_case()) {
+    case ModelConfig::kLstm:
+      return ValidateRecurrent(config, config.lstm(), "lstm");
+    case ModelConfig::kGru:
+      return ValidateRecurrent(config, config.gru(), "gru");
+    case ModelConfig::kTransformer:
+      return ValidateTransformer(config, config.transformer());
+    case ModelConfig::ARCHITECTURE_NOT_SET:
+      break;
+  }
+  return Invalid(config, "no architecture: set one of lstm, gru or transformer");
+}
+
+int NumFeatures(const ModelConfig& config) { return config.feature_names_size(); }
+int NumTargets(const ModelConfig& config) { return config.target_names_size(); }
+
+std::vector<int> TargetFeatureIndices(const ModelConfig& config) {
+  std::vector<int> indices;
+  for (const std::string& target : config.target_names()) {
+    for (int f = 0; f < config.feature_names_size(); ++f) {
+      if (config.feature_names(f) == target) indices.push_back(f);
+    }
+  }
+  return indices;
+}
+
+float LayerNormEps(const v1::TransformerConfig& config) {
+  return config.layer_norm_eps() > 0.0f ? config.layer_norm_eps() : 1e-5f;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,30 @@
+// LSTM and GRU forecasters: nn.LSTM / nn.GRU (batch_first) over the standardised window,
+// then a Linear head on the last time step's output (both directions concatenated), giving
+// P * targets values. Parameter names follow PyTorch: `rnn.weight_ih_l{k}[_reverse]`, ...,
+// `head.weight`, `head.bias`. Thread-safety as Forecaster.
+#ifndef FORECASTD_ENGINE_MODELS_RECURRENT_FORECASTER_H_
+#define FORECASTD_ENGINE_MODELS_RECURRENT_FORECASTER_H_
+
+#include "engine/models/forecaster.h"
+
+namespace forecastd {
+
+class RecurrentForecaster final : public Forecaster {
+ public:
+  explicit RecurrentForecaster(const ModelConfig& config);
+
+ private:
+  void DeclareParameters(ParameterArena& arena) const override;
+  absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
+                                   Workspace& workspace) const override;
+  int64_t BodyWorkspaceFloats(int64_t B) const override;
+
+  const bool is_lstm_;
+  const v1::RecurrentConfig rnn_;
+  const int gates_;       // G: 4 for LSTM, 3 for GRU
+  const int directions_;  // ND
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_MODELS_RECURRENT_FORECASTER_H_

@@ -1,0 +1,24 @@
+// Reference (naive, fp32) scaled-dot-product multi-head self-attention over a packed
+// q/k/v tensor, the core of nn.MultiheadAttention between its in- and out-projections
+// (which are Linear ops). Thread-safe.
+#ifndef FORECASTD_KERNELS_REF_ATTENTION_H_
+#define FORECASTD_KERNELS_REF_ATTENTION_H_
+
+#include <cstdint>
+
+namespace forecastd::ref {
+
+// For each batch b and head h (head size hs = D / NH):
+//   q = qkv[b, t, 0*D + h*hs + :]   k = qkv[b, t, 1*D + h*hs + :]   v = qkv[b, t, 2*D + h*hs + :]
+//   att[b, h, t, s] = softmax_s(q_t . k_s / sqrt(hs))   (s <= t only when `causal`)
+//   out[b, t, h*hs + :] = sum_s att[b, h, t, s] v_s
+//   out (B, T, D)
+//   att (B, NH, T, T): the attention weights, saved for the backward pass, or nullptr;
+//       masked entries are 0
+//   qkv (B, T, 3*D)    as nn.MultiheadAttention's in_proj produces it
+void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
+                      int64_t NH, bool causal);
+
+}  // namespace forecastd::ref
+
+#endif  // FORECASTD_KERNELS_REF_ATTENTION_H_

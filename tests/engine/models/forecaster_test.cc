@@ -1,0 +1,102 @@
+#include "engine/models/forecaster.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backends/reference_backend.h"
+#include "tests/testing/catch.h"
+
+namespace forecastd {
+namespace {
+
+ModelConfig Base(int F, int T, int P) {
+  ModelConfig c;
+  c.set_name("m");
+  c.set_lookback(T);
+  c.set_horizon(P);
+  for (int f = 0; f < F; ++f) c.add_feature_names(absl::StrCat("f", f));
+  c.add_target_names("f1");
+  c.add_target_names("f0");
+  return c;
+}
+
+void FillRandom(ParameterArena& arena, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-0.5f, 0.5f);
+  for (int64_t i = 0; i < arena.size(); ++i) arena.data()[i] = dist(gen);
+}
+
+TEST_CASE("Recurrent forecasters lay out PyTorch's parameter names and shapes", "[unit][model]") {
+  ModelConfig c = Base(3, 7, 4);
+  c.mutable_lstm()->set_hidden_size(5);
+  c.mutable_lstm()->set_num_layers(2);
+  c.mutable_lstm()->set_bidirectional(true);
+  auto model = Forecaster::Create(c).value();
+  const ParameterArena& p = model->parameters();
+  REQUIRE(p.Find("rnn.weight_ih_l0").value()->shape == std::vector<int64_t>{20, 3});
+  REQUIRE(p.Find("rnn.weight_ih_l1_reverse").value()->shape == std::vector<int64_t>{20, 10});
+  REQUIRE(p.Find("rnn.bias_hh_l1_reverse").value()->shape == std::vector<int64_t>{20});
+  REQUIRE(p.Find("head.weight").value()->shape == std::vector<int64_t>{8, 10});
+  REQUIRE(p.Find("normalizer.std").value()->shape == std::vector<int64_t>{3});
+  REQUIRE(p.Find("rnn.weight_ih_l2").status().code() == absl::StatusCode::kNotFound);
+  // nn.LSTM(3, 5, 2, bidirectional) has 2*(20*3+20*5+40) + 2*(20*10+20*5+40) parameters.
+  REQUIRE(p.size() == 2 * (60 + 100 + 40) + 2 * (200 + 100 + 40) + 8 * 10 + 8 + 3 + 3);
+}
+
+TEST_CASE("Forward de-standardises the targets it forecasts", "[unit][model]") {
+  ModelConfig c = Base(3, 6, 2);
+  c.mutable_gru()->set_hidden_size(4);
+  c.mutable_gru()->set_num_layers(1);
+  auto model = Forecaster::Create(c).value();
+  FillRandom(model->parameters(), 7);
+  // With a zero head the standardised forecast is 0, so the raw one is each target's mean.
+  const auto* head_w = model->parameters().Find("head.weight").value();
+  const auto* head_b = model->parameters().Find("head.bias").value();
+  std::fill_n(model->parameters().data() + head_w->offset, head_w->numel, 0.0f);
+  std::fill_n(model->parameters().data() + head_b->offset, head_b->numel, 0.0f);
+  float* mean = model->parameters().at("normalizer.mean");
+  float* std = model->parameters().at("normalizer.std");
+  mean[0] = 10.0f, mean[1] = -3.0f, mean[2] = 0.5f;
+  std[0] = 2.0f, std[1] = 4.0f, std[2] = 1.0f;
+
+  std::vector<float> inp(2 * 6 * 3, 1.25f), out(2 * 2 * 2, 0.0f);
+  ReferenceBackend backend;
+  Workspace ws;
+  REQUIRE(model->Forward(backend, out.data(), inp.data(), 2, ws).ok());
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(out[i * 2 + 0] == -3.0f);  // target f1
+    REQUIRE(out[i * 2 + 1] == 10.0f);  // target f0
+  }
+}
+
+TEST_CASE("Forward rejects an empty batch and reuses its workspace", "[unit][model]") {
+  ModelConfig c = Base(2, 5, 3);
+  auto* t = c.mutable_transformer();
+  t->set_d_model(8);
+  t->set_num_heads(2);
+  t->set_num_layers(2);
+  t->set_dim_feedforward(16);
+  t->set_norm_first(true);
+  auto model = Forecaster::Create(c).value();
+  FillRandom(model->parameters(), 11);
+  ReferenceBackend backend;
+  Workspace ws;
+  std::vector<float> inp(4 * 5 * 2), out(4 * 3 * 2), again(4 * 3 * 2);
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : inp) v = dist(gen);
+  REQUIRE(model->Forward(backend, out.data(), inp.data(), 0, ws).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(model->Forward(backend, out.data(), inp.data(), 4, ws).ok());
+  REQUIRE(model->Forward(backend, again.data(), inp.data(), 4, ws).ok());
+  REQUIRE(out == again);
+  // Each window is forecast on its own: batch row 2 alone gives the same numbers.
+  std::vector<float> one(3 * 2);
+  REQUIRE(model->Forward(backend, one.data(), inp.data() + 2 * 5 * 2, 1, ws).ok());
+  for (int i = 0; i < 6; ++i) REQUIRE(one[i] == Approx(out[2 * 6 + i]).epsilon(1e-6));
+}
+
+}  // namespace
+}  // namespace forecastd
