@@ -10,6 +10,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libdnnl-dev
   catch2 libcli11-dev nlohmann-json3-dev
+  # The golden tests check that models forecastd writes load into PyTorch.
+  python3 python3-numpy python3-torch
 )
 
 if [[ -r /etc/os-release ]]; then

@@ -5,7 +5,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/version.h"
+#include "kernels/base/version.h"
 
 namespace forecastd {
 namespace {

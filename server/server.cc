@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "grpcpp/grpcpp.h"
 #include "kernels/base/status.h"
-#include "server/version.h"
+#include "kernels/base/version.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {

@@ -1,11 +1,11 @@
 #include "engine/models/model_config.h"
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "engine/file_io.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/base/status.h"
 
 namespace forecastd {
 namespace {
@@ -94,11 +94,8 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json) {
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open model config ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  absl::StatusOr<ModelConfig> config = ParseModelConfigJson(buffer.str());
+  ASSIGN_OR_RETURN(const std::string json, ReadFileBytes(path, "model config"));
+  absl::StatusOr<ModelConfig> config = ParseModelConfigJson(json);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

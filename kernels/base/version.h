@@ -1,7 +1,7 @@
 // The build's version, filled in at configure time from the project version and
 // `git describe`. Constant; thread-safe.
-#ifndef FORECASTD_SERVER_VERSION_H_
-#define FORECASTD_SERVER_VERSION_H_
+#ifndef FORECASTD_KERNELS_BASE_VERSION_H_
+#define FORECASTD_KERNELS_BASE_VERSION_H_
 
 namespace forecastd {
 
@@ -9,4 +9,4 @@ extern const char kForecastdVersion[];
 
 }  // namespace forecastd
 
-#endif  // FORECASTD_SERVER_VERSION_H_
+#endif  // FORECASTD_KERNELS_BASE_VERSION_H_

@@ -1,0 +1,386 @@
+#include "backends/cpu/dnnl_backend.h"
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "backends/cpu/dnnl_primitive.h"
+#include "backends/cpu/dnnl_status.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+namespace {
+
+using dnnl_internal::Args;
+using dnnl_internal::DnnlPrimitive;
+using dnnl_internal::Execute;
+using dnnl_internal::F32;
+using dnnl_internal::F32Strided;
+using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::Tag;
+using dnnl_internal::UserScratchpadAttr;
+using dnnl_internal::Wrap;
+
+// --- Linear: matmul with nn.Linear's (OUT, IN) weight read transposed in place.
+
+struct LinearMds {
+  dnnl::memory::desc src, weights, bias, dst;
+};
+
+LinearMds MakeLinearMds(int64_t N, int64_t IN, int64_t OUT) {
+  return LinearMds{F32({N, IN}, Tag::ab), F32({IN, OUT}, Tag::ba), F32({1, OUT}, Tag::ab),
+                   F32({N, OUT}, Tag::ab)};
+}
+
+std::shared_ptr<DnnlPrimitive> BuildLinear(const dnnl::engine& engine, int64_t N, int64_t IN,
+                                           int64_t OUT, bool has_bias) {
+  const LinearMds md = MakeLinearMds(N, IN, OUT);
+  const dnnl::matmul::desc desc = has_bias ? dnnl::matmul::desc(md.src, md.weights, md.bias, md.dst)
+                                           : dnnl::matmul::desc(md.src, md.weights, md.dst);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::matmul>(
+      dnnl::matmul::primitive_desc(desc, UserScratchpadAttr(), engine)));
+}
+
+// --- LayerNorm: forward_training when the statistics are wanted, since only it returns them.
+
+std::shared_ptr<DnnlPrimitive> BuildLayerNorm(const dnnl::engine& engine, int64_t N, int64_t C,
+                                              float eps, bool with_stats) {
+  using LayerNormFwd = dnnl::layer_normalization_forward;
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  const dnnl::memory::desc data = F32({N, C}, Tag::ab);
+  const LayerNormFwd::desc desc =
+      with_stats ? LayerNormFwd::desc(dnnl::prop_kind::forward_training, data, F32({N}, Tag::a),
+                                      eps, flags)
+                 : LayerNormFwd::desc(dnnl::prop_kind::forward_inference, data, eps, flags);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<LayerNormFwd>(
+      LayerNormFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+}
+
+// --- Element-wise and row-wise ops on dense 1-D / 2-D tensors.
+
+std::shared_ptr<DnnlPrimitive> BuildEltwise(const dnnl::engine& engine, dnnl::algorithm algorithm,
+                                            int64_t n) {
+  using EltwiseFwd = dnnl::eltwise_forward;
+  const EltwiseFwd::desc desc(dnnl::prop_kind::forward_inference, algorithm, F32({n}, Tag::a),
+                              /*alpha=*/0.0f, /*beta=*/0.0f);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<EltwiseFwd>(
+      EltwiseFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+}
+
+std::shared_ptr<DnnlPrimitive> BuildSoftmax(const dnnl::engine& engine, int64_t R, int64_t C) {
+  using SoftmaxFwd = dnnl::softmax_forward;
+  const SoftmaxFwd::desc desc(dnnl::prop_kind::forward_inference, F32({R, C}, Tag::ab),
+                              /*softmax_axis=*/1);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<SoftmaxFwd>(
+      SoftmaxFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+}
+
+std::shared_ptr<DnnlPrimitive> BuildBinaryAdd(const dnnl::engine& engine, int64_t n) {
+  const dnnl::memory::desc md = F32({n}, Tag::a);
+  const dnnl::binary::desc desc(dnnl::algorithm::binary_add, md, md, md);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::binary>(
+      dnnl::binary::primitive_desc(desc, UserScratchpadAttr(), engine)));
+}
+
+// --- Attention: scores = (Q K^T) * scale, causal mask, softmax over keys, out = att V.
+// Q, K and V are strided views into the packed qkv, and out a strided view of (B, T, D), so
+// nothing is copied: head h of qkv[b, t] is columns [h*hs, (h+1)*hs) of each D-wide third.
+
+struct AttentionMds {
+  dnnl::memory::desc q, k_t, v, scores, out;
+};
+
+AttentionMds MakeAttentionMds(int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const int64_t hs = D / NH;
+  const int64_t row = 3 * D;  // stride of t in qkv
+  AttentionMds md;
+  md.q = F32Strided({B, NH, T, hs}, {T * row, hs, row, 1});
+  md.k_t = F32Strided({B, NH, hs, T}, {T * row, hs, 1, row});
+  md.v = md.q;
+  md.scores = F32({B, NH, T, T}, Tag::abcd);
+  md.out = F32Strided({B, NH, T, hs}, {T * D, hs, D, 1});
+  return md;
+}
+
+struct AttentionPrimitive {
+  DnnlPrimitive scores;   // matmul with the 1/sqrt(hs) scale as an output scale
+  DnnlPrimitive softmax;  // in place on the scores
+  DnnlPrimitive context;  // matmul
+};
+
+std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, int64_t B, int64_t T,
+                                                   int64_t D, int64_t NH) {
+  const AttentionMds md = MakeAttentionMds(B, T, D, NH);
+  auto p = std::make_shared<AttentionPrimitive>();
+  dnnl::primitive_attr scores_attr = UserScratchpadAttr();
+  scores_attr.set_output_scales(0,
+                                {static_cast<float>(1.0 / std::sqrt(static_cast<double>(D / NH)))});
+  p->scores = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
+      dnnl::matmul::desc(md.q, md.k_t, md.scores), scores_attr, engine));
+  using SoftmaxFwd = dnnl::softmax_forward;
+  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxFwd::primitive_desc(
+      SoftmaxFwd::desc(dnnl::prop_kind::forward_inference, md.scores, /*softmax_axis=*/3),
+      UserScratchpadAttr(), engine));
+  p->context = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
+      dnnl::matmul::desc(md.scores, md.v, md.out), UserScratchpadAttr(), engine));
+  return p;
+}
+
+// Sets the scores of keys after their query to -inf, whose softmax weight is then exactly 0, as
+// the reference's. A loop rather than a broadcast binary post-op on the matmul: oneDNN 2.6 runs
+// that post-op on its slow reference matmul.
+void MaskFuture(float* scores, int64_t rows, int64_t T) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = scores + r * T;
+    const int64_t t = r % T;
+    for (int64_t s = t + 1; s < T; ++s) row[s] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+int64_t FloatBits(float x) { return std::bit_cast<int32_t>(x); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DnnlBackend>> DnnlBackend::Create(const Options& options) {
+  if (options.primitive_cache_capacity == 0) {
+    return absl::InvalidArgumentError("DnnlBackend: primitive_cache_capacity must be > 0");
+  }
+  dnnl::engine engine;
+  DNNL_TRY(engine = dnnl::engine(dnnl::engine::kind::cpu, 0));
+  return std::unique_ptr<DnnlBackend>(new DnnlBackend(std::move(engine), options));
+}
+
+DnnlBackend::DnnlBackend(dnnl::engine engine, const Options& options)
+    : engine_(std::move(engine)), cache_(options.primitive_cache_capacity) {}
+
+bool DnnlBackend::SupportsOp(Op op) const {
+  switch (op) {
+    case Op::kLinear:
+    case Op::kLstmLayer:
+    case Op::kGruLayer:
+    case Op::kLayerNorm:
+    case Op::kGelu:
+    case Op::kRelu:
+    case Op::kSoftmax:
+    case Op::kAttention:
+    case Op::kResidual:
+      return true;
+    case Op::kPositionalEncoding:  // a table add; the reference is already memory-bound
+      return false;
+  }
+  return false;
+}
+
+absl::Status DnnlBackend::Linear(float* out, const float* inp, const float* weight,
+                                 const float* bias, int64_t N, int64_t IN, int64_t OUT) {
+  if (N == 0 || IN == 0 || OUT == 0) {
+    return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
+  }
+  const bool has_bias = bias != nullptr;
+  ASSIGN_OR_RETURN(std::shared_ptr<const DnnlPrimitive> p,
+                   cache_.GetOrBuild<DnnlPrimitive>(
+                       {static_cast<int64_t>(PrimitiveKind::kLinear), N, IN, OUT, has_bias},
+                       "Linear", [&] { return BuildLinear(engine_, N, IN, OUT, has_bias); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
+  }
+  const LinearMds md = MakeLinearMds(N, IN, OUT);
+  DNNL_TRY({
+    dnnl::stream stream(engine_);
+    Args args({{DNNL_ARG_SRC, Wrap(md.src, engine_, inp)},
+               {DNNL_ARG_WEIGHTS, Wrap(md.weights, engine_, weight)},
+               {DNNL_ARG_DST, Wrap(md.dst, engine_, out)}});
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, Wrap(md.bias, engine_, bias));
+    Execute(stream, *p, std::move(args));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::LstmLayer(float* out, float* h_n, float* c_n, const float* inp,
+                                    const float* h_0, const float* c_0,
+                                    const RecurrentDirectionWeights* weights,
+                                    const RecurrentDims& dims) {
+  ASSIGN_OR_RETURN(const bool native, TryRecurrentLayer(PrimitiveKind::kLstm, out, h_n, c_n, inp,
+                                                        h_0, c_0, weights, dims));
+  if (native) return absl::OkStatus();
+  return reference_.LstmLayer(out, h_n, c_n, inp, h_0, c_0, weights, dims);
+}
+
+absl::Status DnnlBackend::GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                                   const RecurrentDirectionWeights* weights,
+                                   const RecurrentDims& dims) {
+  ASSIGN_OR_RETURN(const bool native,
+                   TryRecurrentLayer(PrimitiveKind::kGru, out, h_n, /*c_n=*/nullptr, inp, h_0,
+                                     /*c_0=*/nullptr, weights, dims));
+  if (native) return absl::OkStatus();
+  return reference_.GruLayer(out, h_n, inp, h_0, weights, dims);
+}
+
+absl::Status DnnlBackend::LayerNorm(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* gamma, const float* beta, int64_t N, int64_t C,
+                                    float eps) {
+  if (N == 0 || C == 0) return reference_.LayerNorm(out, mean, rstd, inp, gamma, beta, N, C, eps);
+  const bool with_stats = mean != nullptr || rstd != nullptr;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const DnnlPrimitive> p,
+      cache_.GetOrBuild<DnnlPrimitive>(
+          {static_cast<int64_t>(PrimitiveKind::kLayerNorm), N, C, FloatBits(eps), with_stats},
+          "LayerNorm", [&] { return BuildLayerNorm(engine_, N, C, eps, with_stats); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.LayerNorm(out, mean, rstd, inp, gamma, beta, N, C, eps);
+  }
+  // oneDNN returns the variance; rstd is derived from it below. A missing mean lands in a
+  // scratch buffer.
+  std::vector<float> variance, mean_scratch;
+  if (with_stats) {
+    variance.resize(N);
+    if (mean == nullptr) mean_scratch.resize(N);
+  }
+  float* mean_out = mean != nullptr ? mean : mean_scratch.data();
+  DNNL_TRY({
+    const dnnl::memory::desc data = F32({N, C}, Tag::ab);
+    const dnnl::memory::desc channel = F32({C}, Tag::a);
+    const dnnl::memory::desc stat = F32({N}, Tag::a);
+    Args args({{DNNL_ARG_SRC, Wrap(data, engine_, inp)},
+               {DNNL_ARG_DST, Wrap(data, engine_, out)},
+               {DNNL_ARG_SCALE, Wrap(channel, engine_, gamma)},
+               {DNNL_ARG_SHIFT, Wrap(channel, engine_, beta)}});
+    if (with_stats) {
+      args.emplace(DNNL_ARG_MEAN, Wrap(stat, engine_, mean_out));
+      args.emplace(DNNL_ARG_VARIANCE, Wrap(stat, engine_, variance.data()));
+    }
+    dnnl::stream stream(engine_);
+    Execute(stream, *p, std::move(args));
+  });
+  if (rstd != nullptr) {
+    for (int64_t n = 0; n < N; ++n) {
+      rstd[n] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance[n]) + eps));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DnnlBackend::TryEltwise(float* out, const float* inp, int64_t n,
+                                             dnnl::algorithm algorithm) {
+  if (n == 0) return false;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const DnnlPrimitive> p,
+      cache_.GetOrBuild<DnnlPrimitive>(
+          {static_cast<int64_t>(PrimitiveKind::kEltwise), static_cast<int64_t>(algorithm), n},
+          "Eltwise", [&] { return BuildEltwise(engine_, algorithm, n); }));
+  if (p == nullptr) {
+    CountFallback();
+    return false;
+  }
+  DNNL_TRY({
+    const dnnl::memory::desc md = F32({n}, Tag::a);
+    dnnl::stream stream(engine_);
+    Execute(stream, *p,
+            {{DNNL_ARG_SRC, Wrap(md, engine_, inp)}, {DNNL_ARG_DST, Wrap(md, engine_, out)}});
+  });
+  return true;
+}
+
+absl::Status DnnlBackend::Gelu(float* out, const float* inp, int64_t n, GeluForm form) {
+  const dnnl::algorithm algorithm = form == GeluForm::kErf ? dnnl::algorithm::eltwise_gelu_erf
+                                                           : dnnl::algorithm::eltwise_gelu_tanh;
+  ASSIGN_OR_RETURN(const bool native, TryEltwise(out, inp, n, algorithm));
+  if (native) return absl::OkStatus();
+  return reference_.Gelu(out, inp, n, form);
+}
+
+absl::Status DnnlBackend::Relu(float* out, const float* inp, int64_t n) {
+  ASSIGN_OR_RETURN(const bool native, TryEltwise(out, inp, n, dnnl::algorithm::eltwise_relu));
+  if (native) return absl::OkStatus();
+  return reference_.Relu(out, inp, n);
+}
+
+absl::Status DnnlBackend::Softmax(float* out, const float* inp, int64_t R, int64_t C) {
+  if (R == 0 || C == 0) return reference_.Softmax(out, inp, R, C);
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const DnnlPrimitive> p,
+      cache_.GetOrBuild<DnnlPrimitive>({static_cast<int64_t>(PrimitiveKind::kSoftmax), R, C},
+                                       "Softmax", [&] { return BuildSoftmax(engine_, R, C); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Softmax(out, inp, R, C);
+  }
+  DNNL_TRY({
+    const dnnl::memory::desc md = F32({R, C}, Tag::ab);
+    dnnl::stream stream(engine_);
+    Execute(stream, *p,
+            {{DNNL_ARG_SRC, Wrap(md, engine_, inp)}, {DNNL_ARG_DST, Wrap(md, engine_, out)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T,
+                                    int64_t D, int64_t NH, bool causal) {
+  // Heads that do not split D evenly have no strided-view form; the reference defines them.
+  if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
+    return reference_.Attention(out, att, qkv, B, T, D, NH, causal);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
+                   cache_.GetOrBuild<AttentionPrimitive>(
+                       {static_cast<int64_t>(PrimitiveKind::kAttention), B, T, D, NH}, "Attention",
+                       [&] { return BuildAttention(engine_, B, T, D, NH); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Attention(out, att, qkv, B, T, D, NH, causal);
+  }
+  std::vector<float> att_scratch;
+  if (att == nullptr) att_scratch.resize(B * NH * T * T);
+  float* scores = att != nullptr ? att : att_scratch.data();
+  DNNL_TRY({
+    const AttentionMds md = MakeAttentionMds(B, T, D, NH);
+    const dnnl::memory scores_mem = Wrap(md.scores, engine_, scores);
+    dnnl::stream stream(engine_);
+    Execute(stream, p->scores,
+            {{DNNL_ARG_SRC, Wrap(md.q, engine_, qkv)},
+             {DNNL_ARG_WEIGHTS, Wrap(md.k_t, engine_, qkv + D)},
+             {DNNL_ARG_DST, scores_mem}});
+    if (causal) MaskFuture(scores, B * NH * T, T);
+    Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
+    Execute(stream, p->context,
+            {{DNNL_ARG_SRC, scores_mem},
+             {DNNL_ARG_WEIGHTS, Wrap(md.v, engine_, qkv + 2 * D)},
+             {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::Residual(float* out, const float* a, const float* b, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const DnnlPrimitive> p,
+      cache_.GetOrBuild<DnnlPrimitive>({static_cast<int64_t>(PrimitiveKind::kBinaryAdd), n},
+                                       "Residual", [&] { return BuildBinaryAdd(engine_, n); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Residual(out, a, b, n);
+  }
+  // oneDNN allows dst to alias src0 only; addition commutes, so an alias of b goes first.
+  if (out == b) std::swap(a, b);
+  DNNL_TRY({
+    const dnnl::memory::desc md = F32({n}, Tag::a);
+    dnnl::stream stream(engine_);
+    Execute(stream, *p,
+            {{DNNL_ARG_SRC_0, Wrap(md, engine_, a)},
+             {DNNL_ARG_SRC_1, Wrap(md, engine_, b)},
+             {DNNL_ARG_DST, Wrap(md, engine_, out)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                             int64_t D) {
+  return reference_.PositionalEncoding(out, inp, B, T, D);
+}
+
+}  // namespace forecastd

@@ -1,0 +1,104 @@
+// The oneDNN CPU backend: the Backend ops on oneDNN primitives (matmul, lstm_forward,
+// lbr_gru_forward, layer_normalization_forward, softmax_forward, eltwise, binary), built once
+// per op and shape on one CPU engine and kept in a bounded cache. PositionalEncoding, and any
+// shape oneDNN rejects (logged once at debug level), run on the reference kernels instead.
+// The model code calls it through Backend; tests also read its cache statistics.
+// Thread-safe: ops may run concurrently on different buffers; each call uses its own stream and
+// scratchpad.
+#ifndef FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
+#define FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "backends/backend.h"
+#include "backends/cpu/dnnl_primitive_cache.h"
+#include "backends/reference_backend.h"
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace forecastd {
+
+class DnnlBackend final : public Backend {
+ public:
+  struct Options {
+    // The most cache entries kept: one per op and shape (a recurrent layer with its weight
+    // reorders, or an attention core, is one entry; so is a shape oneDNN rejected). Beyond it
+    // the least recently used is dropped and rebuilt when next needed. A model needs about one
+    // per layer kind and flag combination per batch size it sees. Must be > 0.
+    size_t primitive_cache_capacity = 1024;
+  };
+
+  static absl::StatusOr<std::unique_ptr<DnnlBackend>> Create(const Options& options);
+
+  absl::string_view name() const override { return "onednn"; }
+  bool SupportsOp(Op op) const override;
+
+  // Weights of Linear, LstmLayer and GruLayer are read on every call: the recurrent layers
+  // copy them into oneDNN's layout each time (work about 1/(B*T) of the layer's own), so
+  // weights may change between calls with no invalidation.
+  absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t N, int64_t IN, int64_t OUT) override;
+  absl::Status LstmLayer(float* out, float* h_n, float* c_n, const float* inp, const float* h_0,
+                         const float* c_0, const RecurrentDirectionWeights* weights,
+                         const RecurrentDims& dims) override;
+  absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                        const RecurrentDirectionWeights* weights,
+                        const RecurrentDims& dims) override;
+  absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
+                         const float* beta, int64_t N, int64_t C, float eps) override;
+  absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
+  absl::Status Relu(float* out, const float* inp, int64_t n) override;
+  absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
+  absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
+                         int64_t NH, bool causal) override;
+  absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
+  absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                  int64_t D) override;
+
+  DnnlPrimitiveCache::Stats cache_stats() const { return cache_.stats(); }
+  // Calls of an op that SupportsOp reports native which ran on the reference all the same,
+  // because oneDNN rejected the shape. Empty tensors, which need no primitive, do not count.
+  int64_t fallback_calls() const { return fallback_calls_.load(std::memory_order_relaxed); }
+
+ private:
+  // Keys of the primitive cache begin with one of these; each fixes the entry's type.
+  enum class PrimitiveKind : int64_t {
+    kLinear,
+    kLstm,
+    kGru,
+    kLayerNorm,
+    kEltwise,
+    kSoftmax,
+    kBinaryAdd,
+    kAttention,
+  };
+
+  DnnlBackend(dnnl::engine engine, const Options& options);
+
+  // Run the op on oneDNN and return true, or return false when oneDNN rejects the shape (or it
+  // is empty) and the caller must run the reference. dnnl_recurrent.cc holds the first.
+  absl::StatusOr<bool> TryRecurrentLayer(PrimitiveKind kind, float* out, float* h_n, float* c_n,
+                                         const float* inp, const float* h_0, const float* c_0,
+                                         const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims);
+  absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
+                                  dnnl::algorithm algorithm);
+  void CountFallback() { fallback_calls_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Constant after construction.
+  const dnnl::engine engine_;
+  ReferenceBackend reference_;
+
+  // Own synchronisation.
+  DnnlPrimitiveCache cache_;
+  std::atomic<int64_t> fallback_calls_{0};
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_

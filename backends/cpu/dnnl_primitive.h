@@ -1,0 +1,67 @@
+// A built oneDNN primitive with its user-managed scratchpad, and the helpers that build and run
+// one; shared by the files of the oneDNN backend (backends/cpu/) only. Every primitive is built
+// with scratchpad_mode::user and each execution allocates its own scratchpad, so one cached
+// primitive may run on several threads at once. The functions here throw dnnl::error; callers
+// wrap them in DNNL_TRY. Thread-safe: a DnnlPrimitive is immutable once built.
+#ifndef FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_
+#define FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_
+
+#include <cstdint>
+#include <unordered_map>
+
+#include "oneapi/dnnl/dnnl.hpp"
+
+namespace forecastd::dnnl_internal {
+
+using Dims = dnnl::memory::dims;
+using Tag = dnnl::memory::format_tag;
+// Execution arguments. Written `Args args({...})` inside DNNL_TRY, whose single macro argument
+// must not hold a comma outside parentheses.
+using Args = std::unordered_map<int, dnnl::memory>;
+
+struct DnnlPrimitive {
+  dnnl::primitive primitive;
+  dnnl::memory::desc scratchpad_md;  // zero-sized when the primitive needs none
+};
+
+// The attributes every primitive of the backend is built with (see the file comment).
+inline dnnl::primitive_attr UserScratchpadAttr() {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
+
+// `Primitive` is the oneDNN primitive class (dnnl::matmul, ...); `pd` its primitive descriptor,
+// built with UserScratchpadAttr() (or attributes that include it).
+template <typename Primitive>
+DnnlPrimitive MakeDnnlPrimitive(const typename Primitive::primitive_desc& pd) {
+  return DnnlPrimitive{Primitive(pd), pd.scratchpad_desc()};
+}
+
+// A dense fp32 memory descriptor.
+inline dnnl::memory::desc F32(const Dims& dims, Tag tag) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, tag);
+}
+inline dnnl::memory::desc F32Strided(const Dims& dims, const Dims& strides) {
+  return dnnl::memory::desc(dims, dnnl::memory::data_type::f32, strides);
+}
+
+// Memory over caller-owned data; oneDNN takes a non-const handle even for inputs it only reads.
+inline dnnl::memory Wrap(const dnnl::memory::desc& md, const dnnl::engine& engine,
+                         const float* data) {
+  return dnnl::memory(md, engine, const_cast<float*>(data));
+}
+
+// Runs `p` on `stream` with `args`, adding a scratchpad of its own for this call, and waits for
+// it, so the scratchpad and the caller's temporaries outlive the work.
+inline void Execute(dnnl::stream& stream, const DnnlPrimitive& p, Args args) {
+  if (p.scratchpad_md.get_size() > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad_md, stream.get_engine()));
+  }
+  p.primitive.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace forecastd::dnnl_internal
+
+#endif  // FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_

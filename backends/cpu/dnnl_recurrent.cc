@@ -1,0 +1,226 @@
+// DnnlBackend's LSTM and GRU layers: lstm_forward and lbr_gru_forward (oneDNN's
+// linear-before-reset GRU is PyTorch's GRU), both directions in one primitive with
+// bidirectional_concat. The layout differences from PyTorch are handled here:
+//   - inp (B, T, I) and out (B, T, ND*H) are oneDNN's ntc layer layout: used in place.
+//   - h_0 / c_0 / h_n / c_n (ND, B, H) are its ldnc state layout: used in place.
+//   - weights: PyTorch's (G*H, I) per direction is oneDNN's ldgoi for that direction; they are
+//     copied back to back (permuting the GRU gates) and reordered to whatever layout the
+//     primitive asks for, on every call.
+//   - gates: LSTM i, f, g, o = oneDNN i, f, c~, o. GRU r, z, n -> oneDNN u (= z), r, o (= n).
+//   - bias: LSTM b_ih + b_hh. GRU has four parts: u = b_iz + b_hz, r = b_ir + b_hr,
+//     o = b_in, u' = b_hn (the part that the reset gate scales).
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_primitive.h"
+#include "backends/cpu/dnnl_status.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+namespace {
+
+using dnnl_internal::Args;
+using dnnl_internal::DnnlPrimitive;
+using dnnl_internal::Execute;
+using dnnl_internal::F32;
+using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::Tag;
+using dnnl_internal::UserScratchpadAttr;
+using dnnl_internal::Wrap;
+
+// oneDNN gate g takes PyTorch gate kGateFrom[g].
+constexpr std::array<int64_t, 4> kLstmGateFrom = {0, 1, 2, 3};  // i f g o -> i f c~ o
+constexpr std::array<int64_t, 3> kGruGateFrom = {1, 0, 2};      // r z n -> u(z) r o(n)
+
+// Everything a recurrent layer of one shape builds once.
+struct RecurrentPrimitive {
+  DnnlPrimitive rnn;
+  // The weight layouts the primitive chose, and the reorders into them from ldgoi; a reorder
+  // is empty when the primitive takes ldgoi itself.
+  dnnl::memory::desc weights_layer_md, weights_iter_md;
+  std::optional<DnnlPrimitive> weights_layer_reorder, weights_iter_reorder;
+};
+
+struct RecurrentShape {
+  bool lstm;
+  int64_t G;  // gates: 4 for LSTM, 3 for GRU
+  int64_t B, T, I, H, ND;
+  bool has_initial;  // h_0 (and, for LSTM, c_0) given; else oneDNN starts from zeros
+  bool has_final;    // h_n (and, for LSTM, c_n) wanted
+
+  dnnl::memory::desc SrcLayer() const { return F32({T, B, I}, Tag::ntc); }
+  dnnl::memory::desc DstLayer() const { return F32({T, B, ND * H}, Tag::ntc); }
+  dnnl::memory::desc State() const { return F32({1, ND, B, H}, Tag::ldnc); }
+  dnnl::memory::desc WeightsLayer(Tag tag) const { return F32({1, ND, I, G, H}, tag); }
+  dnnl::memory::desc WeightsIter(Tag tag) const { return F32({1, ND, H, G, H}, tag); }
+  // LSTM: one bias per gate; linear-before-reset GRU: G + 1.
+  int64_t BiasParts() const { return lstm ? G : G + 1; }
+  dnnl::memory::desc Bias() const { return F32({1, ND, BiasParts(), H}, Tag::ldgo); }
+};
+
+std::optional<DnnlPrimitive> MaybeReorder(const dnnl::engine& engine,
+                                          const dnnl::memory::desc& from,
+                                          const dnnl::memory::desc& to) {
+  if (from == to) return std::nullopt;
+  return MakeDnnlPrimitive<dnnl::reorder>(
+      dnnl::reorder::primitive_desc(engine, from, engine, to, UserScratchpadAttr()));
+}
+
+template <typename RnnFwd>
+std::shared_ptr<RecurrentPrimitive> FinishBuild(const dnnl::engine& engine, const RecurrentShape& s,
+                                                const typename RnnFwd::desc& desc) {
+  const typename RnnFwd::primitive_desc pd(desc, UserScratchpadAttr(), engine);
+  auto p = std::make_shared<RecurrentPrimitive>();
+  p->rnn = MakeDnnlPrimitive<RnnFwd>(pd);
+  p->weights_layer_md = pd.weights_layer_desc();
+  p->weights_iter_md = pd.weights_iter_desc();
+  p->weights_layer_reorder = MaybeReorder(engine, s.WeightsLayer(Tag::ldgoi), p->weights_layer_md);
+  p->weights_iter_reorder = MaybeReorder(engine, s.WeightsIter(Tag::ldgoi), p->weights_iter_md);
+  return p;
+}
+
+std::shared_ptr<RecurrentPrimitive> BuildRecurrent(const dnnl::engine& engine,
+                                                   const RecurrentShape& s) {
+  const auto direction = s.ND == 1 ? dnnl::rnn_direction::unidirectional_left2right
+                                   : dnnl::rnn_direction::bidirectional_concat;
+  // A zero descriptor tells oneDNN to start from zeros / not to write the final state.
+  const dnnl::memory::desc src_iter = s.has_initial ? s.State() : dnnl::memory::desc();
+  const dnnl::memory::desc dst_iter = s.has_final ? s.State() : dnnl::memory::desc();
+  const auto prop = dnnl::prop_kind::forward_inference;
+  if (s.lstm) {
+    const dnnl::lstm_forward::desc desc(prop, direction, s.SrcLayer(), src_iter, src_iter,
+                                        s.WeightsLayer(Tag::any), s.WeightsIter(Tag::any), s.Bias(),
+                                        s.DstLayer(), dst_iter, dst_iter);
+    return FinishBuild<dnnl::lstm_forward>(engine, s, desc);
+  }
+  const dnnl::lbr_gru_forward::desc desc(prop, direction, s.SrcLayer(), src_iter,
+                                         s.WeightsLayer(Tag::any), s.WeightsIter(Tag::any),
+                                         s.Bias(), s.DstLayer(), dst_iter);
+  return FinishBuild<dnnl::lbr_gru_forward>(engine, s, desc);
+}
+
+// PyTorch's per-direction weights and biases in oneDNN's ldgoi / ldgo order.
+struct OneDnnWeights {
+  std::vector<float> layer;  // (ND, G, H, I)
+  std::vector<float> iter;   // (ND, G, H, H)
+  std::vector<float> bias;   // (ND, BiasParts, H)
+};
+
+// A null bias reads as zeros.
+float BiasAt(const float* bias, int64_t i) { return bias != nullptr ? bias[i] : 0.0f; }
+
+OneDnnWeights ToOneDnnWeights(const RecurrentShape& s, const RecurrentDirectionWeights* weights) {
+  const auto [lstm, G, B, T, I, H, ND, has_initial, has_final] = s;
+  const int64_t parts = s.BiasParts();
+  OneDnnWeights w;
+  w.layer.resize(ND * G * H * I);
+  w.iter.resize(ND * G * H * H);
+  w.bias.resize(ND * parts * H);
+  for (int64_t d = 0; d < ND; ++d) {
+    const RecurrentDirectionWeights& wd = weights[d];
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t from = lstm ? kLstmGateFrom[g] : kGruGateFrom[g];
+      std::memcpy(w.layer.data() + (d * G + g) * H * I, wd.w_ih + from * H * I,
+                  sizeof(float) * H * I);
+      std::memcpy(w.iter.data() + (d * G + g) * H * H, wd.w_hh + from * H * H,
+                  sizeof(float) * H * H);
+      float* bias = w.bias.data() + (d * parts + g) * H;
+      const bool input_part_only = !lstm && g == 2;  // GRU o = b_in; b_hn goes to u'
+      for (int64_t j = 0; j < H; ++j) {
+        bias[j] = BiasAt(wd.b_ih, from * H + j) +
+                  (input_part_only ? 0.0f : BiasAt(wd.b_hh, from * H + j));
+      }
+    }
+    if (!lstm) {
+      float* u_prime = w.bias.data() + (d * parts + G) * H;
+      for (int64_t j = 0; j < H; ++j) u_prime[j] = BiasAt(wd.b_hh, 2 * H + j);
+    }
+  }
+  return w;
+}
+
+// Runs `reorder` from `user` into a new memory of layout `md`, or returns `user` when none.
+dnnl::memory Reordered(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reorder,
+                       const dnnl::memory::desc& md, const dnnl::memory& user) {
+  if (!reorder.has_value()) return user;
+  dnnl::memory reordered(md, stream.get_engine());
+  Execute(stream, *reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, reordered}});
+  return reordered;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* out, float* h_n,
+                                                    float* c_n, const float* inp, const float* h_0,
+                                                    const float* c_0,
+                                                    const RecurrentDirectionWeights* weights,
+                                                    const RecurrentDims& dims) {
+  const bool lstm = kind == PrimitiveKind::kLstm;
+  RecurrentShape s{.lstm = lstm,
+                   .G = lstm ? 4 : 3,
+                   .B = dims.B,
+                   .T = dims.T,
+                   .I = dims.I,
+                   .H = dims.H,
+                   .ND = dims.ND,
+                   .has_initial = h_0 != nullptr || c_0 != nullptr,
+                   .has_final = h_n != nullptr || c_n != nullptr};
+  if (s.B == 0 || s.T == 0 || s.I == 0 || s.H == 0 || (s.ND != 1 && s.ND != 2)) return false;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const RecurrentPrimitive> p,
+      cache_.GetOrBuild<RecurrentPrimitive>(
+          {static_cast<int64_t>(kind), s.B, s.T, s.I, s.H, s.ND, s.has_initial, s.has_final},
+          lstm ? "LstmLayer" : "GruLayer", [&] { return BuildRecurrent(engine_, s); }));
+  if (p == nullptr) {
+    CountFallback();
+    return false;
+  }
+
+  const OneDnnWeights w = ToOneDnnWeights(s, weights);
+  // oneDNN takes h and c together: a missing one of the pair starts from zeros or lands in
+  // scratch.
+  const int64_t state_size = s.ND * s.B * s.H;
+  std::vector<float> zeros, h_scratch, c_scratch;
+  if (s.has_initial && (h_0 == nullptr || c_0 == nullptr)) zeros.assign(state_size, 0.0f);
+  if (s.has_final && h_n == nullptr) h_scratch.resize(state_size);
+  if (s.has_final && c_n == nullptr) c_scratch.resize(state_size);
+
+  DNNL_TRY({
+    dnnl::stream stream(engine_);
+    const dnnl::memory weights_layer =
+        Reordered(stream, p->weights_layer_reorder, p->weights_layer_md,
+                  Wrap(s.WeightsLayer(Tag::ldgoi), engine_, w.layer.data()));
+    const dnnl::memory weights_iter =
+        Reordered(stream, p->weights_iter_reorder, p->weights_iter_md,
+                  Wrap(s.WeightsIter(Tag::ldgoi), engine_, w.iter.data()));
+    Args args({{DNNL_ARG_SRC_LAYER, Wrap(s.SrcLayer(), engine_, inp)},
+               {DNNL_ARG_WEIGHTS_LAYER, weights_layer},
+               {DNNL_ARG_WEIGHTS_ITER, weights_iter},
+               {DNNL_ARG_BIAS, Wrap(s.Bias(), engine_, w.bias.data())},
+               {DNNL_ARG_DST_LAYER, Wrap(s.DstLayer(), engine_, out)}});
+    const dnnl::memory::desc state = s.State();
+    if (s.has_initial) {
+      args.emplace(DNNL_ARG_SRC_ITER, Wrap(state, engine_, h_0 != nullptr ? h_0 : zeros.data()));
+      if (lstm) {
+        args.emplace(DNNL_ARG_SRC_ITER_C,
+                     Wrap(state, engine_, c_0 != nullptr ? c_0 : zeros.data()));
+      }
+    }
+    if (s.has_final) {
+      args.emplace(DNNL_ARG_DST_ITER,
+                   Wrap(state, engine_, h_n != nullptr ? h_n : h_scratch.data()));
+      if (lstm) {
+        args.emplace(DNNL_ARG_DST_ITER_C,
+                     Wrap(state, engine_, c_n != nullptr ? c_n : c_scratch.data()));
+      }
+    }
+    Execute(stream, p->rnn, std::move(args));
+  });
+  return true;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,36 @@
+// Whole-file reads and atomic file replacement for everything forecastd persists (model
+// weights, configs, checkpoints). A write goes to a hidden temp file in the target's
+// directory, which is fsynced, renamed over the target, and then the directory is fsynced: a
+// reader, or a restart after a crash at any moment, sees the old file or the new one, never a
+// part. Stateless; thread-safe (concurrent writers of one path: the last rename wins).
+#ifndef FORECASTD_ENGINE_FILE_IO_H_
+#define FORECASTD_ENGINE_FILE_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace forecastd {
+
+// The whole regular file at `path`. NOT_FOUND when it is missing; INVALID_ARGUMENT for a
+// directory or another non-regular file; DATA_LOSS when it shrinks while being read;
+// RESOURCE_EXHAUSTED when it does not fit in memory. `what` names the file's role in errors
+// ("model config", "safetensors file").
+absl::StatusOr<std::string> ReadFileBytes(const std::string& path, absl::string_view what);
+
+// Writes the concatenation of `pieces` to `path` atomically, mode 0644. The directory must
+// exist. On error the temp file is removed and `path` is untouched; the error names the
+// step (create, write, fsync, rename) and the path.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> pieces);
+
+inline absl::Status WriteFileAtomically(const std::string& path, absl::string_view bytes) {
+  return WriteFileAtomically(path, absl::MakeConstSpan(&bytes, 1));
+}
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_FILE_IO_H_

@@ -1,0 +1,39 @@
+// Model files on disk: `<model_dir>/config.json` (ModelConfig as protobuf JSON) and
+// `<model_dir>/<version>/model.safetensors` (weights with PyTorch state_dict names), so a
+// model trained in PyTorch loads here unchanged and one written here loads into PyTorch.
+// Stateless; thread-safe (concurrent writers of the same path must be serialised by the
+// caller; each write is atomic on its own).
+#ifndef FORECASTD_ENGINE_MODELS_MODEL_FILES_H_
+#define FORECASTD_ENGINE_MODELS_MODEL_FILES_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/models/forecaster.h"
+
+namespace forecastd {
+
+inline constexpr char kModelConfigFile[] = "config.json";
+inline constexpr char kWeightsFile[] = "model.safetensors";
+
+// Copies every parameter from the safetensors file at `path` into `model`. Each parameter
+// must be present as F32 with exactly its shape; a missing, misshapen or unexpected tensor
+// is an error naming it (a file for another architecture never half-loads). On error the
+// model's parameters are unchanged.
+absl::Status LoadWeights(const std::string& path, Forecaster& model);
+
+// Writes every parameter, in arena order, atomically (temp file, fsync, rename).
+absl::Status SaveWeights(const Forecaster& model, const std::string& path);
+
+// config.json plus the given version's weights.
+absl::StatusOr<std::unique_ptr<Forecaster>> LoadForecaster(const std::string& model_dir,
+                                                           int64_t version);
+
+// Writes config.json (when absent or different) and `<model_dir>/<version>/model.safetensors`.
+absl::Status SaveForecaster(const Forecaster& model, const std::string& model_dir, int64_t version);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_MODELS_MODEL_FILES_H_

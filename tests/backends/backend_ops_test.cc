@@ -1,0 +1,778 @@
+// Every op on every backend against the reference kernels (kernels/ref/), on random inputs from
+// fixed-seed generators, over shapes chosen to hit the edges: B = 1 and B > 1, T = 1 and T > 1,
+// odd sizes, one and two directions, optional states present and absent. Plus the oneDNN
+// backend's own promises: one primitive per shape, and concurrent calls.
+//
+// Tolerances are |got - ref| <= atol + rtol * |ref|, per op below with the reason. The
+// reference accumulates in double; a backend accumulates in fp32 (2^-24 ~ 6e-8 relative per
+// rounding) in an order of its own, and may evaluate exp/erf/tanh with its own approximations.
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "backends/cpu/dnnl_backend.h"
+#include "backends/reference_backend.h"
+#include "kernels/ref/activation.h"
+#include "kernels/ref/attention.h"
+#include "kernels/ref/linear.h"
+#include "kernels/ref/normalization.h"
+#include "kernels/ref/positional_encoding.h"
+#include "kernels/ref/recurrent.h"
+#include "tests/testing/catch.h"
+
+namespace forecastd {
+namespace {
+
+// ------------------------------------------------------------------------------------------
+// The backends under test: one table. A backend whose memory is not host memory (CUDA) adds an
+// entry with a TestMemory of its own that copies to and from its device.
+
+// A backend's memory as the tests see it. Not thread-safe: allocate before starting threads.
+class TestMemory {
+ public:
+  virtual ~TestMemory() = default;
+  // A device copy of `host`, alive as long as this object.
+  virtual float* Upload(const std::vector<float>& host) = 0;
+  // n floats on the device, all NaN, so an element the op fails to write cannot pass.
+  virtual float* Output(int64_t n) = 0;
+  virtual std::vector<float> Download(const float* device, int64_t n) = 0;
+};
+
+class HostMemory final : public TestMemory {
+ public:
+  float* Upload(const std::vector<float>& host) override {
+    return buffers_.emplace_back(host).data();
+  }
+  float* Output(int64_t n) override {
+    return buffers_.emplace_back(n, std::numeric_limits<float>::quiet_NaN()).data();
+  }
+  std::vector<float> Download(const float* device, int64_t n) override {
+    return std::vector<float>(device, device + n);
+  }
+
+ private:
+  std::deque<std::vector<float>> buffers_;  // a deque never moves what it holds
+};
+
+struct BackendUnderTest {
+  const char* name;
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>()> make;
+  std::function<std::unique_ptr<TestMemory>()> memory;
+  // Calls of ops that SupportsOp reports native which ran the reference all the same.
+  std::function<int64_t(const Backend&)> fallback_calls;
+};
+
+const std::vector<BackendUnderTest>& Backends() {
+  static const auto* const backends = new std::vector<BackendUnderTest>{
+      {"reference",
+       []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+         return std::make_unique<ReferenceBackend>();
+       },
+       [] { return std::make_unique<HostMemory>(); }, [](const Backend&) { return int64_t{0}; }},
+      {"onednn",
+       []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+         auto backend = DnnlBackend::Create({});
+         if (!backend.ok()) return backend.status();
+         return std::unique_ptr<Backend>(std::move(*backend));
+       },
+       [] { return std::make_unique<HostMemory>(); },
+       [](const Backend& b) { return static_cast<const DnnlBackend&>(b).fallback_calls(); }},
+  };
+  return *backends;
+}
+
+std::unique_ptr<Backend> Make(const BackendUnderTest& under_test) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend = under_test.make();
+  INFO(under_test.name << ": " << backend.status().ToString());
+  REQUIRE(backend.ok());
+  return std::move(*backend);
+}
+
+// The ops a test ran natively on a backend must not have fallen back.
+void RequireNoFallback(const BackendUnderTest& under_test, const Backend& backend, Op op) {
+  if (!backend.SupportsOp(op)) return;
+  INFO(under_test.name << " ran a shape of a native op on the reference");
+  REQUIRE(under_test.fallback_calls(backend) == 0);
+}
+
+// ------------------------------------------------------------------------------------------
+// Inputs and comparison.
+
+std::vector<float> Uniform(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// REQUIREs |got - want| <= atol + rtol * |want| everywhere (NaN never passes) and on failure
+// prints how many elements differ and the first few, with their flat indices.
+void ExpectAllClose(const std::string& what, const std::vector<float>& got,
+                    const std::vector<float>& want, double atol, double rtol) {
+  INFO(what);
+  REQUIRE(got.size() == want.size());
+  constexpr int kShown = 5;
+  int64_t mismatches = 0;
+  double max_diff = 0.0;
+  std::ostringstream first;
+  first.precision(9);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double tol = atol + rtol * std::abs(static_cast<double>(want[i]));
+    if (!(diff <= tol)) {
+      if (mismatches < kShown) {
+        first << "\n  [" << i << "] got " << got[i] << ", ref " << want[i] << ", |diff| " << diff
+              << " > " << tol;
+      }
+      ++mismatches;
+    }
+    if (!(diff <= max_diff)) max_diff = diff;
+  }
+  INFO(mismatches << " of " << got.size() << " elements differ by more than atol " << atol
+                  << " + rtol " << rtol << " * |ref| (max |diff| " << max_diff
+                  << "); first:" << first.str());
+  REQUIRE(mismatches == 0);
+}
+
+std::string Describe(const BackendUnderTest& under_test, const std::string& op,
+                     const std::string& shape) {
+  return std::string(under_test.name) + " " + op + " " + shape;
+}
+
+// ------------------------------------------------------------------------------------------
+// Linear. IN <= 67 products of magnitude <= 1, summed in fp32: the rounding error is ~
+// sqrt(IN) * 6e-8 * |sum| typically and IN * 6e-8 * sum|products| at worst (~2.7e-4 for
+// IN = 67). Observed on oneDNN: max |diff| 2.4e-6.
+constexpr double kLinearAtol = 1e-5, kLinearRtol = 1e-4;
+
+TEST_CASE("Linear matches the reference on every backend") {
+  struct Shape {
+    int64_t N, IN, OUT;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1}, {1, 7, 5}, {6, 13, 17}, {32, 64, 48}, {3, 67, 1}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [N, IN, OUT] : shapes) {
+      for (const bool with_bias : {true, false}) {
+        std::mt19937 rng(1000 + N * 100 + IN * 10 + OUT);
+        const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                                 bias = Uniform(rng, OUT);
+        std::vector<float> want(N * OUT);
+        ref::LinearForward(want.data(), inp.data(), weight.data(),
+                           with_bias ? bias.data() : nullptr, N, IN, OUT);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* out = mem->Output(N * OUT);
+        REQUIRE(backend
+                    ->Linear(out, mem->Upload(inp), mem->Upload(weight),
+                             with_bias ? mem->Upload(bias) : nullptr, N, IN, OUT)
+                    .ok());
+        ExpectAllClose(Describe(under_test, "Linear",
+                                "N=" + std::to_string(N) + " IN=" + std::to_string(IN) + " OUT=" +
+                                    std::to_string(OUT) + " bias=" + std::to_string(with_bias)),
+                       mem->Download(out, N * OUT), want, kLinearAtol, kLinearRtol);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLinear);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// LSTM and GRU. Weights are U(-1/sqrt(H), 1/sqrt(H)) as PyTorch initialises them, which keeps
+// the gates out of saturation, where a wrong gate or bias would hide. Each step is a Linear of
+// I + H inputs (<= 28 here) followed by sigmoid/tanh, which oneDNN evaluates with polynomial
+// approximations good to a few ulp; the error carried through the state is damped by the gates
+// (|d tanh|, |d sigmoid| <= 1, forget gate < 1), so it stays at the Linear's level.
+// Observed on oneDNN: max |diff| 1.2e-7 (LSTM), 9e-8 (GRU).
+constexpr double kRecurrentAtol = 1e-5, kRecurrentRtol = 1e-4;
+
+enum class Cell { kLstm, kGru };
+
+struct RecurrentWeightsHost {
+  RecurrentWeightsHost(std::mt19937& rng, Cell cell, const RecurrentDims& dims) {
+    const int64_t GH = (cell == Cell::kLstm ? 4 : 3) * dims.H;
+    const float k = 1.0f / std::sqrt(static_cast<float>(dims.H));
+    for (int64_t d = 0; d < dims.ND; ++d) {
+      w_ih.push_back(Uniform(rng, GH * dims.I, -k, k));
+      w_hh.push_back(Uniform(rng, GH * dims.H, -k, k));
+      b_ih.push_back(Uniform(rng, GH, -k, k));
+      b_hh.push_back(Uniform(rng, GH, -k, k));
+    }
+  }
+  std::vector<RecurrentDirectionWeights> Host() const {
+    std::vector<RecurrentDirectionWeights> views;
+    for (size_t d = 0; d < w_ih.size(); ++d) {
+      views.push_back({w_ih[d].data(), w_hh[d].data(), b_ih[d].data(), b_hh[d].data()});
+    }
+    return views;
+  }
+  std::vector<RecurrentDirectionWeights> Upload(TestMemory& mem) const {
+    std::vector<RecurrentDirectionWeights> views;
+    for (size_t d = 0; d < w_ih.size(); ++d) {
+      views.push_back(
+          {mem.Upload(w_ih[d]), mem.Upload(w_hh[d]), mem.Upload(b_ih[d]), mem.Upload(b_hh[d])});
+    }
+    return views;
+  }
+  std::vector<std::vector<float>> w_ih, w_hh, b_ih, b_hh;
+};
+
+const std::vector<RecurrentDims>& RecurrentShapes() {
+  static const auto* const shapes = new std::vector<RecurrentDims>{
+      // B, T, I, H, ND
+      {1, 1, 1, 1, 1}, {1, 5, 3, 4, 1}, {3, 1, 5, 7, 2}, {4, 6, 5, 8, 2}, {2, 9, 16, 12, 1},
+  };
+  return *shapes;
+}
+
+std::string DimsString(const RecurrentDims& d) {
+  return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " I=" + std::to_string(d.I) +
+         " H=" + std::to_string(d.H) + " ND=" + std::to_string(d.ND);
+}
+
+// Runs one recurrent case on `backend` and the reference and compares every output asked for.
+// c_0 / c_n are used for the LSTM only.
+void CheckRecurrent(const BackendUnderTest& under_test, Backend& backend, Cell cell,
+                    const RecurrentDims& dims, bool with_h_0, bool with_c_0, bool want_h_n,
+                    bool want_c_n) {
+  const auto [B, T, I, H, ND] = dims;
+  std::mt19937 rng(2000 + B * 1000 + T * 100 + I * 10 + H + ND);
+  const RecurrentWeightsHost weights(rng, cell, dims);
+  const std::vector<float> inp = Uniform(rng, B * T * I), h_0 = Uniform(rng, ND * B * H),
+                           c_0 = Uniform(rng, ND * B * H);
+  const int64_t out_n = B * T * ND * H, state_n = ND * B * H;
+
+  std::vector<float> want_out(out_n), want_h(state_n), want_c(state_n);
+  const std::vector<RecurrentDirectionWeights> host_weights = weights.Host();
+  if (cell == Cell::kLstm) {
+    ref::LstmLayerForward(want_out.data(), want_h_n ? want_h.data() : nullptr,
+                          want_c_n ? want_c.data() : nullptr, inp.data(),
+                          with_h_0 ? h_0.data() : nullptr, with_c_0 ? c_0.data() : nullptr,
+                          host_weights.data(), dims);
+  } else {
+    ref::GruLayerForward(want_out.data(), want_h_n ? want_h.data() : nullptr, inp.data(),
+                         with_h_0 ? h_0.data() : nullptr, host_weights.data(), dims);
+  }
+
+  std::unique_ptr<TestMemory> mem = under_test.memory();
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(*mem);
+  float* out = mem->Output(out_n);
+  float* h_n = want_h_n ? mem->Output(state_n) : nullptr;
+  float* c_n = want_c_n ? mem->Output(state_n) : nullptr;
+  const float* dev_inp = mem->Upload(inp);
+  const float* dev_h_0 = with_h_0 ? mem->Upload(h_0) : nullptr;
+  const float* dev_c_0 = with_c_0 ? mem->Upload(c_0) : nullptr;
+  const absl::Status status =
+      cell == Cell::kLstm
+          ? backend.LstmLayer(out, h_n, c_n, dev_inp, dev_h_0, dev_c_0, dev_weights.data(), dims)
+          : backend.GruLayer(out, h_n, dev_inp, dev_h_0, dev_weights.data(), dims);
+  const std::string what = Describe(
+      under_test, cell == Cell::kLstm ? "LstmLayer" : "GruLayer",
+      DimsString(dims) + " h_0=" + std::to_string(with_h_0) + " c_0=" + std::to_string(with_c_0) +
+          " h_n=" + std::to_string(want_h_n) + " c_n=" + std::to_string(want_c_n));
+  INFO(what << ": " << status.ToString());
+  REQUIRE(status.ok());
+  ExpectAllClose(what + " out", mem->Download(out, out_n), want_out, kRecurrentAtol,
+                 kRecurrentRtol);
+  if (want_h_n) {
+    ExpectAllClose(what + " h_n", mem->Download(h_n, state_n), want_h, kRecurrentAtol,
+                   kRecurrentRtol);
+  }
+  if (want_c_n) {
+    ExpectAllClose(what + " c_n", mem->Download(c_n, state_n), want_c, kRecurrentAtol,
+                   kRecurrentRtol);
+  }
+}
+
+TEST_CASE("LstmLayer matches the reference on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const RecurrentDims& dims : RecurrentShapes()) {
+      for (const bool with_h_0 : {false, true}) {
+        for (const bool with_c_0 : {false, true}) {
+          for (const bool want_h_n : {false, true}) {
+            for (const bool want_c_n : {false, true}) {
+              CheckRecurrent(under_test, *backend, Cell::kLstm, dims, with_h_0, with_c_0, want_h_n,
+                             want_c_n);
+            }
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLstmLayer);
+  }
+}
+
+TEST_CASE("GruLayer matches the reference on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const RecurrentDims& dims : RecurrentShapes()) {
+      for (const bool with_h_0 : {false, true}) {
+        for (const bool want_h_n : {false, true}) {
+          CheckRecurrent(under_test, *backend, Cell::kGru, dims, with_h_0, /*with_c_0=*/false,
+                         want_h_n, /*want_c_n=*/false);
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kGruLayer);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// LayerNorm. Mean and variance are fp32 sums of C <= 96 terms; with |x| <= 4 and rstd <= ~2
+// (C > 1) the output's error is a few 1e-7. The C = 1 row has zero variance, so rstd is
+// 1/sqrt(eps) ~ 316 and out is exactly beta: compared with the same relative tolerance.
+// Observed on oneDNN: max |diff| 1.1e-6, on the rows offset by 3, where x - mean starts from
+// inputs whose fp32 ulp is 2.4e-7 and is then scaled by rstd ~ 1.7.
+constexpr double kLayerNormAtol = 1e-5, kLayerNormRtol = 1e-4;
+
+TEST_CASE("LayerNorm matches the reference on every backend") {
+  struct Shape {
+    int64_t N, C;
+    float offset;  // added to every input: a mean far from zero tests the variance's stability
+  };
+  const std::vector<Shape> shapes = {{3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}};
+  constexpr float kEps = 1e-5f;
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [N, C, offset] : shapes) {
+      for (const bool want_mean : {false, true}) {
+        for (const bool want_rstd : {false, true}) {
+          std::mt19937 rng(3000 + N * 100 + C);
+          std::vector<float> inp = Uniform(rng, N * C);
+          for (float& x : inp) x += offset;
+          const std::vector<float> gamma = Uniform(rng, C), beta = Uniform(rng, C);
+          std::vector<float> want(N * C), want_mean_v(N), want_rstd_v(N);
+          ref::LayerNormForward(want.data(), want_mean_v.data(), want_rstd_v.data(), inp.data(),
+                                gamma.data(), beta.data(), N, C, kEps);
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* out = mem->Output(N * C);
+          float* mean = want_mean ? mem->Output(N) : nullptr;
+          float* rstd = want_rstd ? mem->Output(N) : nullptr;
+          REQUIRE(backend
+                      ->LayerNorm(out, mean, rstd, mem->Upload(inp), mem->Upload(gamma),
+                                  mem->Upload(beta), N, C, kEps)
+                      .ok());
+          const std::string what = Describe(under_test, "LayerNorm",
+                                            "N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                                                " mean=" + std::to_string(want_mean) +
+                                                " rstd=" + std::to_string(want_rstd));
+          ExpectAllClose(what + " out", mem->Download(out, N * C), want, kLayerNormAtol,
+                         kLayerNormRtol);
+          if (want_mean) {
+            ExpectAllClose(what + " mean", mem->Download(mean, N), want_mean_v, kLayerNormAtol,
+                           kLayerNormRtol);
+          }
+          if (want_rstd) {
+            ExpectAllClose(what + " rstd", mem->Download(rstd, N), want_rstd_v, kLayerNormAtol,
+                           kLayerNormRtol);
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLayerNorm);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Element-wise and row-wise ops, out of place and in place (out == inp, which the reference
+// allows).
+
+const std::vector<int64_t>& ElementCounts() {
+  static const auto* const counts = new std::vector<int64_t>{1, 7, 1000, 4099};
+  return *counts;
+}
+
+// GELU: one evaluation per element. oneDNN's erf and tanh are polynomial/rational
+// approximations accurate to a few fp32 ulp over [-4, 4], i.e. ~1e-6 relative. Observed on
+// oneDNN: max |diff| 2.6e-7.
+constexpr double kGeluAtol = 1e-6, kGeluRtol = 1e-5;
+
+TEST_CASE("Gelu, both forms, matches the reference on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const GeluForm form : {GeluForm::kErf, GeluForm::kTanh}) {
+      for (const int64_t n : ElementCounts()) {
+        for (const bool in_place : {false, true}) {
+          std::mt19937 rng(4000 + n);
+          const std::vector<float> inp = Uniform(rng, n, -4.0f, 4.0f);
+          std::vector<float> want(n);
+          ref::GeluForward(want.data(), inp.data(), n, form);
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* x = mem->Upload(inp);
+          float* out = in_place ? x : mem->Output(n);
+          REQUIRE(backend->Gelu(out, x, n, form).ok());
+          ExpectAllClose(Describe(under_test, "Gelu",
+                                  std::string(form == GeluForm::kErf ? "erf" : "tanh") + " n=" +
+                                      std::to_string(n) + " in_place=" + std::to_string(in_place)),
+                         mem->Download(out, n), want, kGeluAtol, kGeluRtol);
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kGelu);
+  }
+}
+
+// ReLU is exact on every backend: max(x, 0) rounds nothing.
+TEST_CASE("Relu matches the reference exactly on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const int64_t n : ElementCounts()) {
+      for (const bool in_place : {false, true}) {
+        std::mt19937 rng(5000 + n);
+        const std::vector<float> inp = Uniform(rng, n);
+        std::vector<float> want(n);
+        ref::ReluForward(want.data(), inp.data(), n);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* x = mem->Upload(inp);
+        float* out = in_place ? x : mem->Output(n);
+        REQUIRE(backend->Relu(out, x, n).ok());
+        ExpectAllClose(Describe(under_test, "Relu",
+                                "n=" + std::to_string(n) + " in_place=" + std::to_string(in_place)),
+                       mem->Download(out, n), want, 0.0, 0.0);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kRelu);
+  }
+}
+
+// Softmax: outputs in (0, 1]; exp approximated to a few ulp and a row sum of C <= 128 fp32
+// terms give ~1e-6 relative. Observed on oneDNN: max |diff| 6e-8.
+constexpr double kSoftmaxAtol = 1e-6, kSoftmaxRtol = 1e-5;
+
+TEST_CASE("Softmax matches the reference on every backend") {
+  struct Shape {
+    int64_t R, C;
+  };
+  const std::vector<Shape> shapes = {{1, 1}, {1, 9}, {7, 33}, {64, 128}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [R, C] : shapes) {
+      for (const bool in_place : {false, true}) {
+        std::mt19937 rng(6000 + R * 100 + C);
+        const std::vector<float> inp = Uniform(rng, R * C, -4.0f, 4.0f);
+        std::vector<float> want(R * C);
+        ref::SoftmaxForward(want.data(), inp.data(), R, C);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* x = mem->Upload(inp);
+        float* out = in_place ? x : mem->Output(R * C);
+        REQUIRE(backend->Softmax(out, x, R, C).ok());
+        ExpectAllClose(Describe(under_test, "Softmax",
+                                "R=" + std::to_string(R) + " C=" + std::to_string(C) +
+                                    " in_place=" + std::to_string(in_place)),
+                       mem->Download(out, R * C), want, kSoftmaxAtol, kSoftmaxRtol);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kSoftmax);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Attention: two fp32 matmuls of depth hs <= 8 and T <= 16 around a softmax; |q.k| * scale is
+// small, so the error is the Linear's order. Masked weights must be exactly 0 (they are
+// exp(-inf) on oneDNN). Observed on oneDNN: max |diff| 9e-8.
+constexpr double kAttentionAtol = 1e-5, kAttentionRtol = 1e-4;
+
+TEST_CASE("Attention, causal and not, matches the reference on every backend") {
+  struct Shape {
+    int64_t B, T, D, NH;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 4, 1}, {2, 5, 8, 2}, {3, 7, 12, 3}, {2, 16, 32, 4}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [B, T, D, NH] : shapes) {
+      for (const bool causal : {false, true}) {
+        for (const bool want_att : {false, true}) {
+          std::mt19937 rng(7000 + B * 1000 + T * 10 + D);
+          const std::vector<float> qkv = Uniform(rng, B * T * 3 * D);
+          const int64_t att_n = B * NH * T * T;
+          std::vector<float> want(B * T * D), want_att_v(att_n);
+          ref::AttentionForward(want.data(), want_att_v.data(), qkv.data(), B, T, D, NH, causal);
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* out = mem->Output(B * T * D);
+          float* att = want_att ? mem->Output(att_n) : nullptr;
+          REQUIRE(backend->Attention(out, att, mem->Upload(qkv), B, T, D, NH, causal).ok());
+          const std::string what = Describe(
+              under_test, "Attention",
+              "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
+                  " NH=" + std::to_string(NH) + " causal=" + std::to_string(causal) +
+                  " att=" + std::to_string(want_att));
+          ExpectAllClose(what + " out", mem->Download(out, B * T * D), want, kAttentionAtol,
+                         kAttentionRtol);
+          if (want_att) {
+            ExpectAllClose(what + " att", mem->Download(att, att_n), want_att_v, kAttentionAtol,
+                           kAttentionRtol);
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kAttention);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Residual: one correctly rounded fp32 add per element, so exact everywhere; out may alias
+// either input.
+
+TEST_CASE("Residual matches the reference exactly on every backend, in place too") {
+  enum class Alias { kNone, kA, kB };
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const int64_t n : ElementCounts()) {
+      for (const Alias alias : {Alias::kNone, Alias::kA, Alias::kB}) {
+        std::mt19937 rng(8000 + n);
+        const std::vector<float> a = Uniform(rng, n), b = Uniform(rng, n);
+        std::vector<float> want(n);
+        ref::ResidualForward(want.data(), a.data(), b.data(), n);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* dev_a = mem->Upload(a);
+        float* dev_b = mem->Upload(b);
+        float* out = alias == Alias::kA ? dev_a : alias == Alias::kB ? dev_b : mem->Output(n);
+        REQUIRE(backend->Residual(out, dev_a, dev_b, n).ok());
+        ExpectAllClose(Describe(under_test, "Residual",
+                                "n=" + std::to_string(n) +
+                                    " alias=" + std::to_string(static_cast<int>(alias))),
+                       mem->Download(out, n), want, 0.0, 0.0);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kResidual);
+  }
+}
+
+// PositionalEncoding: |pe| <= 1 and |inp| <= 1; a backend that evaluates sin/cos in fp32 rather
+// than double is off by a few ulp of 2, i.e. < 1e-6.
+constexpr double kPositionalAtol = 1e-6, kPositionalRtol = 1e-6;
+
+TEST_CASE("PositionalEncoding matches the reference on every backend, in place too") {
+  struct Shape {
+    int64_t B, T, D;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1}, {2, 5, 7}, {3, 9, 16}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [B, T, D] : shapes) {
+      for (const bool in_place : {false, true}) {
+        std::mt19937 rng(9000 + B * 100 + T * 10 + D);
+        const std::vector<float> inp = Uniform(rng, B * T * D);
+        std::vector<float> want(B * T * D);
+        ref::PositionalEncodingForward(want.data(), inp.data(), B, T, D);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* x = mem->Upload(inp);
+        float* out = in_place ? x : mem->Output(B * T * D);
+        REQUIRE(backend->PositionalEncoding(out, x, B, T, D).ok());
+        ExpectAllClose(Describe(under_test, "PositionalEncoding",
+                                "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" +
+                                    std::to_string(D) + " in_place=" + std::to_string(in_place)),
+                       mem->Download(out, B * T * D), want, kPositionalAtol, kPositionalRtol);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kPositionalEncoding);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Concurrency: several threads run a mix of ops on their own buffers against one backend;
+// some shapes are shared by all threads (one cached primitive run concurrently), some are
+// per thread (primitives built concurrently). Results are checked after the join, since
+// Catch2's assertions are not thread-safe.
+
+TEST_CASE("Concurrent calls from several threads give the reference's results") {
+  constexpr int kThreads = 8;
+  constexpr int kIterations = 5;
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    std::unique_ptr<TestMemory> mem = under_test.memory();
+
+    struct Work {
+      // Linear, shared shape.
+      int64_t N = 16, IN = 24, OUT = 20;
+      std::vector<float> lin_want;
+      float *lin_out, *lin_inp, *lin_w, *lin_b;
+      // LSTM, shared shape, both directions; GRU, a shape of this thread's.
+      RecurrentDims lstm_dims{3, 6, 5, 8, 2}, gru_dims{};
+      std::vector<float> lstm_want, lstm_h_want, gru_want;
+      std::vector<RecurrentDirectionWeights> lstm_w, gru_w;
+      float *lstm_out, *lstm_h_n, *lstm_inp, *gru_out, *gru_inp;
+      // Attention, causal, shared shape.
+      int64_t B = 2, T = 6, D = 8, NH = 2;
+      std::vector<float> att_want;
+      float *att_out, *att_qkv;
+      absl::Status status;
+    };
+    std::vector<Work> work(kThreads);
+    std::vector<std::unique_ptr<RecurrentWeightsHost>> keep;
+    for (int i = 0; i < kThreads; ++i) {
+      Work& w = work[i];
+      std::mt19937 rng(10000 + i);
+      const std::vector<float> lin_inp = Uniform(rng, w.N * w.IN),
+                               lin_w = Uniform(rng, w.OUT * w.IN), lin_b = Uniform(rng, w.OUT);
+      w.lin_want.resize(w.N * w.OUT);
+      ref::LinearForward(w.lin_want.data(), lin_inp.data(), lin_w.data(), lin_b.data(), w.N, w.IN,
+                         w.OUT);
+      w.lin_out = mem->Output(w.N * w.OUT);
+      w.lin_inp = mem->Upload(lin_inp);
+      w.lin_w = mem->Upload(lin_w);
+      w.lin_b = mem->Upload(lin_b);
+
+      const RecurrentDims& ld = w.lstm_dims;
+      keep.push_back(std::make_unique<RecurrentWeightsHost>(rng, Cell::kLstm, ld));
+      const std::vector<float> lstm_inp = Uniform(rng, ld.B * ld.T * ld.I);
+      w.lstm_want.resize(ld.B * ld.T * ld.ND * ld.H);
+      w.lstm_h_want.resize(ld.ND * ld.B * ld.H);
+      ref::LstmLayerForward(w.lstm_want.data(), w.lstm_h_want.data(), nullptr, lstm_inp.data(),
+                            nullptr, nullptr, keep.back()->Host().data(), ld);
+      w.lstm_w = keep.back()->Upload(*mem);
+      w.lstm_out = mem->Output(w.lstm_want.size());
+      w.lstm_h_n = mem->Output(w.lstm_h_want.size());
+      w.lstm_inp = mem->Upload(lstm_inp);
+
+      w.gru_dims = RecurrentDims{1 + i % 3, 2 + i, 3, 5 + i % 2, 1 + i % 2};
+      const RecurrentDims& gd = w.gru_dims;
+      keep.push_back(std::make_unique<RecurrentWeightsHost>(rng, Cell::kGru, gd));
+      const std::vector<float> gru_inp = Uniform(rng, gd.B * gd.T * gd.I);
+      w.gru_want.resize(gd.B * gd.T * gd.ND * gd.H);
+      ref::GruLayerForward(w.gru_want.data(), nullptr, gru_inp.data(), nullptr,
+                           keep.back()->Host().data(), gd);
+      w.gru_w = keep.back()->Upload(*mem);
+      w.gru_out = mem->Output(w.gru_want.size());
+      w.gru_inp = mem->Upload(gru_inp);
+
+      const std::vector<float> qkv = Uniform(rng, w.B * w.T * 3 * w.D);
+      w.att_want.resize(w.B * w.T * w.D);
+      ref::AttentionForward(w.att_want.data(), nullptr, qkv.data(), w.B, w.T, w.D, w.NH, true);
+      w.att_out = mem->Output(w.att_want.size());
+      w.att_qkv = mem->Upload(qkv);
+    }
+
+    std::vector<std::thread> threads;
+    for (int i = 0; i < kThreads; ++i) {
+      threads.emplace_back([&backend, &w = work[i]] {
+        for (int it = 0; it < kIterations && w.status.ok(); ++it) {
+          w.status.Update(
+              backend->Linear(w.lin_out, w.lin_inp, w.lin_w, w.lin_b, w.N, w.IN, w.OUT));
+          w.status.Update(backend->LstmLayer(w.lstm_out, w.lstm_h_n, nullptr, w.lstm_inp, nullptr,
+                                             nullptr, w.lstm_w.data(), w.lstm_dims));
+          w.status.Update(backend->GruLayer(w.gru_out, nullptr, w.gru_inp, nullptr, w.gru_w.data(),
+                                            w.gru_dims));
+          w.status.Update(
+              backend->Attention(w.att_out, nullptr, w.att_qkv, w.B, w.T, w.D, w.NH, true));
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+
+    for (int i = 0; i < kThreads; ++i) {
+      const Work& w = work[i];
+      const std::string what = Describe(under_test, "thread", std::to_string(i));
+      INFO(what << ": " << w.status.ToString());
+      REQUIRE(w.status.ok());
+      ExpectAllClose(what + " Linear", mem->Download(w.lin_out, w.lin_want.size()), w.lin_want,
+                     kLinearAtol, kLinearRtol);
+      ExpectAllClose(what + " LstmLayer out", mem->Download(w.lstm_out, w.lstm_want.size()),
+                     w.lstm_want, kRecurrentAtol, kRecurrentRtol);
+      ExpectAllClose(what + " LstmLayer h_n", mem->Download(w.lstm_h_n, w.lstm_h_want.size()),
+                     w.lstm_h_want, kRecurrentAtol, kRecurrentRtol);
+      ExpectAllClose(what + " GruLayer out", mem->Download(w.gru_out, w.gru_want.size()),
+                     w.gru_want, kRecurrentAtol, kRecurrentRtol);
+      ExpectAllClose(what + " Attention out", mem->Download(w.att_out, w.att_want.size()),
+                     w.att_want, kAttentionAtol, kAttentionRtol);
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// The oneDNN backend's own promises.
+
+TEST_CASE("DnnlBackend reports which ops are native") {
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> backend = DnnlBackend::Create({});
+  REQUIRE(backend.ok());
+  for (const Op op : {Op::kLinear, Op::kLstmLayer, Op::kGruLayer, Op::kLayerNorm, Op::kGelu,
+                      Op::kRelu, Op::kSoftmax, Op::kAttention, Op::kResidual}) {
+    CAPTURE(static_cast<int>(op));
+    REQUIRE((*backend)->SupportsOp(op));
+  }
+  REQUIRE_FALSE((*backend)->SupportsOp(Op::kPositionalEncoding));
+}
+
+TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {
+  DnnlBackend::Options options;
+  options.primitive_cache_capacity = 0;
+  REQUIRE(DnnlBackend::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("DnnlBackend builds a primitive once per shape and reuses it") {
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
+  REQUIRE(created.ok());
+  DnnlBackend& backend = **created;
+  std::mt19937 rng(11000);
+  const std::vector<float> inp = Uniform(rng, 4 * 6), weight = Uniform(rng, 5 * 6),
+                           bias = Uniform(rng, 5);
+  std::vector<float> out(4 * 5);
+  REQUIRE(backend.cache_stats().builds == 0);
+
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 4, 6, 5).ok());
+  REQUIRE(backend.cache_stats().builds == 1);
+  REQUIRE(backend.cache_stats().native == 1);
+  // Same shape, other buffers: no new primitive.
+  std::vector<float> out2(4 * 5);
+  REQUIRE(backend.Linear(out2.data(), inp.data(), weight.data(), bias.data(), 4, 6, 5).ok());
+  REQUIRE(backend.cache_stats().builds == 1);
+  REQUIRE(out2 == out);
+  // Another batch size, or no bias, is another primitive.
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 3, 6, 5).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), nullptr, 4, 6, 5).ok());
+  REQUIRE(backend.cache_stats().builds == 3);
+
+  // A recurrent layer: primitive and weight reorders are one entry, built once.
+  const RecurrentDims dims{2, 3, 6, 4, 2};
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  std::vector<float> lstm_out(dims.B * dims.T * dims.ND * dims.H);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(backend
+                .LstmLayer(lstm_out.data(), nullptr, nullptr, inp.data(), nullptr, nullptr,
+                           weights.Host().data(), dims)
+                .ok());
+  }
+  REQUIRE(backend.cache_stats().builds == 4);
+  REQUIRE(backend.cache_stats().native == 4);
+  REQUIRE(backend.cache_stats().rejected == 0);
+  REQUIRE(backend.fallback_calls() == 0);
+}
+
+TEST_CASE("DnnlBackend evicts the least recently used primitive beyond its capacity") {
+  DnnlBackend::Options options;
+  options.primitive_cache_capacity = 2;
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create(options);
+  REQUIRE(created.ok());
+  DnnlBackend& backend = **created;
+  std::mt19937 rng(12000);
+  const std::vector<float> inp = Uniform(rng, 64);
+  std::vector<float> out(64), want(64);
+  for (const int64_t n : {8, 16, 8, 32, 16}) {  // 16 is evicted by 32, then rebuilt
+    REQUIRE(backend.Relu(out.data(), inp.data(), n).ok());
+    ref::ReluForward(want.data(), inp.data(), n);
+    REQUIRE(out == want);
+  }
+  REQUIRE(backend.cache_stats().native == 2);
+  REQUIRE(backend.cache_stats().builds == 4);
+}
+
+}  // namespace
+}  // namespace forecastd
