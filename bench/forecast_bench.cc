@@ -1,0 +1,136 @@
+// forecast_bench: loads `--model DIR` version `--version` as the server would, takes the first
+// `--batch` windows of the `input` tensor of `--io FILE`, runs `--warmup` untimed forecasts
+// and then `--iters` timed ones on `--backend`, writes the last forecast as tensor `output` of
+// `--output FILE` (safetensors), and prints one JSON line:
+//   {"backend":..., "batch":..., "iters":..., "median_us":..., "p90_us":..., "mean_us":...,
+//    "min_us":...}
+// Each call is timed alone with the steady clock; p90 is the nearest-rank 90th percentile.
+// Exit codes: 0 success, 1 a failure while loading or running, 2 bad arguments.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backends/cpu/dnnl_backend.h"
+#include "backends/reference_backend.h"
+#include "engine/models/model_files.h"
+#include "engine/safetensors.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+namespace {
+
+struct Flags {
+  std::string model;
+  int64_t version = 1;
+  std::string io;
+  int64_t batch = 1;
+  int64_t warmup = 20;
+  int64_t iters = 100;
+  std::string backend = "dnnl";
+  std::string output;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
+  if (name == "reference") return std::unique_ptr<Backend>(std::make_unique<ReferenceBackend>());
+  if (name == "dnnl" || name == "onednn") {
+    ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
+    return std::unique_ptr<Backend>(std::move(dnnl));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown backend '", name, "'; expected dnnl or reference"));
+}
+
+struct Timing {
+  double median_us, p90_us, mean_us, min_us;
+};
+
+Timing Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  const double median = n % 2 == 1 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  const size_t p90 = static_cast<size_t>(std::max<double>(0.0, std::ceil(0.9 * n) - 1));
+  return Timing{median, us[p90], std::accumulate(us.begin(), us.end(), 0.0) / n, us[0]};
+}
+
+absl::Status Bench(const Flags& flags) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.backend));
+  ASSIGN_OR_RETURN(const SafetensorsFile io, SafetensorsFile::Read(flags.io));
+  ASSIGN_OR_RETURN(const TensorInfo* info, io.Find("input"));
+  const int64_t T = model->lookback(), F = model->num_features();
+  if (info->shape.size() != 3 || info->shape[1] != T || info->shape[2] != F) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.io, ": input must be (B, ", T, ", ", F, ") for this model"));
+  }
+  if (flags.batch > info->shape[0]) {
+    return absl::InvalidArgumentError(absl::StrCat("--batch ", flags.batch, " but ", flags.io,
+                                                   " holds only ", info->shape[0], " windows"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<float> all, io.ReadF32("input", info->shape));
+  const std::vector<float> input(all.begin(), all.begin() + flags.batch * T * F);
+  const int64_t B = flags.batch, P = model->horizon(), K = model->num_targets();
+  std::vector<float> output(B * P * K);
+
+  Workspace workspace;
+  for (int64_t i = 0; i < flags.warmup; ++i) {
+    RETURN_IF_ERROR(model->Forward(*backend, output.data(), input.data(), B, workspace));
+  }
+  std::vector<double> samples_us;
+  samples_us.reserve(flags.iters);
+  for (int64_t i = 0; i < flags.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(model->Forward(*backend, output.data(), input.data(), B, workspace));
+    const auto stop = std::chrono::steady_clock::now();
+    samples_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  if (!flags.output.empty()) {
+    RETURN_IF_ERROR(WriteSafetensors(flags.output, {{"output", {B, P, K}, output}},
+                                     {{"generator", "forecast_bench"}}));
+  }
+  const Timing t = Summarize(std::move(samples_us));
+  std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"batch\":%d,\"iters\":%d,"
+                                      "\"median_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,"
+                                      "\"min_us\":%.3f}",
+                                      backend->name(), B, flags.iters, t.median_us, t.p90_us,
+                                      t.mean_us, t.min_us)
+                          .c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace forecastd
+
+int main(int argc, char** argv) {
+  forecastd::Flags flags;
+  CLI::App app{"Times forecastd's forward pass on one model; prints one JSON line."};
+  app.add_option("--model", flags.model, "model directory (holds config.json)")->required();
+  app.add_option("--version", flags.version, "version subdirectory")->check(CLI::PositiveNumber);
+  app.add_option("--io", flags.io, "safetensors file with tensor 'input' (B, T, F)")->required();
+  app.add_option("--batch", flags.batch, "windows per forecast")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", flags.warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
+  app.add_option("--iters", flags.iters, "timed calls")->check(CLI::PositiveNumber);
+  app.add_option("--backend", flags.backend, "dnnl or reference");
+  app.add_option("--output", flags.output, "write the last forecast here (safetensors)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const absl::Status status = forecastd::Bench(flags);
+  if (!status.ok()) {
+    std::fprintf(stderr, "forecast_bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

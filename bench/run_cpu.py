@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""forecastd vs PyTorch on the CPU, side by side in one run.
+
+For each (workload, batch) pair this script writes a model with seeded random weights
+(bench/configs/<workload>.json plus model.safetensors, through scripts/forecastd_torch.py) and an
+input batch into a temporary directory, times forecastd's `forecast_bench --backend dnnl` on it,
+times the same model in PyTorch (eval mode, torch.inference_mode(), same threads, warm-up and
+iterations), checks that both forecasts agree, and prints a table whose ratio column is
+PyTorch median / forecastd median (> 1: forecastd is faster).
+
+Run it with a PyPI torch (MKL + oneDNN), never Debian's python3-torch (reference BLAS, 5-15x
+slower, which would flatter forecastd); bench/run_cpu.sh picks the interpreter.
+
+Usage:
+    run_cpu.py                                    the default pairs
+    run_cpu.py --case lstm_h256_l2:1,32 transformer_large:1
+    run_cpu.py --iters 200 --warmup 20            fixed counts instead of the ~2 s probe
+    run_cpu.py --peer-only                        PyTorch only (no forecast_bench needed)
+    run_cpu.py --dry-run                          write the files, print the commands, time nothing
+    run_cpu.py --record                           also update bench/RESULTS.md
+
+Exit status: 0 when every pair ran and matched; 1 when forecast_bench failed or a forecast
+differed from PyTorch's by more than --tolerance; 2 on bad arguments.
+"""
+
+import argparse
+import copy
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, os.pardir))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from forecastd_torch import (  # noqa: E402  (needs the sys.path entry above)
+    Spec, build_module, make_input, max_rel_err, randomize, read_safetensors, run_inference,
+    run_module, write_model, write_safetensors)
+
+CONFIGS = os.path.join(HERE, "configs")
+DEFAULT_CASES = ["lstm_h128_l2:1,32", "lstm_h128_l2_bi:1,32", "transformer_small:1,32"]
+RESULTS_MD = os.path.join(HERE, "RESULTS.md")
+
+
+def available_workloads():
+    return sorted(f[:-5] for f in os.listdir(CONFIGS) if f.endswith(".json"))
+
+
+def parse_cases(items, ap):
+    """["name:1,32", ...] -> [(name, 1), (name, 32), ...] in the order given."""
+    known = available_workloads()
+    pairs = []
+    for item in items:
+        name, sep, batches = item.partition(":")
+        if name not in known:
+            ap.error(f"unknown workload {name!r}; bench/configs has {known}")
+        if not sep:
+            ap.error(f"{item!r}: expected WORKLOAD:B[,B...], e.g. {name}:1,32")
+        try:
+            bs = [int(b) for b in batches.split(",")]
+        except ValueError:
+            ap.error(f"{item!r}: batch sizes must be integers")
+        if any(b < 1 for b in bs):
+            ap.error(f"{item!r}: batch sizes must be >= 1")
+        pairs += [(name, b) for b in bs]
+    return pairs
+
+
+def workload_seed(name, base):
+    return base + zlib.crc32(name.encode("utf-8")) % 100000
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing.
+# ----------------------------------------------------------------------------------------------
+
+
+def summarize_us(samples_ns):
+    """Figures in microseconds, with the same names forecast_bench prints. p90 is the
+    nearest-rank 90th percentile."""
+    s = sorted(samples_ns)
+    p90 = s[max(0, math.ceil(0.9 * len(s)) - 1)]
+    return {"median_us": statistics.median(s) / 1e3, "p90_us": p90 / 1e3,
+            "mean_us": statistics.fmean(s) / 1e3, "min_us": s[0] / 1e3}
+
+
+def time_torch(module, x, warmup, iters):
+    """Times module(x) one call at a time with time.perf_counter_ns; returns the summary."""
+    if hasattr(torch.backends, "mha") and hasattr(torch.backends.mha, "set_fastpath_enabled"):
+        torch.backends.mha.set_fastpath_enabled(True)
+    module.eval()
+    samples = []
+    with torch.inference_mode():
+        for _ in range(warmup):
+            module(x)
+        for _ in range(iters):
+            t0 = time.perf_counter_ns()
+            module(x)
+            samples.append(time.perf_counter_ns() - t0)
+    return summarize_us(samples)
+
+
+class BenchError(Exception):
+    pass
+
+
+def forecast_bench_cmd(args, model_dir, io_path, out_path, batch, warmup, iters):
+    return [args.forecast_bench, "--model", model_dir, "--version", "1", "--io", io_path,
+            "--batch", str(batch), "--warmup", str(warmup), "--iters", str(iters),
+            "--backend", args.backend, "--output", out_path]
+
+
+def run_forecast_bench(args, cmd):
+    """Runs forecast_bench; returns its JSON line as a dict."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    try:
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout_s)
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"timed out after {args.timeout_s} s: {shlex.join(cmd)}")
+    except OSError as e:
+        raise BenchError(f"cannot run {cmd[0]}: {e}")
+    if p.returncode != 0:
+        raise BenchError(f"exit status {p.returncode}: {shlex.join(cmd)}\n{p.stderr.strip()}")
+    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
+    try:
+        result = json.loads(lines[-1])
+        for k in ("median_us", "p90_us", "mean_us", "min_us"):
+            result[k] = float(result[k])
+    except (IndexError, json.JSONDecodeError, KeyError, TypeError, ValueError):
+        raise BenchError(f"expected one JSON line with median_us, p90_us, mean_us, min_us on "
+                         f"stdout, got {p.stdout!r}: {shlex.join(cmd)}")
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# One workload: files, then each batch size.
+# ----------------------------------------------------------------------------------------------
+
+
+class Workload:
+    """A model with seeded random weights, written in forecastd's layout under root."""
+
+    def __init__(self, name, max_batch, root, seed):
+        self.name = name
+        with open(os.path.join(CONFIGS, name + ".json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        self.spec = Spec(cfg)
+        self.module = build_module(self.spec)
+        self.seed = workload_seed(name, seed)
+        randomize(self.module, self.seed)
+        self.module.eval()
+        self.x = make_input(self.spec, self.module, self.seed, max_batch)  # (Bmax, T, F) raw
+        self.model_dir = os.path.join(root, name)
+        self.io_path = os.path.join(root, name + ".io.safetensors")
+        meta = {"format": "pt", "generator": "bench/run_cpu.py", "seed": self.seed}
+        write_model(self.model_dir, cfg, self.module, version=1, metadata=meta)
+        # The bench's own config.json is the one served, byte for byte.
+        shutil.copyfile(os.path.join(CONFIGS, name + ".json"),
+                        os.path.join(self.model_dir, "config.json"))
+        write_safetensors(self.io_path, [("input", self.x.numpy())], meta)
+        self.root = root
+
+    def out_path(self, batch, tag=""):
+        return os.path.join(self.root, f"{self.name}.b{batch}{tag}.out.safetensors")
+
+
+def choose_iters(args, probes_us):
+    """--iters, or enough that the slower side runs ~--target-s, at least --min-iters."""
+    if args.iters:
+        return args.iters
+    slowest = max(probes_us)
+    return int(min(args.max_iters, max(args.min_iters, math.ceil(args.target_s * 1e6 / slowest))))
+
+
+def bench_pair(args, w, batch):
+    """Returns a result row (dict); raises BenchError when forecast_bench fails."""
+    x = w.x[:batch].contiguous()
+    row = {"workload": w.name, "batch": batch, "warmup": args.warmup}
+    run_fd = not args.peer_only
+
+    if args.dry_run:
+        cmd = forecast_bench_cmd(args, w.model_dir, w.io_path, w.out_path(batch), batch,
+                                 args.warmup, args.iters or args.min_iters)
+        print("would run:", shlex.join(cmd))
+        return None
+
+    probes = [time_torch(w.module, x, 3, 5)["median_us"]]
+    if run_fd and not args.iters:
+        probe_cmd = forecast_bench_cmd(args, w.model_dir, w.io_path, w.out_path(batch, ".probe"),
+                                       batch, 3, 5)
+        probes.append(run_forecast_bench(args, probe_cmd)["median_us"])
+    iters = choose_iters(args, probes)
+    row["iters"] = iters
+
+    # forecastd first, then PyTorch, each alone on the machine.
+    if run_fd:
+        cmd = forecast_bench_cmd(args, w.model_dir, w.io_path, w.out_path(batch), batch,
+                                 args.warmup, iters)
+        fd = run_forecast_bench(args, cmd)
+        row["forecastd"] = {k: fd[k] for k in ("median_us", "p90_us", "mean_us", "min_us")}
+        row["forecastd_cmd"] = shlex.join(cmd)
+    pt = time_torch(w.module, x, args.warmup, iters)
+    row["pytorch"] = pt
+
+    if run_fd:
+        want = run_inference(w.module, x).numpy()
+        try:
+            got = read_safetensors(w.out_path(batch))[0]["output"]
+        except Exception as e:  # noqa: BLE001  (any unreadable output is the same failure)
+            raise BenchError(f"{w.out_path(batch)}: no readable tensor 'output': {e}")
+        row["max_rel_err"] = max_rel_err(got, want)
+        row["ok"] = row["max_rel_err"] <= args.tolerance
+        if not row["ok"]:
+            if got.shape != want.shape:
+                detail = f"shape {list(got.shape)} vs PyTorch's {list(want.shape)}"
+            else:
+                # Is the PyTorch side itself that far from exact? (It should be ~1e-6.)
+                y64 = run_module(copy.deepcopy(w.module).double(), x.double()).numpy()
+                detail = (f"forecastd vs PyTorch fp64 {max_rel_err(got, y64):.2e}, PyTorch fp32 "
+                          f"vs fp64 {max_rel_err(want, y64):.2e}")
+            row["mismatch_detail"] = detail
+        row["ratio"] = pt["median_us"] / row["forecastd"]["median_us"]
+    return row
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting.
+# ----------------------------------------------------------------------------------------------
+
+
+def fmt_us(v):
+    return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def table(rows):
+    head = ["workload", "B", "forecastd median us", "PyTorch median us", "ratio",
+            "forecastd p90 us", "PyTorch p90 us", "max rel err", "iters"]
+    body = []
+    for r in rows:
+        fd = r.get("forecastd") or {}
+        ratio = r.get("ratio")
+        err = r.get("max_rel_err")
+        body.append([r["workload"], str(r["batch"]), fmt_us(fd.get("median_us")),
+                     fmt_us(r["pytorch"]["median_us"]),
+                     "-" if ratio is None else f"{ratio:.2f}",
+                     fmt_us(fd.get("p90_us")), fmt_us(r["pytorch"]["p90_us"]),
+                     "-" if err is None else (f"{err:.1e}" + ("" if r["ok"] else " FAIL")),
+                     str(r["iters"])])
+    return head, body
+
+
+def text_table(head, body):
+    widths = [max(len(c) for c in col) for col in zip(head, *body)]
+    right = lambda i: i > 0  # noqa: E731
+    fmt = lambda cells: "  ".join(c.rjust(w) if right(i) else c.ljust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body])
+
+
+def markdown_table(head, body):
+    lines = ["| " + " | ".join(head) + " |",
+             "| " + " | ".join(["---"] + ["---:"] * (len(head) - 1)) + " |"]
+    return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def git_describe():
+    try:
+        p = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty", "--tags"],
+                           capture_output=True, text=True, timeout=30)
+        return p.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def command_line():
+    # bench/run_cpu.sh passes the command the user typed; run directly, rebuild it.
+    cmd = os.environ.get("FORECASTD_BENCH_COMMAND")
+    if cmd:
+        return cmd
+    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
+    return shlex.join([sys.executable, script] + sys.argv[1:])
+
+
+def record(env, head, body, path):
+    """Replaces the section with the same date, host and command in path, or appends one."""
+    key = f"{env['date']} | {env['cpu']} | {env['cores']} cores | {env['command']}"
+    begin = f"<!-- run_cpu.py section: {key} -->"
+    end = "<!-- run_cpu.py section end -->"
+    section = "\n".join([
+        begin,
+        f"## {env['date']}: {env['cpu']}, {env['cores']} cores",
+        "",
+        f"- threads: {env['threads']} (forecastd via OMP_NUM_THREADS, PyTorch "
+        f"torch.set_num_threads)",
+        f"- torch {env['torch']}, numpy {env['numpy']}, Python {env['python']}",
+        f"- forecastd `{env['git']}`",
+        f"- command: `{env['command']}`",
+        "",
+        markdown_table(head, body),
+        end,
+    ])
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    else:
+        text = ("# CPU benchmark results\n\n"
+                "Written by `bench/run_cpu.sh --record` (see bench/README.md). Times are per "
+                "forecast call, in microseconds; ratio = PyTorch median / forecastd median, so "
+                "> 1 means forecastd is faster. Each section is one run; a re-run of the same "
+                "command on the same day and host replaces its section.\n")
+    i = text.find(begin)
+    if i >= 0:
+        j = text.find(end, i)
+        j = len(text) if j < 0 else j + len(end)
+        text = text[:i] + section + text[j:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--case", nargs="+", metavar="WORKLOAD:B[,B...]", default=DEFAULT_CASES,
+                    help="workloads (bench/configs/*.json) and batch sizes "
+                         "(default: %(default)s)")
+    ap.add_argument("--list", action="store_true", help="list the workloads and exit")
+    ap.add_argument("--forecast-bench", default=os.path.join(REPO, "build", "bench",
+                                                             "forecast_bench"),
+                    help="the forecastd benchmark binary (default: %(default)s)")
+    ap.add_argument("--backend", default="dnnl", help="forecast_bench --backend (default: dnnl)")
+    ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
+                    help="threads for both sides (default: every core this process may use, "
+                         "%(default)s)")
+    ap.add_argument("--warmup", type=int, default=20, help="warm-up calls (default: 20)")
+    ap.add_argument("--iters", type=int, default=0,
+                    help="timed calls; default: from a probe, so the slower side runs ~--target-s")
+    ap.add_argument("--target-s", type=float, default=2.0,
+                    help="seconds the slower side's timed calls should take (default: 2)")
+    ap.add_argument("--min-iters", type=int, default=30, help="(default: 30)")
+    ap.add_argument("--max-iters", type=int, default=100000, help="(default: 100000)")
+    ap.add_argument("--tolerance", type=float, default=1e-4,
+                    help="max |a-b|/max(|b|,1) between forecastd and PyTorch (default: 1e-4)")
+    ap.add_argument("--seed", type=int, default=20240601, help="base seed for weights and inputs")
+    ap.add_argument("--timeout-s", type=int, default=600, help="per forecast_bench run")
+    ap.add_argument("--peer-only", action="store_true",
+                    help="time PyTorch alone (no forecast_bench needed; nothing is checked)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="write the model files, print the forecast_bench commands, time nothing")
+    ap.add_argument("--keep", metavar="DIR",
+                    help="write the files under DIR and keep them (default: a temp dir, removed)")
+    ap.add_argument("--record", action="store_true",
+                    help=f"update {os.path.relpath(RESULTS_MD, REPO)} with this run")
+    ap.add_argument("--results", default=RESULTS_MD, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.list:
+        for name in available_workloads():
+            with open(os.path.join(CONFIGS, name + ".json"), encoding="utf-8") as f:
+                print(f"{name:<20} {Spec(json.load(f)).describe()}")
+        return 0
+    if args.threads < 1 or args.warmup < 0 or args.iters < 0 or args.min_iters < 1:
+        ap.error("--threads and --min-iters must be >= 1, --warmup and --iters >= 0")
+    if args.record and (args.peer_only or args.dry_run):
+        ap.error("--record needs forecastd's figures; drop --peer-only / --dry-run")
+    pairs = parse_cases(args.case, ap)
+    if not (args.peer_only or args.dry_run):
+        if not os.access(args.forecast_bench, os.X_OK):
+            print(f"error: {args.forecast_bench} is missing or not executable; run `make build` "
+                  f"first (or pass --forecast-bench, or --peer-only)", file=sys.stderr)
+            return 2
+        args.forecast_bench = os.path.abspath(args.forecast_bench)
+
+    torch.set_num_threads(args.threads)
+    env = {
+        "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
+        "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "numpy": np.__version__, "python": platform.python_version(), "git": git_describe(),
+        "command": command_line(),
+    }
+    print(f"host: {env['cpu']}, {env['cores']} cores; torch {env['torch']} "
+          f"(torch.get_num_threads() = {env['threads']}), forecastd {env['git']}")
+    if torch.__file__.startswith("/usr/lib/python3/"):
+        print("WARNING: this is Debian's python3-torch (reference BLAS): its times are not a fair "
+              "peer; use bench/run_cpu.sh", file=sys.stderr)
+
+    root = args.keep or tempfile.mkdtemp(prefix="forecastd-bench-")
+    os.makedirs(root, exist_ok=True)
+    rows, failures = [], []
+    try:
+        workloads = {}
+        for name, batch in pairs:
+            if name not in workloads:
+                bmax = max(b for n, b in pairs if n == name)
+                workloads[name] = Workload(name, bmax, root, args.seed)
+                print(f"{name}: {workloads[name].spec.describe()}, seed {workloads[name].seed}")
+            try:
+                row = bench_pair(args, workloads[name], batch)
+            except BenchError as e:
+                failures.append(f"{name} B={batch}: forecast_bench failed: {e}")
+                print(f"FAILED {name} B={batch}: {e}", file=sys.stderr)
+                continue
+            if row is None:
+                continue
+            rows.append(row)
+            fd = row.get("forecastd")
+            print(f"  B={batch:<4} iters={row['iters']:<6} "
+                  f"forecastd {fmt_us(fd['median_us']) if fd else '-'} us  "
+                  f"PyTorch {fmt_us(row['pytorch']['median_us'])} us"
+                  + (f"  ratio {row['ratio']:.2f}  err {row['max_rel_err']:.1e}" if fd else ""),
+                  flush=True)
+            if fd and not row["ok"]:
+                failures.append(f"{name} B={batch}: forecastd's output differs from PyTorch's by "
+                                f"{row['max_rel_err']:.3g} > {args.tolerance:g} "
+                                f"({row['mismatch_detail']})")
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.dry_run:
+        return 0
+
+    head, body = table(rows)
+    print()
+    print(text_table(head, body))
+    if failures:
+        bar = "!" * 100
+        print(f"\n{bar}\nBENCHMARK RUN FAILED:", file=sys.stderr)
+        for f in failures:
+            print(f"  {f}", file=sys.stderr)
+        print(bar, file=sys.stderr)
+    if args.record and failures:
+        print("not recorded: the run failed", file=sys.stderr)
+    elif args.record and rows:
+        record(env, head, body, args.results)
+        print(f"recorded in {os.path.relpath(args.results, REPO)}")
+    summary = dict(env, ok=not failures, tolerance=args.tolerance, peer_only=args.peer_only,
+                   results=[{k: v for k, v in r.items() if k != "forecastd_cmd"} for r in rows])
+    print(json.dumps(summary, separators=(",", ":")))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
