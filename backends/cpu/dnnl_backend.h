@@ -1,10 +1,12 @@
 // The oneDNN CPU backend: the Backend ops on oneDNN primitives (matmul, lstm_forward,
 // lbr_gru_forward, layer_normalization_forward, softmax_forward, eltwise, binary), built once
-// per op and shape on one CPU engine and kept in a bounded cache. PositionalEncoding, and any
-// shape oneDNN rejects (logged once at debug level), run on the reference kernels instead.
-// The model code calls it through Backend; tests also read its cache statistics.
-// Thread-safe: ops may run concurrently on different buffers; each call uses its own stream and
-// scratchpad.
+// per op and shape on one CPU engine and kept in a bounded cache. On CPUs with AVX2 and FMA the
+// LSTM and GRU layers run as a oneDNN matmul for the input projection plus our own time loop
+// (recurrent_avx2.h), which beats lstm_forward at the small batches forecasting serves.
+// PositionalEncoding, and any shape oneDNN rejects (logged once at debug level), run on the
+// reference kernels instead. The model code calls it through Backend; tests also read its cache
+// statistics. Thread-safe: ops may run concurrently on different buffers; each call uses its own
+// stream and scratchpad.
 #ifndef FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
 #define FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
 
@@ -86,6 +88,12 @@ class DnnlBackend final : public Backend {
                                          const float* inp, const float* h_0, const float* c_0,
                                          const RecurrentDirectionWeights* weights,
                                          const RecurrentDims& dims);
+  // The layer as one input-projection matmul per direction, then the time loop of
+  // recurrent_avx2.h; for CPUs with AVX2 and FMA.
+  absl::Status ProjectedRecurrentLayer(PrimitiveKind kind, float* out, float* h_n, float* c_n,
+                                       const float* inp, const float* h_0, const float* c_0,
+                                       const RecurrentDirectionWeights* weights,
+                                       const RecurrentDims& dims);
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
                                   dnnl::algorithm algorithm);
   void CountFallback() { fallback_calls_.fetch_add(1, std::memory_order_relaxed); }

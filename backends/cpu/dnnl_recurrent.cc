@@ -18,6 +18,7 @@
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
+#include "backends/cpu/recurrent_avx2.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -154,6 +155,58 @@ dnnl::memory Reordered(dnnl::stream& stream, const std::optional<DnnlPrimitive>&
 
 }  // namespace
 
+absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out, float* h_n,
+                                                  float* c_n, const float* inp, const float* h_0,
+                                                  const float* c_0,
+                                                  const RecurrentDirectionWeights* weights,
+                                                  const RecurrentDims& dims) {
+  const bool lstm = kind == PrimitiveKind::kLstm;
+  const auto [B, T, I, H, ND] = dims;
+  const int64_t G = lstm ? 4 : 3, GH = G * H, N = B * T;
+  // Per thread, grown to the largest layer seen: a fresh multi-megabyte buffer per call would
+  // cost page faults on every forecast.
+  thread_local std::vector<float> gates_x;
+  if (gates_x.size() < static_cast<size_t>(ND * N * GH)) gates_x.resize(ND * N * GH);
+  std::vector<float> bias(GH);
+  cpu::RecurrenceArgs args[2];
+  for (int64_t d = 0; d < ND; ++d) {
+    const RecurrentDirectionWeights& w = weights[d];
+    for (int64_t j = 0; j < GH; ++j) {
+      const bool n_row = !lstm && j >= 2 * H;  // GRU: b_hn is applied inside r * (...)
+      bias[j] = BiasAt(w.b_ih, j) + (n_row ? 0.0f : BiasAt(w.b_hh, j));
+    }
+    float* gx = gates_x.data() + d * N * GH;
+    RETURN_IF_ERROR(Linear(gx, inp, w.w_ih, bias.data(), N, I, GH));
+    args[d] = cpu::RecurrenceArgs{
+        .cell = lstm ? cpu::Cell::kLstm : cpu::Cell::kGru,
+        .B = B,
+        .T = T,
+        .H = H,
+        .reverse = d == 1,
+        .gates_x = gx,
+        .w_hh = w.w_hh,
+        .b_hn = lstm || w.b_hh == nullptr ? nullptr : w.b_hh + 2 * H,
+        .h_0 = h_0 != nullptr ? h_0 + d * B * H : nullptr,
+        .c_0 = c_0 != nullptr ? c_0 + d * B * H : nullptr,
+        .out = out + d * H,
+        .out_stride = ND * H,
+        .h_n = h_n != nullptr ? h_n + d * B * H : nullptr,
+        .c_n = c_n != nullptr ? c_n + d * B * H : nullptr,
+    };
+  }
+  std::vector<float> zero_b_hn;
+  if (!lstm) {
+    for (int64_t d = 0; d < ND; ++d) {
+      if (args[d].b_hn == nullptr) {
+        zero_b_hn.assign(H, 0.0f);
+        args[d].b_hn = zero_b_hn.data();
+      }
+    }
+  }
+  cpu::RunRecurrences(args, static_cast<int>(ND));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* out, float* h_n,
                                                     float* c_n, const float* inp, const float* h_0,
                                                     const float* c_0,
@@ -170,6 +223,10 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
                    .has_initial = h_0 != nullptr || c_0 != nullptr,
                    .has_final = h_n != nullptr || c_n != nullptr};
   if (s.B == 0 || s.T == 0 || s.I == 0 || s.H == 0 || (s.ND != 1 && s.ND != 2)) return false;
+  if (cpu::HasAvx2Fma()) {
+    RETURN_IF_ERROR(ProjectedRecurrentLayer(kind, out, h_n, c_n, inp, h_0, c_0, weights, dims));
+    return true;
+  }
   ASSIGN_OR_RETURN(
       std::shared_ptr<const RecurrentPrimitive> p,
       cache_.GetOrBuild<RecurrentPrimitive>(

@@ -230,7 +230,15 @@ struct RecurrentWeightsHost {
 const std::vector<RecurrentDims>& RecurrentShapes() {
   static const auto* const shapes = new std::vector<RecurrentDims>{
       // B, T, I, H, ND
-      {1, 1, 1, 1, 1}, {1, 5, 3, 4, 1}, {3, 1, 5, 7, 2}, {4, 6, 5, 8, 2}, {2, 9, 16, 12, 1},
+      {1, 1, 1, 1, 1},
+      {1, 5, 3, 4, 1},
+      {3, 1, 5, 7, 2},
+      {4, 6, 5, 8, 2},
+      {2, 9, 16, 12, 1},
+      // Every batch tile (4 rows, then 1-3) and a hidden size past a whole vector with a tail.
+      {9, 4, 5, 19, 2},
+      {7, 3, 6, 17, 1},
+      {1, 12, 4, 33, 2},
   };
   return *shapes;
 }

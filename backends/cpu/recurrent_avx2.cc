@@ -1,0 +1,320 @@
+#include "backends/cpu/recurrent_avx2.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+// Only the functions marked FD_AVX2 use AVX2 / FMA; the rest of the file (and every inline
+// function of the headers it includes) is built for the baseline CPU, so nothing here can
+// leak AVX2 code into a caller on a CPU without it.
+#define FD_AVX2 __attribute__((target("avx2,fma")))
+
+namespace forecastd::cpu {
+namespace {
+
+// ---- Vector math. exp is Cephes' expf scheme: 2^n * p(r) with r = x - n ln2 split in two
+// parts, a degree-6 polynomial; relative error about 2e-7 over the clamped range.
+
+FD_AVX2 inline __m256 Exp(__m256 x) {
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(x, x), x);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+// 1 / d by the 12-bit reciprocal estimate and one Newton step (relative error ~1e-7),
+// several times the throughput of a division.
+FD_AVX2 inline __m256 Reciprocal(__m256 d) {
+  const __m256 r = _mm256_rcp_ps(d);
+  return _mm256_mul_ps(r, _mm256_fnmadd_ps(d, r, _mm256_set1_ps(2.0f)));
+}
+
+FD_AVX2 inline __m256 Sigmoid(__m256 x) {
+  return Reciprocal(
+      _mm256_add_ps(_mm256_set1_ps(1.0f), Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// tanh(x) = 2 sigmoid(2x) - 1: absolute error a few 1e-8, which is what the state carries.
+FD_AVX2 inline __m256 Tanh(__m256 x) {
+  const __m256 s = Sigmoid(_mm256_add_ps(x, x));
+  return _mm256_sub_ps(_mm256_add_ps(s, s), _mm256_set1_ps(1.0f));
+}
+
+FD_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// The eight sums of a[0..7], as one vector.
+FD_AVX2 inline __m256 HorizontalSums8(const __m256* a) {
+  const __m256 s01 = _mm256_hadd_ps(a[0], a[1]), s23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 s45 = _mm256_hadd_ps(a[4], a[5]), s67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                       _mm256_permute2f128_ps(s0123, s4567, 0x31));
+}
+
+// Lanes [0, n) on, for the tail of a row of length n mod 8.
+FD_AVX2 inline __m256i TailMask(int64_t n) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
+}
+
+// ---- y[b][j] = W[j, :] . h[b] for NR rows j starting at j0 and NB batch rows b: dot products
+// along the contiguous rows of PyTorch's W_hh, NB*NR accumulators, reduced at the end.
+template <int NB, int NR>
+FD_AVX2 inline void DotTile(const float* w, int64_t K, const float* const* h, float* const* y,
+                            int64_t j0) {
+  __m256 acc[NB][NR];
+  for (int b = 0; b < NB; ++b) {
+    for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_setzero_ps();
+  }
+  const float* row = w + j0 * K;
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 wv[NR];
+    for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(row + r * K + k);
+    for (int b = 0; b < NB; ++b) {
+      const __m256 hv = _mm256_loadu_ps(h[b] + k);
+      for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_fmadd_ps(wv[r], hv, acc[b][r]);
+    }
+  }
+  if (k < K) {
+    const __m256i mask = TailMask(K - k);
+    __m256 wv[NR];
+    for (int r = 0; r < NR; ++r) wv[r] = _mm256_maskload_ps(row + r * K + k, mask);
+    for (int b = 0; b < NB; ++b) {
+      const __m256 hv = _mm256_maskload_ps(h[b] + k, mask);
+      for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_fmadd_ps(wv[r], hv, acc[b][r]);
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    if constexpr (NR == 8) {
+      _mm256_storeu_ps(y[b] + j0, HorizontalSums8(acc[b]));
+    } else {
+      for (int r = 0; r < NR; ++r) y[b][j0 + r] = HorizontalSum(acc[b][r]);
+    }
+  }
+}
+
+// Rows [0, rows) for NB batch rows: tiles of NR, then single rows.
+template <int NB, int NR>
+FD_AVX2 void MatVecRows(const float* w, int64_t rows, int64_t K, const float* const* h,
+                        float* const* y) {
+  int64_t j = 0;
+  for (; j + NR <= rows; j += NR) DotTile<NB, NR>(w, K, h, y, j);
+  for (; j < rows; ++j) DotTile<NB, 1>(w, K, h, y, j);
+}
+
+// y[b] = W h[b] for nb batch rows, four at a time.
+FD_AVX2 void MatVec(const float* w, int64_t rows, int64_t K, const float* const* h, float* const* y,
+                    int64_t nb) {
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) MatVecRows<4, 3>(w, rows, K, h + b, y + b);
+  switch (nb - b) {
+    case 3:
+      MatVecRows<3, 3>(w, rows, K, h + b, y + b);
+      break;
+    case 2:
+      MatVecRows<2, 4>(w, rows, K, h + b, y + b);
+      break;
+    case 1:
+      MatVecRows<1, 8>(w, rows, K, h + b, y + b);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- Gates of one batch row for hidden units [0, n), 8 at a time with the tail masked.
+// gx holds gate g of unit j at gx[g * gx_stride + j], gh at gh[g * gh_stride + j].
+
+struct Lanes {
+  __m256i mask;
+  bool full;
+};
+
+FD_AVX2 inline __m256 Load(const float* p, const Lanes& l) {
+  return l.full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, l.mask);
+}
+FD_AVX2 inline void Store(float* p, __m256 v, const Lanes& l) {
+  if (l.full) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, l.mask, v);
+  }
+}
+
+// LSTM gates i, f, g, o; c updated in place; h written.
+FD_AVX2 void LstmCell(const float* gx, int64_t gx_stride, const float* gh, int64_t gh_stride,
+                      float* c, float* h, int64_t n) {
+  for (int64_t j = 0; j < n; j += 8) {
+    const Lanes l{TailMask(n - j), j + 8 <= n};
+    const __m256 i = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
+    const __m256 f =
+        Sigmoid(_mm256_add_ps(Load(gx + gx_stride + j, l), Load(gh + gh_stride + j, l)));
+    const __m256 g =
+        Tanh(_mm256_add_ps(Load(gx + 2 * gx_stride + j, l), Load(gh + 2 * gh_stride + j, l)));
+    const __m256 o =
+        Sigmoid(_mm256_add_ps(Load(gx + 3 * gx_stride + j, l), Load(gh + 3 * gh_stride + j, l)));
+    const __m256 c_new = _mm256_fmadd_ps(f, Load(c + j, l), _mm256_mul_ps(i, g));
+    Store(c + j, c_new, l);
+    Store(h + j, _mm256_mul_ps(o, Tanh(c_new)), l);
+  }
+}
+
+// GRU gates r, z, n (gx's n rows without b_hn, gh's without any bias).
+FD_AVX2 void GruCell(const float* gx, int64_t gx_stride, const float* gh, int64_t gh_stride,
+                     const float* b_hn, const float* h_prev, float* h, int64_t n) {
+  for (int64_t j = 0; j < n; j += 8) {
+    const Lanes l{TailMask(n - j), j + 8 <= n};
+    const __m256 r = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
+    const __m256 z =
+        Sigmoid(_mm256_add_ps(Load(gx + gx_stride + j, l), Load(gh + gh_stride + j, l)));
+    const __m256 hn = _mm256_add_ps(Load(gh + 2 * gh_stride + j, l), Load(b_hn + j, l));
+    const __m256 nn = Tanh(_mm256_fmadd_ps(r, hn, Load(gx + 2 * gx_stride + j, l)));
+    // h' = (1 - z) n + z h = n + z (h - n)
+    Store(h + j, _mm256_fmadd_ps(z, _mm256_sub_ps(Load(h_prev + j, l), nn), nn), l);
+  }
+}
+
+// One thread's share of one direction: batch rows [b0, b1) and hidden units [j0, j1).
+struct Task {
+  int direction;
+  int64_t b0, b1, j0, j1;
+};
+
+// Scratch of one task, allocated by the caller (outside any AVX2 code).
+struct TaskScratch {
+  float* gates_h;        // (nb, G, units)
+  float* c;              // (nb, units), LSTM
+  const float** h_prev;  // (nb)
+  float** gates_h_rows;  // (nb)
+  const float* zeros;    // (H)
+};
+
+// All T steps of one task. With `sync`, the task shares its batch rows with the other threads
+// of the parallel region (each owning other units), and every step ends at a barrier, after
+// which the whole h_t is written.
+FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratch& s, bool sync) {
+  const int64_t H = a.H, G = a.cell == Cell::kLstm ? 4 : 3, GH = G * H;
+  const int64_t b0 = task.b0, nb = task.b1 - task.b0, j0 = task.j0, units = task.j1 - task.j0;
+  for (int64_t i = 0; i < nb; ++i) {
+    if (a.cell == Cell::kLstm) {
+      const float* c0 = a.c_0 != nullptr ? a.c_0 + (b0 + i) * H : s.zeros;
+      std::copy(c0 + j0, c0 + j0 + units, s.c + i * units);
+    }
+  }
+  int64_t t_prev = -1;
+  for (int64_t step = 0; step < a.T; ++step) {
+    const int64_t t = a.reverse ? a.T - 1 - step : step;
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t b = b0 + i;
+      s.h_prev[i] = t_prev >= 0        ? a.out + (b * a.T + t_prev) * a.out_stride
+                    : a.h_0 != nullptr ? a.h_0 + b * H
+                                       : s.zeros;
+    }
+    if (units > 0) {
+      for (int64_t g = 0; g < G; ++g) {
+        for (int64_t i = 0; i < nb; ++i) s.gates_h_rows[i] = s.gates_h + (i * G + g) * units;
+        MatVec(a.w_hh + (g * H + j0) * H, units, H, s.h_prev, s.gates_h_rows, nb);
+      }
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t b = b0 + i;
+        const float* gx = a.gates_x + (b * a.T + t) * GH + j0;
+        const float* gh = s.gates_h + i * G * units;
+        float* h = a.out + (b * a.T + t) * a.out_stride + j0;
+        if (a.cell == Cell::kLstm) {
+          LstmCell(gx, H, gh, units, s.c + i * units, h, units);
+        } else {
+          GruCell(gx, H, gh, units, a.b_hn + j0, s.h_prev[i] + j0, h, units);
+        }
+      }
+    }
+    if (sync) {
+#pragma omp barrier
+    }
+    t_prev = t;
+  }
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i;
+    const float* h_last = a.out + (b * a.T + t_prev) * a.out_stride;
+    if (a.h_n != nullptr) std::copy(h_last + j0, h_last + j0 + units, a.h_n + b * H + j0);
+    if (a.c_n != nullptr && a.cell == Cell::kLstm) {
+      std::copy(s.c + i * units, s.c + (i + 1) * units, a.c_n + b * H + j0);
+    }
+  }
+}
+
+// Runs `task` with scratch of its own.
+void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
+  const int64_t nb = task.b1 - task.b0, units = task.j1 - task.j0;
+  const int64_t G = a.cell == Cell::kLstm ? 4 : 3;
+  std::vector<float> gates_h(nb * G * units), c(nb * units), zeros(a.H, 0.0f);
+  std::vector<const float*> h_prev(nb);
+  std::vector<float*> gates_h_rows(nb);
+  RunTask(a, task,
+          TaskScratch{gates_h.data(), c.data(), h_prev.data(), gates_h_rows.data(), zeros.data()},
+          sync);
+}
+
+}  // namespace
+
+bool HasAvx2Fma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+
+void RunRecurrences(const RecurrenceArgs* args, int n) {
+  if (n <= 0) return;
+  const int threads = std::max(1, omp_get_max_threads());
+  const int64_t B = args[0].B, H = args[0].H;
+  // A single direction over a batch too small to share out by rows (one 4-row tile per
+  // thread) is shared out by hidden units instead, in 16-float (cache line) pieces, with a
+  // barrier per step; a unit block smaller than 32 is not worth the barrier.
+  const int unit_threads = static_cast<int>(std::min<int64_t>(threads, H / 32));
+  if (n == 1 && B < 4 * threads && unit_threads > 1) {
+#pragma omp parallel num_threads(unit_threads)
+    {
+      const int64_t q = omp_get_thread_num(), m = omp_get_num_threads();
+      const auto split = [&](int64_t p) { return p == m ? H : (H * p / m) / 16 * 16; };
+      RunTaskWithScratch(args[0], Task{0, 0, B, split(q), split(q + 1)}, /*sync=*/true);
+    }
+    return;
+  }
+  // Otherwise directions first, then batch rows, so that each thread gets one piece of its
+  // own and never waits for another; a piece has at least one full 4-row tile.
+  const int64_t splits =
+      std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+  std::vector<Task> tasks;
+  for (int d = 0; d < n; ++d) {
+    for (int64_t p = 0; p < splits; ++p) {
+      const int64_t b0 = B * p / splits, b1 = B * (p + 1) / splits;
+      if (b1 > b0) tasks.push_back({d, b0, b1, 0, args[d].H});
+    }
+  }
+  const int num_tasks = static_cast<int>(tasks.size());
+#pragma omp parallel for schedule(static) \
+    num_threads(std::min(threads, num_tasks)) if (num_tasks > 1)
+  for (int i = 0; i < num_tasks; ++i) {
+    RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*sync=*/false);
+  }
+}
+
+}  // namespace forecastd::cpu

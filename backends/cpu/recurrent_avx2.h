@@ -1,0 +1,45 @@
+// The time loop of the oneDNN backend's LSTM and GRU layers on AVX2 + FMA, for latency at
+// small batches. The input projection of every step (W_ih x + biases) is one matmul done by the
+// caller before the loop; what remains per step is h @ W_hh^T, read straight from PyTorch's
+// (G*H, H) row-major weights (no repacking, so weights may change between calls), and the
+// gate nonlinearities on vectorised exp. Directions and batch rows are independent, so they
+// run on separate OpenMP threads without any per-step synchronisation.
+// Used by DnnlBackend only; compiled with -mavx2 -mfma and called only when the CPU has both.
+// Stateless; thread-safe.
+#ifndef FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
+#define FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
+
+#include <cstdint>
+
+namespace forecastd::cpu {
+
+// True when this CPU runs the kernels below.
+bool HasAvx2Fma();
+
+enum class Cell { kLstm, kGru };
+
+// One direction of one layer, after its input projection.
+struct RecurrenceArgs {
+  Cell cell;
+  int64_t B, T, H;
+  bool reverse;  // run t = T-1 .. 0
+  // (B, T, G*H): W_ih x_t plus the biases that add before the nonlinearity (LSTM: b_ih + b_hh;
+  // GRU: r and z rows b_ih + b_hh, n rows b_in only).
+  const float* gates_x;
+  const float* w_hh;  // (G*H, H), PyTorch's layout and gate order
+  const float* b_hn;  // GRU: (H), the hidden bias of the n rows (scaled by r); else unused
+  const float* h_0;   // (B, H) or nullptr for zeros
+  const float* c_0;   // LSTM: (B, H) or nullptr for zeros
+  float* out;         // h_t of row b at out + (b * T + t) * out_stride
+  int64_t out_stride;
+  float* h_n;  // (B, H) or nullptr
+  float* c_n;  // LSTM: (B, H) or nullptr
+};
+
+// Runs the recurrences of `n` independent directions (typically the two of a bidirectional
+// layer), spreading directions and batch rows over the OpenMP threads.
+void RunRecurrences(const RecurrenceArgs* args, int n);
+
+}  // namespace forecastd::cpu
+
+#endif  // FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
