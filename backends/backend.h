@@ -25,6 +25,7 @@ enum class Op {
   kRelu,
   kSoftmax,
   kAttention,
+  kAttentionLastQuery,
   kResidual,
   kPositionalEncoding,
 };
@@ -66,6 +67,10 @@ class Backend {
   // out (B, T, D) from packed qkv (B, T, 3D); att (B, NH, T, T) or nullptr.
   virtual absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T,
                                  int64_t D, int64_t NH, bool causal) = 0;
+  // out (B, D): the attention of the last position's queries q (B, D) over keys and values
+  // kv (B, T, 2D); see ref::AttentionLastQueryForward.
+  virtual absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B,
+                                          int64_t T, int64_t D, int64_t NH) = 0;
   virtual absl::Status Residual(float* out, const float* a, const float* b, int64_t n) = 0;
   // out (B, T, D) = inp + sinusoidal table (T, D).
   virtual absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,

@@ -58,6 +58,12 @@ absl::Status ReferenceBackend::Attention(float* out, float* att, const float* qk
   return absl::OkStatus();
 }
 
+absl::Status ReferenceBackend::AttentionLastQuery(float* out, const float* q, const float* kv,
+                                                  int64_t B, int64_t T, int64_t D, int64_t NH) {
+  ref::AttentionLastQueryForward(out, q, kv, B, T, D, NH);
+  return absl::OkStatus();
+}
+
 absl::Status ReferenceBackend::Residual(float* out, const float* a, const float* b, int64_t n) {
   ref::ResidualForward(out, a, b, n);
   return absl::OkStatus();

@@ -1,5 +1,6 @@
 #include "backends/cpu/dnnl_backend.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <limits>
@@ -167,6 +168,7 @@ bool DnnlBackend::SupportsOp(Op op) const {
     case Op::kRelu:
     case Op::kSoftmax:
     case Op::kAttention:
+    case Op::kAttentionLastQuery:  // own loops: smaller than any primitive's overhead
     case Op::kResidual:
       return true;
     case Op::kPositionalEncoding:  // a table add; the reference is already memory-bound
@@ -352,6 +354,46 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv, in
              {DNNL_ARG_WEIGHTS, Wrap(md.v, engine_, qkv + 2 * D)},
              {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B,
+                                             int64_t T, int64_t D, int64_t NH) {
+  if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
+    return reference_.AttentionLastQuery(out, q, kv, B, T, D, NH);
+  }
+  // B * NH rows of T scores: a few hundred thousand multiply-adds even for large batches,
+  // below what a primitive launch would cost, so plain fp32 loops the compiler vectorises.
+  const int64_t hs = D / NH;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  std::vector<float> w(T);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* kv_b = kv + b * T * 2 * D;
+    for (int64_t h = 0; h < NH; ++h) {
+      const float* q_bh = q + b * D + h * hs;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t s = 0; s < T; ++s) {
+        const float* k = kv_b + s * 2 * D + h * hs;
+        float dot = 0.0f;
+        for (int64_t i = 0; i < hs; ++i) dot += q_bh[i] * k[i];
+        w[s] = dot * scale;
+        max = std::max(max, w[s]);
+      }
+      float sum = 0.0f;
+      for (int64_t s = 0; s < T; ++s) {
+        w[s] = std::exp(w[s] - max);
+        sum += w[s];
+      }
+      const float inv = 1.0f / sum;
+      float* o = out + b * D + h * hs;
+      std::fill(o, o + hs, 0.0f);
+      for (int64_t s = 0; s < T; ++s) {
+        const float* v = kv_b + s * 2 * D + D + h * hs;
+        const float ws = w[s] * inv;
+        for (int64_t i = 0; i < hs; ++i) o[i] += ws * v[i];
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -58,6 +58,8 @@ class DnnlBackend final : public Backend {
   absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
   absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
                          int64_t NH, bool causal) override;
+  absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B, int64_t T,
+                                  int64_t D, int64_t NH) override;
   absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
   absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
                                   int64_t D) override;

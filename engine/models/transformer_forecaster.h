@@ -21,6 +21,11 @@ class TransformerForecaster final : public Forecaster {
   int64_t BodyWorkspaceFloats(int64_t B) const override;
 
   absl::Status Activation(Backend& backend, float* x, int64_t n) const;
+  // Encoder layer k after its self-attention, on N rows: x (N, D) holds the layer's input
+  // rows and sa (N, D) their projected attention; x ends as the layer's output. tmp (N, D)
+  // and ff (N, d_ff) are scratch; sa is overwritten.
+  absl::Status FinishLayer(Backend& backend, int k, float* x, float* sa, float* tmp, float* ff,
+                           int64_t N) const;
 
   const v1::TransformerConfig tf_;
   const float eps_;

@@ -19,6 +19,14 @@ namespace forecastd::ref {
 void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
                       int64_t NH, bool causal);
 
+// The same attention for the last query position only (which sees every key, causal or not):
+// what a forecaster's last encoder layer needs, since its head reads position T-1 alone.
+//   out (B, D)        out[b, h*hs + :] = sum_s softmax_s(q_b . k_s / sqrt(hs)) v_s
+//   q (B, D)          the queries of position T-1 (in_proj's first D rows)
+//   kv (B, T, 2*D)    keys then values of every position (in_proj's last 2D rows)
+void AttentionLastQueryForward(float* out, const float* q, const float* kv, int64_t B, int64_t T,
+                               int64_t D, int64_t NH);
+
 }  // namespace forecastd::ref
 
 #endif  // FORECASTD_KERNELS_REF_ATTENTION_H_

@@ -533,6 +533,49 @@ TEST_CASE("Attention, causal and not, matches the reference on every backend") {
   }
 }
 
+TEST_CASE("AttentionLastQuery matches the reference and the full attention's last row") {
+  struct Shape {
+    int64_t B, T, D, NH;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 4, 1}, {2, 5, 8, 2}, {3, 7, 12, 3}, {5, 16, 32, 4}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [B, T, D, NH] : shapes) {
+      std::mt19937 rng(7500 + B * 1000 + T * 10 + D);
+      const std::vector<float> qkv = Uniform(rng, B * T * 3 * D);
+      // The same numbers split as the last layer of a forecaster splits them.
+      std::vector<float> q(B * D), kv(B * T * 2 * D);
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t t = 0; t < T; ++t) {
+          const float* row = qkv.data() + (b * T + t) * 3 * D;
+          std::copy(row + D, row + 3 * D, kv.data() + (b * T + t) * 2 * D);
+          if (t == T - 1) std::copy(row, row + D, q.data() + b * D);
+        }
+      }
+      std::vector<float> want(B * D), full(B * T * D);
+      ref::AttentionLastQueryForward(want.data(), q.data(), kv.data(), B, T, D, NH);
+      for (const bool causal : {false, true}) {
+        ref::AttentionForward(full.data(), nullptr, qkv.data(), B, T, D, NH, causal);
+        for (int64_t b = 0; b < B; ++b) {
+          const std::vector<float> last(full.begin() + (b * T + T - 1) * D,
+                                        full.begin() + (b * T + T) * D);
+          const std::vector<float> mine(want.begin() + b * D, want.begin() + (b + 1) * D);
+          ExpectAllClose("reference last row vs full attention", mine, last, 1e-6, 1e-6);
+        }
+      }
+
+      std::unique_ptr<TestMemory> mem = under_test.memory();
+      float* out = mem->Output(B * D);
+      REQUIRE(backend->AttentionLastQuery(out, mem->Upload(q), mem->Upload(kv), B, T, D, NH).ok());
+      ExpectAllClose(Describe(under_test, "AttentionLastQuery",
+                              "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                                  " D=" + std::to_string(D) + " NH=" + std::to_string(NH)),
+                     mem->Download(out, B * D), want, kAttentionAtol, kAttentionRtol);
+    }
+    RequireNoFallback(under_test, *backend, Op::kAttentionLastQuery);
+  }
+}
+
 // ------------------------------------------------------------------------------------------
 // Residual: one correctly rounded fp32 add per element, so exact everywhere; out may alias
 // either input.
@@ -711,8 +754,9 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
 TEST_CASE("DnnlBackend reports which ops are native") {
   absl::StatusOr<std::unique_ptr<DnnlBackend>> backend = DnnlBackend::Create({});
   REQUIRE(backend.ok());
-  for (const Op op : {Op::kLinear, Op::kLstmLayer, Op::kGruLayer, Op::kLayerNorm, Op::kGelu,
-                      Op::kRelu, Op::kSoftmax, Op::kAttention, Op::kResidual}) {
+  for (const Op op :
+       {Op::kLinear, Op::kLstmLayer, Op::kGruLayer, Op::kLayerNorm, Op::kGelu, Op::kRelu,
+        Op::kSoftmax, Op::kAttention, Op::kAttentionLastQuery, Op::kResidual}) {
     CAPTURE(static_cast<int>(op));
     REQUIRE((*backend)->SupportsOp(op));
   }
