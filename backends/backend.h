@@ -28,10 +28,21 @@ enum class Op {
   kAttentionLastQuery,
   kResidual,
   kPositionalEncoding,
+  // Backward passes (training).
+  kLinearBackward,
+  kLstmLayerBackward,
+  kGruLayerBackward,
+  kLayerNormBackward,
+  kGeluBackward,
+  kReluBackward,
+  kSoftmaxBackward,
+  kAttentionBackward,
+  kAttentionLastQueryBackward,
 };
 
 using ref::GeluForm;
 using ref::RecurrentDims;
+using ref::RecurrentDirectionGrads;
 using ref::RecurrentDirectionWeights;
 
 class Backend {
@@ -75,6 +86,39 @@ class Backend {
   // out (B, T, D) = inp + sinusoidal table (T, D).
   virtual absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
                                           int64_t D) = 0;
+
+  // Backward passes, one per forward op that has parameters or a non-identity derivative;
+  // semantics of their kernels/ref counterparts (`...Backward`). Every gradient is written,
+  // never accumulated, and a nullptr gradient is not computed. The residual add and the
+  // positional encoding pass their gradient through unchanged and have none.
+  virtual absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                      const float* inp, const float* weight, int64_t N, int64_t IN,
+                                      int64_t OUT) = 0;
+  // Recompute the layer's forward from its input, so callers keep only `inp`.
+  virtual absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                         const float* dout, const float* inp, const float* h_0,
+                                         const float* c_0, const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims) = 0;
+  virtual absl::Status GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                        const float* dout, const float* inp, const float* h_0,
+                                        const RecurrentDirectionWeights* weights,
+                                        const RecurrentDims& dims) = 0;
+  virtual absl::Status LayerNormBackward(float* dinp, float* dgamma, float* dbeta,
+                                         const float* dout, const float* inp, const float* gamma,
+                                         int64_t N, int64_t C, float eps) = 0;
+  virtual absl::Status GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                                    GeluForm form) = 0;
+  virtual absl::Status ReluBackward(float* dinp, const float* dout, const float* inp,
+                                    int64_t n) = 0;
+  virtual absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
+                                       int64_t C) = 0;
+  // `att` is what Attention saved for the same qkv.
+  virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                         const float* att, int64_t B, int64_t T, int64_t D,
+                                         int64_t NH) = 0;
+  virtual absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
+                                                  const float* q, const float* kv, int64_t B,
+                                                  int64_t T, int64_t D, int64_t NH) = 0;
 };
 
 }  // namespace forecastd

@@ -75,4 +75,70 @@ absl::Status ReferenceBackend::PositionalEncoding(float* out, const float* inp, 
   return absl::OkStatus();
 }
 
+absl::Status ReferenceBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
+                                              const float* dout, const float* inp,
+                                              const float* weight, int64_t N, int64_t IN,
+                                              int64_t OUT) {
+  ref::LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::LstmLayerBackward(float* dinp,
+                                                 const RecurrentDirectionGrads* dweights,
+                                                 const float* dout, const float* inp,
+                                                 const float* h_0, const float* c_0,
+                                                 const RecurrentDirectionWeights* weights,
+                                                 const RecurrentDims& dims) {
+  ref::LstmLayerBackward(dinp, dweights, dout, inp, h_0, c_0, weights, dims);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::GruLayerBackward(
+    float* dinp, const RecurrentDirectionGrads* dweights, const float* dout, const float* inp,
+    const float* h_0, const RecurrentDirectionWeights* weights, const RecurrentDims& dims) {
+  ref::GruLayerBackward(dinp, dweights, dout, inp, h_0, weights, dims);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::LayerNormBackward(float* dinp, float* dgamma, float* dbeta,
+                                                 const float* dout, const float* inp,
+                                                 const float* gamma, int64_t N, int64_t C,
+                                                 float eps) {
+  ref::LayerNormBackward(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::GeluBackward(float* dinp, const float* dout, const float* inp,
+                                            int64_t n, GeluForm form) {
+  ref::GeluBackward(dinp, dout, inp, n, form);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::ReluBackward(float* dinp, const float* dout, const float* inp,
+                                            int64_t n) {
+  ref::ReluBackward(dinp, dout, inp, n);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::SoftmaxBackward(float* dinp, const float* dout, const float* out,
+                                               int64_t R, int64_t C) {
+  ref::SoftmaxBackward(dinp, dout, out, R, C);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                                 const float* att, int64_t B, int64_t T, int64_t D,
+                                                 int64_t NH) {
+  ref::AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
+                                                          const float* q, const float* kv,
+                                                          int64_t B, int64_t T, int64_t D,
+                                                          int64_t NH) {
+  ref::AttentionLastQueryBackward(dq, dkv, dout, q, kv, B, T, D, NH);
+  return absl::OkStatus();
+}
+
 }  // namespace forecastd

@@ -33,6 +33,31 @@ class ReferenceBackend final : public Backend {
   absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
   absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
                                   int64_t D) override;
+
+  absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int64_t N, int64_t IN,
+                              int64_t OUT) override;
+  absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                 const float* dout, const float* inp, const float* h_0,
+                                 const float* c_0, const RecurrentDirectionWeights* weights,
+                                 const RecurrentDims& dims) override;
+  absl::Status GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                const float* dout, const float* inp, const float* h_0,
+                                const RecurrentDirectionWeights* weights,
+                                const RecurrentDims& dims) override;
+  absl::Status LayerNormBackward(float* dinp, float* dgamma, float* dbeta, const float* dout,
+                                 const float* inp, const float* gamma, int64_t N, int64_t C,
+                                 float eps) override;
+  absl::Status GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                            GeluForm form) override;
+  absl::Status ReluBackward(float* dinp, const float* dout, const float* inp, int64_t n) override;
+  absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
+                               int64_t C) override;
+  absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                 int64_t B, int64_t T, int64_t D, int64_t NH) override;
+  absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                          const float* kv, int64_t B, int64_t T, int64_t D,
+                                          int64_t NH) override;
 };
 
 }  // namespace forecastd

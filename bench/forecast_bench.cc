@@ -79,8 +79,9 @@ absl::Status Bench(const Flags& flags) {
   }
   ASSIGN_OR_RETURN(const std::vector<float> all, io.ReadF32("input", info->shape));
   const std::vector<float> input(all.begin(), all.begin() + flags.batch * T * F);
-  const int64_t B = flags.batch, P = model->horizon(), K = model->num_targets();
-  std::vector<float> output(B * P * K);
+  const int64_t B = flags.batch, P = model->horizon(), K = model->num_targets(),
+                Q = model->num_quantiles();
+  std::vector<float> output(B * P * K * Q);
 
   Workspace workspace;
   for (int64_t i = 0; i < flags.warmup; ++i) {
@@ -95,8 +96,11 @@ absl::Status Bench(const Flags& flags) {
     samples_us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
   }
   if (!flags.output.empty()) {
-    RETURN_IF_ERROR(WriteSafetensors(flags.output, {{"output", {B, P, K}, output}},
-                                     {{"generator", "forecast_bench"}}));
+    RETURN_IF_ERROR(WriteSafetensors(
+        flags.output,
+        {{"output", Q > 1 ? std::vector<int64_t>{B, P, K, Q} : std::vector<int64_t>{B, P, K},
+          output}},
+        {{"generator", "forecast_bench"}}));
   }
   const Timing t = Summarize(std::move(samples_us));
   std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"batch\":%d,\"iters\":%d,"

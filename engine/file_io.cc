@@ -110,10 +110,34 @@ absl::Status WriteFileAtomically(const std::string& path,
     return status;
   }
   // The rename is durable only once the directory entry is.
+  return SyncDirectory(dir);
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
   ScopedFd dir_fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dir_fd.get() < 0) return ErrnoError("cannot open directory", dir);
   if (fsync(dir_fd.get()) != 0) return ErrnoError("cannot fsync directory", dir);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeStagingDirectory(const std::string& parent,
+                                                 absl::string_view prefix) {
+  std::string path = absl::StrCat(parent, "/.", prefix, ".XXXXXX");
+  if (mkdtemp(path.data()) == nullptr)
+    return ErrnoError("cannot create a staging directory in", parent);
+  if (chmod(path.c_str(), 0755) != 0) return ErrnoError("cannot chmod", path);
+  return path;
+}
+
+absl::Status PublishDirectory(const std::string& staging, const std::string& target) {
+  if (rename(staging.c_str(), target.c_str()) != 0) {
+    if (errno == ENOTEMPTY || errno == EEXIST || errno == ENOTDIR) {
+      return absl::AlreadyExistsError(absl::StrCat(target, " already exists"));
+    }
+    return ErrnoError(absl::StrCat("cannot rename ", staging, " to"), target);
+  }
+  const size_t slash = target.rfind('/');
+  return SyncDirectory(slash == std::string::npos ? "." : target.substr(0, slash + 1));
 }
 
 }  // namespace forecastd

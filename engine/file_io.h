@@ -31,6 +31,19 @@ inline absl::Status WriteFileAtomically(const std::string& path, absl::string_vi
   return WriteFileAtomically(path, absl::MakeConstSpan(&bytes, 1));
 }
 
+// fsyncs the directory `dir`, making renames and creations inside it durable.
+absl::Status SyncDirectory(const std::string& dir);
+
+// Creates a fresh hidden directory `<parent>/.<prefix>.XXXXXX` (mode 0755) for staging a
+// whole directory's contents before PublishDirectory. Returns its path.
+absl::StatusOr<std::string> MakeStagingDirectory(const std::string& parent,
+                                                 absl::string_view prefix);
+
+// Renames the staged directory to `target` (in the same parent) and fsyncs the parent, so the
+// directory appears whole or not at all. ALREADY_EXISTS when `target` exists (as anything but
+// an empty directory); the staging directory is then left for the caller to remove.
+absl::Status PublishDirectory(const std::string& staging, const std::string& target);
+
 }  // namespace forecastd
 
 #endif  // FORECASTD_ENGINE_FILE_IO_H_

@@ -6,7 +6,9 @@ scripts/make_demo_models.py). It owns:
 
   * Spec: a ModelConfig (proto/forecastd/v1/model_config.proto) parsed from protobuf JSON;
   * the nn.Module forecasters whose state_dict() names are the proto's weight names
-    (build_module), and run_module / run_inference to run them;
+    (build_module), and run_module / run_inference to run them; forecasts are (B, P, K), or
+    (B, P, K, Q) for a model with `quantiles`, and forward_normalized gives them in normalised
+    units (what training losses see);
   * safetensors read / write (no `safetensors` package needed);
   * seeded random weights (randomize) and inputs (make_input), and the error metric
     max_rel_err used everywhere: max |got - want| / max(|want|, 1).
@@ -73,6 +75,35 @@ PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_BF1
               3: "PRECISION_FP16"}
 
 
+def _proto_float(v):
+    """v rounded to float32, as a proto `float` field holds it, back as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
+
+
+def _quantiles(v):
+    """ModelConfig.quantiles (`repeated float`, JSON name `quantiles` in both spellings): a list
+    of numbers (or numeric strings, as protobuf JSON allows), each in (0, 1) after rounding to
+    float32, strictly increasing. None or [] -> []."""
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ConfigError(f"quantiles is {v!r}, not a list")
+    taus = []
+    for q in v:
+        if isinstance(q, bool) or not isinstance(q, (int, float, str)):
+            raise ConfigError(f"quantiles: {q!r} is not a number")
+        try:
+            f = _proto_float(float(q))
+        except (ValueError, OverflowError):
+            raise ConfigError(f"quantiles: {q!r} is not a number")
+        if not 0.0 < f < 1.0:  # also rejects NaN
+            raise ConfigError(f"quantiles: {q!r} is not in (0, 1)")
+        taus.append(f)
+    if any(b <= a for a, b in zip(taus, taus[1:])):
+        raise ConfigError(f"quantiles {v} are not strictly increasing")
+    return taus
+
+
 class Spec:
     """What the reference modules need from a ModelConfig."""
 
@@ -99,6 +130,11 @@ class Spec:
         norm = _enum(cfg.get("normalization"), NORMALIZATIONS, "normalization")
         self.standardized = norm != "NORMALIZATION_NONE"
         self.precision = _enum(cfg.get("precision"), PRECISIONS, "precision")
+        # Probabilistic forecasts: Q quantile levels, each in (0, 1), strictly increasing. Held
+        # as the proto floats the C++ side reads (0.1 -> 0.10000000149011612). Empty: Q = 0,
+        # point forecasts.
+        self.quantiles = _quantiles(cfg.get("quantiles"))
+        self.Q = len(self.quantiles)
 
         archs = [a for a in ("lstm", "gru", "transformer") if a in cfg]
         if len(archs) != 1:
@@ -124,12 +160,21 @@ class Spec:
             self.dropout = float(a.get("dropout", 0.0))
             eps = float(_field(a, "layerNormEps", "layer_norm_eps", 0.0))
             # The C++ side holds eps as a proto float; use exactly that value.
-            eps = struct.unpack("<f", struct.pack("<f", eps))[0]
+            eps = _proto_float(eps)
             self.eps = eps if eps > 0.0 else 1e-5
             self.causal = bool(a.get("causal", False))
             if min(self.D, self.NH, self.L, self.FF) < 1 or self.D % self.NH:
                 raise ConfigError(f"transformer: bad dims D={self.D} NH={self.NH} L={self.L} "
                                   f"FF={self.FF}")
+
+    @property
+    def head_size(self):
+        """The head's outputs: P * K, or P * K * Q with quantiles."""
+        return self.P * self.K * max(self.Q, 1)
+
+    def output_shape(self, batch):
+        """A forecast's shape: (B, P, K), or (B, P, K, Q) with quantiles (quantile fastest)."""
+        return (batch, self.P, self.K) + ((self.Q,) if self.Q else ())
 
     def describe(self):
         if self.arch == "transformer":
@@ -140,7 +185,8 @@ class Spec:
         else:
             body = (f"{self.arch} H={self.H} L={self.L} "
                     f"{'bi' if self.bidirectional else 'uni'}")
-        return f"{body}  F={self.F} T={self.T} P={self.P} K={self.K}"
+        q = f" Q={self.Q}" if self.Q else ""
+        return f"{body}  F={self.F} T={self.T} P={self.P} K={self.K}{q}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,8 +204,13 @@ class Normalizer(nn.Module):
         return (x - self.mean) / self.std
 
     def denormalize(self, y, target_index):
+        """y: (B, P, K), or (B, P, K, Q): each target's std / mean applies to all its
+        quantiles."""
         idx = torch.tensor(target_index, dtype=torch.long)
-        return y * self.std[idx] + self.mean[idx]
+        std, mean = self.std[idx], self.mean[idx]
+        if y.dim() == 4:
+            std, mean = std[:, None], mean[:, None]
+        return y * std + mean
 
 
 class Forecaster(nn.Module):
@@ -173,13 +224,17 @@ class Forecaster(nn.Module):
     def body(self, xn):
         raise NotImplementedError
 
-    def forward(self, x):
-        s = self.spec
+    def forward_normalized(self, x):
+        """head(body(xn)) reshaped to (B, P, K) or (B, P, K, Q): the forecast in normalised
+        units, before de-normalisation. Training losses are computed on this."""
         xn = self.normalizer(x) if self.normalizer is not None else x
         last = self.body(xn)
-        y = self.head(last).reshape(x.shape[0], s.P, s.K)
+        return self.head(last).reshape(self.spec.output_shape(x.shape[0]))
+
+    def forward(self, x):
+        y = self.forward_normalized(x)
         if self.normalizer is not None:
-            y = self.normalizer.denormalize(y, s.target_index)
+            y = self.normalizer.denormalize(y, self.spec.target_index)
         return y
 
 
@@ -192,7 +247,7 @@ class RecurrentForecaster(Forecaster):
                        dropout=spec.dropout if spec.L > 1 else 0.0,
                        bidirectional=spec.bidirectional)
         nd = 2 if spec.bidirectional else 1
-        self.head = nn.Linear(nd * spec.H, spec.P * spec.K)
+        self.head = nn.Linear(nd * spec.H, spec.head_size)
 
     def body(self, xn):
         out, _ = self.rnn(xn)
@@ -238,7 +293,7 @@ class TransformerForecaster(Forecaster):
             kwargs["enable_nested_tensor"] = False
         norm = nn.LayerNorm(spec.D, eps=spec.eps) if spec.norm_first else None
         self.encoder = nn.TransformerEncoder(layer, spec.L, norm=norm, **kwargs)
-        self.head = nn.Linear(spec.D, spec.P * spec.K)
+        self.head = nn.Linear(spec.D, spec.head_size)
         # (kind, T, dtype) -> tensor. Not buffers, so state_dict() stays the proto's names;
         # cached so a timed forward does not rebuild the table in Python on every call.
         self._constants = {}

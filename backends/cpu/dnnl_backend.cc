@@ -170,8 +170,17 @@ bool DnnlBackend::SupportsOp(Op op) const {
     case Op::kAttention:
     case Op::kAttentionLastQuery:  // own loops: smaller than any primitive's overhead
     case Op::kResidual:
+    case Op::kLinearBackward:
+    case Op::kLstmLayerBackward:
+    case Op::kGruLayerBackward:
+    case Op::kLayerNormBackward:
+    case Op::kGeluBackward:
+    case Op::kReluBackward:
+    case Op::kSoftmaxBackward:
+    case Op::kAttentionBackward:
       return true;
-    case Op::kPositionalEncoding:  // a table add; the reference is already memory-bound
+    case Op::kPositionalEncoding:          // a table add; the reference is already memory-bound
+    case Op::kAttentionLastQueryBackward:  // B * NH rows of T: too small for primitives to pay
       return false;
   }
   return false;

@@ -3,10 +3,11 @@
 // per op and shape on one CPU engine and kept in a bounded cache. On CPUs with AVX2 and FMA the
 // LSTM and GRU layers run as a oneDNN matmul for the input projection plus our own time loop
 // (recurrent_avx2.h), which beats lstm_forward at the small batches forecasting serves.
-// PositionalEncoding, and any shape oneDNN rejects (logged once at debug level), run on the
-// reference kernels instead. The model code calls it through Backend; tests also read its cache
-// statistics. Thread-safe: ops may run concurrently on different buffers; each call uses its own
-// stream and scratchpad.
+// The backward passes (dnnl_backward.cc, dnnl_recurrent_backward.cc) use the matching backward
+// primitives. PositionalEncoding, AttentionLastQueryBackward, and any shape oneDNN rejects
+// (logged once at debug level), run on the reference kernels instead. The model code calls it
+// through Backend; tests also read its cache statistics. Thread-safe: ops may run concurrently on
+// different buffers; each call uses its own stream and scratchpad.
 #ifndef FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
 #define FORECASTD_BACKENDS_CPU_DNNL_BACKEND_H_
 
@@ -64,6 +65,31 @@ class DnnlBackend final : public Backend {
   absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
                                   int64_t D) override;
 
+  absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int64_t N, int64_t IN,
+                              int64_t OUT) override;
+  absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                 const float* dout, const float* inp, const float* h_0,
+                                 const float* c_0, const RecurrentDirectionWeights* weights,
+                                 const RecurrentDims& dims) override;
+  absl::Status GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                const float* dout, const float* inp, const float* h_0,
+                                const RecurrentDirectionWeights* weights,
+                                const RecurrentDims& dims) override;
+  absl::Status LayerNormBackward(float* dinp, float* dgamma, float* dbeta, const float* dout,
+                                 const float* inp, const float* gamma, int64_t N, int64_t C,
+                                 float eps) override;
+  absl::Status GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                            GeluForm form) override;
+  absl::Status ReluBackward(float* dinp, const float* dout, const float* inp, int64_t n) override;
+  absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
+                               int64_t C) override;
+  absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                 int64_t B, int64_t T, int64_t D, int64_t NH) override;
+  absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                          const float* kv, int64_t B, int64_t T, int64_t D,
+                                          int64_t NH) override;
+
   DnnlPrimitiveCache::Stats cache_stats() const { return cache_.stats(); }
   // Calls of an op that SupportsOp reports native which ran on the reference all the same,
   // because oneDNN rejected the shape. Empty tensors, which need no primitive, do not count.
@@ -80,6 +106,13 @@ class DnnlBackend final : public Backend {
     kSoftmax,
     kBinaryAdd,
     kAttention,
+    kLinearBackward,
+    kLstmBackward,
+    kGruBackward,
+    kLayerNormBackward,
+    kEltwiseBackward,
+    kSoftmaxBackward,
+    kAttentionBackward,
   };
 
   DnnlBackend(dnnl::engine engine, const Options& options);
@@ -98,6 +131,16 @@ class DnnlBackend final : public Backend {
                                        const RecurrentDims& dims);
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
                                   dnnl::algorithm algorithm);
+  // The backward counterparts; kind is kLstmBackward or kGruBackward. The first is in
+  // dnnl_recurrent_backward.cc.
+  absl::StatusOr<bool> TryRecurrentLayerBackward(PrimitiveKind kind, float* dinp,
+                                                 const RecurrentDirectionGrads* dweights,
+                                                 const float* dout, const float* inp,
+                                                 const float* h_0, const float* c_0,
+                                                 const RecurrentDirectionWeights* weights,
+                                                 const RecurrentDims& dims);
+  absl::StatusOr<bool> TryEltwiseBackward(float* dinp, const float* dout, const float* inp,
+                                          int64_t n, dnnl::algorithm algorithm);
   void CountFallback() { fallback_calls_.fetch_add(1, std::memory_order_relaxed); }
 
   // Constant after construction.

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/models/recurrent_forecaster.h"
 #include "engine/models/transformer_forecaster.h"
@@ -25,6 +26,14 @@ float* Workspace::Alloc(int64_t n) {
   // Keep every allocation 64-byte aligned for vectorised kernels.
   used_ += (n + 15) / 16 * 16;
   return p;
+}
+
+float* TrainingTape::Alloc(int64_t n) {
+  if (next_ == buffers_.size()) buffers_.emplace_back();
+  std::vector<float>& buffer = buffers_[next_++];
+  // Each slot is its own vector, so growing one never moves another.
+  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
 }
 
 absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig& config) {
@@ -59,6 +68,7 @@ Forecaster::Forecaster(const ModelConfig& config)
     : config_(config),
       num_features_(NumFeatures(config)),
       num_targets_(NumTargets(config)),
+      num_quantiles_(NumQuantiles(config)),
       target_features_(TargetFeatureIndices(config)) {}
 
 bool Forecaster::standardized() const { return config_.normalization() != v1::NORMALIZATION_NONE; }
@@ -66,13 +76,14 @@ bool Forecaster::standardized() const { return config_.normalization() != v1::NO
 int64_t Forecaster::WorkspaceFloats(int64_t B) const {
   const int64_t pad = 16;
   const int64_t T = lookback(), F = num_features_, P = horizon();
-  return (B * T * F + pad) + (B * P * num_targets_ + pad) + BodyWorkspaceFloats(B);
+  return (B * T * F + pad) + (B * P * num_targets_ * num_quantiles_ + pad) + BodyWorkspaceFloats(B);
 }
 
 absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp, int64_t B,
                                  Workspace& workspace) const {
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
-  const int64_t T = lookback(), F = num_features_, P = horizon(), K = num_targets_;
+  const int64_t T = lookback(), F = num_features_, P = horizon(), K = num_targets_,
+                Q = num_quantiles_;
   workspace.Reserve(WorkspaceFloats(B));
   workspace.Reset();
 
@@ -89,11 +100,11 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
     xn = scaled;
   }
 
-  float* y = workspace.Alloc(B * P * K);
+  float* y = workspace.Alloc(B * P * K * Q);
   RETURN_IF_ERROR(ForwardStandardized(backend, y, xn, B, workspace));
 
   if (!standardized()) {
-    std::copy(y, y + B * P * K, out);
+    std::copy(y, y + B * P * K * Q, out);
     return absl::OkStatus();
   }
   const float* mean = parameters_.at("normalizer.mean");
@@ -101,10 +112,34 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
   for (int64_t i = 0; i < B * P; ++i) {
     for (int64_t k = 0; k < K; ++k) {
       const int f = target_features_[static_cast<size_t>(k)];
-      out[i * K + k] = y[i * K + k] * std[f] + mean[f];
+      for (int64_t q = 0; q < Q; ++q) {
+        const int64_t at = (i * K + k) * Q + q;
+        out[at] = y[at] * std[f] + mean[f];
+      }
     }
   }
   return absl::OkStatus();
+}
+
+bool Forecaster::IsTrainable(const ParameterSpec& spec) {
+  return !absl::StartsWith(spec.name, "normalizer.");
+}
+
+absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float* xn, int64_t B,
+                                      TrainingTape& tape) const {
+  if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
+  tape.Reset();
+  tape.batch = B;
+  return ForwardTrainBody(backend, out, xn, B, tape);
+}
+
+absl::Status Forecaster::Backward(Backend& backend, float* dparams, const float* dout,
+                                  TrainingTape& tape) const {
+  if (tape.batch <= 0) return absl::FailedPreconditionError("Backward without ForwardTrain");
+  for (const ParameterSpec& spec : parameters_.specs()) {
+    if (!IsTrainable(spec)) std::fill_n(dparams + spec.offset, spec.numel, 0.0f);
+  }
+  return BackwardBody(backend, dparams, dout, tape);
 }
 
 }  // namespace forecastd

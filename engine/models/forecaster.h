@@ -35,6 +35,28 @@ class Workspace {
   int64_t used_ = 0;
 };
 
+// The activations one training step keeps from its forward pass to its backward pass, plus the
+// backward pass's scratch. Buffers are kept and reused by later steps of the same shapes.
+// Owned by one training thread.
+class TrainingTape {
+ public:
+  // Starts a new step; earlier buffers are handed out again.
+  void Reset() {
+    next_ = 0;
+    saved.clear();
+  }
+  // `n` floats, valid until the next Reset() (contents unspecified).
+  float* Alloc(int64_t n);
+
+  // What the forward pass left for the backward pass, in an order only the model knows.
+  std::vector<float*> saved;
+  int64_t batch = 0;
+
+ private:
+  std::vector<std::vector<float>> buffers_;
+  size_t next_ = 0;
+};
+
 class Forecaster {
  public:
   // Validates `config` and lays out the parameters (zero until loaded or initialised).
@@ -46,13 +68,31 @@ class Forecaster {
   int horizon() const { return config_.horizon(); }    // P
   int num_features() const { return num_features_; }   // F
   int num_targets() const { return num_targets_; }
+  int num_quantiles() const { return num_quantiles_; }  // Q; 1 for point forecasts
+  // Values per window: P * targets * Q.
+  int64_t num_outputs() const { return int64_t{horizon()} * num_targets_ * num_quantiles_; }
+  // For each target, its column in the input features.
+  const std::vector<int>& target_features() const { return target_features_; }
 
   ParameterArena& parameters() { return parameters_; }
   const ParameterArena& parameters() const { return parameters_; }
 
-  // out (B, P, targets) raw forecasts from inp (B, T, F) raw windows.
+  // out (B, P, targets[, Q]) raw forecasts from inp (B, T, F) raw windows.
   absl::Status Forward(Backend& backend, float* out, const float* inp, int64_t B,
                        Workspace& workspace) const;
+
+  // Training. The training step works in standardised units: xn (B, T, F) are standardised
+  // windows and out (B, num_outputs()) the standardised forecasts, before de-standardisation.
+  // ForwardTrain keeps in `tape` what Backward needs (xn must stay valid until then);
+  // Backward then writes dparams (parameters().size() floats, the arena's layout) with
+  // d(loss)/d(parameter) given dout = d(loss)/d(out). Entries of parameters that are not
+  // trained (the normaliser's) are set to 0. Dropout is not applied (see ValidateTrainable).
+  absl::Status ForwardTrain(Backend& backend, float* out, const float* xn, int64_t B,
+                            TrainingTape& tape) const;
+  absl::Status Backward(Backend& backend, float* dparams, const float* dout,
+                        TrainingTape& tape) const;
+  // False for the normaliser's statistics, which training fits from data, not by gradient.
+  static bool IsTrainable(const ParameterSpec& spec);
 
   // Floats of scratch one Forward with batch B needs.
   int64_t WorkspaceFloats(int64_t B) const;
@@ -66,13 +106,25 @@ class Forecaster {
   virtual absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
                                            Workspace& workspace) const = 0;
   virtual int64_t BodyWorkspaceFloats(int64_t B) const = 0;
+  // The training pair of ForwardStandardized; see ForwardTrain / Backward.
+  virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
+                                        TrainingTape& tape) const = 0;
+  virtual absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+                                    TrainingTape& tape) const = 0;
+  // The gradient slot of a named parameter in a dparams array.
+  float* grad(float* dparams, absl::string_view name) const {
+    return dparams + (parameters_.at(name) - parameters_.data());
+  }
 
+ public:
   bool standardized() const;
 
+ protected:
  private:
   const ModelConfig config_;
   const int num_features_;
   const int num_targets_;
+  const int num_quantiles_;
   const std::vector<int> target_features_;
   ParameterArena parameters_;
 };

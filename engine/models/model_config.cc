@@ -1,5 +1,6 @@
 #include "engine/models/model_config.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@ constexpr int kMaxHorizon = 1 << 12;
 constexpr int kMaxFeatures = 1 << 12;
 constexpr int kMaxWidth = 1 << 15;
 constexpr int kMaxLayers = 128;
+constexpr int kMaxQuantiles = 99;
 
 absl::Status Invalid(const ModelConfig& config, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("model config '", config.name(), "': ", what));
@@ -144,6 +146,19 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
     }
     if (!targets.insert(t).second) return Invalid(config, absl::StrCat("target '", t, "' repeats"));
   }
+  if (config.quantiles_size() > kMaxQuantiles) {
+    return Invalid(config,
+                   absl::StrCat(config.quantiles_size(), " quantiles; at most ", kMaxQuantiles));
+  }
+  for (int q = 0; q < config.quantiles_size(); ++q) {
+    const float tau = config.quantiles(q);
+    if (!(tau > 0.0f && tau < 1.0f)) {
+      return Invalid(config, absl::StrCat("quantile ", tau, " is not in (0, 1)"));
+    }
+    if (q > 0 && !(tau > config.quantiles(q - 1))) {
+      return Invalid(config, "quantiles must be strictly increasing");
+    }
+  }
   switch (config.architecture_case()) {
     case ModelConfig::kLstm:
       return ValidateRecurrent(config, config.lstm(), "lstm");
@@ -159,6 +174,7 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
 
 int NumFeatures(const ModelConfig& config) { return config.feature_names_size(); }
 int NumTargets(const ModelConfig& config) { return config.target_names_size(); }
+int NumQuantiles(const ModelConfig& config) { return std::max(1, config.quantiles_size()); }
 
 std::vector<int> TargetFeatureIndices(const ModelConfig& config) {
   std::vector<int> indices;

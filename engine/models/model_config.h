@@ -28,6 +28,8 @@ absl::Status ValidateModelConfig(const ModelConfig& config);
 // Derived sizes, for a validated config.
 int NumFeatures(const ModelConfig& config);  // F
 int NumTargets(const ModelConfig& config);   // targets
+// Q: outputs per target and step; the number of quantiles, or 1 for point forecasts.
+int NumQuantiles(const ModelConfig& config);
 // For each target, its column in the input features.
 std::vector<int> TargetFeatureIndices(const ModelConfig& config);
 float LayerNormEps(const v1::TransformerConfig& config);

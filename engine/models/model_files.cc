@@ -1,15 +1,18 @@
 #include "engine/models/model_files.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <set>
 #include <system_error>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/file_io.h"
 #include "engine/safetensors.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
 
@@ -82,6 +85,54 @@ absl::Status SaveForecaster(const Forecaster& model, const std::string& model_di
   ASSIGN_OR_RETURN(const std::string json, ModelConfigToJson(model.config()));
   RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(model_dir, "/", kModelConfigFile), json));
   return SaveWeights(model, absl::StrCat(dir, "/", kWeightsFile));
+}
+
+absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir,
+                            int64_t version) {
+  if (version <= 0) return absl::InvalidArgumentError(absl::StrCat("version ", version, " <= 0"));
+  std::error_code error;
+  std::filesystem::create_directories(model_dir, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", model_dir, ": ", error.message()));
+  }
+  const std::string target = VersionDir(model_dir, version);
+  if (std::filesystem::exists(target, error)) {
+    return absl::AlreadyExistsError(absl::StrCat(target, " already exists"));
+  }
+  const std::string config_path = absl::StrCat(model_dir, "/", kModelConfigFile);
+  ASSIGN_OR_RETURN(const std::string json, ModelConfigToJson(model.config()));
+  if (std::filesystem::exists(config_path, error)) {
+    ASSIGN_OR_RETURN(const ModelConfig existing, ReadModelConfig(config_path));
+    if (!google::protobuf::util::MessageDifferencer::Equals(existing, model.config())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(config_path, " describes another configuration than the model being ",
+                       "published; a new version cannot change its model's architecture"));
+    }
+  } else {
+    RETURN_IF_ERROR(WriteFileAtomically(config_path, json));
+  }
+  ASSIGN_OR_RETURN(const std::string staging,
+                   MakeStagingDirectory(model_dir, absl::StrCat(version, ".staging")));
+  absl::Status status = SaveWeights(model, absl::StrCat(staging, "/", kWeightsFile));
+  if (status.ok()) status = PublishDirectory(staging, target);
+  if (!status.ok()) std::filesystem::remove_all(staging, error);
+  return status;
+}
+
+std::vector<int64_t> ListVersions(const std::string& model_dir) {
+  std::vector<int64_t> versions;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir, error)) {
+    const std::string name = entry.path().filename().string();
+    int64_t version = 0;
+    if (entry.is_directory(error) && absl::SimpleAtoi(name, &version) && version > 0 &&
+        absl::StrCat(version) == name) {
+      versions.push_back(version);
+    }
+  }
+  std::sort(versions.begin(), versions.end());
+  return versions;
 }
 
 }  // namespace forecastd

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/models/forecaster.h"
@@ -33,6 +34,17 @@ absl::StatusOr<std::unique_ptr<Forecaster>> LoadForecaster(const std::string& mo
 
 // Writes config.json (when absent or different) and `<model_dir>/<version>/model.safetensors`.
 absl::Status SaveForecaster(const Forecaster& model, const std::string& model_dir, int64_t version);
+
+// Adds `<model_dir>/<version>/` as a whole: the weights go into a hidden staging directory,
+// which is renamed into place only once complete, so a reader (or a restart after a crash at
+// any moment) sees the version complete or not at all. Writes config.json first when it is
+// absent; when present it must equal the model's config (FAILED_PRECONDITION otherwise: a
+// version never changes its model's architecture). ALREADY_EXISTS when the version exists.
+absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir, int64_t version);
+
+// The versions present in `model_dir`: names of sub-directories that are positive integers,
+// ascending. An absent directory has none.
+std::vector<int64_t> ListVersions(const std::string& model_dir);
 
 }  // namespace forecastd
 

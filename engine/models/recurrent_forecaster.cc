@@ -33,14 +33,43 @@ void RecurrentForecaster::DeclareParameters(ParameterArena& arena) const {
       arena.Add("rnn.bias_hh" + s, {G * H});
     }
   }
-  arena.Add("head.weight", {int64_t{horizon()} * num_targets(), directions_ * H});
-  arena.Add("head.bias", {int64_t{horizon()} * num_targets()});
+  arena.Add("head.weight", {num_outputs(), directions_ * H});
+  arena.Add("head.bias", {num_outputs()});
 }
 
 int64_t RecurrentForecaster::BodyWorkspaceFloats(int64_t B) const {
   const int64_t T = lookback(), H = rnn_.hidden_size();
   // Two ping-pong layer outputs (B, T, ND*H) and the last step (B, ND*H), each padded.
   return 2 * (B * T * directions_ * H + 16) + (B * directions_ * H + 16);
+}
+
+void RecurrentForecaster::LayerWeights(int l, RecurrentDirectionWeights* weights) const {
+  const ParameterArena& p = parameters();
+  for (int d = 0; d < directions_; ++d) {
+    const std::string s = Suffix(l, d);
+    weights[d] = {p.at("rnn.weight_ih" + s), p.at("rnn.weight_hh" + s), p.at("rnn.bias_ih" + s),
+                  p.at("rnn.bias_hh" + s)};
+  }
+}
+
+void RecurrentForecaster::LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const {
+  for (int d = 0; d < directions_; ++d) {
+    const std::string s = Suffix(l, d);
+    grads[d] = {grad(dparams, "rnn.weight_ih" + s), grad(dparams, "rnn.weight_hh" + s),
+                grad(dparams, "rnn.bias_ih" + s), grad(dparams, "rnn.bias_hh" + s)};
+  }
+}
+
+absl::Status RecurrentForecaster::RunLayer(Backend& backend, int l, float* out, const float* inp,
+                                           int64_t B) const {
+  const int64_t H = rnn_.hidden_size(), ND = directions_;
+  RecurrentDirectionWeights weights[2];
+  LayerWeights(l, weights);
+  const RecurrentDims dims{B, lookback(), l == 0 ? int64_t{num_features()} : ND * H, H, ND};
+  if (is_lstm_) {
+    return backend.LstmLayer(out, nullptr, nullptr, inp, nullptr, nullptr, weights, dims);
+  }
+  return backend.GruLayer(out, nullptr, inp, nullptr, weights, dims);
 }
 
 absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, float* out, const float* xn,
@@ -51,20 +80,8 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, float* o
   const float* layer_in = xn;
   float* result = nullptr;
   for (int l = 0; l < rnn_.num_layers(); ++l) {
-    RecurrentDirectionWeights weights[2];
-    for (int d = 0; d < ND; ++d) {
-      const std::string s = Suffix(l, d);
-      weights[d] = {p.at("rnn.weight_ih" + s), p.at("rnn.weight_hh" + s), p.at("rnn.bias_ih" + s),
-                    p.at("rnn.bias_hh" + s)};
-    }
-    const RecurrentDims dims{B, T, l == 0 ? int64_t{num_features()} : ND * H, H, ND};
     result = layer_out[l % 2];
-    if (is_lstm_) {
-      RETURN_IF_ERROR(
-          backend.LstmLayer(result, nullptr, nullptr, layer_in, nullptr, nullptr, weights, dims));
-    } else {
-      RETURN_IF_ERROR(backend.GruLayer(result, nullptr, layer_in, nullptr, weights, dims));
-    }
+    RETURN_IF_ERROR(RunLayer(backend, l, result, layer_in, B));
     layer_in = result;
   }
   // The head reads the last time step of the top layer, both directions side by side.
@@ -74,7 +91,66 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, float* o
     std::copy(src, src + ND * H, last + b * ND * H);
   }
   return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
-                        int64_t{horizon()} * num_targets());
+                        num_outputs());
+}
+
+// The tape: saved[l] is layer l's input (saved[0] = xn), saved[L] the top layer's output and
+// saved[L + 1] the head's input, the last time step (B, ND*H).
+absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
+                                                   int64_t B, TrainingTape& tape) const {
+  const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const ParameterArena& p = parameters();
+  tape.saved.push_back(const_cast<float*>(xn));
+  for (int l = 0; l < rnn_.num_layers(); ++l) {
+    float* layer_out = tape.Alloc(B * T * ND * H);
+    RETURN_IF_ERROR(RunLayer(backend, l, layer_out, tape.saved.back(), B));
+    tape.saved.push_back(layer_out);
+  }
+  const float* top = tape.saved.back();
+  float* last = tape.Alloc(B * ND * H);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* src = top + (b * T + (T - 1)) * ND * H;
+    std::copy(src, src + ND * H, last + b * ND * H);
+  }
+  tape.saved.push_back(last);
+  return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
+                        num_outputs());
+}
+
+absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams, const float* dout,
+                                               TrainingTape& tape) const {
+  const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const int L = rnn_.num_layers();
+  const ParameterArena& p = parameters();
+  const float* last = tape.saved[static_cast<size_t>(L + 1)];
+  float* dlast = tape.Alloc(B * ND * H);
+  RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
+                                         grad(dparams, "head.bias"), dout, last,
+                                         p.at("head.weight"), B, ND * H, num_outputs()));
+  // Only the last time step of the top layer reaches the head.
+  float* dlayer[2] = {tape.Alloc(B * T * ND * H), tape.Alloc(B * T * ND * H)};
+  float* dtop = dlayer[0];
+  std::fill_n(dtop, B * T * ND * H, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(dlast + b * ND * H, dlast + (b + 1) * ND * H, dtop + (b * T + (T - 1)) * ND * H);
+  }
+  for (int l = L - 1; l >= 0; --l) {
+    const float* dl_out = dlayer[(L - 1 - l) % 2];
+    float* dl_in = l > 0 ? dlayer[(L - l) % 2] : nullptr;
+    RecurrentDirectionWeights weights[2];
+    RecurrentDirectionGrads grads[2];
+    LayerWeights(l, weights);
+    LayerGrads(l, dparams, grads);
+    const RecurrentDims dims{B, T, l == 0 ? int64_t{num_features()} : ND * H, H, ND};
+    const float* inp = tape.saved[static_cast<size_t>(l)];
+    if (is_lstm_) {
+      RETURN_IF_ERROR(
+          backend.LstmLayerBackward(dl_in, grads, dl_out, inp, nullptr, nullptr, weights, dims));
+    } else {
+      RETURN_IF_ERROR(backend.GruLayerBackward(dl_in, grads, dl_out, inp, nullptr, weights, dims));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace forecastd

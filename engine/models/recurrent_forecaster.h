@@ -18,6 +18,15 @@ class RecurrentForecaster final : public Forecaster {
   absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
+  absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
+                                TrainingTape& tape) const override;
+  absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+                            TrainingTape& tape) const override;
+
+  // Layer l's weights, and where their gradients go in a dparams array.
+  void LayerWeights(int l, RecurrentDirectionWeights* weights) const;
+  void LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const;
+  absl::Status RunLayer(Backend& backend, int l, float* out, const float* inp, int64_t B) const;
 
   const bool is_lstm_;
   const v1::RecurrentConfig rnn_;

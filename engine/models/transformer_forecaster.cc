@@ -8,13 +8,9 @@
 #include "kernels/base/status.h"
 
 namespace forecastd {
-namespace {
-
-std::string Layer(int k, absl::string_view rest) {
+std::string TransformerForecaster::Layer(int k, absl::string_view rest) {
   return absl::StrCat("encoder.layers.", k, ".", rest);
 }
-
-}  // namespace
 
 TransformerForecaster::TransformerForecaster(const ModelConfig& config)
     : Forecaster(config), tf_(config.transformer()), eps_(LayerNormEps(config.transformer())) {}
@@ -41,8 +37,8 @@ void TransformerForecaster::DeclareParameters(ParameterArena& arena) const {
     arena.Add("encoder.norm.weight", {D});
     arena.Add("encoder.norm.bias", {D});
   }
-  arena.Add("head.weight", {int64_t{horizon()} * num_targets(), D});
-  arena.Add("head.bias", {int64_t{horizon()} * num_targets()});
+  arena.Add("head.weight", {num_outputs(), D});
+  arena.Add("head.bias", {num_outputs()});
 }
 
 int64_t TransformerForecaster::BodyWorkspaceFloats(int64_t B) const {
@@ -171,8 +167,7 @@ absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float*
                                       p.at("encoder.norm.bias"), B, D, eps_));
     last = normed;
   }
-  return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, D,
-                        int64_t{horizon()} * num_targets());
+  return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, D, num_outputs());
 }
 
 }  // namespace forecastd

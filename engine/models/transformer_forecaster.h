@@ -6,6 +6,9 @@
 #ifndef FORECASTD_ENGINE_MODELS_TRANSFORMER_FORECASTER_H_
 #define FORECASTD_ENGINE_MODELS_TRANSFORMER_FORECASTER_H_
 
+#include <string>
+
+#include "absl/strings/string_view.h"
 #include "engine/models/forecaster.h"
 
 namespace forecastd {
@@ -20,7 +23,25 @@ class TransformerForecaster final : public Forecaster {
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
 
+  // The name of encoder layer k's parameter `rest`, e.g. Layer(0, "linear1.weight").
+  static std::string Layer(int k, absl::string_view rest);
+
+  absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
+                                TrainingTape& tape) const override;
+  absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+                            TrainingTape& tape) const override;
+
+  // What one encoder layer's training forward keeps; see transformer_training.cc.
+  struct LayerTape;
+  absl::Status LayerForwardTrain(Backend& backend, int k, const LayerTape& lt, int64_t B,
+                                 TrainingTape& tape) const;
+  // dx0 (N, D) from dx2 (N, D); dx2 is clobbered.
+  absl::Status LayerBackward(Backend& backend, int k, const LayerTape& lt, float* dx0, float* dx2,
+                             float* dparams, int64_t B, TrainingTape& tape) const;
+
   absl::Status Activation(Backend& backend, float* x, int64_t n) const;
+  absl::Status ActivationBackward(Backend& backend, float* dinp, const float* dout,
+                                  const float* inp, int64_t n) const;
   // Encoder layer k after its self-attention, on N rows: x (N, D) holds the layer's input
   // rows and sa (N, D) their projected attention; x ends as the layer's output. tmp (N, D)
   // and ff (N, d_ff) are scratch; sa is overwritten.

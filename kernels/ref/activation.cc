@@ -52,4 +52,45 @@ void SoftmaxForward(float* out, const float* inp, int64_t R, int64_t C) {
   }
 }
 
+void GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n, GeluForm form) {
+  constexpr double kInvSqrt2 = 1.0 / std::numbers::sqrt2;
+  const double kInvSqrt2Pi = 1.0 / std::sqrt(2.0 * std::numbers::pi);
+  const double kSqrt2OverPi = std::sqrt(2.0 / std::numbers::pi);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = inp[i];
+    double dy_dx;
+    if (form == GeluForm::kErf) {
+      // d/dx x Phi(x) = Phi(x) + x phi(x)
+      dy_dx = 0.5 * (1.0 + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5 * x * x);
+    } else {
+      const double th = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
+      dy_dx = 0.5 * (1.0 + th) +
+              0.5 * x * (1.0 - th * th) * kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * x * x);
+    }
+    dinp[i] = static_cast<float>(dout[i] * dy_dx);
+  }
+}
+
+void ReluBackward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+  }
+}
+
+void SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R, int64_t C) {
+  for (int64_t r = 0; r < R; ++r) {
+    const float* dout_r = dout + r * C;
+    const float* out_r = out + r * C;
+    float* dinp_r = dinp + r * C;
+    double dot = 0.0;
+    for (int64_t c = 0; c < C; ++c) {
+      dot += static_cast<double>(dout_r[c]) * static_cast<double>(out_r[c]);
+    }
+    // The whole row of dout is read into `dot` first, so dinp may alias dout.
+    for (int64_t c = 0; c < C; ++c) {
+      dinp_r[c] = static_cast<float>(out_r[c] * (dout_r[c] - dot));
+    }
+  }
+}
+
 }  // namespace forecastd::ref

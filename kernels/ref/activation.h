@@ -26,6 +26,18 @@ void ResidualForward(float* out, const float* a, const float* b, int64_t n);
 //   out (R, C), inp (R, C)
 void SoftmaxForward(float* out, const float* inp, int64_t R, int64_t C);
 
+// Backward passes: dinp = dout * f'(inp), written, not accumulated. `dinp` may alias `dout`.
+// ReLU's derivative at 0 is 0, as PyTorch's.
+void GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n, GeluForm form);
+void ReluBackward(float* dinp, const float* dout, const float* inp, int64_t n);
+
+// Row-wise softmax backward from the forward's output:
+//   dinp[r, c] = out[r, c] * (dout[r, c] - sum_c' dout[r, c'] * out[r, c'])
+void SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R, int64_t C);
+
+// The residual add passes dout to both inputs unchanged, and the positional encoding passes it
+// to its input unchanged, so neither needs a backward function.
+
 }  // namespace forecastd::ref
 
 #endif  // FORECASTD_KERNELS_REF_ACTIVATION_H_

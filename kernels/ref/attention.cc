@@ -96,4 +96,117 @@ void AttentionLastQueryForward(float* out, const float* q, const float* kv, int6
   }
 }
 
+// Both backward passes work one (batch, head, query) row at a time. With w = att[t, :] and
+// pre[s] = q . k_s * scale:
+//   dv_s += w[s] dout_t
+//   dw[s] = dout_t . v_s
+//   dpre[s] = w[s] (dw[s] - sum_s' w[s'] dw[s'])   (softmax backward)
+//   dq += scale sum_s dpre[s] k_s                  dk_s += scale dpre[s] q
+// Sums are kept in double and rounded once at the end.
+
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                       int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const int64_t hs = D / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<double> acc(T * 3 * D);  // dqkv of one batch row
+  std::vector<double> dw(T);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* qkv_b = qkv + b * T * 3 * D;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t h = 0; h < NH; ++h) {
+      for (int64_t t = 0; t < T; ++t) {
+        const float* att_row = att + ((b * NH + h) * T + t) * T;
+        const float* dout_t = dout + (b * T + t) * D + h * hs;
+        const float* q = qkv_b + t * 3 * D + 0 * D + h * hs;
+        double* dq = acc.data() + t * 3 * D + 0 * D + h * hs;
+
+        double w_dot_dw = 0.0;
+        for (int64_t s = 0; s < T; ++s) {
+          const float* v = qkv_b + s * 3 * D + 2 * D + h * hs;
+          double* dv = acc.data() + s * 3 * D + 2 * D + h * hs;
+          double dot = 0.0;
+          for (int64_t i = 0; i < hs; ++i) {
+            dot += static_cast<double>(dout_t[i]) * static_cast<double>(v[i]);
+            dv[i] += static_cast<double>(att_row[s]) * static_cast<double>(dout_t[i]);
+          }
+          dw[s] = dot;
+          w_dot_dw += static_cast<double>(att_row[s]) * dot;
+        }
+        // Masked entries have weight 0, so they contribute nothing below.
+        for (int64_t s = 0; s < T; ++s) {
+          const double dpre = static_cast<double>(att_row[s]) * (dw[s] - w_dot_dw) * scale;
+          const float* k = qkv_b + s * 3 * D + 1 * D + h * hs;
+          double* dk = acc.data() + s * 3 * D + 1 * D + h * hs;
+          for (int64_t i = 0; i < hs; ++i) {
+            dq[i] += dpre * static_cast<double>(k[i]);
+            dk[i] += dpre * static_cast<double>(q[i]);
+          }
+        }
+      }
+    }
+    float* dqkv_b = dqkv + b * T * 3 * D;
+    for (int64_t e = 0; e < T * 3 * D; ++e) dqkv_b[e] = static_cast<float>(acc[e]);
+  }
+}
+
+void AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                const float* kv, int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const int64_t hs = D / NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  std::vector<double> w(T), dw(T);
+  std::vector<double> dq_acc(hs);
+  std::vector<double> dkv_acc(T * 2 * D);  // dkv of one batch row
+  for (int64_t b = 0; b < B; ++b) {
+    const float* kv_b = kv + b * T * 2 * D;
+    std::fill(dkv_acc.begin(), dkv_acc.end(), 0.0);
+    for (int64_t h = 0; h < NH; ++h) {
+      const float* q_bh = q + b * D + h * hs;
+      const float* dout_bh = dout + b * D + h * hs;
+      // The weights, recomputed as the forward computes them.
+      double max = -INFINITY;
+      for (int64_t s = 0; s < T; ++s) {
+        const float* k = kv_b + s * 2 * D + h * hs;
+        double dot = 0.0;
+        for (int64_t i = 0; i < hs; ++i) {
+          dot += static_cast<double>(q_bh[i]) * static_cast<double>(k[i]);
+        }
+        w[s] = dot * scale;
+        max = std::max(max, w[s]);
+      }
+      double sum = 0.0;
+      for (int64_t s = 0; s < T; ++s) {
+        w[s] = std::exp(w[s] - max);
+        sum += w[s];
+      }
+      for (int64_t s = 0; s < T; ++s) w[s] /= sum;
+
+      double w_dot_dw = 0.0;
+      for (int64_t s = 0; s < T; ++s) {
+        const float* v = kv_b + s * 2 * D + D + h * hs;
+        double* dv = dkv_acc.data() + s * 2 * D + D + h * hs;
+        double dot = 0.0;
+        for (int64_t i = 0; i < hs; ++i) {
+          dot += static_cast<double>(dout_bh[i]) * static_cast<double>(v[i]);
+          dv[i] += w[s] * static_cast<double>(dout_bh[i]);
+        }
+        dw[s] = dot;
+        w_dot_dw += w[s] * dot;
+      }
+      std::fill(dq_acc.begin(), dq_acc.end(), 0.0);
+      for (int64_t s = 0; s < T; ++s) {
+        const double dpre = w[s] * (dw[s] - w_dot_dw) * scale;
+        const float* k = kv_b + s * 2 * D + h * hs;
+        double* dk = dkv_acc.data() + s * 2 * D + h * hs;
+        for (int64_t i = 0; i < hs; ++i) {
+          dq_acc[i] += dpre * static_cast<double>(k[i]);
+          dk[i] += dpre * static_cast<double>(q_bh[i]);
+        }
+      }
+      for (int64_t i = 0; i < hs; ++i) dq[b * D + h * hs + i] = static_cast<float>(dq_acc[i]);
+    }
+    float* dkv_b = dkv + b * T * 2 * D;
+    for (int64_t e = 0; e < T * 2 * D; ++e) dkv_b[e] = static_cast<float>(dkv_acc[e]);
+  }
+}
+
 }  // namespace forecastd::ref

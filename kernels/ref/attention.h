@@ -27,6 +27,18 @@ void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64
 void AttentionLastQueryForward(float* out, const float* q, const float* kv, int64_t B, int64_t T,
                                int64_t D, int64_t NH);
 
+// Gradient of AttentionForward with respect to its packed input, given dout (B, T, D) and the
+// attention weights `att` (B, NH, T, T) the forward saved (masked entries 0, so the causal
+// mask needs no flag here).
+//   dqkv (B, T, 3*D): written, not accumulated
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                       int64_t B, int64_t T, int64_t D, int64_t NH);
+
+// Gradients of AttentionLastQueryForward given dout (B, D); the weights are recomputed.
+//   dq (B, D), dkv (B, T, 2*D): written, not accumulated
+void AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                const float* kv, int64_t B, int64_t T, int64_t D, int64_t NH);
+
 }  // namespace forecastd::ref
 
 #endif  // FORECASTD_KERNELS_REF_ATTENTION_H_

@@ -12,8 +12,16 @@ namespace forecastd::ref {
 //   inp    (N, IN)
 //   weight (OUT, IN)   as nn.Linear.weight
 //   bias   (OUT) or nullptr for none
-void LinearForward(float* out, const float* inp, const float* weight, const float* bias,
-                   int64_t N, int64_t IN, int64_t OUT);
+void LinearForward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                   int64_t IN, int64_t OUT);
+
+// Gradients of LinearForward given dout = dLoss/dout (N, OUT). Every gradient is written, not
+// accumulated; pass nullptr for one that is not wanted.
+//   dinp    (N, IN)     = dout @ weight
+//   dweight (OUT, IN)   = dout^T @ inp
+//   dbias   (OUT)       = sum_n dout[n, :]
+void LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, int64_t N, int64_t IN, int64_t OUT);
 
 }  // namespace forecastd::ref
 

@@ -14,6 +14,12 @@ namespace forecastd::ref {
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                       const float* beta, int64_t N, int64_t C, float eps);
 
+// Gradients of LayerNormForward given dout (N, C); the statistics are recomputed from inp.
+// Written, not accumulated; nullptr for one that is not wanted.
+//   dinp (N, C), dgamma (C), dbeta (C)
+void LayerNormBackward(float* dinp, float* dgamma, float* dbeta, const float* dout,
+                       const float* inp, const float* gamma, int64_t N, int64_t C, float eps);
+
 }  // namespace forecastd::ref
 
 #endif  // FORECASTD_KERNELS_REF_NORMALIZATION_H_

@@ -49,6 +49,29 @@ void LstmLayerForward(float* out, float* h_n, float* c_n, const float* inp, cons
 void GruLayerForward(float* out, float* h_n, const float* inp, const float* h_0,
                      const RecurrentDirectionWeights* weights, const RecurrentDims& dims);
 
+// Where one direction's parameter gradients go; same shapes as RecurrentDirectionWeights.
+struct RecurrentDirectionGrads {
+  float* dw_ih;  // (G*H, I)
+  float* dw_hh;  // (G*H, H)
+  float* db_ih;  // (G*H)
+  float* db_hh;  // (G*H)
+};
+
+// Backpropagation through time for one LSTM layer, given dout = dLoss/dout (B, T, ND*H). The
+// final states are taken not to reach the loss (the forecasters read `out` only), and no
+// gradient flows to h_0 / c_0. The forward pass is recomputed from inp, h_0, c_0 and the
+// weights, so the caller keeps nothing but the layer's input.
+//   dinp (B, T, I) or nullptr when the input needs no gradient (the first layer)
+//   dweights[d] for d in [0, ND): written, not accumulated
+void LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
+                       const float* inp, const float* h_0, const float* c_0,
+                       const RecurrentDirectionWeights* weights, const RecurrentDims& dims);
+
+// The same for one GRU layer.
+void GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
+                      const float* inp, const float* h_0, const RecurrentDirectionWeights* weights,
+                      const RecurrentDims& dims);
+
 }  // namespace forecastd::ref
 
 #endif  // FORECASTD_KERNELS_REF_RECURRENT_H_

@@ -639,6 +639,403 @@ TEST_CASE("PositionalEncoding matches the reference on every backend, in place t
 }
 
 // ------------------------------------------------------------------------------------------
+// Backward passes. Each is compared with its kernels/ref counterpart, which accumulates in
+// double and rounds once; every gradient buffer starts as NaN, so one that is not written
+// fails. dout is U(-1, 1) throughout.
+
+// LinearBackward: the three gradients are fp32 sums of OUT <= 48 (dinp) or N <= 32 (dweight,
+// dbias) products of magnitude <= 1, the same order of error as the forward's, so the same
+// tolerance. Observed on oneDNN: max |diff| 1.4e-6 (dinp, dweight), 9.5e-7 (dbias).
+constexpr double kLinearBackwardAtol = kLinearAtol, kLinearBackwardRtol = kLinearRtol;
+
+TEST_CASE("LinearBackward matches the reference on every backend") {
+  struct Shape {
+    int64_t N, IN, OUT;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1}, {1, 7, 5}, {6, 13, 17}, {32, 64, 48}, {3, 67, 1}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [N, IN, OUT] : shapes) {
+      for (const bool want_dinp : {true, false}) {
+        for (const bool want_dbias : {true, false}) {
+          std::mt19937 rng(1500 + N * 100 + IN * 10 + OUT);
+          const std::vector<float> dout = Uniform(rng, N * OUT), inp = Uniform(rng, N * IN),
+                                   weight = Uniform(rng, OUT * IN);
+          std::vector<float> want_dinp_v(N * IN), want_dweight(OUT * IN), want_dbias_v(OUT);
+          ref::LinearBackward(want_dinp_v.data(), want_dweight.data(), want_dbias_v.data(),
+                              dout.data(), inp.data(), weight.data(), N, IN, OUT);
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* dinp = want_dinp ? mem->Output(N * IN) : nullptr;
+          float* dweight = mem->Output(OUT * IN);
+          float* dbias = want_dbias ? mem->Output(OUT) : nullptr;
+          REQUIRE(backend
+                      ->LinearBackward(dinp, dweight, dbias, mem->Upload(dout), mem->Upload(inp),
+                                       mem->Upload(weight), N, IN, OUT)
+                      .ok());
+          const std::string what =
+              Describe(under_test, "LinearBackward",
+                       "N=" + std::to_string(N) + " IN=" + std::to_string(IN) +
+                           " OUT=" + std::to_string(OUT) + " dinp=" + std::to_string(want_dinp) +
+                           " dbias=" + std::to_string(want_dbias));
+          if (want_dinp) {
+            ExpectAllClose(what + " dinp", mem->Download(dinp, N * IN), want_dinp_v,
+                           kLinearBackwardAtol, kLinearBackwardRtol);
+          }
+          ExpectAllClose(what + " dweight", mem->Download(dweight, OUT * IN), want_dweight,
+                         kLinearBackwardAtol, kLinearBackwardRtol);
+          if (want_dbias) {
+            ExpectAllClose(what + " dbias", mem->Download(dbias, OUT), want_dbias_v,
+                           kLinearBackwardAtol, kLinearBackwardRtol);
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLinearBackward);
+  }
+}
+
+// LstmLayerBackward / GruLayerBackward. Backpropagation through time recomputes the forward
+// (the forward's errors in the states), then sums over up to B * T = 36 steps per weight
+// gradient and carries dh back through T <= 12 steps, each through the gates' derivatives
+// (<= 1) and W_hh (entries <= 1/sqrt(H)), so the error stays at a few fp32 ulp of those sums:
+// the forward's tolerance. A wrong gate order or bias mapping is off by O(0.01) or more.
+// Observed on oneDNN: max |diff| 3e-7 (dW), 9.5e-7 (db), 1.8e-7 (dinp).
+constexpr double kRecurrentBackwardAtol = kRecurrentAtol, kRecurrentBackwardRtol = kRecurrentRtol;
+
+void CheckRecurrentBackward(const BackendUnderTest& under_test, Backend& backend, Cell cell,
+                            const RecurrentDims& dims, bool with_h_0, bool with_c_0,
+                            bool want_dinp) {
+  const auto [B, T, I, H, ND] = dims;
+  const bool lstm = cell == Cell::kLstm;
+  const int64_t GH = (lstm ? 4 : 3) * H;
+  std::mt19937 rng(2500 + B * 1000 + T * 100 + I * 10 + H + ND);
+  const RecurrentWeightsHost weights(rng, cell, dims);
+  const std::vector<float> inp = Uniform(rng, B * T * I), h_0 = Uniform(rng, ND * B * H),
+                           c_0 = Uniform(rng, ND * B * H), dout = Uniform(rng, B * T * ND * H);
+
+  std::vector<float> want_dinp_v(B * T * I);
+  std::vector<std::vector<float>> want_dw_ih(ND, std::vector<float>(GH * I)),
+      want_dw_hh(ND, std::vector<float>(GH * H)), want_db_ih(ND, std::vector<float>(GH)),
+      want_db_hh(ND, std::vector<float>(GH));
+  std::vector<RecurrentDirectionGrads> want_grads;
+  for (int64_t d = 0; d < ND; ++d) {
+    want_grads.push_back(
+        {want_dw_ih[d].data(), want_dw_hh[d].data(), want_db_ih[d].data(), want_db_hh[d].data()});
+  }
+  const std::vector<RecurrentDirectionWeights> host_weights = weights.Host();
+  if (lstm) {
+    ref::LstmLayerBackward(want_dinp_v.data(), want_grads.data(), dout.data(), inp.data(),
+                           with_h_0 ? h_0.data() : nullptr, with_c_0 ? c_0.data() : nullptr,
+                           host_weights.data(), dims);
+  } else {
+    ref::GruLayerBackward(want_dinp_v.data(), want_grads.data(), dout.data(), inp.data(),
+                          with_h_0 ? h_0.data() : nullptr, host_weights.data(), dims);
+  }
+
+  std::unique_ptr<TestMemory> mem = under_test.memory();
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(*mem);
+  std::vector<RecurrentDirectionGrads> grads;
+  for (int64_t d = 0; d < ND; ++d) {
+    grads.push_back({mem->Output(GH * I), mem->Output(GH * H), mem->Output(GH), mem->Output(GH)});
+  }
+  float* dinp = want_dinp ? mem->Output(B * T * I) : nullptr;
+  const float* dev_dout = mem->Upload(dout);
+  const float* dev_inp = mem->Upload(inp);
+  const float* dev_h_0 = with_h_0 ? mem->Upload(h_0) : nullptr;
+  const float* dev_c_0 = with_c_0 ? mem->Upload(c_0) : nullptr;
+  const absl::Status status =
+      lstm ? backend.LstmLayerBackward(dinp, grads.data(), dev_dout, dev_inp, dev_h_0, dev_c_0,
+                                       dev_weights.data(), dims)
+           : backend.GruLayerBackward(dinp, grads.data(), dev_dout, dev_inp, dev_h_0,
+                                      dev_weights.data(), dims);
+  const std::string what =
+      Describe(under_test, lstm ? "LstmLayerBackward" : "GruLayerBackward",
+               DimsString(dims) + " h_0=" + std::to_string(with_h_0) +
+                   " c_0=" + std::to_string(with_c_0) + " dinp=" + std::to_string(want_dinp));
+  INFO(what << ": " << status.ToString());
+  REQUIRE(status.ok());
+  if (want_dinp) {
+    ExpectAllClose(what + " dinp", mem->Download(dinp, B * T * I), want_dinp_v,
+                   kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+  }
+  for (int64_t d = 0; d < ND; ++d) {
+    const std::string dir = " d=" + std::to_string(d);
+    ExpectAllClose(what + dir + " dw_ih", mem->Download(grads[d].dw_ih, GH * I), want_dw_ih[d],
+                   kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+    ExpectAllClose(what + dir + " dw_hh", mem->Download(grads[d].dw_hh, GH * H), want_dw_hh[d],
+                   kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+    ExpectAllClose(what + dir + " db_ih", mem->Download(grads[d].db_ih, GH), want_db_ih[d],
+                   kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+    ExpectAllClose(what + dir + " db_hh", mem->Download(grads[d].db_hh, GH), want_db_hh[d],
+                   kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+  }
+}
+
+TEST_CASE("LstmLayerBackward matches the reference on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const RecurrentDims& dims : RecurrentShapes()) {
+      for (const bool with_h_0 : {false, true}) {
+        for (const bool with_c_0 : {false, true}) {
+          for (const bool want_dinp : {true, false}) {
+            CheckRecurrentBackward(under_test, *backend, Cell::kLstm, dims, with_h_0, with_c_0,
+                                   want_dinp);
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLstmLayerBackward);
+  }
+}
+
+TEST_CASE("GruLayerBackward matches the reference on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const RecurrentDims& dims : RecurrentShapes()) {
+      for (const bool with_h_0 : {false, true}) {
+        for (const bool want_dinp : {true, false}) {
+          CheckRecurrentBackward(under_test, *backend, Cell::kGru, dims, with_h_0,
+                                 /*with_c_0=*/false, want_dinp);
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kGruLayerBackward);
+  }
+}
+
+// LayerNormBackward: dgamma and dbeta are fp32 sums over N <= 64 rows of terms <= ~2; dinp is
+// rstd times a difference of row means of C <= 96 terms, where cancellation leaves an absolute
+// error of a few ulp of the terms (~1e-7) times rstd (~1.7; the C = 1 row's rstd ~ 316 meets
+// an exact 0, since x - mean is 0 there). The forward's tolerance covers both. Observed on
+// oneDNN: max |diff| 1.9e-6 (dgamma, N = 64), 9.5e-7 (dbeta), 2.4e-7 (dinp).
+constexpr double kLayerNormBackwardAtol = kLayerNormAtol, kLayerNormBackwardRtol = kLayerNormRtol;
+
+TEST_CASE("LayerNormBackward matches the reference on every backend") {
+  struct Shape {
+    int64_t N, C;
+    float offset;  // as in the forward test
+  };
+  const std::vector<Shape> shapes = {{3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}};
+  constexpr float kEps = 1e-5f;
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [N, C, offset] : shapes) {
+      for (const bool want_dinp : {true, false}) {
+        for (const bool want_dgamma : {true, false}) {
+          for (const bool want_dbeta : {true, false}) {
+            std::mt19937 rng(3500 + N * 100 + C);
+            std::vector<float> inp = Uniform(rng, N * C);
+            for (float& x : inp) x += offset;
+            const std::vector<float> gamma = Uniform(rng, C), dout = Uniform(rng, N * C);
+            std::vector<float> want_dinp_v(N * C), want_dgamma_v(C), want_dbeta_v(C);
+            ref::LayerNormBackward(want_dinp_v.data(), want_dgamma_v.data(), want_dbeta_v.data(),
+                                   dout.data(), inp.data(), gamma.data(), N, C, kEps);
+
+            std::unique_ptr<TestMemory> mem = under_test.memory();
+            float* dinp = want_dinp ? mem->Output(N * C) : nullptr;
+            float* dgamma = want_dgamma ? mem->Output(C) : nullptr;
+            float* dbeta = want_dbeta ? mem->Output(C) : nullptr;
+            REQUIRE(backend
+                        ->LayerNormBackward(dinp, dgamma, dbeta, mem->Upload(dout),
+                                            mem->Upload(inp), mem->Upload(gamma), N, C, kEps)
+                        .ok());
+            const std::string what = Describe(under_test, "LayerNormBackward",
+                                              "N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                                                  " dinp=" + std::to_string(want_dinp) +
+                                                  " dgamma=" + std::to_string(want_dgamma) +
+                                                  " dbeta=" + std::to_string(want_dbeta));
+            if (want_dinp) {
+              ExpectAllClose(what + " dinp", mem->Download(dinp, N * C), want_dinp_v,
+                             kLayerNormBackwardAtol, kLayerNormBackwardRtol);
+            }
+            if (want_dgamma) {
+              ExpectAllClose(what + " dgamma", mem->Download(dgamma, C), want_dgamma_v,
+                             kLayerNormBackwardAtol, kLayerNormBackwardRtol);
+            }
+            if (want_dbeta) {
+              ExpectAllClose(what + " dbeta", mem->Download(dbeta, C), want_dbeta_v,
+                             kLayerNormBackwardAtol, kLayerNormBackwardRtol);
+            }
+          }
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kLayerNormBackward);
+  }
+}
+
+// GeluBackward: one evaluation of gelu' (|gelu'| <= 1.13 on [-4, 4]) times dout, with oneDNN's
+// erf / tanh / exp approximations good to a few ulp. Unlike the forward, gelu' has a term
+// x * (1 - tanh^2) * (...) whose fp32 1 - tanh^2 loses ~1 ulp of 1 (6e-8) and is then scaled
+// by up to ~5 at |x| = 4, so the absolute tolerance is the forward's times 2. Observed on
+// oneDNN: max |diff| 5.4e-7 (tanh form), 2.6e-7 (erf form).
+constexpr double kGeluBackwardAtol = 2 * kGeluAtol, kGeluBackwardRtol = kGeluRtol;
+
+TEST_CASE("GeluBackward, both forms, matches the reference on every backend, in place too") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const GeluForm form : {GeluForm::kErf, GeluForm::kTanh}) {
+      for (const int64_t n : ElementCounts()) {
+        for (const bool in_place : {false, true}) {
+          std::mt19937 rng(4500 + n);
+          const std::vector<float> inp = Uniform(rng, n, -4.0f, 4.0f), dout = Uniform(rng, n);
+          std::vector<float> want(n);
+          ref::GeluBackward(want.data(), dout.data(), inp.data(), n, form);
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* dev_dout = mem->Upload(dout);
+          float* dinp = in_place ? dev_dout : mem->Output(n);
+          REQUIRE(backend->GeluBackward(dinp, dev_dout, mem->Upload(inp), n, form).ok());
+          ExpectAllClose(Describe(under_test, "GeluBackward",
+                                  std::string(form == GeluForm::kErf ? "erf" : "tanh") + " n=" +
+                                      std::to_string(n) + " in_place=" + std::to_string(in_place)),
+                         mem->Download(dinp, n), want, kGeluBackwardAtol, kGeluBackwardRtol);
+        }
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kGeluBackward);
+  }
+}
+
+// ReluBackward is exact: it selects dout or 0. Every fifth input is exactly 0, where the
+// derivative must be 0 (PyTorch's convention), not dout.
+TEST_CASE("ReluBackward matches the reference exactly on every backend, in place too") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const int64_t n : ElementCounts()) {
+      for (const bool in_place : {false, true}) {
+        std::mt19937 rng(5500 + n);
+        std::vector<float> inp = Uniform(rng, n);
+        for (int64_t i = 0; i < n; i += 5) inp[i] = 0.0f;
+        const std::vector<float> dout = Uniform(rng, n);
+        std::vector<float> want(n);
+        ref::ReluBackward(want.data(), dout.data(), inp.data(), n);
+        REQUIRE(want[0] == 0.0f);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* dev_dout = mem->Upload(dout);
+        float* dinp = in_place ? dev_dout : mem->Output(n);
+        REQUIRE(backend->ReluBackward(dinp, dev_dout, mem->Upload(inp), n).ok());
+        ExpectAllClose(Describe(under_test, "ReluBackward",
+                                "n=" + std::to_string(n) + " in_place=" + std::to_string(in_place)),
+                       mem->Download(dinp, n), want, 0.0, 0.0);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kReluBackward);
+  }
+}
+
+// SoftmaxBackward: out * (dout - dot) with dot an fp32 sum of C <= 128 terms out * dout, which
+// sum to at most 1 in magnitude: errors of a few 1e-8, well inside the forward's tolerance.
+// Observed on oneDNN: max |diff| 7.5e-9.
+constexpr double kSoftmaxBackwardAtol = kSoftmaxAtol, kSoftmaxBackwardRtol = kSoftmaxRtol;
+
+TEST_CASE("SoftmaxBackward matches the reference on every backend, in place too") {
+  struct Shape {
+    int64_t R, C;
+  };
+  const std::vector<Shape> shapes = {{1, 1}, {1, 9}, {7, 33}, {64, 128}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [R, C] : shapes) {
+      for (const bool in_place : {false, true}) {
+        std::mt19937 rng(6500 + R * 100 + C);
+        const std::vector<float> inp = Uniform(rng, R * C, -4.0f, 4.0f), dout = Uniform(rng, R * C);
+        std::vector<float> out(R * C), want(R * C);
+        ref::SoftmaxForward(out.data(), inp.data(), R, C);
+        ref::SoftmaxBackward(want.data(), dout.data(), out.data(), R, C);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* dev_dout = mem->Upload(dout);
+        float* dinp = in_place ? dev_dout : mem->Output(R * C);
+        REQUIRE(backend->SoftmaxBackward(dinp, dev_dout, mem->Upload(out), R, C).ok());
+        ExpectAllClose(Describe(under_test, "SoftmaxBackward",
+                                "R=" + std::to_string(R) + " C=" + std::to_string(C) +
+                                    " in_place=" + std::to_string(in_place)),
+                       mem->Download(dinp, R * C), want, kSoftmaxBackwardAtol,
+                       kSoftmaxBackwardRtol);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kSoftmaxBackward);
+  }
+}
+
+// AttentionBackward / AttentionLastQueryBackward: fp32 matmuls of depth hs <= 8 or T <= 16
+// around a softmax backward, with every factor <= 1: the forward's order of error. Observed on
+// oneDNN: max |diff| 2.4e-7 (AttentionBackward; AttentionLastQueryBackward runs the
+// reference there).
+constexpr double kAttentionBackwardAtol = kAttentionAtol, kAttentionBackwardRtol = kAttentionRtol;
+
+TEST_CASE("AttentionBackward, causal and not, matches the reference on every backend") {
+  struct Shape {
+    int64_t B, T, D, NH;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 4, 1}, {2, 5, 8, 2}, {3, 7, 12, 3}, {2, 16, 32, 4}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [B, T, D, NH] : shapes) {
+      for (const bool causal : {false, true}) {
+        std::mt19937 rng(7700 + B * 1000 + T * 10 + D);
+        const std::vector<float> qkv = Uniform(rng, B * T * 3 * D), dout = Uniform(rng, B * T * D);
+        std::vector<float> out(B * T * D), att(B * NH * T * T), want(B * T * 3 * D);
+        ref::AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, causal);
+        ref::AttentionBackward(want.data(), dout.data(), qkv.data(), att.data(), B, T, D, NH);
+
+        std::unique_ptr<TestMemory> mem = under_test.memory();
+        float* dqkv = mem->Output(B * T * 3 * D);
+        REQUIRE(backend
+                    ->AttentionBackward(dqkv, mem->Upload(dout), mem->Upload(qkv), mem->Upload(att),
+                                        B, T, D, NH)
+                    .ok());
+        ExpectAllClose(Describe(under_test, "AttentionBackward",
+                                "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                                    " D=" + std::to_string(D) + " NH=" + std::to_string(NH) +
+                                    " causal=" + std::to_string(causal)),
+                       mem->Download(dqkv, B * T * 3 * D), want, kAttentionBackwardAtol,
+                       kAttentionBackwardRtol);
+      }
+    }
+    RequireNoFallback(under_test, *backend, Op::kAttentionBackward);
+  }
+}
+
+TEST_CASE("AttentionLastQueryBackward matches the reference on every backend") {
+  struct Shape {
+    int64_t B, T, D, NH;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 4, 1}, {2, 5, 8, 2}, {3, 7, 12, 3}, {5, 16, 32, 4}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const auto [B, T, D, NH] : shapes) {
+      std::mt19937 rng(7900 + B * 1000 + T * 10 + D);
+      const std::vector<float> q = Uniform(rng, B * D), kv = Uniform(rng, B * T * 2 * D),
+                               dout = Uniform(rng, B * D);
+      std::vector<float> want_dq(B * D), want_dkv(B * T * 2 * D);
+      ref::AttentionLastQueryBackward(want_dq.data(), want_dkv.data(), dout.data(), q.data(),
+                                      kv.data(), B, T, D, NH);
+
+      std::unique_ptr<TestMemory> mem = under_test.memory();
+      float* dq = mem->Output(B * D);
+      float* dkv = mem->Output(B * T * 2 * D);
+      REQUIRE(backend
+                  ->AttentionLastQueryBackward(dq, dkv, mem->Upload(dout), mem->Upload(q),
+                                               mem->Upload(kv), B, T, D, NH)
+                  .ok());
+      const std::string what =
+          Describe(under_test, "AttentionLastQueryBackward",
+                   "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                       " D=" + std::to_string(D) + " NH=" + std::to_string(NH));
+      ExpectAllClose(what + " dq", mem->Download(dq, B * D), want_dq, kAttentionBackwardAtol,
+                     kAttentionBackwardRtol);
+      ExpectAllClose(what + " dkv", mem->Download(dkv, B * T * 2 * D), want_dkv,
+                     kAttentionBackwardAtol, kAttentionBackwardRtol);
+    }
+    RequireNoFallback(under_test, *backend, Op::kAttentionLastQueryBackward);
+  }
+}
+
+// ------------------------------------------------------------------------------------------
 // Concurrency: several threads run a mix of ops on their own buffers against one backend;
 // some shapes are shared by all threads (one cached primitive run concurrently), some are
 // per thread (primitives built concurrently). Results are checked after the join, since
@@ -661,6 +1058,12 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
       std::vector<float> lstm_want, lstm_h_want, gru_want;
       std::vector<RecurrentDirectionWeights> lstm_w, gru_w;
       float *lstm_out, *lstm_h_n, *lstm_inp, *gru_out, *gru_inp;
+      // The LSTM's backward pass on the same layer: dinp, then per direction dw_ih, dw_hh,
+      // db_ih, db_hh.
+      std::vector<std::vector<float>> lstm_grads_want;
+      std::vector<float*> lstm_grads;
+      std::vector<RecurrentDirectionGrads> lstm_dw;
+      float* lstm_dout;
       // Attention, causal, shared shape.
       int64_t B = 2, T = 6, D = 8, NH = 2;
       std::vector<float> att_want;
@@ -694,6 +1097,27 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
       w.lstm_h_n = mem->Output(w.lstm_h_want.size());
       w.lstm_inp = mem->Upload(lstm_inp);
 
+      const std::vector<float> lstm_dout = Uniform(rng, w.lstm_want.size());
+      const int64_t GH = 4 * ld.H;
+      w.lstm_grads_want.emplace_back(ld.B * ld.T * ld.I);
+      for (int64_t d = 0; d < ld.ND; ++d) {
+        for (const int64_t n : {GH * ld.I, GH * ld.H, GH, GH}) w.lstm_grads_want.emplace_back(n);
+      }
+      std::vector<RecurrentDirectionGrads> want_dw;
+      for (size_t k = 0; k < w.lstm_grads_want.size(); ++k) {
+        w.lstm_grads.push_back(mem->Output(w.lstm_grads_want[k].size()));
+      }
+      for (int64_t d = 0; d < ld.ND; ++d) {
+        want_dw.push_back({w.lstm_grads_want[1 + 4 * d].data(), w.lstm_grads_want[2 + 4 * d].data(),
+                           w.lstm_grads_want[3 + 4 * d].data(),
+                           w.lstm_grads_want[4 + 4 * d].data()});
+        w.lstm_dw.push_back({w.lstm_grads[1 + 4 * d], w.lstm_grads[2 + 4 * d],
+                             w.lstm_grads[3 + 4 * d], w.lstm_grads[4 + 4 * d]});
+      }
+      ref::LstmLayerBackward(w.lstm_grads_want[0].data(), want_dw.data(), lstm_dout.data(),
+                             lstm_inp.data(), nullptr, nullptr, keep.back()->Host().data(), ld);
+      w.lstm_dout = mem->Upload(lstm_dout);
+
       w.gru_dims = RecurrentDims{1 + i % 3, 2 + i, 3, 5 + i % 2, 1 + i % 2};
       const RecurrentDims& gd = w.gru_dims;
       keep.push_back(std::make_unique<RecurrentWeightsHost>(rng, Cell::kGru, gd));
@@ -720,6 +1144,9 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
               backend->Linear(w.lin_out, w.lin_inp, w.lin_w, w.lin_b, w.N, w.IN, w.OUT));
           w.status.Update(backend->LstmLayer(w.lstm_out, w.lstm_h_n, nullptr, w.lstm_inp, nullptr,
                                              nullptr, w.lstm_w.data(), w.lstm_dims));
+          w.status.Update(backend->LstmLayerBackward(w.lstm_grads[0], w.lstm_dw.data(), w.lstm_dout,
+                                                     w.lstm_inp, nullptr, nullptr, w.lstm_w.data(),
+                                                     w.lstm_dims));
           w.status.Update(backend->GruLayer(w.gru_out, nullptr, w.gru_inp, nullptr, w.gru_w.data(),
                                             w.gru_dims));
           w.status.Update(
@@ -740,6 +1167,11 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
                      w.lstm_want, kRecurrentAtol, kRecurrentRtol);
       ExpectAllClose(what + " LstmLayer h_n", mem->Download(w.lstm_h_n, w.lstm_h_want.size()),
                      w.lstm_h_want, kRecurrentAtol, kRecurrentRtol);
+      for (size_t k = 0; k < w.lstm_grads_want.size(); ++k) {
+        ExpectAllClose(what + " LstmLayerBackward gradient " + std::to_string(k),
+                       mem->Download(w.lstm_grads[k], w.lstm_grads_want[k].size()),
+                       w.lstm_grads_want[k], kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+      }
       ExpectAllClose(what + " GruLayer out", mem->Download(w.gru_out, w.gru_want.size()),
                      w.gru_want, kRecurrentAtol, kRecurrentRtol);
       ExpectAllClose(what + " Attention out", mem->Download(w.att_out, w.att_want.size()),
@@ -756,11 +1188,14 @@ TEST_CASE("DnnlBackend reports which ops are native") {
   REQUIRE(backend.ok());
   for (const Op op :
        {Op::kLinear, Op::kLstmLayer, Op::kGruLayer, Op::kLayerNorm, Op::kGelu, Op::kRelu,
-        Op::kSoftmax, Op::kAttention, Op::kAttentionLastQuery, Op::kResidual}) {
+        Op::kSoftmax, Op::kAttention, Op::kAttentionLastQuery, Op::kResidual, Op::kLinearBackward,
+        Op::kLstmLayerBackward, Op::kGruLayerBackward, Op::kLayerNormBackward, Op::kGeluBackward,
+        Op::kReluBackward, Op::kSoftmaxBackward, Op::kAttentionBackward}) {
     CAPTURE(static_cast<int>(op));
     REQUIRE((*backend)->SupportsOp(op));
   }
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kPositionalEncoding));
+  REQUIRE_FALSE((*backend)->SupportsOp(Op::kAttentionLastQueryBackward));
 }
 
 TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {
@@ -804,6 +1239,43 @@ TEST_CASE("DnnlBackend builds a primitive once per shape and reuses it") {
   }
   REQUIRE(backend.cache_stats().builds == 4);
   REQUIRE(backend.cache_stats().native == 4);
+  REQUIRE(backend.cache_stats().rejected == 0);
+  REQUIRE(backend.fallback_calls() == 0);
+}
+
+TEST_CASE("DnnlBackend builds a recurrent backward once per shape and reuses it") {
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
+  REQUIRE(created.ok());
+  DnnlBackend& backend = **created;
+  std::mt19937 rng(11500);
+  const RecurrentDims dims{2, 3, 6, 4, 2};
+  const RecurrentWeightsHost weights(rng, Cell::kGru, dims);
+  const int64_t GH = 3 * dims.H;
+  const std::vector<float> inp = Uniform(rng, dims.B * dims.T * dims.I),
+                           dout = Uniform(rng, dims.B * dims.T * dims.ND * dims.H);
+  std::vector<float> dinp(inp.size());
+  std::vector<std::vector<float>> buffers;
+  std::vector<RecurrentDirectionGrads> grads;
+  buffers.reserve(4 * dims.ND);
+  for (int64_t d = 0; d < dims.ND; ++d) {
+    float* dw_ih = buffers.emplace_back(GH * dims.I).data();
+    float* dw_hh = buffers.emplace_back(GH * dims.H).data();
+    float* db_ih = buffers.emplace_back(GH).data();
+    float* db_hh = buffers.emplace_back(GH).data();
+    grads.push_back({dw_ih, dw_hh, db_ih, db_hh});
+  }
+  // The forward_training pass, the backward and all their reorders are one entry.
+  std::vector<std::vector<float>> first;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(backend
+                .GruLayerBackward(dinp.data(), grads.data(), dout.data(), inp.data(), nullptr,
+                                  weights.Host().data(), dims)
+                .ok());
+    REQUIRE(backend.cache_stats().builds == 1);
+    // Written, not accumulated: every call gives the same gradients.
+    if (i == 0) first = buffers;
+    REQUIRE(buffers == first);
+  }
   REQUIRE(backend.cache_stats().rejected == 0);
   REQUIRE(backend.fallback_calls() == 0);
 }

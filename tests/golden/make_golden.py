@@ -8,7 +8,11 @@ fills them with seeded random weights, runs them, and writes one directory per c
 
     <out>/<case>/config.json        ModelConfig in protobuf's JSON mapping
     <out>/<case>/model.safetensors  float32 weights (plus normalizer.mean / normalizer.std)
-    <out>/<case>/io.safetensors     `input` (B, T, F) raw and `output` (B, P, targets) from PyTorch
+    <out>/<case>/io.safetensors     `input` (B, T, F) raw and `output` (B, P, targets), or
+                                    (B, P, targets, Q) with quantiles, from PyTorch
+    <out>/<case>/train.safetensors  a training step and ten optimiser steps on that batch in
+                                    PyTorch: `target`, `loss`, `grad.<param>`, `losses`,
+                                    `after.<param>`, the loss / optimiser settings as metadata
 
 Usage:
     make_golden.py                    regenerate every case under tests/golden/ (deterministic)
@@ -18,10 +22,13 @@ Usage:
                                       models/<name>/<version>/ layout) and DIR/model.safetensors,
                                       build the PyTorch module, load_state_dict(strict=True), run
                                       it on DIR/io.safetensors' `input` (or --io FILE) and compare
-                                      with its `output`; exits 1 on any mismatch.
+                                      with its `output`; with DIR/train.safetensors, also
+                                      re-runs the training it describes and compares (1e-4);
+                                      exits 1 on any mismatch.
 
 Error metric, everywhere: max over elements of |got - want| / max(|want|, 1), which must be
-<= 1e-5 (relative for |want| >= 1, absolute below, so outputs near zero do not blow it up).
+<= 1e-5 for forecasts and <= 1e-4 for training results (relative for |want| >= 1, absolute below,
+so values near zero do not blow it up).
 
 Runs with Debian's python3-torch 1.13 and with PyPI's torch 2.x. No safetensors package needed:
 scripts/forecastd_torch.py reads and writes the format itself.
@@ -29,6 +36,7 @@ scripts/forecastd_torch.py reads and writes the format itself.
 
 import argparse
 import copy
+import inspect
 import json
 import math
 import os
@@ -36,6 +44,7 @@ import sys
 
 import numpy as np
 import torch
+from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "scripts")))
@@ -43,7 +52,9 @@ from forecastd_torch import (  # noqa: E402  (needs the sys.path entry above)
     ConfigError, SafetensorsError, Spec, build_module, make_input, max_rel_err, randomize,
     read_safetensors, run_module, sinusoid_table, state_dict_np, write_safetensors)
 
-RTOL = 1e-5
+RTOL = 1e-5        # forecasts
+TRAIN_RTOL = 1e-4  # training goldens (loss, gradients, losses, parameters after the steps)
+TRAIN_STEPS = 10
 
 # ----------------------------------------------------------------------------------------------
 # The cases. Shared dims: F=3 features, T=7, P=4, 2 targets, B=3.
@@ -55,39 +66,71 @@ HORIZON = 4
 BATCH = 3
 
 
-def _recurrent(name, seed, arch, hidden, layers, bidirectional, targets, dropout=0.0):
+def _train(loss="mse", optimizer="adam", lr=1e-2, huber_delta=1.0, beta1=0.9, beta2=0.999,
+           eps=1e-8, weight_decay=0.0, momentum=0.0, nesterov=False, clip_grad_norm=0.0):
+    """A case's training settings (TrainingConfig's loss and optimizer; defaults as there).
+    Settings that do not apply (huber_delta unless huber, betas/eps for SGD, momentum/nesterov
+    for Adam(W)) keep their defaults and are unused."""
+    return dict(loss=loss, huber_delta=huber_delta, optimizer=optimizer, lr=lr, beta1=beta1,
+                beta2=beta2, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                nesterov=nesterov, clip_grad_norm=clip_grad_norm)
+
+
+def _recurrent(name, seed, arch, hidden, layers, bidirectional, targets, dropout=0.0,
+               quantiles=None, train=None):
     return dict(name=name, seed=seed, arch=arch, hidden=hidden, layers=layers,
-                bidirectional=bidirectional, targets=targets, dropout=dropout)
+                bidirectional=bidirectional, targets=targets, dropout=dropout,
+                quantiles=quantiles, train=train or _train())
 
 
-def _transformer(name, seed, norm_first, activation, causal, targets, eps=None, gains=None):
+def _transformer(name, seed, norm_first, activation, causal, targets, eps=None, gains=None,
+                 quantiles=None, train=None):
     return dict(name=name, seed=seed, arch="transformer", d_model=8, heads=2, layers=2, d_ff=16,
                 norm_first=norm_first, activation=activation, causal=causal, targets=targets,
-                dropout=0.1, eps=eps, gains=gains or {})
+                dropout=0.1, eps=eps, gains=gains or {}, quantiles=quantiles,
+                train=train or _train())
 
 
 # Targets are deliberately not always in feature order, so the de-normalisation must look
 # each target's feature index up by name.
+# Training settings (`train`): Adam lr 1e-2 with MSE unless stated.
 CASES = [
     _recurrent("lstm_uni_l1", 1101, "lstm", 5, 1, False, ["load", "price"]),
     _recurrent("lstm_uni_l2", 1102, "lstm", 5, 2, False, ["price", "load"], dropout=0.1),
     _recurrent("lstm_bi_l1", 1103, "lstm", 5, 1, True, ["temperature", "load"]),
-    _recurrent("lstm_bi_l2", 1104, "lstm", 5, 2, True, ["price", "temperature"], dropout=0.1),
-    _recurrent("gru_uni_l1", 1201, "gru", 5, 1, False, ["price", "load"]),
-    _recurrent("gru_bi_l2", 1202, "gru", 5, 2, True, ["load", "price"], dropout=0.1),
+    # Huber with delta 0.5 (both branches occur, asserted), AdamW, clipping that triggers.
+    _recurrent("lstm_bi_l2", 1104, "lstm", 5, 2, True, ["price", "temperature"], dropout=0.1,
+               train=_train(loss="huber", huber_delta=0.5, optimizer="adamw", weight_decay=0.05,
+                            clip_grad_norm=0.13)),
+    _recurrent("gru_uni_l1", 1201, "gru", 5, 1, False, ["price", "load"],
+               train=_train(loss="mae", optimizer="sgd", lr=0.05, momentum=0.9)),
+    # Adam with coupled (L2) weight decay and non-default betas / eps.
+    _recurrent("gru_bi_l2", 1202, "gru", 5, 2, True, ["load", "price"], dropout=0.1,
+               train=_train(beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.01)),
     _transformer("transformer_postln_gelu", 1301, False, "ACTIVATION_GELU", False,
                  ["price", "load"]),
     # layerNormEps 1e-3 (not the 1e-5 default) here: far enough from the default that a C++
     # side ignoring the field fails this case.
     _transformer("transformer_preln_relu", 1302, True, "ACTIVATION_RELU", False,
-                 ["load", "price"], eps=1e-3),
+                 ["load", "price"], eps=1e-3,
+                 train=_train(optimizer="adamw", weight_decay=0.05,
+                              clip_grad_norm=2.0)),
+    # SGD with Nesterov momentum and L2 weight decay.
     _transformer("transformer_postln_relu_causal", 1303, False, "ACTIVATION_RELU", True,
-                 ["temperature", "price"]),
+                 ["temperature", "price"],
+                 train=_train(optimizer="sgd", lr=0.05, momentum=0.9, nesterov=True,
+                              weight_decay=1e-3)),
     # The tanh and erf forms of GELU differ by < 5e-4 at most, so this case scales the
     # feed-forward weights up (linear1 x2, linear2 x3) and uses a seed where swapping the form
     # moves the output by ~50x the tolerance.
     _transformer("transformer_preln_gelu_tanh", 1308, True, "ACTIVATION_GELU_TANH", False,
                  ["price", "load"], gains={"linear1.weight": 2.0, "linear2.weight": 3.0}),
+    # Probabilistic forecasts: quantiles [0.1, 0.5, 0.9], output (B, P, K, Q), pinball loss.
+    _recurrent("lstm_quantile", 1401, "lstm", 5, 1, False, ["price", "load"],
+               quantiles=[0.1, 0.5, 0.9], train=_train(loss="quantile")),
+    _transformer("transformer_quantile", 1402, True, "ACTIVATION_GELU", False,
+                 ["load", "temperature"], quantiles=[0.1, 0.5, 0.9],
+                 train=_train(loss="quantile")),
 ]
 
 
@@ -101,6 +144,8 @@ def case_config(case):
         "featureNames": list(FEATURES),
         "targetNames": list(case["targets"]),
     }
+    if case.get("quantiles"):
+        cfg["quantiles"] = list(case["quantiles"])
     if case["arch"] in ("lstm", "gru"):
         cfg[case["arch"]] = {
             "hiddenSize": case["hidden"],
@@ -154,8 +199,9 @@ def _act(u, name):
     return 0.5 * u * (1.0 + _erf(u / math.sqrt(2.0)))
 
 
-def numpy_forward(spec, sd, x):
-    """sd: name -> float64 ndarray; x: (B, T, F) float64."""
+def numpy_forward(spec, sd, x, denormalize=True):
+    """sd: name -> float64 ndarray; x: (B, T, F) float64. Returns (B, P, K) or (B, P, K, Q);
+    denormalize=False: in normalised units (what the training loss sees)."""
     B, T, _ = x.shape
     xn = (x - sd["normalizer.mean"]) / sd["normalizer.std"] if spec.standardized else x
     if spec.arch in ("lstm", "gru"):
@@ -222,10 +268,13 @@ def numpy_forward(spec, sd, x):
         last = h[:, -1, :]
         if spec.norm_first:  # per position, so applying it to the last one only is the same
             last = _layer_norm(last, sd["encoder.norm.weight"], sd["encoder.norm.bias"], spec.eps)
-    y = (last @ sd["head.weight"].T + sd["head.bias"]).reshape(B, spec.P, spec.K)
-    if spec.standardized:
+    y = (last @ sd["head.weight"].T + sd["head.bias"]).reshape(spec.output_shape(B))
+    if spec.standardized and denormalize:
         idx = spec.target_index
-        y = y * sd["normalizer.std"][idx] + sd["normalizer.mean"][idx]
+        std, mean = sd["normalizer.std"][idx], sd["normalizer.mean"][idx]
+        if spec.Q:  # each target's std / mean applies to all its quantiles
+            std, mean = std[:, None], mean[:, None]
+        y = y * std + mean
     return y
 
 
@@ -239,6 +288,362 @@ def numpy_variant(spec, sd, x, **changes):
     for k, val in changes.items():
         setattr(v, k, val)
     return numpy_forward(v, sd, x)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training goldens: one training step and TRAIN_STEPS optimiser steps on the case's batch.
+# ----------------------------------------------------------------------------------------------
+
+LOSS_KINDS = ("mse", "mae", "huber", "quantile")
+OPTIMIZER_KINDS = ("adam", "adamw", "sgd")
+_FLOAT_SETTINGS = ("huber_delta", "lr", "beta1", "beta2", "eps", "weight_decay", "momentum",
+                   "clip_grad_norm")
+# Residuals (pred - yn) this close to a kink of the loss (0 for MAE and the pinball loss,
+# +-delta for Huber) are refused: another implementation's rounding could put them on the
+# other side and flip a gradient term.
+KINK_MARGIN = 1e-4
+
+
+def _f32(v):
+    return float(np.float32(v))
+
+
+def train_settings(settings):
+    """The settings as the training runs them: floats rounded to float32 (what the C++ side
+    holds in TrainingConfig's proto floats), so both sides use the very same values."""
+    st = dict(settings)
+    for k in _FLOAT_SETTINGS:
+        st[k] = _f32(st[k])
+    st["nesterov"] = bool(st["nesterov"])
+    if st["loss"] not in LOSS_KINDS or st["optimizer"] not in OPTIMIZER_KINDS:
+        raise ValueError(f"loss {st['loss']!r} / optimizer {st['optimizer']!r} unknown")
+    if st["nesterov"] and (st["optimizer"] != "sgd" or st["momentum"] <= 0.0):
+        raise ValueError("nesterov needs SGD with momentum > 0")
+    return st
+
+
+def train_metadata(st, steps, exclude):
+    meta = {"loss": st["loss"], "optimizer": st["optimizer"]}
+    meta.update({k: repr(float(st[k])) for k in _FLOAT_SETTINGS})
+    meta["nesterov"] = "true" if st["nesterov"] else "false"
+    meta["steps"] = str(steps)
+    meta["dropout"] = "0.0"  # every dropout off in training goldens, whatever the config says
+    meta["after_exclude"] = " ".join(f"{n}[{b}:{e}]" for n, b, e in exclude)
+    return meta
+
+
+def parse_exclude(text):
+    """after_exclude "name[b:e] name[b:e] ..." -> [(name, b, e)] (flat element ranges)."""
+    out = []
+    for item in text.split():
+        name, _, rng = item.partition("[")
+        b, _, e = rng.rstrip("]").partition(":")
+        out.append((name, int(b), int(e)))
+    return out
+
+
+def adam_noise_slices(spec, st):
+    """Elements whose exact gradient is identically zero but whose float32 gradient is rounding
+    noise, which Adam(W)'s g / (sqrt(v) + eps) blows up to updates of up to ~lr per step: the
+    key third of each attention layer's in_proj_bias (a key bias adds q . b_k to every score of
+    a query, which softmax cancels). Their after.* values are not reproducible, so they are
+    listed in the metadata's after_exclude. [(name, begin, end)] over the flattened tensor."""
+    if spec.arch != "transformer" or st["optimizer"] not in ("adam", "adamw"):
+        return []
+    return [(f"encoder.layers.{k}.self_attn.in_proj_bias", spec.D, 2 * spec.D)
+            for k in range(spec.L)]
+
+
+def _masked(arrays, exclude):
+    """{name: ndarray} copies with the excluded elements set to 0."""
+    out = {n: np.array(a, dtype=np.float64) for n, a in arrays.items()}
+    for n, b, e in exclude:
+        out[n].reshape(-1)[b:e] = 0.0
+    return out
+
+
+def parse_train_metadata(meta):
+    """train.safetensors' __metadata__ -> (settings, steps); ValueError when incomplete."""
+    missing = [k for k in ("loss", "optimizer", "nesterov", "steps") + _FLOAT_SETTINGS
+               if k not in meta]
+    if missing:
+        raise ValueError(f"metadata lacks {missing}")
+    if meta["nesterov"] not in ("true", "false"):
+        raise ValueError(f"nesterov is {meta['nesterov']!r}, not true/false")
+    st = {"loss": meta["loss"], "optimizer": meta["optimizer"],
+          "nesterov": meta["nesterov"] == "true"}
+    for k in _FLOAT_SETTINGS:
+        st[k] = float(meta[k])
+    steps = int(meta["steps"])
+    if steps < 1:
+        raise ValueError(f"steps is {steps}")
+    if meta.get("dropout", "0.0") != "0.0":
+        raise ValueError(f"dropout {meta['dropout']!r}: only dropout 0 is reproducible")
+    return train_settings(st), steps, parse_exclude(meta.get("after_exclude", ""))
+
+
+def make_target(spec, module, seed, batch):
+    """(batch, P, K) float32 raw targets around each target feature's normaliser statistics:
+    mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 104729."""
+    g = torch.Generator().manual_seed(seed + 104729)
+    z = torch.randn((batch, spec.P, spec.K), dtype=torch.float64, generator=g)
+    if spec.standardized:
+        idx = torch.tensor(spec.target_index, dtype=torch.long)
+        z = module.normalizer.mean.double()[idx] + 1.5 * module.normalizer.std.double()[idx] * z
+    return z.to(torch.float32)
+
+
+def training_module(spec, state):
+    """The module training goldens use: built from spec with every dropout 0 (a separate
+    instance; configs may set dropout for real training), loaded with state, in train mode."""
+    s = copy.copy(spec)
+    s.dropout = 0.0
+    module = build_module(s)
+    module.load_state_dict(state, strict=True)
+    module.train()
+    return module
+
+
+def normalized_target(module, spec, target):
+    """yn = (target - mean[f_k]) / std[f_k], in the module's dtype."""
+    if module.normalizer is None:
+        return target
+    idx = torch.tensor(spec.target_index, dtype=torch.long)
+    return (target - module.normalizer.mean[idx]) / module.normalizer.std[idx]
+
+
+def training_loss(st, spec, pred, yn):
+    """pred: (B, P, K) or (B, P, K, Q) normalised forecast; yn: (B, P, K)."""
+    if (st["loss"] == "quantile") != bool(spec.Q):
+        raise ValueError(f"loss {st['loss']!r} with {spec.Q} quantiles: models with quantiles "
+                         "are trained with the quantile loss, point forecasts without")
+    if st["loss"] == "quantile":
+        tau = torch.tensor(spec.quantiles, dtype=pred.dtype)
+        e = yn.unsqueeze(-1) - pred
+        return torch.maximum(tau * e, (tau - 1) * e).mean()
+    if st["loss"] == "mse":
+        return nn.MSELoss()(pred, yn)
+    if st["loss"] == "mae":
+        return nn.L1Loss()(pred, yn)
+    return nn.HuberLoss(delta=st["huber_delta"])(pred, yn)
+
+
+def make_optimizer(params, st):
+    if st["optimizer"] == "sgd":
+        cls = torch.optim.SGD
+        kw = dict(lr=st["lr"], momentum=st["momentum"], nesterov=st["nesterov"],
+                  weight_decay=st["weight_decay"])
+    else:
+        cls = torch.optim.Adam if st["optimizer"] == "adam" else torch.optim.AdamW
+        kw = dict(lr=st["lr"], betas=(st["beta1"], st["beta2"]), eps=st["eps"],
+                  weight_decay=st["weight_decay"])
+    if "foreach" in inspect.signature(cls.__init__).parameters:
+        kw["foreach"] = False  # the single-tensor arithmetic
+    return cls(params, **kw)
+
+
+def run_training(module, x, target, st, spec, steps):
+    """Full-batch training on (x, target): losses[i] before step i+1, losses[steps] after the
+    last; grads at the initial weights (before clipping); parameters after the steps."""
+    module.train()
+    names = [n for n, _ in module.named_parameters()]
+    params = [p for _, p in module.named_parameters()]
+    opt = make_optimizer(params, st)
+    yn = normalized_target(module, spec, target).detach()
+    losses, norms, residuals, grads = [], [], [], None
+    gmax = {n: torch.zeros_like(p) for n, p in zip(names, params)}  # max |grad| over the steps
+    for i in range(steps + 1):
+        opt.zero_grad(set_to_none=True)
+        pred = module.forward_normalized(x)
+        loss = training_loss(st, spec, pred, yn)
+        losses.append(loss.detach().reshape(1).clone())
+        residuals.append((pred - (yn.unsqueeze(-1) if spec.Q else yn)).detach().clone())
+        if i == steps:
+            break
+        loss.backward()
+        if any(p.grad is None for p in params):
+            raise AssertionError("a parameter got no gradient")
+        if grads is None:
+            grads = {n: p.grad.detach().clone() for n, p in zip(names, params)}
+        for n, p in zip(names, params):
+            gmax[n] = torch.maximum(gmax[n], p.grad.detach().abs())
+        if st["clip_grad_norm"] > 0.0:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(params, st["clip_grad_norm"])))
+        opt.step()
+    return dict(losses=torch.cat(losses), grads=grads, norms=norms, residuals=residuals,
+                gmax=gmax, after={n: p.detach().clone() for n, p in zip(names, params)})
+
+
+def reference_training(module64, x64, target64, st, spec, steps):
+    """The same training in float64 with the update rules of README.md applied by hand in
+    NumPy (gradients from autograd): checks that the metadata and the README describe what
+    torch.optim does. Returns (losses, {name: params after})."""
+    names = [n for n, _ in module64.named_parameters()]
+    params = dict(module64.named_parameters())
+    w = {n: params[n].detach().numpy().copy() for n in names}
+    m = {n: np.zeros_like(w[n]) for n in names}
+    v = {n: np.zeros_like(w[n]) for n in names}
+    buf = {}
+    yn = normalized_target(module64, spec, target64).detach()
+    lr, wd, clip = st["lr"], st["weight_decay"], st["clip_grad_norm"]
+    b1, b2, eps, mom = st["beta1"], st["beta2"], st["eps"], st["momentum"]
+    losses = []
+    for t in range(1, steps + 2):
+        with torch.no_grad():
+            for n in names:
+                params[n].copy_(torch.from_numpy(w[n]))
+        module64.zero_grad(set_to_none=True)
+        loss = training_loss(st, spec, module64.forward_normalized(x64), yn)
+        losses.append(float(loss.detach()))
+        if t == steps + 1:
+            break
+        loss.backward()
+        g = {n: params[n].grad.numpy().copy() for n in names}
+        if clip > 0.0:
+            norm = math.sqrt(sum(float((g[n] ** 2).sum()) for n in names))
+            coef = min(1.0, clip / (norm + 1e-6))
+            g = {n: g[n] * coef for n in names}
+        for n in names:
+            p, gn = w[n], g[n]
+            if st["optimizer"] == "sgd":
+                gn = gn + wd * p
+                if mom > 0.0:
+                    buf[n] = gn.copy() if t == 1 else mom * buf[n] + gn
+                    gn = gn + mom * buf[n] if st["nesterov"] else buf[n]
+                w[n] = p - lr * gn
+            else:
+                if st["optimizer"] == "adamw":
+                    p = p * (1.0 - lr * wd)
+                else:
+                    gn = gn + wd * p
+                m[n] = b1 * m[n] + (1.0 - b1) * gn
+                v[n] = b2 * v[n] + (1.0 - b2) * gn * gn
+                w[n] = p - (lr / (1.0 - b1 ** t)) * m[n] / (
+                    np.sqrt(v[n]) / math.sqrt(1.0 - b2 ** t) + eps)
+    return np.array(losses), w
+
+
+def numpy_loss(st, spec, pred, yn):
+    """The loss definitions of README.md in NumPy float64."""
+    if st["loss"] == "quantile":
+        tau = np.array(spec.quantiles)
+        e = yn[..., None] - pred
+        return float(np.maximum(tau * e, (tau - 1.0) * e).mean())
+    e = pred - yn
+    if st["loss"] == "mse":
+        return float((e ** 2).mean())
+    if st["loss"] == "mae":
+        return float(np.abs(e).mean())
+    d = st["huber_delta"]
+    return float(np.where(np.abs(e) < d, 0.5 * e ** 2, d * (np.abs(e) - 0.5 * d)).mean())
+
+
+def train_tensors(target, res):
+    """train.safetensors' tensors, in file order."""
+    names = list(res["grads"])
+    return ([("target", target), ("loss", res["losses"][:1])]
+            + [(f"grad.{n}", res["grads"][n]) for n in names]
+            + [("losses", res["losses"])]
+            + [(f"after.{n}", res["after"][n]) for n in names])
+
+
+def _max_err(a, b):
+    return max(max_rel_err(a[k].numpy(), b[k].numpy()) for k in a)
+
+
+def generate_training(case, spec, module, x32, sd64):
+    """Runs the case's training in float32 (the golden) and the checks; returns
+    (tensors, metadata, summary)."""
+    name = case["name"]
+    st = train_settings(case["train"])
+    target = make_target(spec, module, case["seed"], BATCH)
+    m32 = training_module(spec, module.state_dict())
+    res = run_training(m32, x32, target, st, spec, TRAIN_STEPS)
+
+    # The golden must be trustworthy to TRAIN_RTOL: float64 agrees to a quarter of it (the worst
+    # case, transformer_postln_gelu's input_proj gradient, is ~6e-6 with torch 1.13 and ~1.1e-5
+    # with torch 2.11: cancellation in the post-LN backward).
+    m64 = training_module(spec, module.state_dict()).double()
+    x64, t64 = x32.double(), target.double()
+    res64 = run_training(m64, x64, t64, st, spec, TRAIN_STEPS)
+    # Elements with an exactly-zero gradient that Adam turns rounding noise into updates of: the
+    # excluded ones must be exactly those (float64 gradient <= 1e-12 at every step, float32 not
+    # exactly 0), and are left out of the after.* comparisons.
+    exclude = adam_noise_slices(spec, st)
+    if st["optimizer"] in ("adam", "adamw"):
+        flagged = _masked({n: ((res64["gmax"][n] <= 1e-12) & (res["gmax"][n] > 0)).numpy()
+                           for n in res["gmax"]}, exclude)
+        stray = [n for n, f in flagged.items() if f.any()]
+        if stray:
+            raise AssertionError(f"{name}: unexpected noise-driven Adam updates in {stray}")
+        for n, b, e in exclude:
+            if not float(res64["gmax"][n].reshape(-1)[b:e].max()) <= 1e-12:
+                raise AssertionError(f"{name}: {n}[{b}:{e}] has a float64 gradient: not a "
+                                     "structural zero")
+    after32 = _masked({n: t.numpy() for n, t in res["after"].items()}, exclude)
+    after64 = _masked({n: t.numpy() for n, t in res64["after"].items()}, exclude)
+    errs = {"loss": max_rel_err(res["losses"].numpy(), res64["losses"].numpy()),
+            "grad": _max_err(res["grads"], res64["grads"]),
+            "after": max(max_rel_err(after32[n], after64[n]) for n in after32)}
+    for what, e in errs.items():
+        if not e <= TRAIN_RTOL / 4:
+            raise AssertionError(f"{name}: training {what}, float32 vs float64 PyTorch: {e:.3g} "
+                                 f"> {TRAIN_RTOL / 4:g}: the golden would not be trustworthy")
+    # The loss definition, independently: NumPy float64 forward and loss at the initial weights.
+    yn64 = normalized_target(m64, spec, t64).numpy()
+    mean, std = sd64["normalizer.mean"], sd64["normalizer.std"]
+    yn_np = (t64.numpy() - mean[spec.target_index]) / std[spec.target_index]
+    l_np = numpy_loss(st, spec, numpy_forward(spec, sd64, x64.numpy(), denormalize=False), yn_np)
+    e_np = max(abs(l_np - float(res64["losses"][0])) / max(abs(l_np), 1.0),
+               max_rel_err(yn64, yn_np))
+    if not e_np <= 1e-10:
+        raise AssertionError(f"{name}: NumPy loss {l_np!r} vs PyTorch float64 "
+                             f"{float(res64['losses'][0])!r}")
+    # The optimiser, independently: the README's update rules by hand, in float64.
+    mref = training_module(spec, module.state_dict()).double()
+    l_ref, w_ref = reference_training(mref, x64, t64, st, spec, TRAIN_STEPS)
+    w_ref = _masked(w_ref, exclude)
+    w_64 = _masked({n: t.numpy() for n, t in res64["after"].items()}, exclude)
+    e_opt = max(max_rel_err(l_ref, res64["losses"].numpy()),
+                max(max_rel_err(w_ref[k], w_64[k]) for k in w_ref))
+    if not e_opt <= 1e-10:
+        raise AssertionError(f"{name}: hand-written {st['optimizer']} vs torch.optim in float64: "
+                             f"{e_opt:.3g}")
+
+    # No residual near a kink of the loss, at any of the steps.
+    kink = {"mae": 0.0, "quantile": 0.0, "huber": st["huber_delta"]}.get(st["loss"])
+    if kink is not None:
+        gap = min(float((r.abs() - kink).abs().min()) for r in res["residuals"])
+        if not gap > KINK_MARGIN:
+            raise AssertionError(f"{name}: a residual within {gap:.3g} of the {st['loss']} "
+                                 "loss's kink; pick another seed")
+    extra = ""
+    if st["loss"] == "huber":
+        inside = [int((r.abs() < kink).sum()) for r in res["residuals"]]
+        n = res["residuals"][0].numel()
+        if not all(0 < k < n for k in inside):
+            raise AssertionError(f"{name}: Huber residuals inside delta per step {inside} of {n}: "
+                                 "both branches must occur at every step")
+        extra += f" |e|<delta {min(inside)}..{max(inside)}/{n}"
+    if st["clip_grad_norm"] > 0.0:
+        clipped = sum(nm > st["clip_grad_norm"] for nm in res["norms"])
+        if not res["norms"][0] > st["clip_grad_norm"]:
+            raise AssertionError(f"{name}: gradient norm {res['norms'][0]:.3g} at the first step "
+                                 f"does not exceed clip_grad_norm {st['clip_grad_norm']:g}")
+        extra += (f" norm0={res['norms'][0]:.3g} clipped {clipped}/{TRAIN_STEPS}")
+    meta = {"format": "pt", "generator": "tests/golden/make_golden.py", "case": name}
+    meta.update(train_metadata(st, TRAIN_STEPS, exclude))
+    if exclude:
+        drift = max(max_rel_err(res["after"][n].numpy().reshape(-1)[b:e],
+                                res64["after"][n].numpy().reshape(-1)[b:e]) for n, b, e in exclude)
+        extra += f" key-bias noise {drift:.0e} (excluded)"
+    l = res["losses"]
+    opt = st["optimizer"] + (" nesterov" if st["nesterov"] else "")
+    summary = (f"  train {st['loss']:<8} {opt:<13} loss {float(l[0]):.5f} -> "
+               f"{float(l[-1]):.5f}{extra}  fp32-vs-fp64 loss={errs['loss']:.0e} "
+               f"grad={errs['grad']:.0e} after={errs['after']:.0e} numpy-loss={e_np:.0e} "
+               f"hand-optimizer={e_opt:.0e}")
+    return train_tensors(target, res), meta, summary
 
 
 def generate_case(case, out_root):
@@ -287,15 +692,20 @@ def generate_case(case, out_root):
                       meta)
     write_safetensors(os.path.join(d, "io.safetensors"),
                       [("input", x32.numpy()), ("output", y32.numpy())], meta)
+    train, train_meta, train_summary = generate_training(case, spec, module, x32, sd64)
+    write_safetensors(os.path.join(d, "train.safetensors"),
+                      [(k, v.numpy()) for k, v in train], train_meta)
 
-    # Round trip: the files just written must pass --verify.
-    ok, msg = verify_dir(d, quiet=True)
+    # Round trip: the files just written must pass --verify, the training re-run from
+    # train.safetensors' metadata reproducing it exactly.
+    ok, msg = verify_dir(d, quiet=True, train_tol=0.0)
     if not ok:
         raise AssertionError(f"{case['name']}: written files fail --verify: {msg}")
     nparams = sum(v.numel() for v in module.state_dict().values())
     extra = "".join(f" {k}-shift={max_rel_err(v, yref):.1e}" for k, v in checks.items())
     print(f"{case['name']:<31} {spec.describe()} B={BATCH}  {nparams} floats  "
           f"fp32-vs-fp64={err32:.1e} numpy-vs-torch64={err_np:.0e}{extra}")
+    print(train_summary)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -311,8 +721,9 @@ def _find_config(d):
     return None
 
 
-def verify_dir(d, io_path=None, quiet=False):
-    """Returns (ok, message)."""
+def verify_dir(d, io_path=None, quiet=False, train_tol=TRAIN_RTOL):
+    """Returns (ok, message). With d/train.safetensors, also verifies the training golden
+    (verify_train, to train_tol)."""
     cfg_path = _find_config(d)
     if cfg_path is None:
         return False, f"no config.json in {d} or its parent"
@@ -332,9 +743,10 @@ def verify_dir(d, io_path=None, quiet=False):
     x, want = io["input"], io["output"]
     if x.ndim != 3 or x.shape[1:] != (spec.T, spec.F):
         return False, f"input shape {list(x.shape)} is not (B, T={spec.T}, F={spec.F})"
-    if want.shape != (x.shape[0], spec.P, spec.K):
+    if want.shape != spec.output_shape(x.shape[0]):
+        q = f", Q={spec.Q}" if spec.Q else ""
         return False, (f"output shape {list(want.shape)} is not (B={x.shape[0]}, P={spec.P}, "
-                       f"targets={spec.K})")
+                       f"targets={spec.K}{q})")
 
     module = build_module(spec)
     expected = module.state_dict()
@@ -365,13 +777,67 @@ def verify_dir(d, io_path=None, quiet=False):
                f"{err32:.2e}, PyTorch fp64 vs output {err64:.2e} (tolerance {RTOL:g})")
     if not err32 <= RTOL:
         diff = np.abs(y32.astype(np.float64) - want) / np.maximum(np.abs(want), 1.0)
-        b, p, k = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(diff), diff, np.inf))),
-                                   diff.shape)
-        return False, (f"MISMATCH {summary}; worst at [batch {b}, step {p}, target "
-                       f"{spec.targets[k]!r}]: PyTorch {float(y32[b, p, k])!r}, file "
-                       f"{float(want[b, p, k])!r}")
+        at = np.unravel_index(int(np.nanargmax(np.where(np.isfinite(diff), diff, np.inf))),
+                              diff.shape)
+        q = f", quantile {spec.quantiles[at[3]]:g}" if spec.Q else ""
+        return False, (f"MISMATCH {summary}; worst at [batch {at[0]}, step {at[1]}, target "
+                       f"{spec.targets[at[2]]!r}{q}]: PyTorch {float(y32[at])!r}, file "
+                       f"{float(want[at])!r}")
+    train_path = os.path.join(d, "train.safetensors")
+    if os.path.isfile(train_path):
+        ok, msg = verify_train(train_path, spec, state, x32, train_tol)
+        if not ok:
+            return False, f"{train_path}: {msg}"
+        summary += f"; {msg}"
     if not quiet:
         print(f"ok {summary}")
+    return True, summary
+
+
+def verify_train(path, spec, state, x32, tol):
+    """Checks a train.safetensors against PyTorch: the tensor names and shapes, then re-runs
+    the training its metadata describes from `state` (the initial weights) on x32 and its
+    `target`, and compares loss, grad.*, losses and after.* to tol. Returns (ok, message)."""
+    try:
+        tr, meta = read_safetensors(path)
+    except SafetensorsError as e:
+        return False, str(e)
+    try:
+        st, steps, exclude = parse_train_metadata(meta)
+    except ValueError as e:
+        return False, f"metadata: {e}"
+    module = training_module(spec, state)
+    pnames = [n for n, _ in module.named_parameters()]
+    shapes = {"target": (x32.shape[0], spec.P, spec.K), "loss": (1,), "losses": (steps + 1,)}
+    for n, p in module.named_parameters():
+        shapes[f"grad.{n}"] = shapes[f"after.{n}"] = tuple(p.shape)
+    problems = [f"missing {[k for k in shapes if k not in tr]}"] if set(shapes) - set(tr) else []
+    if set(tr) - set(shapes):
+        problems.append(f"unexpected {[k for k in tr if k not in shapes]}")
+    problems += [f"{k} has shape {list(tr[k].shape)}, expected {list(shp)}"
+                 for k, shp in shapes.items() if k in tr and tuple(tr[k].shape) != shp]
+    for n, b, e in exclude:
+        if n not in pnames or not 0 <= b <= e <= int(np.prod(shapes[f"after.{n}"])):
+            problems.append(f"after_exclude {n}[{b}:{e}] is not within a parameter")
+    if problems:
+        return False, "; ".join(problems)
+    target = torch.from_numpy(np.asarray(tr["target"], dtype=np.float32))
+    try:
+        res = run_training(module, x32, target, st, spec, steps)
+    except ValueError as e:
+        return False, str(e)
+    errs = [("loss", max_rel_err(res["losses"][:1].numpy(), tr["loss"])),
+            ("losses", max_rel_err(res["losses"].numpy(), tr["losses"]))]
+    errs += [(f"grad.{n}", max_rel_err(res["grads"][n].numpy(), tr[f"grad.{n}"]))
+             for n in pnames]
+    got = _masked({n: res["after"][n].numpy() for n in pnames}, exclude)
+    want = _masked({n: tr[f"after.{n}"] for n in pnames}, exclude)
+    errs += [(f"after.{n}", max_rel_err(got[n], want[n])) for n in pnames]
+    worst, err = max(errs, key=lambda e: e[1])
+    summary = (f"training ({st['loss']}, {st['optimizer']}, {steps} steps) vs PyTorch "
+               f"{err:.2e} (tolerance {tol:g})")
+    if not err <= tol:
+        return False, f"MISMATCH {summary}, worst in {worst}"
     return True, summary
 
 

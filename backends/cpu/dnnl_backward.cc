@@ -1,0 +1,429 @@
+// The backward passes of the oneDNN backend (training): Linear on three matmuls, LayerNorm, GELU,
+// ReLU and softmax on their backward primitives, the attention core on four matmuls around
+// softmax_backward. The recurrent layers are in dnnl_recurrent_backward.cc;
+// AttentionLastQueryBackward runs on the reference (see SupportsOp). Every gradient is written,
+// never accumulated: oneDNN's backward primitives overwrite their outputs except the recurrent
+// ones, which the other file zeroes first.
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_primitive.h"
+#include "backends/cpu/dnnl_status.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+namespace {
+
+using dnnl_internal::Args;
+using dnnl_internal::DnnlPrimitive;
+using dnnl_internal::Execute;
+using dnnl_internal::F32;
+using dnnl_internal::F32Strided;
+using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::Tag;
+using dnnl_internal::UserScratchpadAttr;
+using dnnl_internal::Wrap;
+
+int64_t FloatBits(float x) { return std::bit_cast<int32_t>(x); }
+
+// --- Linear: dinp = dout @ weight, dweight = dout^T @ inp (dout read transposed in place),
+// dbias = ones (1, N) @ dout: the column sums as a matmul, which oneDNN 2.6 runs on its jit
+// kernels, where its reduction primitive runs a reference loop for this shape.
+
+struct LinearBackwardMds {
+  dnnl::memory::desc dout, dout_t, weight, inp, dinp, dweight, ones, dbias;
+};
+
+LinearBackwardMds MakeLinearBackwardMds(int64_t N, int64_t IN, int64_t OUT) {
+  return LinearBackwardMds{.dout = F32({N, OUT}, Tag::ab),
+                           .dout_t = F32({OUT, N}, Tag::ba),
+                           .weight = F32({OUT, IN}, Tag::ab),
+                           .inp = F32({N, IN}, Tag::ab),
+                           .dinp = F32({N, IN}, Tag::ab),
+                           .dweight = F32({OUT, IN}, Tag::ab),
+                           .ones = F32({1, N}, Tag::ab),
+                           .dbias = F32({1, OUT}, Tag::ab)};
+}
+
+struct LinearBackwardPrimitive {
+  DnnlPrimitive dinp;       // matmul
+  DnnlPrimitive dweight;    // matmul
+  DnnlPrimitive dbias;      // matmul
+  std::vector<float> ones;  // (N), dbias's src; only read
+};
+
+std::shared_ptr<LinearBackwardPrimitive> BuildLinearBackward(const dnnl::engine& engine, int64_t N,
+                                                             int64_t IN, int64_t OUT) {
+  const LinearBackwardMds md = MakeLinearBackwardMds(N, IN, OUT);
+  auto matmul = [&engine](const dnnl::memory::desc& src, const dnnl::memory::desc& weights,
+                          const dnnl::memory::desc& dst) {
+    return MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
+        dnnl::matmul::desc(src, weights, dst), UserScratchpadAttr(), engine));
+  };
+  auto p = std::make_shared<LinearBackwardPrimitive>();
+  p->dinp = matmul(md.dout, md.weight, md.dinp);
+  p->dweight = matmul(md.dout_t, md.inp, md.dweight);
+  p->dbias = matmul(md.ones, md.dout, md.dbias);
+  p->ones.assign(N, 1.0f);
+  return p;
+}
+
+// --- LayerNorm: the statistics recomputed by a forward_training pass without scale or shift
+// (its output is discarded), then the backward primitive with both.
+
+struct LayerNormBackwardPrimitive {
+  DnnlPrimitive stats;
+  DnnlPrimitive backward;
+};
+
+std::shared_ptr<LayerNormBackwardPrimitive> BuildLayerNormBackward(const dnnl::engine& engine,
+                                                                   int64_t N, int64_t C,
+                                                                   float eps) {
+  using LayerNormFwd = dnnl::layer_normalization_forward;
+  using LayerNormBwd = dnnl::layer_normalization_backward;
+  const dnnl::memory::desc data = F32({N, C}, Tag::ab);
+  const dnnl::memory::desc stat = F32({N}, Tag::a);
+  const LayerNormFwd::primitive_desc fwd_pd(
+      LayerNormFwd::desc(dnnl::prop_kind::forward_training, data, stat, eps,
+                         dnnl::normalization_flags::none),
+      UserScratchpadAttr(), engine);
+  const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  auto p = std::make_shared<LayerNormBackwardPrimitive>();
+  p->stats = MakeDnnlPrimitive<LayerNormFwd>(fwd_pd);
+  p->backward = MakeDnnlPrimitive<LayerNormBwd>(LayerNormBwd::primitive_desc(
+      LayerNormBwd::desc(dnnl::prop_kind::backward, data, data, stat, eps, flags),
+      UserScratchpadAttr(), engine, fwd_pd));
+  return p;
+}
+
+// --- Element-wise and row-wise ops. A backward primitive descriptor needs its forward's as a
+// hint; only the backward is kept.
+
+std::shared_ptr<DnnlPrimitive> BuildEltwiseBackward(const dnnl::engine& engine,
+                                                    dnnl::algorithm algorithm, int64_t n) {
+  using EltwiseFwd = dnnl::eltwise_forward;
+  using EltwiseBwd = dnnl::eltwise_backward;
+  const dnnl::memory::desc md = F32({n}, Tag::a);
+  const EltwiseFwd::primitive_desc fwd_pd(
+      EltwiseFwd::desc(dnnl::prop_kind::forward_training, algorithm, md, /*alpha=*/0.0f,
+                       /*beta=*/0.0f),
+      UserScratchpadAttr(), engine);
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<EltwiseBwd>(
+      EltwiseBwd::primitive_desc(EltwiseBwd::desc(algorithm, md, md, /*alpha=*/0.0f, /*beta=*/0.0f),
+                                 UserScratchpadAttr(), engine, fwd_pd)));
+}
+
+dnnl::softmax_backward::primitive_desc SoftmaxBackwardPd(const dnnl::engine& engine,
+                                                         const dnnl::memory::desc& md, int axis) {
+  using SoftmaxFwd = dnnl::softmax_forward;
+  using SoftmaxBwd = dnnl::softmax_backward;
+  const SoftmaxFwd::primitive_desc fwd_pd(
+      SoftmaxFwd::desc(dnnl::prop_kind::forward_training, md, axis), UserScratchpadAttr(), engine);
+  return SoftmaxBwd::primitive_desc(SoftmaxBwd::desc(md, md, axis), UserScratchpadAttr(), engine,
+                                    fwd_pd);
+}
+
+std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, int64_t R,
+                                                    int64_t C) {
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::softmax_backward>(
+      SoftmaxBackwardPd(engine, F32({R, C}, Tag::ab), /*axis=*/1)));
+}
+
+// --- Attention: with scale = 1/sqrt(hs) and per batch and head,
+//   dV = att^T dout     datt = dout V^T     dscores = softmax_backward(att, datt)
+//   dQ = scale dscores K     dK = scale dscores^T Q
+// Q, K, V and their gradients are strided views into qkv / dqkv as in the forward; att and
+// dscores are read transposed through strides. Masked weights are 0 in att, so their dscores
+// are 0 and the causal mask needs nothing here.
+
+struct AttentionBackwardMds {
+  dnnl::memory::desc head;    // (B, NH, T, hs) view of q, k or v (or their gradients) in qkv
+  dnnl::memory::desc head_t;  // (B, NH, hs, T): the same, transposed
+  dnnl::memory::desc dout;    // (B, NH, T, hs) view of (B, T, D)
+  dnnl::memory::desc att;     // (B, NH, T, T) dense
+  dnnl::memory::desc att_t;   // the same, transposed
+};
+
+AttentionBackwardMds MakeAttentionBackwardMds(int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const int64_t hs = D / NH;
+  const int64_t row = 3 * D;  // stride of t in qkv
+  return AttentionBackwardMds{
+      .head = F32Strided({B, NH, T, hs}, {T * row, hs, row, 1}),
+      .head_t = F32Strided({B, NH, hs, T}, {T * row, hs, 1, row}),
+      .dout = F32Strided({B, NH, T, hs}, {T * D, hs, D, 1}),
+      .att = F32({B, NH, T, T}, Tag::abcd),
+      .att_t = F32Strided({B, NH, T, T}, {NH * T * T, T * T, 1, T}),
+  };
+}
+
+struct AttentionBackwardPrimitive {
+  DnnlPrimitive dv;       // matmul
+  DnnlPrimitive datt;     // matmul
+  DnnlPrimitive softmax;  // softmax_backward
+  DnnlPrimitive dq;       // matmul with the scale as an output scale
+  DnnlPrimitive dk;       // matmul with the scale as an output scale
+};
+
+std::shared_ptr<AttentionBackwardPrimitive> BuildAttentionBackward(const dnnl::engine& engine,
+                                                                   int64_t B, int64_t T, int64_t D,
+                                                                   int64_t NH) {
+  const AttentionBackwardMds md = MakeAttentionBackwardMds(B, T, D, NH);
+  auto matmul = [&engine](const dnnl::memory::desc& src, const dnnl::memory::desc& weights,
+                          const dnnl::memory::desc& dst, const dnnl::primitive_attr& attr) {
+    return MakeDnnlPrimitive<dnnl::matmul>(
+        dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, engine));
+  };
+  dnnl::primitive_attr scaled = UserScratchpadAttr();
+  scaled.set_output_scales(0, {static_cast<float>(1.0 / std::sqrt(static_cast<double>(D / NH)))});
+  auto p = std::make_shared<AttentionBackwardPrimitive>();
+  p->dv = matmul(md.att_t, md.dout, md.head, UserScratchpadAttr());
+  p->datt = matmul(md.dout, md.head_t, md.att, UserScratchpadAttr());
+  p->softmax =
+      MakeDnnlPrimitive<dnnl::softmax_backward>(SoftmaxBackwardPd(engine, md.att, /*axis=*/3));
+  p->dq = matmul(md.att, md.head, md.head, scaled);
+  p->dk = matmul(md.att_t, md.head, md.head, scaled);
+  return p;
+}
+
+}  // namespace
+
+absl::Status DnnlBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
+                                         const float* dout, const float* inp, const float* weight,
+                                         int64_t N, int64_t IN, int64_t OUT) {
+  if (N == 0 || IN == 0 || OUT == 0) {
+    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const LinearBackwardPrimitive> p,
+                   cache_.GetOrBuild<LinearBackwardPrimitive>(
+                       {static_cast<int64_t>(PrimitiveKind::kLinearBackward), N, IN, OUT},
+                       "LinearBackward", [&] { return BuildLinearBackward(engine_, N, IN, OUT); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+  }
+  const LinearBackwardMds md = MakeLinearBackwardMds(N, IN, OUT);
+  DNNL_TRY({
+    dnnl::stream stream(engine_);
+    if (dinp != nullptr) {
+      Execute(stream, p->dinp,
+              {{DNNL_ARG_SRC, Wrap(md.dout, engine_, dout)},
+               {DNNL_ARG_WEIGHTS, Wrap(md.weight, engine_, weight)},
+               {DNNL_ARG_DST, Wrap(md.dinp, engine_, dinp)}});
+    }
+    if (dweight != nullptr) {
+      Execute(stream, p->dweight,
+              {{DNNL_ARG_SRC, Wrap(md.dout_t, engine_, dout)},
+               {DNNL_ARG_WEIGHTS, Wrap(md.inp, engine_, inp)},
+               {DNNL_ARG_DST, Wrap(md.dweight, engine_, dweight)}});
+    }
+    if (dbias != nullptr) {
+      Execute(stream, p->dbias,
+              {{DNNL_ARG_SRC, Wrap(md.ones, engine_, p->ones.data())},
+               {DNNL_ARG_WEIGHTS, Wrap(md.dout, engine_, dout)},
+               {DNNL_ARG_DST, Wrap(md.dbias, engine_, dbias)}});
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                            const float* dout, const float* inp, const float* h_0,
+                                            const float* c_0,
+                                            const RecurrentDirectionWeights* weights,
+                                            const RecurrentDims& dims) {
+  ASSIGN_OR_RETURN(const bool native,
+                   TryRecurrentLayerBackward(PrimitiveKind::kLstmBackward, dinp, dweights, dout,
+                                             inp, h_0, c_0, weights, dims));
+  if (native) return absl::OkStatus();
+  return reference_.LstmLayerBackward(dinp, dweights, dout, inp, h_0, c_0, weights, dims);
+}
+
+absl::Status DnnlBackend::GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                           const float* dout, const float* inp, const float* h_0,
+                                           const RecurrentDirectionWeights* weights,
+                                           const RecurrentDims& dims) {
+  ASSIGN_OR_RETURN(const bool native,
+                   TryRecurrentLayerBackward(PrimitiveKind::kGruBackward, dinp, dweights, dout, inp,
+                                             h_0, /*c_0=*/nullptr, weights, dims));
+  if (native) return absl::OkStatus();
+  return reference_.GruLayerBackward(dinp, dweights, dout, inp, h_0, weights, dims);
+}
+
+absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* dbeta,
+                                            const float* dout, const float* inp, const float* gamma,
+                                            int64_t N, int64_t C, float eps) {
+  if (N == 0 || C == 0) {
+    return reference_.LayerNormBackward(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps);
+  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const LayerNormBackwardPrimitive> p,
+      cache_.GetOrBuild<LayerNormBackwardPrimitive>(
+          {static_cast<int64_t>(PrimitiveKind::kLayerNormBackward), N, C, FloatBits(eps)},
+          "LayerNormBackward", [&] { return BuildLayerNormBackward(engine_, N, C, eps); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.LayerNormBackward(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps);
+  }
+  // The statistics pass's normalised output is discarded into scratch, which also takes an
+  // unwanted dinp: the backward primitive writes all three gradients.
+  std::vector<float> mean(N), variance(N), data_scratch(N * C), channel_scratch;
+  if (dgamma == nullptr || dbeta == nullptr) channel_scratch.resize(2 * C);
+  float* dinp_out = dinp != nullptr ? dinp : data_scratch.data();
+  DNNL_TRY({
+    const dnnl::memory::desc data = F32({N, C}, Tag::ab);
+    const dnnl::memory::desc channel = F32({C}, Tag::a);
+    const dnnl::memory::desc stat = F32({N}, Tag::a);
+    const dnnl::memory mean_mem = Wrap(stat, engine_, mean.data());
+    const dnnl::memory variance_mem = Wrap(stat, engine_, variance.data());
+    const dnnl::memory src = Wrap(data, engine_, inp);
+    const dnnl::memory gamma_mem = Wrap(channel, engine_, gamma);
+    dnnl::stream stream(engine_);
+    Execute(stream, p->stats,
+            {{DNNL_ARG_SRC, src},
+             {DNNL_ARG_DST, Wrap(data, engine_, data_scratch.data())},
+             {DNNL_ARG_MEAN, mean_mem},
+             {DNNL_ARG_VARIANCE, variance_mem}});
+    Execute(stream, p->backward,
+            {{DNNL_ARG_SRC, src},
+             {DNNL_ARG_MEAN, mean_mem},
+             {DNNL_ARG_VARIANCE, variance_mem},
+             {DNNL_ARG_DIFF_DST, Wrap(data, engine_, dout)},
+             {DNNL_ARG_SCALE, gamma_mem},
+             // oneDNN 2.6 refuses to run with use_shift and no shift, though no gradient
+             // depends on beta; gamma stands in, its values irrelevant.
+             {DNNL_ARG_SHIFT, gamma_mem},
+             {DNNL_ARG_DIFF_SRC, Wrap(data, engine_, dinp_out)},
+             {DNNL_ARG_DIFF_SCALE,
+              Wrap(channel, engine_, dgamma != nullptr ? dgamma : channel_scratch.data())},
+             {DNNL_ARG_DIFF_SHIFT,
+              Wrap(channel, engine_, dbeta != nullptr ? dbeta : channel_scratch.data() + C)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DnnlBackend::TryEltwiseBackward(float* dinp, const float* dout,
+                                                     const float* inp, int64_t n,
+                                                     dnnl::algorithm algorithm) {
+  if (n == 0) return false;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const DnnlPrimitive> p,
+      cache_.GetOrBuild<DnnlPrimitive>(
+          {static_cast<int64_t>(PrimitiveKind::kEltwiseBackward), static_cast<int64_t>(algorithm),
+           n},
+          "EltwiseBackward", [&] { return BuildEltwiseBackward(engine_, algorithm, n); }));
+  if (p == nullptr) {
+    CountFallback();
+    return false;
+  }
+  // oneDNN's eltwise backward may run in place (diff_src == diff_dst), as the reference may.
+  DNNL_TRY({
+    const dnnl::memory::desc md = F32({n}, Tag::a);
+    dnnl::stream stream(engine_);
+    Execute(stream, *p,
+            {{DNNL_ARG_SRC, Wrap(md, engine_, inp)},
+             {DNNL_ARG_DIFF_DST, Wrap(md, engine_, dout)},
+             {DNNL_ARG_DIFF_SRC, Wrap(md, engine_, dinp)}});
+  });
+  return true;
+}
+
+absl::Status DnnlBackend::GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                                       GeluForm form) {
+  const dnnl::algorithm algorithm = form == GeluForm::kErf ? dnnl::algorithm::eltwise_gelu_erf
+                                                           : dnnl::algorithm::eltwise_gelu_tanh;
+  ASSIGN_OR_RETURN(const bool native, TryEltwiseBackward(dinp, dout, inp, n, algorithm));
+  if (native) return absl::OkStatus();
+  return reference_.GeluBackward(dinp, dout, inp, n, form);
+}
+
+absl::Status DnnlBackend::ReluBackward(float* dinp, const float* dout, const float* inp,
+                                       int64_t n) {
+  // With alpha = 0, oneDNN's derivative is dout where inp > 0 and 0 elsewhere, at 0 included,
+  // as the reference's.
+  ASSIGN_OR_RETURN(const bool native,
+                   TryEltwiseBackward(dinp, dout, inp, n, dnnl::algorithm::eltwise_relu));
+  if (native) return absl::OkStatus();
+  return reference_.ReluBackward(dinp, dout, inp, n);
+}
+
+absl::Status DnnlBackend::SoftmaxBackward(float* dinp, const float* dout, const float* out,
+                                          int64_t R, int64_t C) {
+  if (R == 0 || C == 0) return reference_.SoftmaxBackward(dinp, dout, out, R, C);
+  ASSIGN_OR_RETURN(std::shared_ptr<const DnnlPrimitive> p,
+                   cache_.GetOrBuild<DnnlPrimitive>(
+                       {static_cast<int64_t>(PrimitiveKind::kSoftmaxBackward), R, C},
+                       "SoftmaxBackward", [&] { return BuildSoftmaxBackward(engine_, R, C); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.SoftmaxBackward(dinp, dout, out, R, C);
+  }
+  DNNL_TRY({
+    const dnnl::memory::desc md = F32({R, C}, Tag::ab);
+    dnnl::stream stream(engine_);
+    Execute(stream, *p,
+            {{DNNL_ARG_DST, Wrap(md, engine_, out)},
+             {DNNL_ARG_DIFF_DST, Wrap(md, engine_, dout)},
+             {DNNL_ARG_DIFF_SRC, Wrap(md, engine_, dinp)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                            const float* att, int64_t B, int64_t T, int64_t D,
+                                            int64_t NH) {
+  // As the forward: heads that do not split D evenly have no strided-view form.
+  if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const AttentionBackwardPrimitive> p,
+      cache_.GetOrBuild<AttentionBackwardPrimitive>(
+          {static_cast<int64_t>(PrimitiveKind::kAttentionBackward), B, T, D, NH},
+          "AttentionBackward", [&] { return BuildAttentionBackward(engine_, B, T, D, NH); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+  }
+  std::vector<float> datt(B * NH * T * T), dscores(B * NH * T * T);
+  DNNL_TRY({
+    const AttentionBackwardMds md = MakeAttentionBackwardMds(B, T, D, NH);
+    const dnnl::memory dout_mem = Wrap(md.dout, engine_, dout);
+    const dnnl::memory datt_mem = Wrap(md.att, engine_, datt.data());
+    dnnl::stream stream(engine_);
+    Execute(stream, p->dv,
+            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, att)},
+             {DNNL_ARG_WEIGHTS, dout_mem},
+             {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv + 2 * D)}});
+    Execute(stream, p->datt,
+            {{DNNL_ARG_SRC, dout_mem},
+             {DNNL_ARG_WEIGHTS, Wrap(md.head_t, engine_, qkv + 2 * D)},
+             {DNNL_ARG_DST, datt_mem}});
+    Execute(stream, p->softmax,
+            {{DNNL_ARG_DST, Wrap(md.att, engine_, att)},
+             {DNNL_ARG_DIFF_DST, datt_mem},
+             {DNNL_ARG_DIFF_SRC, Wrap(md.att, engine_, dscores.data())}});
+    Execute(stream, p->dq,
+            {{DNNL_ARG_SRC, Wrap(md.att, engine_, dscores.data())},
+             {DNNL_ARG_WEIGHTS, Wrap(md.head, engine_, qkv + D)},
+             {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv)}});
+    Execute(stream, p->dk,
+            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, dscores.data())},
+             {DNNL_ARG_WEIGHTS, Wrap(md.head, engine_, qkv)},
+             {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv + D)}});
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
+                                                     const float* q, const float* kv, int64_t B,
+                                                     int64_t T, int64_t D, int64_t NH) {
+  return reference_.AttentionLastQueryBackward(dq, dkv, dout, q, kv, B, T, D, NH);
+}
+
+}  // namespace forecastd

@@ -1,0 +1,264 @@
+// The transformer forecaster's training pair: a forward pass over every position of every
+// layer that keeps its activations, and the backward pass through them. (Inference runs the
+// last layer on the last position only; in training the cost of the full last layer is small
+// next to the backward pass, and one uniform layer keeps the pair simple to check.)
+//
+// One encoder layer on N = B*T rows, in both layouts:
+//   post-LN (PyTorch's default)        pre-LN (norm_first)
+//   n1  = x0                           n1  = LN1(x0)
+//   qkv = in_proj(n1); a = attention(qkv) (keeping att); sa = out_proj(a)
+//   r1  = x0 + sa                      r1  = x0 + sa
+//   x1  = LN1(r1)                      x1  = r1
+//   n2  = x1                           n2  = LN2(x1)
+//   h   = linear1(n2); g = act(h); f = linear2(g)
+//   r2  = x1 + f                       r2  = x1 + f
+//   x2  = LN2(r2)                      x2  = r2
+#include <algorithm>
+#include <vector>
+
+#include "engine/models/transformer_forecaster.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+
+struct TransformerForecaster::LayerTape {
+  float* x0;   // (N, D) the layer's input
+  float* n1;   // (N, D) attention input (x0 itself when post-LN)
+  float* qkv;  // (N, 3D)
+  float* att;  // (B, NH, T, T)
+  float* a;    // (N, D) attention output, before out_proj
+  float* r1;   // (N, D)
+  float* x1;   // (N, D) (r1 itself when pre-LN)
+  float* n2;   // (N, D) feed-forward input (x1 itself when post-LN)
+  float* h;    // (N, FF) before the activation
+  float* g;    // (N, FF) after it
+  float* r2;   // (N, D)
+  float* x2;   // (N, D) the layer's output (r2 itself when pre-LN)
+
+  // A LayerTape travels in TrainingTape::saved as kSlots pointers, in member order.
+  static constexpr size_t kSlots = 12;
+  void SaveTo(std::vector<float*>& saved) const {
+    saved.insert(saved.end(), {x0, n1, qkv, att, a, r1, x1, n2, h, g, r2, x2});
+  }
+  static LayerTape RestoreFrom(const std::vector<float*>& saved, size_t first) {
+    const auto at = [&](size_t i) { return saved[first + i]; };
+    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+  }
+};
+
+namespace {
+
+// dst += src over n floats.
+void AddInto(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace
+
+absl::Status TransformerForecaster::ActivationBackward(Backend& backend, float* dinp,
+                                                       const float* dout, const float* inp,
+                                                       int64_t n) const {
+  switch (tf_.activation()) {
+    case v1::ACTIVATION_RELU:
+      return backend.ReluBackward(dinp, dout, inp, n);
+    case v1::ACTIVATION_GELU_TANH:
+      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kTanh);
+    default:
+      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kErf);
+  }
+}
+
+absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, const LayerTape& lt,
+                                                      int64_t B, TrainingTape& tape) const {
+  const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t N = B * T;
+  const ParameterArena& p = parameters();
+  const bool pre = tf_.norm_first();
+  float* scratch = tape.Alloc(N * D);
+  if (pre) {
+    RETURN_IF_ERROR(backend.LayerNorm(lt.n1, nullptr, nullptr, lt.x0,
+                                      p.at(Layer(k, "norm1.weight")), p.at(Layer(k, "norm1.bias")),
+                                      N, D, eps_));
+  }
+  RETURN_IF_ERROR(backend.Linear(lt.qkv, lt.n1, p.at(Layer(k, "self_attn.in_proj_weight")),
+                                 p.at(Layer(k, "self_attn.in_proj_bias")), N, D, 3 * D));
+  RETURN_IF_ERROR(backend.Attention(lt.a, lt.att, lt.qkv, B, T, D, NH, tf_.causal()));
+  RETURN_IF_ERROR(backend.Linear(scratch, lt.a, p.at(Layer(k, "self_attn.out_proj.weight")),
+                                 p.at(Layer(k, "self_attn.out_proj.bias")), N, D, D));
+  RETURN_IF_ERROR(backend.Residual(lt.r1, lt.x0, scratch, N * D));
+  if (!pre) {
+    RETURN_IF_ERROR(backend.LayerNorm(lt.x1, nullptr, nullptr, lt.r1,
+                                      p.at(Layer(k, "norm1.weight")), p.at(Layer(k, "norm1.bias")),
+                                      N, D, eps_));
+  } else {
+    RETURN_IF_ERROR(backend.LayerNorm(lt.n2, nullptr, nullptr, lt.x1,
+                                      p.at(Layer(k, "norm2.weight")), p.at(Layer(k, "norm2.bias")),
+                                      N, D, eps_));
+  }
+  RETURN_IF_ERROR(backend.Linear(lt.h, lt.n2, p.at(Layer(k, "linear1.weight")),
+                                 p.at(Layer(k, "linear1.bias")), N, D, FF));
+  std::copy(lt.h, lt.h + N * FF, lt.g);
+  RETURN_IF_ERROR(Activation(backend, lt.g, N * FF));
+  RETURN_IF_ERROR(backend.Linear(scratch, lt.g, p.at(Layer(k, "linear2.weight")),
+                                 p.at(Layer(k, "linear2.bias")), N, FF, D));
+  RETURN_IF_ERROR(backend.Residual(lt.r2, lt.x1, scratch, N * D));
+  if (!pre) {
+    RETURN_IF_ERROR(backend.LayerNorm(lt.x2, nullptr, nullptr, lt.r2,
+                                      p.at(Layer(k, "norm2.weight")), p.at(Layer(k, "norm2.bias")),
+                                      N, D, eps_));
+  }
+  return absl::OkStatus();
+}
+
+// The tape: saved[0] = xn, then LayerTape::kSlots pointers per layer (a LayerTape), then the head's
+// input rows `last` (B, D) and, pre-LN, the final norm's output (B, D).
+absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
+                                                     int64_t B, TrainingTape& tape) const {
+  const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
+  const int64_t FF = tf_.dim_feedforward(), N = B * T, L = tf_.num_layers();
+  const ParameterArena& p = parameters();
+  const bool pre = tf_.norm_first();
+  tape.saved.push_back(const_cast<float*>(xn));
+
+  float* x = tape.Alloc(N * D);
+  RETURN_IF_ERROR(
+      backend.Linear(x, xn, p.at("input_proj.weight"), p.at("input_proj.bias"), N, F, D));
+  RETURN_IF_ERROR(backend.PositionalEncoding(x, x, B, T, D));
+  for (int k = 0; k < L; ++k) {
+    LayerTape lt;
+    lt.x0 = x;
+    lt.n1 = pre ? tape.Alloc(N * D) : x;
+    lt.qkv = tape.Alloc(N * 3 * D);
+    lt.att = tape.Alloc(B * NH * T * T);
+    lt.a = tape.Alloc(N * D);
+    lt.r1 = tape.Alloc(N * D);
+    lt.x1 = pre ? lt.r1 : tape.Alloc(N * D);
+    lt.n2 = pre ? tape.Alloc(N * D) : lt.x1;
+    lt.h = tape.Alloc(N * FF);
+    lt.g = tape.Alloc(N * FF);
+    lt.r2 = tape.Alloc(N * D);
+    lt.x2 = pre ? lt.r2 : tape.Alloc(N * D);
+    RETURN_IF_ERROR(LayerForwardTrain(backend, k, lt, B, tape));
+    lt.SaveTo(tape.saved);
+    x = lt.x2;
+  }
+  float* last = tape.Alloc(B * D);
+  for (int64_t b = 0; b < B; ++b) {
+    const float* row = x + (b * T + (T - 1)) * D;
+    std::copy(row, row + D, last + b * D);
+  }
+  tape.saved.push_back(last);
+  const float* head_in = last;
+  if (pre) {
+    float* normed = tape.Alloc(B * D);
+    RETURN_IF_ERROR(backend.LayerNorm(normed, nullptr, nullptr, last, p.at("encoder.norm.weight"),
+                                      p.at("encoder.norm.bias"), B, D, eps_));
+    tape.saved.push_back(normed);
+    head_in = normed;
+  }
+  return backend.Linear(out, head_in, p.at("head.weight"), p.at("head.bias"), B, D, num_outputs());
+}
+
+absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const LayerTape& lt,
+                                                  float* dx0, float* dx2, float* dparams, int64_t B,
+                                                  TrainingTape& tape) const {
+  const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t N = B * T;
+  const ParameterArena& p = parameters();
+  const bool pre = tf_.norm_first();
+  const auto dp = [&](absl::string_view rest) { return grad(dparams, Layer(k, rest)); };
+  float* dx1 = tape.Alloc(N * D);
+  float* dn = tape.Alloc(N * D);
+  float* dg = tape.Alloc(N * FF);
+  float* dqkv = tape.Alloc(N * 3 * D);
+
+  // Feed-forward block: dr2 -> (dx1 via the residual) + (dn2 via linear2, act, linear1).
+  float* dr2 = dx2;
+  if (!pre) {
+    RETURN_IF_ERROR(backend.LayerNormBackward(dx1, dp("norm2.weight"), dp("norm2.bias"), dx2, lt.r2,
+                                              p.at(Layer(k, "norm2.weight")), N, D, eps_));
+    std::copy(dx1, dx1 + N * D, dx2);
+  }
+  std::copy(dr2, dr2 + N * D, dx1);
+  RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"), dr2, lt.g,
+                                         p.at(Layer(k, "linear2.weight")), N, FF, D));
+  RETURN_IF_ERROR(ActivationBackward(backend, dg, dg, lt.h, N * FF));
+  RETURN_IF_ERROR(backend.LinearBackward(dn, dp("linear1.weight"), dp("linear1.bias"), dg, lt.n2,
+                                         p.at(Layer(k, "linear1.weight")), N, D, FF));
+  if (pre) {
+    // dn2 -> through LN2 onto x1; reuse dx2 (already copied into dx1) as scratch.
+    RETURN_IF_ERROR(backend.LayerNormBackward(dx2, dp("norm2.weight"), dp("norm2.bias"), dn, lt.x1,
+                                              p.at(Layer(k, "norm2.weight")), N, D, eps_));
+    AddInto(dx1, dx2, N * D);
+  } else {
+    AddInto(dx1, dn, N * D);
+  }
+
+  // Attention block: dx1 -> dr1 -> (dx0 via the residual) + (dn1 via out_proj, attention,
+  // in_proj).
+  float* dr1 = dx1;
+  if (!pre) {
+    RETURN_IF_ERROR(backend.LayerNormBackward(dx2, dp("norm1.weight"), dp("norm1.bias"), dx1, lt.r1,
+                                              p.at(Layer(k, "norm1.weight")), N, D, eps_));
+    dr1 = dx2;
+  }
+  std::copy(dr1, dr1 + N * D, dx0);
+  RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.out_proj.weight"),
+                                         dp("self_attn.out_proj.bias"), dr1, lt.a,
+                                         p.at(Layer(k, "self_attn.out_proj.weight")), N, D, D));
+  RETURN_IF_ERROR(backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, B, T, D, NH));
+  RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.in_proj_weight"),
+                                         dp("self_attn.in_proj_bias"), dqkv, lt.n1,
+                                         p.at(Layer(k, "self_attn.in_proj_weight")), N, D, 3 * D));
+  if (pre) {
+    RETURN_IF_ERROR(backend.LayerNormBackward(dx1, dp("norm1.weight"), dp("norm1.bias"), dn, lt.x0,
+                                              p.at(Layer(k, "norm1.weight")), N, D, eps_));
+    AddInto(dx0, dx1, N * D);
+  } else {
+    AddInto(dx0, dn, N * D);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparams,
+                                                 const float* dout, TrainingTape& tape) const {
+  const int64_t B = tape.batch, T = lookback(), F = num_features(), D = tf_.d_model();
+  const int64_t N = B * T, L = tf_.num_layers();
+  const ParameterArena& p = parameters();
+  const bool pre = tf_.norm_first();
+  const size_t head_slot = 1 + static_cast<size_t>(L) * LayerTape::kSlots;
+  const float* last = tape.saved[head_slot];
+  const float* head_in = pre ? tape.saved[head_slot + 1] : last;
+
+  float* dlast = tape.Alloc(B * D);
+  RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
+                                         grad(dparams, "head.bias"), dout, head_in,
+                                         p.at("head.weight"), B, D, num_outputs()));
+  if (pre) {
+    float* dnormed = tape.Alloc(B * D);
+    std::copy(dlast, dlast + B * D, dnormed);
+    RETURN_IF_ERROR(backend.LayerNormBackward(dlast, grad(dparams, "encoder.norm.weight"),
+                                              grad(dparams, "encoder.norm.bias"), dnormed, last,
+                                              p.at("encoder.norm.weight"), B, D, eps_));
+  }
+  // Only position T-1 of the top layer reaches the head.
+  float* dx[2] = {tape.Alloc(N * D), tape.Alloc(N * D)};
+  std::fill_n(dx[0], N * D, 0.0f);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy(dlast + b * D, dlast + (b + 1) * D, dx[0] + (b * T + (T - 1)) * D);
+  }
+  int cur = 0;
+  for (int k = static_cast<int>(L) - 1; k >= 0; --k) {
+    const LayerTape lt =
+        LayerTape::RestoreFrom(tape.saved, 1 + static_cast<size_t>(k) * LayerTape::kSlots);
+    RETURN_IF_ERROR(LayerBackward(backend, k, lt, dx[1 - cur], dx[cur], dparams, B, tape));
+    cur = 1 - cur;
+  }
+  // The positional encoding passes the gradient through; the input projection's input is
+  // data and needs none.
+  return backend.LinearBackward(nullptr, grad(dparams, "input_proj.weight"),
+                                grad(dparams, "input_proj.bias"), dx[cur], tape.saved[0],
+                                p.at("input_proj.weight"), N, F, D);
+}
+
+}  // namespace forecastd

@@ -1,0 +1,337 @@
+#include "engine/train/train_job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/models/model_files.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/initializer.h"
+#include "google/protobuf/util/json_util.h"
+#include "kernels/base/status.h"
+#include "spdlog/spdlog.h"
+
+namespace forecastd {
+namespace {
+
+constexpr int64_t kMaxBatchSize = 1 << 16;
+constexpr int64_t kMaxEpochs = 1 << 20;
+
+absl::Status CheckNoDropout(const ModelConfig& model) {
+  float dropout = 0.0f;
+  if (model.has_lstm() && model.lstm().num_layers() > 1) dropout = model.lstm().dropout();
+  if (model.has_gru() && model.gru().num_layers() > 1) dropout = model.gru().dropout();
+  if (model.has_transformer()) dropout = model.transformer().dropout();
+  if (dropout != 0.0f) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", model.name(), "' has dropout ", dropout,
+        "; training with dropout is not supported yet, set it to 0 (inference ignores it)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &json, options);
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions options) {
+  if (options.backend == nullptr) return absl::InvalidArgumentError("TrainJob needs a backend");
+  if (options.clock == nullptr) options.clock = Clock::Real();
+  if (options.progress_every_steps <= 0) {
+    return absl::InvalidArgumentError("progress_every_steps must be > 0");
+  }
+  const v1::TrainingConfig& t = options.training;
+  if (t.epochs() < 1 || t.epochs() > kMaxEpochs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("epochs = ", t.epochs(), ": must be in [1, ", kMaxEpochs, "]"));
+  }
+  const int64_t batch_size = t.batch_size() == 0 ? 32 : t.batch_size();
+  if (batch_size < 1 || batch_size > kMaxBatchSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size = ", t.batch_size(), ": must be in [1, ", kMaxBatchSize, "]"));
+  }
+  if (t.early_stopping_patience() < 0) {
+    return absl::InvalidArgumentError("early_stopping_patience must be >= 0");
+  }
+  if (!(t.min_delta() >= 0.0f) || !std::isfinite(t.min_delta())) {
+    return absl::InvalidArgumentError("min_delta must be finite and >= 0");
+  }
+  if (t.base_version() < 0) return absl::InvalidArgumentError("base_version must be >= 0");
+  if (options.output_version < 0) return absl::InvalidArgumentError("output_version must be >= 0");
+  RETURN_IF_ERROR(ValidateModelConfig(options.model));
+  RETURN_IF_ERROR(CheckNoDropout(options.model));
+
+  std::unique_ptr<TrainJob> job(new TrainJob(std::move(options)));
+  const TrainJobOptions& o = job->options_;
+  const v1::TrainingConfig& config = o.training;  // `options` has been moved into the job
+  job->epochs_ = config.epochs();
+  job->batch_size_ = batch_size;
+  ASSIGN_OR_RETURN(job->model_, Forecaster::Create(o.model));
+  Forecaster& model = *job->model_;
+
+  ASSIGN_OR_RETURN(WindowedDatasetOptions data_options, OptionsFromConfig(config.data(), o.model));
+  if (config.base_version() > 0) {
+    // Fine-tuning keeps the base version's weights and its scaling of the inputs.
+    ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> base,
+                     LoadForecaster(o.model_dir, config.base_version()));
+    if (ToJson(base->config()) != ToJson(o.model)) {
+      return absl::InvalidArgumentError(absl::StrCat("base version ", config.base_version(), " in ",
+                                                     o.model_dir,
+                                                     " has another configuration than the model to "
+                                                     "train; fine-tuning keeps the architecture"));
+    }
+    std::copy_n(base->parameters().data(), base->parameters().size(), model.parameters().data());
+    if (model.standardized()) {
+      const int F = model.num_features();
+      const float* mean = model.parameters().at("normalizer.mean");
+      const float* std = model.parameters().at("normalizer.std");
+      data_options.normalization = NormalizationMode::kGiven;
+      data_options.given_stats.mean.assign(mean, mean + F);
+      data_options.given_stats.std.assign(std, std + F);
+    }
+  } else {
+    InitializeParameters(model, config.seed());
+  }
+  ASSIGN_OR_RETURN(Series series, LoadSeries(config.data(), o.model, o.data_dir));
+  ASSIGN_OR_RETURN(job->dataset_, WindowedDataset::Create(std::move(series), data_options));
+  if (model.standardized() && config.base_version() == 0) {
+    const std::vector<float>& mean = job->dataset_->mean();
+    const std::vector<float>& std = job->dataset_->std();
+    std::copy(mean.begin(), mean.end(), model.parameters().at("normalizer.mean"));
+    std::copy(std.begin(), std.end(), model.parameters().at("normalizer.std"));
+  }
+
+  ASSIGN_OR_RETURN(job->optimizer_, Optimizer::Create(config.optimizer(), model.parameters()));
+  ASSIGN_OR_RETURN(
+      LearningRateSchedule schedule,
+      LearningRateSchedule::Create(config.schedule(), job->optimizer_->peak_learning_rate(),
+                                   job->epochs_ * job->steps_per_epoch()));
+  job->schedule_ = std::make_unique<LearningRateSchedule>(schedule);
+  ASSIGN_OR_RETURN(TrainingLoss loss, TrainingLoss::Create(config.loss(), o.model));
+  job->loss_ = std::make_unique<TrainingLoss>(std::move(loss));
+  return job;
+}
+
+TrainJob::TrainJob(TrainJobOptions options) : options_(std::move(options)) {}
+
+int64_t TrainJob::steps_per_epoch() const {
+  return (dataset_->num_train_windows() + batch_size_ - 1) / batch_size_;
+}
+
+std::string TrainJob::Fingerprint() const {
+  return absl::StrCat(ToJson(options_.model), "\n", ToJson(options_.training));
+}
+
+absl::StatusOr<double> TrainJob::Validate() {
+  const int64_t n = dataset_->num_validation_windows();
+  if (n == 0) return std::nan("");
+  Forecaster& model = *model_;
+  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
+  std::vector<float> x, y, pred;
+  std::vector<int64_t> ids;
+  TrainingTape tape;
+  double total = 0.0;
+  for (int64_t first = 0; first < n; first += batch_size_) {
+    const int64_t B = std::min(batch_size_, n - first);
+    ids.resize(static_cast<size_t>(B));
+    for (int64_t i = 0; i < B; ++i) ids[static_cast<size_t>(i)] = first + i;
+    x.resize(static_cast<size_t>(B * T * F));
+    y.resize(static_cast<size_t>(B * per_target));
+    pred.resize(static_cast<size_t>(B * model.num_outputs()));
+    RETURN_IF_ERROR(
+        dataset_->FillBatch(Split::kValidation, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
+    RETURN_IF_ERROR(model.ForwardTrain(*options_.backend, pred.data(), x.data(), B, tape));
+    total += loss_->Evaluate(pred.data(), y.data(), B) * static_cast<double>(B);
+  }
+  return total / static_cast<double>(n);
+}
+
+absl::StatusOr<TrainResult> TrainJob::Run() {
+  Forecaster& model = *model_;
+  ParameterArena& params = model.parameters();
+  const v1::TrainingConfig& t = options_.training;
+  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
+  const int64_t steps_per_epoch = this->steps_per_epoch();
+  const int64_t total_steps = epochs_ * steps_per_epoch;
+  const std::string fingerprint = Fingerprint();
+
+  TrainCheckpoint state;
+  state.fingerprint = fingerprint;
+  TrainResult result;
+  if (!options_.checkpoint_path.empty()) {
+    absl::StatusOr<TrainCheckpoint> saved = ReadCheckpoint(options_.checkpoint_path);
+    if (saved.ok()) {
+      if (saved->fingerprint != fingerprint) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(options_.checkpoint_path, " is the checkpoint of another job (model or ",
+                         "training configuration differ); remove it or use another path"));
+      }
+      if (static_cast<int64_t>(saved->params.size()) != params.size()) {
+        return absl::DataLossError(
+            absl::StrCat(options_.checkpoint_path, ": parameter count does not match the model"));
+      }
+      RETURN_IF_ERROR(optimizer_->Restore(saved->optimizer_state, saved->optimizer_steps));
+      std::copy(saved->params.begin(), saved->params.end(), params.data());
+      state = std::move(*saved);
+      result.resumed_from_epoch = state.epochs_done;
+      spdlog::info("training '{}': resumed from {} after epoch {}", model.config().name(),
+                   options_.checkpoint_path, state.epochs_done);
+    } else if (!absl::IsNotFound(saved.status())) {
+      return saved.status();
+    }
+  }
+
+  std::vector<float> x, y, pred, dpred, grads(static_cast<size_t>(params.size()));
+  std::vector<int64_t> ids;
+  TrainingTape tape;
+  const absl::Time start = options_.clock->Now();
+  int64_t samples_this_run = 0;
+  const auto rate = [&]() {
+    const double seconds = absl::ToDoubleSeconds(options_.clock->Now() - start);
+    return seconds > 0.0 ? static_cast<double>(samples_this_run) / seconds : 0.0;
+  };
+  const auto eta = [&](double samples_per_second, int64_t steps_done) {
+    const double remaining_samples =
+        static_cast<double>(total_steps - steps_done) * static_cast<double>(batch_size_);
+    return samples_per_second > 0.0 ? remaining_samples / samples_per_second : 0.0;
+  };
+  const auto report = [&](const TrainProgress& progress) {
+    if (options_.on_progress) options_.on_progress(progress);
+  };
+
+  bool stopped_early = false;
+  float lr = 0.0f;
+  for (int64_t epoch = state.epochs_done; epoch < epochs_; ++epoch) {
+    const std::vector<int64_t> order = dataset_->TrainOrder(t.seed(), epoch);
+    const int64_t n = static_cast<int64_t>(order.size());
+    double loss_sum = 0.0;
+    int64_t loss_count = 0;
+    for (int64_t first = 0; first < n; first += batch_size_) {
+      if (cancelled()) {
+        return absl::CancelledError(absl::StrCat("training of '", model.config().name(),
+                                                 "' cancelled in epoch ", epoch + 1));
+      }
+      const int64_t B = std::min(batch_size_, n - first);
+      ids.assign(order.begin() + first, order.begin() + first + B);
+      x.resize(static_cast<size_t>(B * T * F));
+      y.resize(static_cast<size_t>(B * per_target));
+      pred.resize(static_cast<size_t>(B * model.num_outputs()));
+      dpred.resize(pred.size());
+      RETURN_IF_ERROR(
+          dataset_->FillBatch(Split::kTrain, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
+      RETURN_IF_ERROR(model.ForwardTrain(*options_.backend, pred.data(), x.data(), B, tape));
+      const double loss = loss_->Compute(dpred.data(), pred.data(), y.data(), B);
+      if (!std::isfinite(loss)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("training of '", model.config().name(), "' diverged: the loss is ", loss,
+                         " at epoch ", epoch + 1, ", step ", optimizer_->steps_taken() + 1,
+                         "; lower the learning rate or clip gradients"));
+      }
+      RETURN_IF_ERROR(model.Backward(*options_.backend, grads.data(), dpred.data(), tape));
+      lr = schedule_->At(optimizer_->steps_taken(), epoch);
+      optimizer_->Step(params, grads.data(), lr);
+      loss_sum += loss * static_cast<double>(B);
+      loss_count += B;
+      samples_this_run += B;
+      if (optimizer_->steps_taken() % options_.progress_every_steps == 0) {
+        TrainProgress progress;
+        progress.kind = TrainProgress::Kind::kStep;
+        progress.epoch = epoch + 1;
+        progress.epochs = epochs_;
+        progress.step = optimizer_->steps_taken();
+        progress.total_steps = total_steps;
+        progress.train_loss = loss_sum / static_cast<double>(loss_count);
+        progress.validation_loss = std::nan("");
+        progress.best_validation_loss = state.best_validation_loss;
+        progress.learning_rate = lr;
+        progress.samples_per_second = rate();
+        progress.eta_seconds = eta(progress.samples_per_second, progress.step);
+        report(progress);
+      }
+    }
+    const double train_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+    ASSIGN_OR_RETURN(const double validation_loss, Validate());
+    state.train_losses.push_back(train_loss);
+    state.validation_losses.push_back(validation_loss);
+    state.epochs_done = epoch + 1;
+    state.optimizer_steps = optimizer_->steps_taken();
+    if (!std::isnan(validation_loss)) {
+      if (state.best_epoch < 0 ||
+          validation_loss < state.best_validation_loss - static_cast<double>(t.min_delta())) {
+        state.best_epoch = epoch;
+        state.best_validation_loss = validation_loss;
+        state.epochs_without_improvement = 0;
+        state.best_params.assign(params.data(), params.data() + params.size());
+      } else {
+        ++state.epochs_without_improvement;
+      }
+    }
+    if (!options_.checkpoint_path.empty()) {
+      state.params.assign(params.data(), params.data() + params.size());
+      state.optimizer_state.clear();
+      for (const auto& [name, values] : optimizer_->state()) {
+        state.optimizer_state.emplace_back(name, *values);
+      }
+      RETURN_IF_ERROR(WriteCheckpoint(options_.checkpoint_path, state));
+    }
+    TrainProgress progress;
+    progress.kind = TrainProgress::Kind::kEpoch;
+    progress.epoch = epoch + 1;
+    progress.epochs = epochs_;
+    progress.step = optimizer_->steps_taken();
+    progress.total_steps = total_steps;
+    progress.train_loss = train_loss;
+    progress.validation_loss = validation_loss;
+    progress.best_validation_loss = state.best_validation_loss;
+    progress.learning_rate = lr;
+    progress.samples_per_second = rate();
+    progress.eta_seconds = eta(progress.samples_per_second, progress.step);
+    spdlog::info("training '{}': epoch {}/{} train loss {:.6g} validation loss {:.6g}",
+                 model.config().name(), epoch + 1, epochs_, train_loss, validation_loss);
+    report(progress);
+    if (t.early_stopping_patience() > 0 &&
+        state.epochs_without_improvement >= t.early_stopping_patience()) {
+      stopped_early = true;
+      break;
+    }
+  }
+
+  if (state.best_epoch >= 0) {
+    std::copy(state.best_params.begin(), state.best_params.end(), params.data());
+  }
+  result.epochs_run = state.epochs_done;
+  result.steps = optimizer_->steps_taken();
+  result.stopped_early = stopped_early;
+  result.best_epoch = state.best_epoch >= 0 ? state.best_epoch + 1 : state.epochs_done;
+  result.best_validation_loss = state.best_epoch >= 0 ? state.best_validation_loss : std::nan("");
+  result.train_losses = state.train_losses;
+  result.validation_losses = state.validation_losses;
+  if (options_.publish) {
+    int64_t version = options_.output_version;
+    if (version == 0) {
+      const std::vector<int64_t> versions = ListVersions(options_.model_dir);
+      version = versions.empty() ? 1 : versions.back() + 1;
+    }
+    RETURN_IF_ERROR(PublishVersion(model, options_.model_dir, version));
+    result.version = version;
+    spdlog::info("training '{}': published version {} (best epoch {})", model.config().name(),
+                 version, result.best_epoch);
+    if (!options_.checkpoint_path.empty()) {
+      std::error_code error;
+      std::filesystem::remove(options_.checkpoint_path, error);
+    }
+  }
+  return result;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,127 @@
+// A training or fine-tuning job: windows from a series, a forecaster initialised fresh or
+// from an existing version, epochs of shuffled mini-batches with an optimiser, a learning-rate
+// schedule and a loss, validation after every epoch with early stopping, checkpoints after
+// every epoch (a restarted job resumes from the last), and finally the best weights published
+// as a new model version. Run() does the work on the caller's thread and reports progress
+// through a callback; Cancel() may come from any thread.
+// Thread-safety: Run() once, from one thread; Cancel() and cancelled() are thread-safe.
+#ifndef FORECASTD_ENGINE_TRAIN_TRAIN_JOB_H_
+#define FORECASTD_ENGINE_TRAIN_TRAIN_JOB_H_
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/clock.h"
+#include "engine/models/forecaster.h"
+#include "engine/train/dataset.h"
+#include "engine/train/loss.h"
+#include "engine/train/lr_schedule.h"
+#include "engine/train/optimizer.h"
+#include "forecastd/v1/training.pb.h"
+
+namespace forecastd {
+
+// One progress event. Step events come every TrainJobOptions::progress_every_steps steps;
+// an epoch event closes each epoch with its validation loss.
+struct TrainProgress {
+  enum class Kind { kStep, kEpoch };
+  Kind kind = Kind::kStep;
+  int64_t epoch = 0;             // 1-based, the epoch running or just finished
+  int64_t epochs = 0;            // the configured number
+  int64_t step = 0;              // optimiser steps taken so far in the job
+  int64_t total_steps = 0;       // steps of the whole job if it runs every epoch
+  double train_loss = 0.0;       // mean over the epoch's batches so far (the epoch's, for kEpoch)
+  double validation_loss = 0.0;  // kEpoch only; NaN when there is no validation part
+  double best_validation_loss = 0.0;
+  float learning_rate = 0.0f;       // of the last step
+  double samples_per_second = 0.0;  // training windows per second in this run so far
+  double eta_seconds = 0.0;         // at that rate, until the last epoch ends
+};
+
+struct TrainJobOptions {
+  // The model to train: its architecture, windows (lookback, horizon), features and targets.
+  ModelConfig model;
+  v1::TrainingConfig training;
+
+  // `<repository>/<model name>`: where the new version is published and, when fine-tuning,
+  // where training.base_version is read from.
+  std::string model_dir;
+  // The directory training.data.csv_path is resolved in.
+  std::filesystem::path data_dir;
+  // The checkpoint file: resumed from when it exists and belongs to this job, rewritten after
+  // every epoch, removed when the job publishes its version. "": no checkpoints.
+  std::string checkpoint_path;
+  // The version to publish; 0: one above the highest present when the job finishes.
+  int64_t output_version = 0;
+  // false: train and keep the result in memory only (tests, benchmarks).
+  bool publish = true;
+
+  Backend* backend = nullptr;  // not owned; must outlive the job
+  Clock* clock = nullptr;      // not owned; nullptr: the real clock
+
+  int64_t progress_every_steps = 10;  // > 0
+  // Called on the thread running Run(); must not call back into the job except Cancel().
+  std::function<void(const TrainProgress&)> on_progress;
+};
+
+struct TrainResult {
+  int64_t epochs_run = 0;  // including epochs resumed from a checkpoint
+  int64_t steps = 0;
+  bool stopped_early = false;
+  int64_t best_epoch = 0;                 // 1-based; the epoch whose weights were kept
+  double best_validation_loss = 0.0;      // NaN without a validation part
+  std::vector<double> train_losses;       // per epoch
+  std::vector<double> validation_losses;  // per epoch
+  int64_t version = 0;                    // published version; 0 when not published
+  int64_t resumed_from_epoch = 0;         // epochs taken from a checkpoint (0: fresh start)
+};
+
+class TrainJob {
+ public:
+  // Validates everything and loads the data and (when fine-tuning) the base weights, so a bad
+  // request fails here with INVALID_ARGUMENT / NOT_FOUND before any work.
+  static absl::StatusOr<std::unique_ptr<TrainJob>> Create(TrainJobOptions options);
+
+  // Runs to the end (every epoch, or early stopping), then restores the best weights and
+  // publishes them. CANCELLED when Cancel() was called (the last checkpoint is kept, nothing
+  // is published).
+  absl::StatusOr<TrainResult> Run();
+
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+
+  // The model being trained (after Run(): the weights kept).
+  const Forecaster& model() const { return *model_; }
+  const WindowedDataset& dataset() const { return *dataset_; }
+  int64_t steps_per_epoch() const;
+
+ private:
+  explicit TrainJob(TrainJobOptions options);
+
+  // The mean validation loss of the current weights; NaN without validation windows.
+  absl::StatusOr<double> Validate();
+  std::string Fingerprint() const;
+
+  // Constant after Create.
+  const TrainJobOptions options_;
+  int64_t epochs_ = 0;
+  int64_t batch_size_ = 0;
+  std::unique_ptr<Forecaster> model_;
+  std::unique_ptr<WindowedDataset> dataset_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LearningRateSchedule> schedule_;
+  std::unique_ptr<TrainingLoss> loss_;
+
+  std::atomic<bool> cancelled_{false};
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_TRAIN_TRAIN_JOB_H_
