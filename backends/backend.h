@@ -75,9 +75,12 @@ class Backend {
   virtual absl::Status Relu(float* out, const float* inp, int64_t n) = 0;
   // Row-wise softmax of (R, C).
   virtual absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) = 0;
-  // out (B, T, D) from packed qkv (B, T, 3D); att (B, NH, T, T) or nullptr.
-  virtual absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                 int64_t D, int64_t NH, bool causal) = 0;
+  // out (B, T, D) from packed qkv (B, T, 3D); att (B, NH, T, T) or nullptr, the weights before
+  // dropout; dropout_mask (B, NH, T, T) multiplies the weights before they meet V (training's
+  // attention dropout: 0 or 1/(1-p) each), or nullptr for none. See ref::AttentionForward.
+  virtual absl::Status Attention(float* out, float* att, const float* qkv,
+                                 const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                 int64_t NH, bool causal) = 0;
   // out (B, D): the attention of the last position's queries q (B, D) over keys and values
   // kv (B, T, 2D); see ref::AttentionLastQueryForward.
   virtual absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B,
@@ -112,10 +115,10 @@ class Backend {
                                     int64_t n) = 0;
   virtual absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
                                        int64_t C) = 0;
-  // `att` is what Attention saved for the same qkv.
+  // `att` is what Attention saved for the same qkv, and dropout_mask the one it was given.
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                         const float* att, int64_t B, int64_t T, int64_t D,
-                                         int64_t NH) = 0;
+                                         const float* att, const float* dropout_mask, int64_t B,
+                                         int64_t T, int64_t D, int64_t NH) = 0;
   virtual absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
                                                   const float* q, const float* kv, int64_t B,
                                                   int64_t T, int64_t D, int64_t NH) = 0;

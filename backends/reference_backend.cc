@@ -52,9 +52,10 @@ absl::Status ReferenceBackend::Softmax(float* out, const float* inp, int64_t R, 
   return absl::OkStatus();
 }
 
-absl::Status ReferenceBackend::Attention(float* out, float* att, const float* qkv, int64_t B,
-                                         int64_t T, int64_t D, int64_t NH, bool causal) {
-  ref::AttentionForward(out, att, qkv, B, T, D, NH, causal);
+absl::Status ReferenceBackend::Attention(float* out, float* att, const float* qkv,
+                                         const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                         int64_t NH, bool causal) {
+  ref::AttentionForward(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   return absl::OkStatus();
 }
 
@@ -127,9 +128,9 @@ absl::Status ReferenceBackend::SoftmaxBackward(float* dinp, const float* dout, c
 }
 
 absl::Status ReferenceBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                                 const float* att, int64_t B, int64_t T, int64_t D,
-                                                 int64_t NH) {
-  ref::AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+                                                 const float* att, const float* dropout_mask,
+                                                 int64_t B, int64_t T, int64_t D, int64_t NH) {
+  ref::AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH);
   return absl::OkStatus();
 }
 

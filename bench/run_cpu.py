@@ -46,6 +46,8 @@ sys.path.insert(0, os.path.join(REPO, "scripts"))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bench_report import (  # noqa: E402  (the script's folder is on sys.path)
+    command_line, cpu_model, fmt_us, git_describe, markdown_table, text_table, write_section)
 from forecastd_torch import (  # noqa: E402  (needs the sys.path entry above)
     Spec, build_module, make_input, max_rel_err, randomize, read_safetensors, run_inference,
     run_module, write_model, write_safetensors)
@@ -241,10 +243,6 @@ def bench_pair(args, w, batch):
 # ----------------------------------------------------------------------------------------------
 
 
-def fmt_us(v):
-    return "-" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.1f}")
-
-
 def table(rows):
     head = ["workload", "B", "forecastd median us", "PyTorch median us", "ratio",
             "forecastd p90 us", "PyTorch p90 us", "max rel err", "iters"]
@@ -260,49 +258,6 @@ def table(rows):
                      "-" if err is None else (f"{err:.1e}" + ("" if r["ok"] else " FAIL")),
                      str(r["iters"])])
     return head, body
-
-
-def text_table(head, body):
-    widths = [max(len(c) for c in col) for col in zip(head, *body)]
-    right = lambda i: i > 0  # noqa: E731
-    fmt = lambda cells: "  ".join(c.rjust(w) if right(i) else c.ljust(w)  # noqa: E731
-                                  for i, (c, w) in enumerate(zip(cells, widths)))
-    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body])
-
-
-def markdown_table(head, body):
-    lines = ["| " + " | ".join(head) + " |",
-             "| " + " | ".join(["---"] + ["---:"] * (len(head) - 1)) + " |"]
-    return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def git_describe():
-    try:
-        p = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty", "--tags"],
-                           capture_output=True, text=True, timeout=30)
-        return p.stdout.strip() or "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-
-
-def command_line():
-    # bench/run_cpu.sh passes the command the user typed; run directly, rebuild it.
-    cmd = os.environ.get("FORECASTD_BENCH_COMMAND")
-    if cmd:
-        return cmd
-    script = os.path.relpath(os.path.abspath(sys.argv[0]), REPO)
-    return shlex.join([sys.executable, script] + sys.argv[1:])
 
 
 def record(env, head, body, path):
@@ -323,26 +278,7 @@ def record(env, head, body, path):
         markdown_table(head, body),
         end,
     ])
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    else:
-        text = ("# CPU benchmark results\n\n"
-                "Written by `bench/run_cpu.sh --record` (see bench/README.md). Times are per "
-                "forecast call, in microseconds; ratio = PyTorch median / forecastd median, so "
-                "> 1 means forecastd is faster. Each section is one run; a re-run of the same "
-                "command on the same day and host replaces its section.\n")
-    i = text.find(begin)
-    if i >= 0:
-        j = text.find(end, i)
-        j = len(text) if j < 0 else j + len(end)
-        text = text[:i] + section + text[j:]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_section(path, begin, end, section)
 
 
 # ----------------------------------------------------------------------------------------------

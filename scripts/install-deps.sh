@@ -12,6 +12,8 @@ packages=(
   catch2 libcli11-dev nlohmann-json3-dev
   # The golden tests check that models forecastd writes load into PyTorch.
   python3 python3-numpy python3-torch
+  # A Python gRPC client checks the KServe API (stubs generated at test time).
+  python3-grpcio python3-protobuf
 )
 
 if [[ -r /etc/os-release ]]; then

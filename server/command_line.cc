@@ -73,8 +73,31 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--log-format", log_format, "text or json (one JSON object per line)")
       ->capture_default_str();
   app.add_option("--shutdown-grace-seconds", shutdown_grace_seconds,
-                 "on SIGTERM/SIGINT, how long in-flight calls may take to finish")
+                 "on SIGTERM/SIGINT, how long streaming calls may take to finish")
       ->capture_default_str();
+  double drain_timeout_seconds = absl::ToDoubleSeconds(options.drain_timeout);
+  app.add_option("--drain-timeout", drain_timeout_seconds,
+                 "seconds queued and in-flight predictions may take to finish on shutdown, "
+                 "unload or a version switch")
+      ->capture_default_str();
+  app.add_option("--load-model", options.load_models,
+                 "load only these models at start (repeatable); default: every model");
+  app.add_option("--data-dir", options.data_dir,
+                 "directory that training CSV paths are relative to")
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", options.checkpoint_dir,
+                 "where training checkpoints go (default: <model-repository>/.checkpoints)");
+  app.add_option("--max-training-jobs", options.max_training_jobs,
+                 "training jobs that may run at once")
+      ->capture_default_str();
+  app.add_option("--cpu-workers", options.cpu_workers,
+                 "CPU worker threads running batches (0: one per core)")
+      ->capture_default_str();
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "largest gRPC message accepted or sent")
+      ->capture_default_str();
+  app.add_flag("--allow-non-finite-inputs", options.allow_non_finite_inputs,
+               "accept NaN and Inf in Predict inputs (refused by default)");
 
   std::vector<const char*> argv;
   argv.reserve(args.size());
@@ -116,6 +139,15 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--shutdown-grace-seconds must be between 0 and 3600");
   }
   options.shutdown_grace = absl::Seconds(shutdown_grace_seconds);
+  if (!(drain_timeout_seconds >= 0 && drain_timeout_seconds <= 3600)) {
+    return UsageError("--drain-timeout must be between 0 and 3600 seconds");
+  }
+  options.drain_timeout = absl::Seconds(drain_timeout_seconds);
+  if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
+  if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
+    return UsageError("--cpu-workers must be between 0 and 1024");
+  }
+  if (options.max_message_bytes < 1024) return UsageError("--max-message-bytes must be >= 1024");
   return result;
 }
 

@@ -26,6 +26,10 @@ class MetricsExposer {
   static absl::StatusOr<std::unique_ptr<MetricsExposer>> Create(const Options& options);
 
   prometheus::Registry& registry() { return *registry_; }
+  // Adds a collectable scraped along with the registry (kept alive by the caller).
+  void AddCollectable(const std::shared_ptr<prometheus::Collectable>& collectable) {
+    exposer_->RegisterCollectable(collectable);
+  }
   // The port actually bound (useful when the address asked for port 0).
   int port() const;
 

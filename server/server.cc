@@ -1,15 +1,21 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "grpcpp/grpcpp.h"
+#include "backends/cpu/dnnl_backend.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
+#include "server/kserve_service.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
@@ -28,13 +34,58 @@ absl::Status CheckModelRepository(const std::string& path) {
   return absl::OkStatus();
 }
 
+// This process's resident memory, from /proc/self/statm (0 where unavailable).
+int64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+int64_t TotalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  return pages > 0 ? static_cast<int64_t>(pages) * sysconf(_SC_PAGESIZE) : 0;
+}
+
 }  // namespace
+
+// Connects the registry's load events and batchers to the Prometheus series.
+class Server::RegistryMetrics final : public RegistryObserver {
+ public:
+  explicit RegistryMetrics(ServingMetrics* metrics) : metrics_(metrics) {}
+
+  std::unique_ptr<BatcherObserver> NewBatcherObserver(const std::string& model,
+                                                      int64_t /*version*/) override {
+    return std::make_unique<Forwarding>(metrics_->ForModel(model));
+  }
+  void OnLoadFailed(const std::string& model, int64_t /*version*/,
+                    const absl::Status& /*error*/) override {
+    metrics_->ObserveLoadFailure(model);
+  }
+
+ private:
+  // The registry owns its observers; the series they feed live in ServingMetrics.
+  class Forwarding final : public BatcherObserver {
+   public:
+    explicit Forwarding(BatcherObserver* target) : target_(target) {}
+    void OnBatch(int64_t rows, int64_t tasks) override { target_->OnBatch(rows, tasks); }
+    void OnTaskDone(uint32_t priority, const absl::Status& status, absl::Duration queue,
+                    absl::Duration compute) override {
+      target_->OnTaskDone(priority, status, queue, compute);
+    }
+
+   private:
+    BatcherObserver* target_;
+  };
+
+  ServingMetrics* metrics_;
+};
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   RETURN_IF_ERROR(CheckModelRepository(options.model_repository));
 
-  const DeviceRegistry registry = DeviceRegistry::Discover();
-  ASSIGN_OR_RETURN(std::vector<Device> devices, registry.Resolve(options.devices));
+  const DeviceRegistry device_registry = DeviceRegistry::Discover();
+  ASSIGN_OR_RETURN(std::vector<Device> devices, device_registry.Resolve(options.devices));
   std::vector<std::string> device_names;
   for (const Device& d : devices) device_names.push_back(absl::StrCat(d.Id(), " (", d.name, ")"));
   spdlog::info("devices: {}", absl::StrJoin(device_names, ", "));
@@ -44,24 +95,115 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       MetricsExposer::Create({.address = options.metrics_address, .version = kForecastdVersion}));
 
   std::unique_ptr<Server> server(new Server(options, std::move(devices), std::move(metrics)));
+  Server& s = *server;
+  s.serving_metrics_ = std::make_unique<ServingMetrics>(s.metrics_->registry());
 
+  // The CPU runs every model: the CUDA backend serves from the GPU issue on.
+  ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
+  s.backend_ = std::move(dnnl);
+  const int workers = options.cpu_workers > 0
+                          ? options.cpu_workers
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  ASSIGN_OR_RETURN(s.scheduler_, DeviceScheduler::Create({.num_workers = workers}));
+
+  s.registry_metrics_ = std::make_unique<RegistryMetrics>(s.serving_metrics_.get());
+  ModelRegistry::Options registry_options;
+  registry_options.repository_path = options.model_repository;
+  registry_options.backend = s.backend_.get();
+  registry_options.scheduler = s.scheduler_.get();
+  registry_options.models_to_load = options.load_models;
+  registry_options.drain_timeout = options.drain_timeout;
+  // One batch waiting per model at most: while the workers are busy the queue grows and the
+  // next batch is larger, which is what dynamic batching is for.
+  registry_options.max_enqueued_batches = 1;
+  registry_options.observer = s.registry_metrics_.get();
+  ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));
+  RETURN_IF_ERROR(s.registry_->Start());
+
+  TrainJobManager::Options job_options;
+  job_options.repository = options.model_repository;
+  job_options.data_dir = options.data_dir;
+  job_options.checkpoint_dir = options.checkpoint_dir.empty()
+                                   ? absl::StrCat(options.model_repository, "/.checkpoints")
+                                   : options.checkpoint_dir;
+  job_options.backend = s.backend_.get();
+  job_options.scheduler = s.scheduler_.get();
+  job_options.max_running_jobs = options.max_training_jobs;
+  ModelRegistry* registry = s.registry_.get();
+  job_options.on_published = [registry](const std::string& model, int64_t version, bool promote) {
+    return registry->OnVersionPublished(model, version, promote);
+  };
+  job_options.observer = s.serving_metrics_.get();
+  ASSIGN_OR_RETURN(s.jobs_, TrainJobManager::Create(std::move(job_options)));
+
+  ServingMetrics::Probes probes;
+  probes.queue_depth_by_model = [registry]() {
+    std::vector<std::pair<std::string, int64_t>> depths;
+    for (const ModelStatus& model : registry->ListModels()) {
+      int64_t queued = 0;
+      for (const LoadedVersionStatus& v : model.loaded) queued += v.queued_tasks;
+      if (!model.loaded.empty()) depths.emplace_back(model.name, queued);
+    }
+    return depths;
+  };
+  probes.models_loaded = [registry]() { return int64_t{registry->loaded_model_count()}; };
+  TrainJobManager* jobs = s.jobs_.get();
+  probes.train_jobs_running = [jobs]() { return jobs->running_jobs(); };
+  s.state_metrics_ = s.serving_metrics_->MakeStateCollectable(std::move(probes));
+  s.metrics_->AddCollectable(s.state_metrics_);
+
+  const std::string device = s.devices_.empty() ? "cpu" : s.devices_.front().Id();
+  std::atomic<bool>* accepting = &s.accepting_;
+  const auto is_accepting = [accepting]() { return accepting->load(); };
+  s.forecaster_ = std::make_unique<ForecasterService>(
+      ForecasterService::Options{.registry = registry,
+                                 .jobs = jobs,
+                                 .metrics = s.serving_metrics_.get(),
+                                 .clock = nullptr,
+                                 .allow_non_finite_inputs = options.allow_non_finite_inputs,
+                                 .accepting = is_accepting,
+                                 .device_name = device});
+  Server* self = server.get();
+  s.admin_ = std::make_unique<AdminService>(
+      AdminService::Options{.registry = registry,
+                            .device_name = device,
+                            .server_status = [self]() { return self->Status(); },
+                            .accepting = is_accepting});
+
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<KServeService> kserve,
+      KServeService::Create({.registry = registry,
+                             .metrics = s.serving_metrics_.get(),
+                             .clock = nullptr,
+                             .ready = is_accepting,
+                             .allow_non_finite_inputs = options.allow_non_finite_inputs}));
+  s.kserve_ = std::move(kserve);
+
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.RegisterService(server->health_.get());
+  builder.RegisterService(s.health_.get());
+  builder.RegisterService(s.forecaster_.get());
+  builder.RegisterService(s.admin_.get());
+  builder.RegisterService(s.kserve_.get());
   // Without this a second daemon could silently share the port with the first.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(),
-                           &server->grpc_port_);
-  server->grpc_server_ = builder.BuildAndStart();
-  if (server->grpc_server_ == nullptr || server->grpc_port_ == 0) {
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port_);
+  s.grpc_server_ = builder.BuildAndStart();
+  if (s.grpc_server_ == nullptr || s.grpc_port_ == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve gRPC on ", options.grpc_address, " (is the port in use?)"));
   }
-  server->health_->SetStatus("", grpc::health::v1::HealthCheckResponse::SERVING);
+  for (const char* service :
+       {"", "forecastd.v1.Forecaster", "forecastd.v1.Admin", "inference.GRPCInferenceService"}) {
+    s.health_->SetStatus(service, grpc::health::v1::HealthCheckResponse::SERVING);
+  }
   spdlog::info(
       "forecastd {} serving gRPC on {} (port {}), metrics on http://{}/metrics, "
-      "model repository '{}'",
-      kForecastdVersion, options.grpc_address, server->grpc_port_, options.metrics_address,
-      options.model_repository);
+      "model repository '{}' ({} models ready), {} CPU workers",
+      kForecastdVersion, options.grpc_address, s.grpc_port_, options.metrics_address,
+      options.model_repository, registry->loaded_model_count(), workers);
   return server;
 }
 
@@ -69,10 +211,38 @@ Server::Server(ServerOptions options, std::vector<Device> devices,
                std::unique_ptr<MetricsExposer> metrics)
     : options_(std::move(options)),
       devices_(std::move(devices)),
+      start_time_(absl::Now()),
       metrics_(std::move(metrics)),
       health_(std::make_unique<HealthService>()) {}
 
 Server::~Server() { Shutdown(); }
+
+v1::ServerStatus Server::Status() const {
+  v1::ServerStatus status;
+  status.set_version(kForecastdVersion);
+  status.set_ready(accepting_.load());
+  status.set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - start_time_));
+  for (const Device& device : devices_) {
+    v1::DeviceStatus* d = status.add_devices();
+    d->set_id(device.Id());
+    d->set_name(device.name);
+    if (device.Id() == "cpu" && scheduler_ != nullptr) {
+      d->set_workers(scheduler_->num_workers());
+      d->set_busy_workers(static_cast<int32_t>(scheduler_->busy_workers()));
+      d->set_memory_total_bytes(TotalMemoryBytes());
+      d->set_memory_used_bytes(ResidentBytes());
+    }
+  }
+  if (registry_ != nullptr) {
+    status.set_models_loaded(registry_->loaded_model_count());
+    status.set_requests_queued(registry_->total_queued_tasks());
+  }
+  if (jobs_ != nullptr) {
+    status.set_train_jobs_running(jobs_->running_jobs());
+    status.set_train_jobs_total(jobs_->total_jobs());
+  }
+  return status;
+}
 
 void Server::Shutdown() {
   {
@@ -80,15 +250,19 @@ void Server::Shutdown() {
     if (shut_down_) return;
     shut_down_ = true;
   }
-  // Probes see NOT_SERVING (and Watch streams end) before the listener goes away, so load
-  // balancers stop sending new work while in-flight calls finish.
+  // Probes see NOT_SERVING and new work is refused before anything stops, so load balancers
+  // move traffic away while the queued work finishes.
+  accepting_.store(false);
   health_->Shutdown();
+  if (registry_ != nullptr) registry_->Shutdown(options_.drain_timeout);
+  if (jobs_ != nullptr) jobs_->Shutdown();
   if (grpc_server_ != nullptr) {
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.shutdown_grace);
     grpc_server_->Shutdown(deadline);
     grpc_server_->Wait();
   }
+  if (scheduler_ != nullptr) scheduler_->Shutdown();
   spdlog::info("forecastd stopped");
 }
 

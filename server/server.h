@@ -1,34 +1,49 @@
-// The forecastd daemon as one object: resolves devices, opens the model repository, serves
-// Prometheus metrics and the gRPC services (grpc.health.v1 today), and shuts all of it down
-// in order. main() creates one; integration tests may create their own.
+// The forecastd daemon as one object: the CPU backend and its device scheduler, the model
+// registry over the repository, the training-job manager, Prometheus metrics, and the gRPC
+// services (forecastd.v1.Forecaster and Admin, KServe v2 inference.GRPCInferenceService,
+// grpc.health.v1, server reflection) on one port; and their orderly shutdown. main() creates
+// one; integration tests may create their own.
 // Thread-safe: Shutdown() may be called from any thread, more than once.
 #ifndef FORECASTD_SERVER_SERVER_H_
 #define FORECASTD_SERVER_SERVER_H_
 
+#include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
 #include "backends/device.h"
-#include "grpcpp/server.h"
+#include "engine/serving/device_scheduler.h"
+#include "engine/serving/model_registry.h"
+#include "engine/train/train_job_manager.h"
+#include "forecastd/v1/admin.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "server/admin_service.h"
+#include "server/forecaster_service.h"
 #include "server/health_service.h"
 #include "server/metrics.h"
 #include "server/server_options.h"
+#include "server/serving_metrics.h"
 
 namespace forecastd {
 
 class Server {
  public:
-  // Starts serving. Fails with NOT_FOUND or FAILED_PRECONDITION for a missing repository
-  // or device, and UNAVAILABLE when an address cannot be bound.
+  // Starts serving: loads the models (a model that fails to load is reported, not fatal),
+  // then opens the gRPC port. Fails with NOT_FOUND or FAILED_PRECONDITION for a missing
+  // repository or device, and UNAVAILABLE when an address cannot be bound.
   static absl::StatusOr<std::unique_ptr<Server>> Create(const ServerOptions& options);
 
   ~Server();
 
-  // Reports NOT_SERVING on health checks, gives in-flight calls `shutdown_grace` to finish,
-  // then stops the gRPC and metrics endpoints. Idempotent.
+  // Drains: health turns NOT_SERVING and new Predict/Train calls get UNAVAILABLE at once;
+  // queued and in-flight predictions finish (up to drain_timeout); training jobs are
+  // cancelled (their checkpoints stay); then the gRPC and metrics endpoints stop, giving
+  // streaming calls shutdown_grace. Idempotent.
   void Shutdown();
 
   int grpc_port() const { return grpc_port_; }
@@ -36,16 +51,33 @@ class Server {
   const std::vector<Device>& devices() const { return devices_; }
 
  private:
+  class RegistryMetrics;
+
   Server(ServerOptions options, std::vector<Device> devices,
          std::unique_ptr<MetricsExposer> metrics);
+  v1::ServerStatus Status() const;
 
-  // Constant after construction.
+  // Constant after construction (the pointers' objects have their own synchronisation).
   const ServerOptions options_;
   const std::vector<Device> devices_;
+  const absl::Time start_time_;
   std::unique_ptr<MetricsExposer> metrics_;
-  const std::unique_ptr<HealthService> health_;
+  std::unique_ptr<ServingMetrics> serving_metrics_;
+  std::shared_ptr<prometheus::Collectable> state_metrics_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<DeviceScheduler> scheduler_;
+  std::unique_ptr<RegistryMetrics> registry_metrics_;
+  std::unique_ptr<ModelRegistry> registry_;
+  std::unique_ptr<TrainJobManager> jobs_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<ForecasterService> forecaster_;
+  std::unique_ptr<AdminService> admin_;
+  std::unique_ptr<grpc::Service> kserve_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
+
+  // Own synchronisation.
+  std::atomic<bool> accepting_{true};
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

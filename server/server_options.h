@@ -31,6 +31,27 @@ struct ServerOptions {
 
   // On SIGTERM/SIGINT, in-flight calls get this long to finish before they are cancelled.
   absl::Duration shutdown_grace = absl::Seconds(10);
+
+  // The models loaded at start; empty: every model of the repository.
+  std::vector<std::string> load_models;
+
+  // On SIGTERM/SIGINT, and for Unload and version switches: how long queued and in-flight
+  // Predict work may take to finish before what is left is refused.
+  absl::Duration drain_timeout = absl::Seconds(30);
+
+  // Where training CSV files are looked up (DataConfig.csv_path is relative to it).
+  std::string data_dir = "data";
+  // Where training checkpoints go; "": `<model_repository>/.checkpoints`.
+  std::string checkpoint_dir;
+  // Training jobs that may run at once.
+  int max_training_jobs = 2;
+
+  // CPU worker slots running batches; 0: one per core.
+  int cpu_workers = 0;
+  // Largest gRPC message accepted or sent, in bytes.
+  int max_message_bytes = 64 << 20;
+  // Accept NaN and Inf in Predict inputs (refused by default).
+  bool allow_non_finite_inputs = false;
 };
 
 }  // namespace forecastd

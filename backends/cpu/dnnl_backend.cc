@@ -87,7 +87,8 @@ std::shared_ptr<DnnlPrimitive> BuildBinaryAdd(const dnnl::engine& engine, int64_
       dnnl::binary::primitive_desc(desc, UserScratchpadAttr(), engine)));
 }
 
-// --- Attention: scores = (Q K^T) * scale, causal mask, softmax over keys, out = att V.
+// --- Attention: scores = (Q K^T) * scale, causal mask, softmax over keys, out = att V (or
+// out = (att * dropout mask) V, the product taken in a loop).
 // Q, K and V are strided views into the packed qkv, and out a strided view of (B, T, D), so
 // nothing is copied: head h of qkv[b, t] is columns [h*hs, (h+1)*hs) of each D-wide third.
 
@@ -331,11 +332,12 @@ absl::Status DnnlBackend::Softmax(float* out, const float* inp, int64_t R, int64
   return absl::OkStatus();
 }
 
-absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T,
-                                    int64_t D, int64_t NH, bool causal) {
+absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
+                                    const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                    int64_t NH, bool causal) {
   // Heads that do not split D evenly have no strided-view form; the reference defines them.
   if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
-    return reference_.Attention(out, att, qkv, B, T, D, NH, causal);
+    return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
                    cache_.GetOrBuild<AttentionPrimitive>(
@@ -343,11 +345,15 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv, in
                        [&] { return BuildAttention(engine_, B, T, D, NH); }));
   if (p == nullptr) {
     CountFallback();
-    return reference_.Attention(out, att, qkv, B, T, D, NH, causal);
+    return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
-  std::vector<float> att_scratch;
-  if (att == nullptr) att_scratch.resize(B * NH * T * T);
+  const int64_t n_scores = B * NH * T * T;
+  std::vector<float> att_scratch, dropped;
+  if (att == nullptr) att_scratch.resize(n_scores);
   float* scores = att != nullptr ? att : att_scratch.data();
+  // With dropout the context matmul reads att * mask from its own buffer, since `att` must keep
+  // the undropped weights for the backward pass.
+  if (dropout_mask != nullptr) dropped.resize(n_scores);
   DNNL_TRY({
     const AttentionMds md = MakeAttentionMds(B, T, D, NH);
     const dnnl::memory scores_mem = Wrap(md.scores, engine_, scores);
@@ -358,8 +364,13 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv, in
              {DNNL_ARG_DST, scores_mem}});
     if (causal) MaskFuture(scores, B * NH * T, T);
     Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
+    dnnl::memory weights_mem = scores_mem;
+    if (dropout_mask != nullptr) {
+      for (int64_t i = 0; i < n_scores; ++i) dropped[i] = scores[i] * dropout_mask[i];
+      weights_mem = Wrap(md.scores, engine_, dropped.data());
+    }
     Execute(stream, p->context,
-            {{DNNL_ARG_SRC, scores_mem},
+            {{DNNL_ARG_SRC, weights_mem},
              {DNNL_ARG_WEIGHTS, Wrap(md.v, engine_, qkv + 2 * D)},
              {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });

@@ -57,8 +57,8 @@ class DnnlBackend final : public Backend {
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
   absl::Status Relu(float* out, const float* inp, int64_t n) override;
   absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
-  absl::Status Attention(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
-                         int64_t NH, bool causal) override;
+  absl::Status Attention(float* out, float* att, const float* qkv, const float* dropout_mask,
+                         int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) override;
   absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B, int64_t T,
                                   int64_t D, int64_t NH) override;
   absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
@@ -85,7 +85,8 @@ class DnnlBackend final : public Backend {
   absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
                                int64_t C) override;
   absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                                 int64_t B, int64_t T, int64_t D, int64_t NH) override;
+                                 const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                 int64_t NH) override;
   absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
                                           const float* kv, int64_t B, int64_t T, int64_t D,
                                           int64_t NH) override;

@@ -138,6 +138,8 @@ std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, 
 // --- Attention: with scale = 1/sqrt(hs) and per batch and head,
 //   dV = att^T dout     datt = dout V^T     dscores = softmax_backward(att, datt)
 //   dQ = scale dscores K     dK = scale dscores^T Q
+// (with a dropout mask m: dV = (att m)^T dout and datt = (dout V^T) m, the products taken
+// element-wise in a loop around the matmuls)
 // Q, K, V and their gradients are strided views into qkv / dqkv as in the forward; att and
 // dscores are read transposed through strides. Masked weights are 0 in att, so their dscores
 // are 0 and the causal mask needs nothing here.
@@ -375,11 +377,11 @@ absl::Status DnnlBackend::SoftmaxBackward(float* dinp, const float* dout, const 
 }
 
 absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                            const float* att, int64_t B, int64_t T, int64_t D,
-                                            int64_t NH) {
+                                            const float* att, const float* dropout_mask, int64_t B,
+                                            int64_t T, int64_t D, int64_t NH) {
   // As the forward: heads that do not split D evenly have no strided-view form.
   if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
-    return reference_.AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH);
   }
   ASSIGN_OR_RETURN(
       std::shared_ptr<const AttentionBackwardPrimitive> p,
@@ -388,22 +390,34 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
           "AttentionBackward", [&] { return BuildAttentionBackward(engine_, B, T, D, NH); }));
   if (p == nullptr) {
     CountFallback();
-    return reference_.AttentionBackward(dqkv, dout, qkv, att, B, T, D, NH);
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH);
   }
-  std::vector<float> datt(B * NH * T * T), dscores(B * NH * T * T);
+  const int64_t n_scores = B * NH * T * T;
+  std::vector<float> datt(n_scores), dscores(n_scores), dropped;
+  // With dropout, V met att * mask in the forward: dV reads that product, and the weights'
+  // gradient is masked before the softmax backward, which needs the undropped att.
+  const float* att_v = att;
+  if (dropout_mask != nullptr) {
+    dropped.resize(n_scores);
+    for (int64_t i = 0; i < n_scores; ++i) dropped[i] = att[i] * dropout_mask[i];
+    att_v = dropped.data();
+  }
   DNNL_TRY({
     const AttentionBackwardMds md = MakeAttentionBackwardMds(B, T, D, NH);
     const dnnl::memory dout_mem = Wrap(md.dout, engine_, dout);
     const dnnl::memory datt_mem = Wrap(md.att, engine_, datt.data());
     dnnl::stream stream(engine_);
     Execute(stream, p->dv,
-            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, att)},
+            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, att_v)},
              {DNNL_ARG_WEIGHTS, dout_mem},
              {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv + 2 * D)}});
     Execute(stream, p->datt,
             {{DNNL_ARG_SRC, dout_mem},
              {DNNL_ARG_WEIGHTS, Wrap(md.head_t, engine_, qkv + 2 * D)},
              {DNNL_ARG_DST, datt_mem}});
+    if (dropout_mask != nullptr) {
+      for (int64_t i = 0; i < n_scores; ++i) datt[i] *= dropout_mask[i];
+    }
     Execute(stream, p->softmax,
             {{DNNL_ARG_DST, Wrap(md.att, engine_, att)},
              {DNNL_ARG_DIFF_DST, datt_mem},

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/models/recurrent_forecaster.h"
 #include "engine/models/transformer_forecaster.h"
+#include "engine/train/random.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
 
@@ -34,6 +35,17 @@ float* TrainingTape::Alloc(int64_t n) {
   // Each slot is its own vector, so growing one never moves another.
   if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
   return buffer.data();
+}
+
+float* TrainingTape::DropoutMask(int64_t n, float p, uint64_t site) {
+  if (!dropout_seed.has_value() || !(p > 0.0f)) return nullptr;
+  float* mask = Alloc(n);
+  // The site index is mixed into the seed rather than passed as PCG's stream selector, whose
+  // streams from one seed are known to be correlated.
+  Random rng(SplitMix64(*dropout_seed ^ SplitMix64(site)));
+  const float scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) mask[i] = rng.UniformFloat() < p ? 0.0f : scale;
+  return mask;
 }
 
 absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig& config) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,11 +37,11 @@ class Workspace {
 };
 
 // The activations one training step keeps from its forward pass to its backward pass, plus the
-// backward pass's scratch. Buffers are kept and reused by later steps of the same shapes.
-// Owned by one training thread.
+// backward pass's scratch and dropout masks. Buffers are kept and reused by later steps of the
+// same shapes. Owned by one training thread.
 class TrainingTape {
  public:
-  // Starts a new step; earlier buffers are handed out again.
+  // Starts a new step; earlier buffers are handed out again. Keeps dropout_seed.
   void Reset() {
     next_ = 0;
     saved.clear();
@@ -48,6 +49,19 @@ class TrainingTape {
   // `n` floats, valid until the next Reset() (contents unspecified).
   float* Alloc(int64_t n);
 
+  // Inverted-dropout multipliers (nn.Dropout in training) for `n` units of dropout site `site`:
+  // each 0 with probability p, else 1/(1-p), drawn in order from a stream that depends on
+  // dropout_seed and `site` alone, so one seed gives one mask per site whatever the
+  // parameters. nullptr, meaning no dropout, when dropout_seed is unset or p is 0 (nothing is
+  // drawn then). Valid until the next Reset(). p in [0, 1).
+  float* DropoutMask(int64_t n, float p, uint64_t site);
+
+  // Set by the caller before ForwardTrain: with a seed, the forward pass applies the model's
+  // dropout (config's `dropout`) with masks from DropoutMask; unset (the default), it runs
+  // without dropout, as evaluation does. TrainJob sets DeriveSeed(job seed,
+  // SeedPurpose::kDropout, optimiser step) (engine/train/random.h) before every step, so a
+  // resumed job draws the same masks.
+  std::optional<uint64_t> dropout_seed;
   // What the forward pass left for the backward pass, in an order only the model knows.
   std::vector<float*> saved;
   int64_t batch = 0;
@@ -86,7 +100,11 @@ class Forecaster {
   // ForwardTrain keeps in `tape` what Backward needs (xn must stay valid until then);
   // Backward then writes dparams (parameters().size() floats, the arena's layout) with
   // d(loss)/d(parameter) given dout = d(loss)/d(out). Entries of parameters that are not
-  // trained (the normaliser's) are set to 0. Dropout is not applied (see ValidateTrainable).
+  // trained (the normaliser's) are set to 0. Dropout is applied as PyTorch's training mode
+  // applies it (between recurrent layers; in the transformer on the attention weights, after
+  // the attention's projection, after the feed-forward activation and after its second
+  // linear) when tape.dropout_seed is set, and Backward goes through the same masks; Forward
+  // never applies it.
   absl::Status ForwardTrain(Backend& backend, float* out, const float* xn, int64_t B,
                             TrainingTape& tape) const;
   absl::Status Backward(Backend& backend, float* dparams, const float* dout,
@@ -111,6 +129,11 @@ class Forecaster {
                                         TrainingTape& tape) const = 0;
   virtual absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                                     TrainingTape& tape) const = 0;
+  // x (n) *= mask (n), in place; nothing when mask is nullptr (no dropout).
+  static void ApplyDropout(float* x, const float* mask, int64_t n) {
+    if (mask == nullptr) return;
+    for (int64_t i = 0; i < n; ++i) x[i] *= mask[i];
+  }
   // The gradient slot of a named parameter in a dparams array.
   float* grad(float* dparams, absl::string_view name) const {
     return dparams + (parameters_.at(name) - parameters_.data());

@@ -1,6 +1,7 @@
 #include "engine/models/recurrent_forecaster.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/base/status.h"
@@ -94,16 +95,28 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, float* o
                         num_outputs());
 }
 
-// The tape: saved[l] is layer l's input (saved[0] = xn), saved[L] the top layer's output and
-// saved[L + 1] the head's input, the last time step (B, ND*H).
+// The tape: saved[l] is layer l's input (saved[0] = xn; for l > 0 layer l-1's output after
+// dropout), saved[L] the top layer's output, saved[L + 1] the head's input, the last time step
+// (B, ND*H), and saved[L + 2 + l] for l < L-1 the dropout mask on layer l's output (B, T, ND*H)
+// or nullptr. As nn.LSTM / nn.GRU, dropout (site l) acts on every layer's output but the top
+// one's.
 absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
                                                    int64_t B, TrainingTape& tape) const {
   const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const int L = rnn_.num_layers();
   const ParameterArena& p = parameters();
+  std::vector<float*> masks;
   tape.saved.push_back(const_cast<float*>(xn));
-  for (int l = 0; l < rnn_.num_layers(); ++l) {
+  for (int l = 0; l < L; ++l) {
     float* layer_out = tape.Alloc(B * T * ND * H);
     RETURN_IF_ERROR(RunLayer(backend, l, layer_out, tape.saved.back(), B));
+    if (l + 1 < L) {
+      // In place: the backward pass recomputes layer l from its input and never reads its
+      // undropped output.
+      float* mask = tape.DropoutMask(B * T * ND * H, rnn_.dropout(), static_cast<uint64_t>(l));
+      ApplyDropout(layer_out, mask, B * T * ND * H);
+      masks.push_back(mask);
+    }
     tape.saved.push_back(layer_out);
   }
   const float* top = tape.saved.back();
@@ -113,6 +126,7 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
     std::copy(src, src + ND * H, last + b * ND * H);
   }
   tape.saved.push_back(last);
+  tape.saved.insert(tape.saved.end(), masks.begin(), masks.end());
   return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
                         num_outputs());
 }
@@ -149,6 +163,8 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     } else {
       RETURN_IF_ERROR(backend.GruLayerBackward(dl_in, grads, dl_out, inp, nullptr, weights, dims));
     }
+    // Layer l's input was layer l-1's output times its dropout mask.
+    if (l > 0) ApplyDropout(dl_in, tape.saved[static_cast<size_t>(L + 2 + l - 1)], B * T * ND * H);
   }
   return absl::OkStatus();
 }

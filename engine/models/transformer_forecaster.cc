@@ -44,8 +44,9 @@ void TransformerForecaster::DeclareParameters(ParameterArena& arena) const {
 int64_t TransformerForecaster::BodyWorkspaceFloats(int64_t B) const {
   const int64_t T = lookback(), D = tf_.d_model(), FF = tf_.dim_feedforward();
   const int64_t BT = B * T, pad = 16;
-  // x, tmp, attn (B,T,D) + qkv (B,T,3D) + ff (B,T,FF) + five (B,D) rows of the last layer
-  return 3 * (BT * D + pad) + (BT * 3 * D + pad) + (BT * FF + pad) + 5 * (B * D + pad);
+  // x, tmp, attn (B,T,D) + qkv (B,T,3D) + ff (B,T,FF) + six (B,D) rows: `last`, the last
+  // layer's sa_last, q, att_last and sa, and pre-LN's final `normed`.
+  return 3 * (BT * D + pad) + (BT * 3 * D + pad) + (BT * FF + pad) + 6 * (B * D + pad);
 }
 
 absl::Status TransformerForecaster::Activation(Backend& backend, float* x, int64_t n) const {
@@ -123,7 +124,8 @@ absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float*
     const float* in_w = p.at(Layer(k, "self_attn.in_proj_weight"));
     const float* in_b = p.at(Layer(k, "self_attn.in_proj_bias"));
     RETURN_IF_ERROR(backend.Linear(qkv, sa_in, in_w, in_b, BT, D, 3 * D));
-    RETURN_IF_ERROR(backend.Attention(attn, nullptr, qkv, B, T, D, NH, tf_.causal()));
+    RETURN_IF_ERROR(
+        backend.Attention(attn, nullptr, qkv, /*dropout_mask=*/nullptr, B, T, D, NH, tf_.causal()));
     RETURN_IF_ERROR(backend.Linear(tmp, attn, p.at(Layer(k, "self_attn.out_proj.weight")),
                                    p.at(Layer(k, "self_attn.out_proj.bias")), BT, D, D));
     std::swap(tmp, attn);  // attn: projected attention; tmp: free

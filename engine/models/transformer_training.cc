@@ -6,14 +6,20 @@
 // One encoder layer on N = B*T rows, in both layouts:
 //   post-LN (PyTorch's default)        pre-LN (norm_first)
 //   n1  = x0                           n1  = LN1(x0)
-//   qkv = in_proj(n1); a = attention(qkv) (keeping att); sa = out_proj(a)
+//   qkv = in_proj(n1); a = attention(qkv, m_att) (keeping att); sa = out_proj(a) * m_sa
 //   r1  = x0 + sa                      r1  = x0 + sa
 //   x1  = LN1(r1)                      x1  = r1
 //   n2  = x1                           n2  = LN2(x1)
-//   h   = linear1(n2); g = act(h); f = linear2(g)
+//   h   = linear1(n2); g = act(h) * m_ff; f = linear2(g) * m_f
 //   r2  = x1 + f                       r2  = x1 + f
 //   x2  = LN2(r2)                      x2  = r2
+// The m_ are nn.TransformerEncoderLayer's dropouts in training (the attention weights'
+// inside self_attn, dropout1, dropout, dropout2), each a mask from TrainingTape::DropoutMask
+// or none (1) without dropout. forecastd_torch.py's module has no other dropout (none after
+// the positional encoding). Backward: the gradient reaching a masked tensor is multiplied by
+// its mask; the attention op takes its mask itself.
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "engine/models/transformer_forecaster.h"
@@ -34,19 +40,35 @@ struct TransformerForecaster::LayerTape {
   float* g;    // (N, FF) after it
   float* r2;   // (N, D)
   float* x2;   // (N, D) the layer's output (r2 itself when pre-LN)
+  // Dropout masks, each nullptr without dropout.
+  float* m_att;  // (B, NH, T, T) on the attention weights
+  float* m_sa;   // (N, D) on out_proj's output
+  float* m_ff;   // (N, FF) on the activation's output (g above is after it)
+  float* m_f;    // (N, D) on linear2's output
 
   // A LayerTape travels in TrainingTape::saved as kSlots pointers, in member order.
-  static constexpr size_t kSlots = 12;
+  static constexpr size_t kSlots = 16;
   void SaveTo(std::vector<float*>& saved) const {
-    saved.insert(saved.end(), {x0, n1, qkv, att, a, r1, x1, n2, h, g, r2, x2});
+    saved.insert(saved.end(),
+                 {x0, n1, qkv, att, a, r1, x1, n2, h, g, r2, x2, m_att, m_sa, m_ff, m_f});
   }
   static LayerTape RestoreFrom(const std::vector<float*>& saved, size_t first) {
     const auto at = [&](size_t i) { return saved[first + i]; };
-    return {at(0), at(1), at(2), at(3), at(4), at(5), at(6), at(7), at(8), at(9), at(10), at(11)};
+    return {at(0), at(1), at(2),  at(3),  at(4),  at(5),  at(6),  at(7),
+            at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15)};
   }
 };
 
 namespace {
+
+// Dropout sites of encoder layer k are kSitesPerLayer * k + one of these.
+enum DropoutSite : uint64_t {
+  kAttentionWeights = 0,
+  kAttentionOutput = 1,
+  kFeedForwardHidden = 2,
+  kFeedForwardOutput = 3,
+  kSitesPerLayer = 4,
+};
 
 // dst += src over n floats.
 void AddInto(float* dst, const float* src, int64_t n) {
@@ -82,9 +104,10 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
   }
   RETURN_IF_ERROR(backend.Linear(lt.qkv, lt.n1, p.at(Layer(k, "self_attn.in_proj_weight")),
                                  p.at(Layer(k, "self_attn.in_proj_bias")), N, D, 3 * D));
-  RETURN_IF_ERROR(backend.Attention(lt.a, lt.att, lt.qkv, B, T, D, NH, tf_.causal()));
+  RETURN_IF_ERROR(backend.Attention(lt.a, lt.att, lt.qkv, lt.m_att, B, T, D, NH, tf_.causal()));
   RETURN_IF_ERROR(backend.Linear(scratch, lt.a, p.at(Layer(k, "self_attn.out_proj.weight")),
                                  p.at(Layer(k, "self_attn.out_proj.bias")), N, D, D));
+  ApplyDropout(scratch, lt.m_sa, N * D);
   RETURN_IF_ERROR(backend.Residual(lt.r1, lt.x0, scratch, N * D));
   if (!pre) {
     RETURN_IF_ERROR(backend.LayerNorm(lt.x1, nullptr, nullptr, lt.r1,
@@ -99,8 +122,10 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
                                  p.at(Layer(k, "linear1.bias")), N, D, FF));
   std::copy(lt.h, lt.h + N * FF, lt.g);
   RETURN_IF_ERROR(Activation(backend, lt.g, N * FF));
+  ApplyDropout(lt.g, lt.m_ff, N * FF);
   RETURN_IF_ERROR(backend.Linear(scratch, lt.g, p.at(Layer(k, "linear2.weight")),
                                  p.at(Layer(k, "linear2.bias")), N, FF, D));
+  ApplyDropout(scratch, lt.m_f, N * D);
   RETURN_IF_ERROR(backend.Residual(lt.r2, lt.x1, scratch, N * D));
   if (!pre) {
     RETURN_IF_ERROR(backend.LayerNorm(lt.x2, nullptr, nullptr, lt.r2,
@@ -138,6 +163,12 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     lt.g = tape.Alloc(N * FF);
     lt.r2 = tape.Alloc(N * D);
     lt.x2 = pre ? lt.r2 : tape.Alloc(N * D);
+    const float p_drop = tf_.dropout();
+    const uint64_t site = kSitesPerLayer * static_cast<uint64_t>(k);
+    lt.m_att = tape.DropoutMask(B * NH * T * T, p_drop, site + kAttentionWeights);
+    lt.m_sa = tape.DropoutMask(N * D, p_drop, site + kAttentionOutput);
+    lt.m_ff = tape.DropoutMask(N * FF, p_drop, site + kFeedForwardHidden);
+    lt.m_f = tape.DropoutMask(N * D, p_drop, site + kFeedForwardOutput);
     RETURN_IF_ERROR(LayerForwardTrain(backend, k, lt, B, tape));
     lt.SaveTo(tape.saved);
     x = lt.x2;
@@ -171,6 +202,13 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   float* dn = tape.Alloc(N * D);
   float* dg = tape.Alloc(N * FF);
   float* dqkv = tape.Alloc(N * 3 * D);
+  // The gradient of a dropped branch output, its residual's gradient times the mask.
+  float* dmasked = lt.m_sa != nullptr || lt.m_f != nullptr ? tape.Alloc(N * D) : nullptr;
+  const auto masked = [&](const float* d, const float* mask) -> const float* {
+    if (mask == nullptr) return d;
+    for (int64_t i = 0; i < N * D; ++i) dmasked[i] = d[i] * mask[i];
+    return dmasked;
+  };
 
   // Feed-forward block: dr2 -> (dx1 via the residual) + (dn2 via linear2, act, linear1).
   float* dr2 = dx2;
@@ -180,8 +218,10 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
     std::copy(dx1, dx1 + N * D, dx2);
   }
   std::copy(dr2, dr2 + N * D, dx1);
-  RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"), dr2, lt.g,
+  RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"),
+                                         masked(dr2, lt.m_f), lt.g,
                                          p.at(Layer(k, "linear2.weight")), N, FF, D));
+  ApplyDropout(dg, lt.m_ff, N * FF);
   RETURN_IF_ERROR(ActivationBackward(backend, dg, dg, lt.h, N * FF));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("linear1.weight"), dp("linear1.bias"), dg, lt.n2,
                                          p.at(Layer(k, "linear1.weight")), N, D, FF));
@@ -204,9 +244,9 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   }
   std::copy(dr1, dr1 + N * D, dx0);
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.out_proj.weight"),
-                                         dp("self_attn.out_proj.bias"), dr1, lt.a,
+                                         dp("self_attn.out_proj.bias"), masked(dr1, lt.m_sa), lt.a,
                                          p.at(Layer(k, "self_attn.out_proj.weight")), N, D, D));
-  RETURN_IF_ERROR(backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, B, T, D, NH));
+  RETURN_IF_ERROR(backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, lt.m_att, B, T, D, NH));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.in_proj_weight"),
                                          dp("self_attn.in_proj_bias"), dqkv, lt.n1,
                                          p.at(Layer(k, "self_attn.in_proj_weight")), N, D, 3 * D));

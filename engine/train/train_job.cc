@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/model_files.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/initializer.h"
+#include "engine/train/random.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
@@ -18,19 +20,6 @@ namespace {
 
 constexpr int64_t kMaxBatchSize = 1 << 16;
 constexpr int64_t kMaxEpochs = 1 << 20;
-
-absl::Status CheckNoDropout(const ModelConfig& model) {
-  float dropout = 0.0f;
-  if (model.has_lstm() && model.lstm().num_layers() > 1) dropout = model.lstm().dropout();
-  if (model.has_gru() && model.gru().num_layers() > 1) dropout = model.gru().dropout();
-  if (model.has_transformer()) dropout = model.transformer().dropout();
-  if (dropout != 0.0f) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model '", model.name(), "' has dropout ", dropout,
-        "; training with dropout is not supported yet, set it to 0 (inference ignores it)"));
-  }
-  return absl::OkStatus();
-}
 
 std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
@@ -67,7 +56,6 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   if (t.base_version() < 0) return absl::InvalidArgumentError("base_version must be >= 0");
   if (options.output_version < 0) return absl::InvalidArgumentError("output_version must be >= 0");
   RETURN_IF_ERROR(ValidateModelConfig(options.model));
-  RETURN_IF_ERROR(CheckNoDropout(options.model));
 
   std::unique_ptr<TrainJob> job(new TrainJob(std::move(options)));
   const TrainJobOptions& o = job->options_;
@@ -138,7 +126,7 @@ absl::StatusOr<double> TrainJob::Validate() {
   const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
   std::vector<float> x, y, pred;
   std::vector<int64_t> ids;
-  TrainingTape tape;
+  TrainingTape tape;  // no dropout_seed: validation runs without dropout, as in eval mode
   double total = 0.0;
   for (int64_t first = 0; first < n; first += batch_size_) {
     const int64_t B = std::min(batch_size_, n - first);
@@ -221,6 +209,12 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
         return absl::CancelledError(absl::StrCat("training of '", model.config().name(),
                                                  "' cancelled in epoch ", epoch + 1));
       }
+      std::optional<DeviceScheduler::TrainingLease> lease;
+      if (options_.scheduler != nullptr) {
+        ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
+                         options_.scheduler->AcquireTrainingLease());
+        lease.emplace(std::move(granted));
+      }
       const int64_t B = std::min(batch_size_, n - first);
       ids.assign(order.begin() + first, order.begin() + first + B);
       x.resize(static_cast<size_t>(B * T * F));
@@ -229,6 +223,10 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
       dpred.resize(pred.size());
       RETURN_IF_ERROR(
           dataset_->FillBatch(Split::kTrain, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
+      // Dropout masks depend on the seed and the step alone, so a resumed job (whose optimiser
+      // restores its step count) draws the ones an uninterrupted job would.
+      tape.dropout_seed = DeriveSeed(t.seed(), SeedPurpose::kDropout,
+                                     static_cast<uint64_t>(optimizer_->steps_taken()));
       RETURN_IF_ERROR(model.ForwardTrain(*options_.backend, pred.data(), x.data(), B, tape));
       const double loss = loss_->Compute(dpred.data(), pred.data(), y.data(), B);
       if (!std::isfinite(loss)) {

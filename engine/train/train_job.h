@@ -20,6 +20,7 @@
 #include "backends/backend.h"
 #include "engine/clock.h"
 #include "engine/models/forecaster.h"
+#include "engine/serving/device_scheduler.h"
 #include "engine/train/dataset.h"
 #include "engine/train/loss.h"
 #include "engine/train/lr_schedule.h"
@@ -64,7 +65,10 @@ struct TrainJobOptions {
   bool publish = true;
 
   Backend* backend = nullptr;  // not owned; must outlive the job
-  Clock* clock = nullptr;      // not owned; nullptr: the real clock
+  // When set, every optimiser step runs under a TrainingLease of this scheduler, so training
+  // takes a worker only while no inference waits. Not owned.
+  DeviceScheduler* scheduler = nullptr;
+  Clock* clock = nullptr;  // not owned; nullptr: the real clock
 
   int64_t progress_every_steps = 10;  // > 0
   // Called on the thread running Run(); must not call back into the job except Cancel().

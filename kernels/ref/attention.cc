@@ -6,8 +6,8 @@
 
 namespace forecastd::ref {
 
-void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64_t T, int64_t D,
-                      int64_t NH, bool causal) {
+void AttentionForward(float* out, float* att, const float* qkv, const float* dropout_mask,
+                      int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) {
   const int64_t hs = D / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   std::vector<double> w(T);  // one row of attention weights
@@ -45,6 +45,10 @@ void AttentionForward(float* out, float* att, const float* qkv, int64_t B, int64
           }
         }
 
+        if (dropout_mask != nullptr) {
+          const float* mask_row = dropout_mask + ((b * NH + h) * T + t) * T;
+          for (int64_t s = 0; s < S; ++s) w[s] *= static_cast<double>(mask_row[s]);
+        }
         std::fill(acc.begin(), acc.end(), 0.0);
         for (int64_t s = 0; s < S; ++s) {
           const float* v = qkv_b + s * 3 * D + 2 * D + h * hs;
@@ -96,16 +100,16 @@ void AttentionLastQueryForward(float* out, const float* q, const float* kv, int6
   }
 }
 
-// Both backward passes work one (batch, head, query) row at a time. With w = att[t, :] and
-// pre[s] = q . k_s * scale:
-//   dv_s += w[s] dout_t
-//   dw[s] = dout_t . v_s
+// Both backward passes work one (batch, head, query) row at a time. With w = att[t, :],
+// pre[s] = q . k_s * scale and m the dropout mask's row (1 without one):
+//   dv_s += w[s] m[s] dout_t
+//   dw[s] = (dout_t . v_s) m[s]
 //   dpre[s] = w[s] (dw[s] - sum_s' w[s'] dw[s'])   (softmax backward)
 //   dq += scale sum_s dpre[s] k_s                  dk_s += scale dpre[s] q
 // Sums are kept in double and rounded once at the end.
 
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                       int64_t B, int64_t T, int64_t D, int64_t NH) {
+                       const float* dropout_mask, int64_t B, int64_t T, int64_t D, int64_t NH) {
   const int64_t hs = D / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   std::vector<double> acc(T * 3 * D);  // dqkv of one batch row
@@ -116,6 +120,8 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
         const float* att_row = att + ((b * NH + h) * T + t) * T;
+        const float* mask_row =
+            dropout_mask != nullptr ? dropout_mask + ((b * NH + h) * T + t) * T : nullptr;
         const float* dout_t = dout + (b * T + t) * D + h * hs;
         const float* q = qkv_b + t * 3 * D + 0 * D + h * hs;
         double* dq = acc.data() + t * 3 * D + 0 * D + h * hs;
@@ -124,11 +130,14 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
         for (int64_t s = 0; s < T; ++s) {
           const float* v = qkv_b + s * 3 * D + 2 * D + h * hs;
           double* dv = acc.data() + s * 3 * D + 2 * D + h * hs;
+          const double m = mask_row != nullptr ? static_cast<double>(mask_row[s]) : 1.0;
+          const double w_m = static_cast<double>(att_row[s]) * m;
           double dot = 0.0;
           for (int64_t i = 0; i < hs; ++i) {
             dot += static_cast<double>(dout_t[i]) * static_cast<double>(v[i]);
-            dv[i] += static_cast<double>(att_row[s]) * static_cast<double>(dout_t[i]);
+            dv[i] += w_m * static_cast<double>(dout_t[i]);
           }
+          dot *= m;
           dw[s] = dot;
           w_dot_dw += static_cast<double>(att_row[s]) * dot;
         }

@@ -495,7 +495,15 @@ TEST_CASE("Softmax matches the reference on every backend") {
 // exp(-inf) on oneDNN). Observed on oneDNN: max |diff| 9e-8.
 constexpr double kAttentionAtol = 1e-5, kAttentionRtol = 1e-4;
 
-TEST_CASE("Attention, causal and not, matches the reference on every backend") {
+// A dropout mask on attention weights (B, NH, T, T): each 0 with probability p, else 1/(1-p).
+std::vector<float> DropoutMask(std::mt19937& rng, int64_t n, float p) {
+  std::bernoulli_distribution drop(p);
+  std::vector<float> mask(n);
+  for (float& m : mask) m = drop(rng) ? 0.0f : 1.0f / (1.0f - p);
+  return mask;
+}
+
+TEST_CASE("Attention, causal and not, with and without dropout, matches the reference") {
   struct Shape {
     int64_t B, T, D, NH;
   };
@@ -505,26 +513,33 @@ TEST_CASE("Attention, causal and not, matches the reference on every backend") {
     for (const auto [B, T, D, NH] : shapes) {
       for (const bool causal : {false, true}) {
         for (const bool want_att : {false, true}) {
-          std::mt19937 rng(7000 + B * 1000 + T * 10 + D);
-          const std::vector<float> qkv = Uniform(rng, B * T * 3 * D);
-          const int64_t att_n = B * NH * T * T;
-          std::vector<float> want(B * T * D), want_att_v(att_n);
-          ref::AttentionForward(want.data(), want_att_v.data(), qkv.data(), B, T, D, NH, causal);
+          for (const float dropout : {0.0f, 0.3f}) {
+            std::mt19937 rng(7000 + B * 1000 + T * 10 + D);
+            const std::vector<float> qkv = Uniform(rng, B * T * 3 * D);
+            const int64_t att_n = B * NH * T * T;
+            const std::vector<float> mask = DropoutMask(rng, att_n, dropout);
+            const float* want_mask = dropout > 0.0f ? mask.data() : nullptr;
+            std::vector<float> want(B * T * D), want_att_v(att_n);
+            ref::AttentionForward(want.data(), want_att_v.data(), qkv.data(), want_mask, B, T, D,
+                                  NH, causal);
 
-          std::unique_ptr<TestMemory> mem = under_test.memory();
-          float* out = mem->Output(B * T * D);
-          float* att = want_att ? mem->Output(att_n) : nullptr;
-          REQUIRE(backend->Attention(out, att, mem->Upload(qkv), B, T, D, NH, causal).ok());
-          const std::string what = Describe(
-              under_test, "Attention",
-              "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
-                  " NH=" + std::to_string(NH) + " causal=" + std::to_string(causal) +
-                  " att=" + std::to_string(want_att));
-          ExpectAllClose(what + " out", mem->Download(out, B * T * D), want, kAttentionAtol,
-                         kAttentionRtol);
-          if (want_att) {
-            ExpectAllClose(what + " att", mem->Download(att, att_n), want_att_v, kAttentionAtol,
+            std::unique_ptr<TestMemory> mem = under_test.memory();
+            float* out = mem->Output(B * T * D);
+            float* att = want_att ? mem->Output(att_n) : nullptr;
+            const float* dev_mask = want_mask != nullptr ? mem->Upload(mask) : nullptr;
+            REQUIRE(
+                backend->Attention(out, att, mem->Upload(qkv), dev_mask, B, T, D, NH, causal).ok());
+            const std::string what = Describe(
+                under_test, "Attention",
+                "B=" + std::to_string(B) + " T=" + std::to_string(T) + " D=" + std::to_string(D) +
+                    " NH=" + std::to_string(NH) + " causal=" + std::to_string(causal) +
+                    " att=" + std::to_string(want_att) + " dropout=" + std::to_string(dropout));
+            ExpectAllClose(what + " out", mem->Download(out, B * T * D), want, kAttentionAtol,
                            kAttentionRtol);
+            if (want_att) {
+              ExpectAllClose(what + " att", mem->Download(att, att_n), want_att_v, kAttentionAtol,
+                             kAttentionRtol);
+            }
           }
         }
       }
@@ -555,7 +570,7 @@ TEST_CASE("AttentionLastQuery matches the reference and the full attention's las
       std::vector<float> want(B * D), full(B * T * D);
       ref::AttentionLastQueryForward(want.data(), q.data(), kv.data(), B, T, D, NH);
       for (const bool causal : {false, true}) {
-        ref::AttentionForward(full.data(), nullptr, qkv.data(), B, T, D, NH, causal);
+        ref::AttentionForward(full.data(), nullptr, qkv.data(), nullptr, B, T, D, NH, causal);
         for (int64_t b = 0; b < B; ++b) {
           const std::vector<float> last(full.begin() + (b * T + T - 1) * D,
                                         full.begin() + (b * T + T) * D);
@@ -967,7 +982,7 @@ TEST_CASE("SoftmaxBackward matches the reference on every backend, in place too"
 // reference there).
 constexpr double kAttentionBackwardAtol = kAttentionAtol, kAttentionBackwardRtol = kAttentionRtol;
 
-TEST_CASE("AttentionBackward, causal and not, matches the reference on every backend") {
+TEST_CASE("AttentionBackward, causal and not, with and without dropout, matches the reference") {
   struct Shape {
     int64_t B, T, D, NH;
   };
@@ -976,24 +991,32 @@ TEST_CASE("AttentionBackward, causal and not, matches the reference on every bac
     std::unique_ptr<Backend> backend = Make(under_test);
     for (const auto [B, T, D, NH] : shapes) {
       for (const bool causal : {false, true}) {
-        std::mt19937 rng(7700 + B * 1000 + T * 10 + D);
-        const std::vector<float> qkv = Uniform(rng, B * T * 3 * D), dout = Uniform(rng, B * T * D);
-        std::vector<float> out(B * T * D), att(B * NH * T * T), want(B * T * 3 * D);
-        ref::AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, causal);
-        ref::AttentionBackward(want.data(), dout.data(), qkv.data(), att.data(), B, T, D, NH);
+        for (const float dropout : {0.0f, 0.3f}) {
+          std::mt19937 rng(7700 + B * 1000 + T * 10 + D);
+          const std::vector<float> qkv = Uniform(rng, B * T * 3 * D);
+          const std::vector<float> dout = Uniform(rng, B * T * D);
+          const std::vector<float> mask = DropoutMask(rng, B * NH * T * T, dropout);
+          const float* want_mask = dropout > 0.0f ? mask.data() : nullptr;
+          std::vector<float> out(B * T * D), att(B * NH * T * T), want(B * T * 3 * D);
+          ref::AttentionForward(out.data(), att.data(), qkv.data(), want_mask, B, T, D, NH, causal);
+          ref::AttentionBackward(want.data(), dout.data(), qkv.data(), att.data(), want_mask, B, T,
+                                 D, NH);
 
-        std::unique_ptr<TestMemory> mem = under_test.memory();
-        float* dqkv = mem->Output(B * T * 3 * D);
-        REQUIRE(backend
-                    ->AttentionBackward(dqkv, mem->Upload(dout), mem->Upload(qkv), mem->Upload(att),
-                                        B, T, D, NH)
-                    .ok());
-        ExpectAllClose(Describe(under_test, "AttentionBackward",
-                                "B=" + std::to_string(B) + " T=" + std::to_string(T) +
-                                    " D=" + std::to_string(D) + " NH=" + std::to_string(NH) +
-                                    " causal=" + std::to_string(causal)),
-                       mem->Download(dqkv, B * T * 3 * D), want, kAttentionBackwardAtol,
-                       kAttentionBackwardRtol);
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          float* dqkv = mem->Output(B * T * 3 * D);
+          const float* dev_mask = want_mask != nullptr ? mem->Upload(mask) : nullptr;
+          REQUIRE(backend
+                      ->AttentionBackward(dqkv, mem->Upload(dout), mem->Upload(qkv),
+                                          mem->Upload(att), dev_mask, B, T, D, NH)
+                      .ok());
+          ExpectAllClose(Describe(under_test, "AttentionBackward",
+                                  "B=" + std::to_string(B) + " T=" + std::to_string(T) +
+                                      " D=" + std::to_string(D) + " NH=" + std::to_string(NH) +
+                                      " causal=" + std::to_string(causal) +
+                                      " dropout=" + std::to_string(dropout)),
+                         mem->Download(dqkv, B * T * 3 * D), want, kAttentionBackwardAtol,
+                         kAttentionBackwardRtol);
+        }
       }
     }
     RequireNoFallback(under_test, *backend, Op::kAttentionBackward);
@@ -1131,7 +1154,8 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
 
       const std::vector<float> qkv = Uniform(rng, w.B * w.T * 3 * w.D);
       w.att_want.resize(w.B * w.T * w.D);
-      ref::AttentionForward(w.att_want.data(), nullptr, qkv.data(), w.B, w.T, w.D, w.NH, true);
+      ref::AttentionForward(w.att_want.data(), nullptr, qkv.data(), nullptr, w.B, w.T, w.D, w.NH,
+                            true);
       w.att_out = mem->Output(w.att_want.size());
       w.att_qkv = mem->Upload(qkv);
     }
@@ -1149,8 +1173,8 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
                                                      w.lstm_dims));
           w.status.Update(backend->GruLayer(w.gru_out, nullptr, w.gru_inp, nullptr, w.gru_w.data(),
                                             w.gru_dims));
-          w.status.Update(
-              backend->Attention(w.att_out, nullptr, w.att_qkv, w.B, w.T, w.D, w.NH, true));
+          w.status.Update(backend->Attention(w.att_out, nullptr, w.att_qkv, nullptr, w.B, w.T, w.D,
+                                             w.NH, true));
         }
       });
     }

@@ -100,3 +100,41 @@ TEST_CASE("Forward rejects an empty batch and reuses its workspace", "[unit][mod
 
 }  // namespace
 }  // namespace forecastd
+
+namespace forecastd {
+namespace {
+
+TEST_CASE("Forward fits in the workspace it asks for at any batch size", "[unit][model]") {
+  // Workspace::Alloc aborts the process on overflow, so reaching the end is the assertion.
+  std::vector<ModelConfig> configs;
+  for (const bool pre : {false, true}) {
+    ModelConfig c = Base(3, 9, 4);
+    auto* t = c.mutable_transformer();
+    t->set_d_model(32);
+    t->set_num_heads(4);
+    t->set_num_layers(2);
+    t->set_dim_feedforward(16);
+    t->set_norm_first(pre);
+    configs.push_back(c);
+  }
+  ModelConfig lstm = Base(3, 9, 4);
+  lstm.mutable_lstm()->set_hidden_size(16);
+  lstm.mutable_lstm()->set_num_layers(2);
+  lstm.mutable_lstm()->set_bidirectional(true);
+  configs.push_back(lstm);
+  ReferenceBackend backend;
+  for (const ModelConfig& config : configs) {
+    auto model = Forecaster::Create(config).value();
+    FillRandom(model->parameters(), 3);
+    for (const int64_t B : {1, 7, 32, 64}) {
+      CAPTURE(B);
+      std::vector<float> inp(static_cast<size_t>(B * 9 * 3), 0.5f);
+      std::vector<float> out(static_cast<size_t>(B * model->num_outputs()));
+      Workspace ws;  // fresh: sized by WorkspaceFloats(B) alone
+      REQUIRE(model->Forward(backend, out.data(), inp.data(), B, ws).ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace forecastd

@@ -1,10 +1,13 @@
 // The forecasters' training pair, ForwardTrain and Backward, on every architecture variant:
 // the training forward computes what inference computes, Backward's parameter gradients match
-// central finite differences of the forward, and the oneDNN backend's gradients match the
-// reference backend's. (Parity with PyTorch's gradients is tests/golden/train_golden_test.cc.)
+// central finite differences of the forward (with dropout too, its masks held fixed by the
+// seed), and the oneDNN backend's gradients match the reference backend's. Dropout: its
+// masks, and what it must leave alone (p = 0, evaluation, inference). (Parity with PyTorch's
+// gradients is tests/golden/train_golden_test.cc.)
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,7 +34,9 @@ ModelConfig Base(const std::string& name) {
   return c;
 }
 
-std::vector<ModelConfig> Variants() {
+// Every architecture variant, each with `dropout` set (recurrent ones have two layers, so
+// their dropout acts between them).
+std::vector<ModelConfig> Variants(float dropout = 0.0f) {
   std::vector<ModelConfig> configs;
   {
     ModelConfig c = Base("lstm_uni_l2");
@@ -70,6 +75,11 @@ std::vector<ModelConfig> Variants() {
       configs.push_back(c);
     }
   }
+  for (ModelConfig& c : configs) {
+    if (c.has_lstm()) c.mutable_lstm()->set_dropout(dropout);
+    if (c.has_gru()) c.mutable_gru()->set_dropout(dropout);
+    if (c.has_transformer()) c.mutable_transformer()->set_dropout(dropout);
+  }
   return configs;
 }
 
@@ -103,11 +113,13 @@ std::vector<float> Random(int64_t n, uint32_t seed) {
   return v;
 }
 
-// L = sum(out * R): its gradient with respect to out is R.
+// L = sum(out * R): its gradient with respect to out is R. With a dropout seed, every call
+// draws the same masks, so L is a smooth function of the parameters to differentiate.
 double Loss(const Forecaster& model, Backend& backend, const std::vector<float>& xn,
-            const std::vector<float>& r) {
+            const std::vector<float>& r, std::optional<uint64_t> dropout_seed = std::nullopt) {
   std::vector<float> out(r.size());
   TrainingTape tape;
+  tape.dropout_seed = dropout_seed;
   REQUIRE(model.ForwardTrain(backend, out.data(), xn.data(), kB, tape).ok());
   double sum = 0.0;
   for (size_t i = 0; i < out.size(); ++i) sum += double{out[i]} * r[i];
@@ -115,10 +127,12 @@ double Loss(const Forecaster& model, Backend& backend, const std::vector<float>&
 }
 
 std::vector<float> Gradients(const Forecaster& model, Backend& backend,
-                             const std::vector<float>& xn, const std::vector<float>& r) {
+                             const std::vector<float>& xn, const std::vector<float>& r,
+                             std::optional<uint64_t> dropout_seed = std::nullopt) {
   std::vector<float> out(r.size());
   std::vector<float> grads(static_cast<size_t>(model.parameters().size()), NAN);
   TrainingTape tape;
+  tape.dropout_seed = dropout_seed;
   REQUIRE(model.ForwardTrain(backend, out.data(), xn.data(), kB, tape).ok());
   const absl::Status status = model.Backward(backend, grads.data(), r.data(), tape);
   INFO(status.ToString());
@@ -147,14 +161,16 @@ TEST_CASE("ForwardTrain computes inference's standardised forecast", "[unit][mod
   }
 }
 
-TEST_CASE("Backward matches finite differences for every architecture", "[unit][model][train]") {
+// Backward against central differences of ForwardTrain, with dropout `dropout` and, when it
+// is > 0, the masks of seed `dropout_seed` held fixed.
+void CheckFiniteDifferences(float dropout, std::optional<uint64_t> dropout_seed) {
   ReferenceBackend backend;
-  for (const ModelConfig& config : Variants()) {
+  for (const ModelConfig& config : Variants(dropout)) {
     CAPTURE(config.name());
     auto model = Build(config, 3);
     const std::vector<float> xn = Random(kB * kT * kF, 9);
     const std::vector<float> r = Random(kB * model->num_outputs(), 10);
-    const std::vector<float> grads = Gradients(*model, backend, xn, r);
+    const std::vector<float> grads = Gradients(*model, backend, xn, r, dropout_seed);
     ParameterArena& arena = model->parameters();
     int checked = 0;
     for (const ParameterSpec& spec : arena.specs()) {
@@ -170,9 +186,9 @@ TEST_CASE("Backward matches finite differences for every architecture", "[unit][
         const float saved = w;
         const float eps = 1e-3f;  // small enough to rarely straddle a ReLU kink
         w = saved + eps;
-        const double up = Loss(*model, backend, xn, r);
+        const double up = Loss(*model, backend, xn, r, dropout_seed);
         w = saved - eps;
-        const double down = Loss(*model, backend, xn, r);
+        const double down = Loss(*model, backend, xn, r, dropout_seed);
         w = saved;
         const double fd = (up - down) / (2.0 * eps);
         const double analytic = grads[spec.offset + i];
@@ -187,17 +203,29 @@ TEST_CASE("Backward matches finite differences for every architecture", "[unit][
   }
 }
 
+TEST_CASE("Backward matches finite differences for every architecture", "[unit][model][train]") {
+  CheckFiniteDifferences(/*dropout=*/0.0f, /*dropout_seed=*/std::nullopt);
+}
+
+TEST_CASE("With dropout, Backward matches finite differences under the same masks",
+          "[unit][model][train]") {
+  CheckFiniteDifferences(/*dropout=*/0.3f, /*dropout_seed=*/1234);
+}
+
 TEST_CASE("The oneDNN backend's gradients match the reference backend's", "[unit][model][train]") {
   ReferenceBackend reference;
   auto dnnl = DnnlBackend::Create({});
   REQUIRE(dnnl.ok());
-  for (const ModelConfig& config : Variants()) {
+  const float dropout = GENERATE(0.0f, 0.3f);
+  CAPTURE(dropout);
+  for (const ModelConfig& config : Variants(dropout)) {
     CAPTURE(config.name());
     auto model = Build(config, 21);
     const std::vector<float> xn = Random(kB * kT * kF, 22);
     const std::vector<float> r = Random(kB * model->num_outputs(), 23);
-    const std::vector<float> want = Gradients(*model, reference, xn, r);
-    const std::vector<float> got = Gradients(*model, **dnnl, xn, r);
+    const std::optional<uint64_t> seed = 77;
+    const std::vector<float> want = Gradients(*model, reference, xn, r, seed);
+    const std::vector<float> got = Gradients(*model, **dnnl, xn, r, seed);
     for (const ParameterSpec& spec : model->parameters().specs()) {
       for (int64_t i = 0; i < spec.numel; ++i) {
         const float a = got[spec.offset + i], b = want[spec.offset + i];
@@ -206,6 +234,99 @@ TEST_CASE("The oneDNN backend's gradients match the reference backend's", "[unit
       }
     }
   }
+}
+
+// ForwardTrain's output and Backward's gradients on `tape`, as one vector.
+std::vector<float> OutputAndGradients(const Forecaster& model, Backend& backend,
+                                      const std::vector<float>& xn, const std::vector<float>& r,
+                                      TrainingTape& tape) {
+  std::vector<float> result(r.size() + static_cast<size_t>(model.parameters().size()));
+  REQUIRE(model.ForwardTrain(backend, result.data(), xn.data(), kB, tape).ok());
+  REQUIRE(model.Backward(backend, result.data() + r.size(), r.data(), tape).ok());
+  return result;
+}
+
+TEST_CASE("Dropout 0, or no dropout seed, is training without dropout bit for bit",
+          "[unit][model][train]") {
+  ReferenceBackend backend;
+  const std::vector<ModelConfig> off = Variants(0.0f), on = Variants(0.3f);
+  for (size_t v = 0; v < off.size(); ++v) {
+    CAPTURE(off[v].name());
+    auto model = Build(off[v], 4);
+    auto dropping = Build(on[v], 4);  // the same weights
+    const std::vector<float> xn = Random(kB * kT * kF, 12);
+    const std::vector<float> r = Random(kB * model->num_outputs(), 13);
+    TrainingTape plain, seeded, unseeded, dropped;
+    seeded.dropout_seed = 99;
+    dropped.dropout_seed = 99;
+    const std::vector<float> want = OutputAndGradients(*model, backend, xn, r, plain);
+    // p = 0 with a seed: no mask is drawn.
+    REQUIRE(OutputAndGradients(*model, backend, xn, r, seeded) == want);
+    // p > 0 without a seed: evaluation, no dropout.
+    REQUIRE(OutputAndGradients(*dropping, backend, xn, r, unseeded) == want);
+    // p > 0 with a seed does drop.
+    REQUIRE(OutputAndGradients(*dropping, backend, xn, r, dropped) != want);
+  }
+}
+
+TEST_CASE("Forward (inference) ignores the dropout setting", "[unit][model][train]") {
+  ReferenceBackend backend;
+  const std::vector<ModelConfig> off = Variants(0.0f), on = Variants(0.5f);
+  for (size_t v = 0; v < off.size(); ++v) {
+    CAPTURE(off[v].name());
+    auto model = Build(off[v], 6);
+    auto dropping = Build(on[v], 6);
+    const std::vector<float> x = Random(kB * kT * kF, 14);
+    std::vector<float> want(static_cast<size_t>(kB * model->num_outputs())), got(want.size());
+    Workspace ws;
+    REQUIRE(model->Forward(backend, want.data(), x.data(), kB, ws).ok());
+    REQUIRE(dropping->Forward(backend, got.data(), x.data(), kB, ws).ok());
+    REQUIRE(got == want);
+  }
+}
+
+TEST_CASE("Dropout masks: inverted-dropout values, a fraction near p, fixed by seed and site",
+          "[unit][model][train]") {
+  constexpr int64_t kN = 4096;
+  for (const float p : {0.1f, 0.3f, 0.5f}) {
+    CAPTURE(p);
+    TrainingTape tape;
+    REQUIRE(tape.DropoutMask(kN, p, 0) == nullptr);  // no seed: no dropout
+    int64_t dropped = 0, total = 0;
+    for (uint64_t seed = 0; seed < 25; ++seed) {
+      tape.Reset();
+      tape.dropout_seed = seed;
+      REQUIRE(tape.DropoutMask(kN, 0.0f, 0) == nullptr);  // p = 0: nothing drawn
+      for (uint64_t site = 0; site < 4; ++site) {
+        const float* mask = tape.DropoutMask(kN, p, site);
+        REQUIRE(mask != nullptr);
+        for (int64_t i = 0; i < kN; ++i) {
+          REQUIRE((mask[i] == 0.0f || mask[i] == 1.0f / (1.0f - p)));
+          dropped += mask[i] == 0.0f;
+        }
+        total += kN;
+      }
+    }
+    // 409,600 draws: the standard deviation of the fraction is below 1e-3; the masks are
+    // fixed by the seeds, so this band is a property of them, not a flaky bound.
+    const double fraction = static_cast<double>(dropped) / static_cast<double>(total);
+    CAPTURE(fraction);
+    REQUIRE(std::abs(fraction - p) < 0.01);
+  }
+
+  // The same seed and site give the same mask; another site or seed another one.
+  TrainingTape a, b;
+  a.dropout_seed = 5;
+  b.dropout_seed = 5;
+  const float* a0 = a.DropoutMask(kN, 0.3f, 0);
+  const float* b0 = b.DropoutMask(kN, 0.3f, 0);
+  const float* a1 = a.DropoutMask(kN, 0.3f, 1);
+  REQUIRE(std::equal(a0, a0 + kN, b0));
+  REQUIRE(!std::equal(a0, a0 + kN, a1));
+  b.Reset();
+  b.dropout_seed = 6;
+  const float* other = b.DropoutMask(kN, 0.3f, 0);
+  REQUIRE(!std::equal(a0, a0 + kN, other));
 }
 
 TEST_CASE("Backward without a ForwardTrain is refused", "[unit][model][train]") {

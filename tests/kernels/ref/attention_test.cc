@@ -32,14 +32,14 @@ TEST_CASE("AttentionForward: two positions, one head, matches the formulas by ha
 
   std::vector<float> out(4), att(4);
   SECTION("bidirectional") {
-    AttentionForward(out.data(), att.data(), qkv.data(), 1, 2, 2, 1, /*causal=*/false);
+    AttentionForward(out.data(), att.data(), qkv.data(), nullptr, 1, 2, 2, 1, /*causal=*/false);
     REQUIRE(att[0] == Approx(w00));
     REQUIRE(att[1] == Approx(w01));
     REQUIRE(out[0] == Approx(w00 * 1 + w01 * 3));
     REQUIRE(out[1] == Approx(w00 * 2 + w01 * -1));
   }
   SECTION("causal") {
-    AttentionForward(out.data(), att.data(), qkv.data(), 1, 2, 2, 1, /*causal=*/true);
+    AttentionForward(out.data(), att.data(), qkv.data(), nullptr, 1, 2, 2, 1, /*causal=*/true);
     REQUIRE(att[0] == 1.0f);
     REQUIRE(att[1] == 0.0f);
     REQUIRE(out[0] == 1.0f);
@@ -58,7 +58,7 @@ TEST_CASE("AttentionForward with one head and one position returns v") {
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   for (bool causal : {false, true}) {
     std::vector<float> out(B * T * D);
-    AttentionForward(out.data(), nullptr, qkv.data(), B, T, D, 1, causal);
+    AttentionForward(out.data(), nullptr, qkv.data(), nullptr, B, T, D, 1, causal);
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t c = 0; c < D; ++c) {
         CAPTURE(causal, b, c);
@@ -73,7 +73,7 @@ TEST_CASE("AttentionForward causal: rows sum to 1, masked entries are 0, t=0 is 
   std::mt19937 rng(9);
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   std::vector<float> out(B * T * D), att(B * NH * T * T, -99.0f);
-  AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, /*causal=*/true);
+  AttentionForward(out.data(), att.data(), qkv.data(), nullptr, B, T, D, NH, /*causal=*/true);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t c = 0; c < D; ++c) {
       CAPTURE(b, c);
@@ -104,7 +104,7 @@ TEST_CASE("AttentionForward non-causal: att rows sum to 1 and out is att times v
   std::mt19937 rng(10);
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   std::vector<float> out(B * T * D), att(B * NH * T * T);
-  AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, /*causal=*/false);
+  AttentionForward(out.data(), att.data(), qkv.data(), nullptr, B, T, D, NH, /*causal=*/false);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       for (int64_t t = 0; t < T; ++t) {
@@ -130,7 +130,7 @@ TEST_CASE("AttentionForward splits heads contiguously, each an independent atten
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   for (bool causal : {false, true}) {
     std::vector<float> out(B * T * D), att(B * NH * T * T);
-    AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, causal);
+    AttentionForward(out.data(), att.data(), qkv.data(), nullptr, B, T, D, NH, causal);
     for (int64_t h = 0; h < NH; ++h) {
       // Head h alone: columns [h*hs, (h+1)*hs) of each of q, k and v.
       std::vector<float> qkv_h(B * T * 3 * hs);
@@ -142,7 +142,7 @@ TEST_CASE("AttentionForward splits heads contiguously, each an independent atten
         }
       }
       std::vector<float> out_h(B * T * hs), att_h(B * T * T);
-      AttentionForward(out_h.data(), att_h.data(), qkv_h.data(), B, T, hs, 1, causal);
+      AttentionForward(out_h.data(), att_h.data(), qkv_h.data(), nullptr, B, T, hs, 1, causal);
       for (int64_t bt = 0; bt < B * T; ++bt) {
         for (int64_t i = 0; i < hs; ++i) {
           CAPTURE(causal, h, bt, i);
@@ -164,12 +164,13 @@ TEST_CASE("AttentionForward causal: no position sees the future") {
   std::mt19937 rng(13);
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   std::vector<float> out(B * T * D);
-  AttentionForward(out.data(), nullptr, qkv.data(), B, T, D, NH, /*causal=*/true);
+  AttentionForward(out.data(), nullptr, qkv.data(), nullptr, B, T, D, NH, /*causal=*/true);
   // Changing the last position leaves every earlier output as it was.
   std::vector<float> changed = qkv;
   for (int64_t c = 0; c < 3 * D; ++c) changed[(T - 1) * 3 * D + c] += 0.5f;
   std::vector<float> out_changed(B * T * D);
-  AttentionForward(out_changed.data(), nullptr, changed.data(), B, T, D, NH, /*causal=*/true);
+  AttentionForward(out_changed.data(), nullptr, changed.data(), nullptr, B, T, D, NH,
+                   /*causal=*/true);
   for (int64_t i = 0; i < (T - 1) * D; ++i) {
     CAPTURE(i);
     REQUIRE(out_changed[i] == out[i]);
@@ -179,7 +180,7 @@ TEST_CASE("AttentionForward causal: no position sees the future") {
   REQUIRE(last_changed);
   // And the last position, which sees every key, agrees with the unmasked attention.
   std::vector<float> out_full(B * T * D);
-  AttentionForward(out_full.data(), nullptr, qkv.data(), B, T, D, NH, /*causal=*/false);
+  AttentionForward(out_full.data(), nullptr, qkv.data(), nullptr, B, T, D, NH, /*causal=*/false);
   for (int64_t i = (T - 1) * D; i < T * D; ++i) {
     CAPTURE(i);
     REQUIRE(out_full[i] == Approx(out[i]).epsilon(1e-6));
@@ -191,9 +192,41 @@ TEST_CASE("AttentionForward gives the same out with and without att") {
   std::mt19937 rng(14);
   const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   std::vector<float> out(B * T * D), out_no_att(B * T * D), att(B * NH * T * T);
-  AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, /*causal=*/true);
-  AttentionForward(out_no_att.data(), nullptr, qkv.data(), B, T, D, NH, /*causal=*/true);
+  AttentionForward(out.data(), att.data(), qkv.data(), nullptr, B, T, D, NH, /*causal=*/true);
+  AttentionForward(out_no_att.data(), nullptr, qkv.data(), nullptr, B, T, D, NH, /*causal=*/true);
   REQUIRE(out == out_no_att);
+}
+
+TEST_CASE("AttentionForward's dropout mask scales the weights that meet V, not the saved att") {
+  constexpr int64_t B = 2, T = 4, D = 4, NH = 2, hs = D / NH;
+  std::mt19937 rng(15);
+  const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
+  std::vector<float> mask(B * NH * T * T);
+  std::bernoulli_distribution drop(0.4);
+  for (float& m : mask) m = drop(rng) ? 0.0f : 1.0f / 0.6f;
+  for (const bool causal : {false, true}) {
+    CAPTURE(causal);
+    std::vector<float> out(B * T * D), att(B * NH * T * T);
+    std::vector<float> out_plain(B * T * D), att_plain(B * NH * T * T);
+    AttentionForward(out.data(), att.data(), qkv.data(), mask.data(), B, T, D, NH, causal);
+    AttentionForward(out_plain.data(), att_plain.data(), qkv.data(), nullptr, B, T, D, NH, causal);
+    REQUIRE(att == att_plain);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < NH; ++h) {
+        for (int64_t t = 0; t < T; ++t) {
+          for (int64_t i = 0; i < hs; ++i) {
+            double want = 0.0;
+            for (int64_t s = 0; s < T; ++s) {
+              const int64_t w = ((b * NH + h) * T + t) * T + s;
+              want += double{att[w]} * mask[w] * qkv[(b * T + s) * 3 * D + 2 * D + h * hs + i];
+            }
+            CAPTURE(b, h, t, i);
+            REQUIRE(out[(b * T + t) * D + h * hs + i] == Approx(want).margin(1e-6));
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -381,26 +381,44 @@ TEST_CASE("SoftmaxBackward matches finite differences and works in place") {
 
 // --- Attention
 
-void CheckAttention(bool causal) {
+// With dropout > 0, a fixed mask of multipliers {0, 1/(1-dropout)} on the attention weights:
+// the same mask in every evaluation of the loss, as a training step's forward and backward see.
+void CheckAttention(bool causal, float dropout) {
   constexpr int64_t B = 2, T = 4, D = 6, NH = 2;
   std::mt19937 rng(causal ? 7 : 8);
   std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
   const std::vector<float> r = RandomVector(rng, B * T * D);
+  std::vector<float> mask;
+  if (dropout > 0.0f) {
+    std::bernoulli_distribution drop(dropout);
+    mask.resize(B * NH * T * T);
+    for (float& m : mask) m = drop(rng) ? 0.0f : 1.0f / (1.0f - dropout);
+  }
+  const float* m = mask.empty() ? nullptr : mask.data();
   auto loss = [&] {
     std::vector<float> out(B * T * D);
-    AttentionForward(out.data(), nullptr, qkv.data(), B, T, D, NH, causal);
+    AttentionForward(out.data(), nullptr, qkv.data(), m, B, T, D, NH, causal);
     return Dot(out, r);
   };
   std::vector<float> out(B * T * D), att = NanVector(B * NH * T * T);
-  AttentionForward(out.data(), att.data(), qkv.data(), B, T, D, NH, causal);
+  AttentionForward(out.data(), att.data(), qkv.data(), m, B, T, D, NH, causal);
   std::vector<float> dqkv = NanVector(B * T * 3 * D);
-  AttentionBackward(dqkv.data(), r.data(), qkv.data(), att.data(), B, T, D, NH);
+  AttentionBackward(dqkv.data(), r.data(), qkv.data(), att.data(), m, B, T, D, NH);
   CheckGradient("dqkv", &qkv, dqkv, {B, T, 3 * D}, loss);
 }
 
-TEST_CASE("AttentionBackward, non-causal, matches finite differences") { CheckAttention(false); }
+TEST_CASE("AttentionBackward, non-causal, matches finite differences") {
+  CheckAttention(/*causal=*/false, /*dropout=*/0.0f);
+}
 
-TEST_CASE("AttentionBackward, causal, matches finite differences") { CheckAttention(true); }
+TEST_CASE("AttentionBackward, causal, matches finite differences") {
+  CheckAttention(/*causal=*/true, /*dropout=*/0.0f);
+}
+
+TEST_CASE("AttentionBackward with a dropout mask matches finite differences") {
+  CheckAttention(/*causal=*/false, /*dropout=*/0.3f);
+  CheckAttention(/*causal=*/true, /*dropout=*/0.5f);
+}
 
 TEST_CASE("AttentionLastQueryBackward matches finite differences") {
   constexpr int64_t B = 2, T = 5, D = 6, NH = 3;

@@ -1,0 +1,368 @@
+#include "engine/serving/batcher.h"
+
+#include <algorithm>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace forecastd {
+
+// The batcher thread runs Loop(): under mu_ it applies the queue's time limits, forms at most
+// one batch, then (without mu_) completes what expired and hands the batch to the scheduler,
+// and repeats until there is nothing to do; then it waits on the Clock until the earliest
+// time limit or delay, or until wakeup_ says the queue, the draining state or the number of
+// unstarted batches changed. The batches run RunBatch() on scheduler workers, several at once.
+class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
+ public:
+  explicit Impl(Options options)
+      : options_(std::move(options)),
+        clock_(options_.clock != nullptr ? options_.clock : Clock::Real()),
+        preferred_(options_.preferred_batch_sizes),
+        queue_(options_.queue) {
+    std::sort(preferred_.begin(), preferred_.end());
+  }
+
+  // Starts the batcher thread; called once, before the Impl is shared with anyone.
+  void Start() {
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  // ~Batcher: everything completes, then the thread stops and the last batch finishes.
+  void Shutdown() {
+    Drain(absl::InfiniteDuration());
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+      wakeup_ = true;
+    }
+    thread_.join();
+    absl::MutexLock lock(&mu_);
+    auto finished = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return outstanding_batches_ == 0; };
+    mu_.Await(absl::Condition(&finished));
+  }
+
+  absl::Status Enqueue(std::unique_ptr<PredictTask>& task) {
+    if (task == nullptr) return absl::InvalidArgumentError("null PredictTask");
+    if (task->rows < 1 || task->rows > options_.max_batch_size) {
+      return absl::InvalidArgumentError(absl::StrCat("a request of ", task->rows,
+                                                     " rows; this model takes 1 to ",
+                                                     options_.max_batch_size, " per request"));
+    }
+    const int64_t floats = task->rows * options_.input_floats_per_row;
+    if (static_cast<int64_t>(task->input.size()) != floats) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input holds ", task->input.size(), " values; ", task->rows, " rows need ", floats));
+    }
+    if (!task->done) return absl::InvalidArgumentError("PredictTask without a done callback");
+    absl::MutexLock lock(&mu_);
+    if (draining_) return absl::UnavailableError("model version is draining");
+    if (absl::Status status = queue_.Push(task, clock_->Now()); !status.ok()) return status;
+    ++in_flight_;
+    wakeup_ = true;
+    return absl::OkStatus();
+  }
+
+  void Drain(absl::Duration timeout) {
+    std::vector<std::unique_ptr<PredictTask>> leftovers;
+    absl::Time now;
+    {
+      absl::MutexLock lock(&mu_);
+      draining_ = true;
+      wakeup_ = true;  // queued tasks no longer wait for max_queue_delay
+      auto drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return in_flight_ == 0; };
+      if (clock_->AwaitWithDeadline(&mu_, absl::Condition(&drained), clock_->Now() + timeout)) {
+        return;
+      }
+      leftovers = queue_.TakeAll();
+      abandon_unstarted_ = true;
+      now = clock_->Now();
+    }
+    for (std::unique_ptr<PredictTask>& task : leftovers) {
+      CompleteUnrun(std::move(task),
+                    absl::UnavailableError("model version drained before the request ran"), now);
+    }
+    absl::MutexLock lock(&mu_);
+    in_flight_ -= static_cast<int64_t>(leftovers.size());
+  }
+
+  int64_t queued_tasks() const {
+    absl::MutexLock lock(&mu_);
+    return queue_.size();
+  }
+  int64_t in_flight_tasks() const {
+    absl::MutexLock lock(&mu_);
+    return in_flight_;
+  }
+
+  void WaitUntilIdleForTesting() const {
+    absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return idle_ && !wakeup_ && wait_until_ > clock_->Now();
+    };
+    mu_.Await(absl::Condition(&idle));
+  }
+
+ private:
+  using Tasks = std::vector<std::unique_ptr<PredictTask>>;
+
+  void Loop() {
+    absl::MutexLock lock(&mu_);
+    while (true) {
+      wakeup_ = false;  // what happens from here on is seen below or wakes the wait
+      const absl::Time now = clock_->Now();
+      std::vector<PriorityQueue::Expired> expired = queue_.TakeExpired(now);
+      absl::Time wake = queue_.NextExpiry();
+      Tasks batch;
+      if (options_.max_enqueued_batches == 0 ||
+          unstarted_batches_ < options_.max_enqueued_batches) {
+        absl::Time delay_end = absl::InfiniteFuture();
+        const int64_t count = PlanBatchLocked(now, &delay_end);
+        wake = std::min(wake, delay_end);
+        for (int64_t i = 0; i < count; ++i) batch.push_back(queue_.PopFront());
+      }
+      if (expired.empty() && batch.empty()) {
+        if (stopping_) return;
+        idle_ = true;
+        wait_until_ = wake;
+        clock_->AwaitWithDeadline(&mu_, absl::Condition(&wakeup_), wake);
+        idle_ = false;
+        continue;
+      }
+      if (!batch.empty()) {
+        ++unstarted_batches_;
+        ++outstanding_batches_;
+      }
+      mu_.Unlock();
+      for (PriorityQueue::Expired& e : expired) {
+        CompleteUnrun(std::move(e.task), std::move(e.status), now);
+      }
+      if (!batch.empty()) Dispatch(std::move(batch));
+      mu_.Lock();
+      in_flight_ -= static_cast<int64_t>(expired.size());
+    }
+  }
+
+  // How many tasks from the front of the queue to batch now, by the rules in batcher.h;
+  // 0 with *delay_end set to when rule 2 would apply.
+  int64_t PlanBatchLocked(absl::Time now, absl::Time* delay_end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    int64_t rows = 0;
+    int64_t count = 0;
+    int64_t preferred_count = 0;
+    bool blocked = false;
+    absl::Time oldest = absl::InfiniteFuture();
+    queue_.ForEachInOrder([&](const PredictTask& task) {
+      if (rows + task.rows > options_.max_batch_size) {
+        blocked = true;
+        return false;
+      }
+      rows += task.rows;
+      ++count;
+      oldest = std::min(oldest, task.enqueue_time);
+      if (std::binary_search(preferred_.begin(), preferred_.end(), rows)) preferred_count = count;
+      return true;
+    });
+    if (count == 0) return 0;
+    if (rows == options_.max_batch_size) return count;
+    const absl::Time oldest_due = oldest + options_.max_queue_delay;
+    if (draining_ || now >= oldest_due) return count;
+    if (preferred_count > 0) return preferred_count;
+    if (blocked || (!preferred_.empty() && rows >= preferred_.back())) return count;
+    *delay_end = oldest_due;
+    return 0;
+  }
+
+  // Hands `batch` to the scheduler at the level of its best task and the deadline of its
+  // earliest.
+  void Dispatch(Tasks batch) {
+    uint32_t priority = batch.front()->priority;
+    absl::Time deadline = batch.front()->deadline;
+    for (const std::unique_ptr<PredictTask>& task : batch) {
+      priority = std::min(priority, task->priority);
+      deadline = std::min(deadline, task->deadline);
+    }
+    // std::function must be copyable, so the tasks travel behind a shared_ptr.
+    auto tasks = std::make_shared<Tasks>(std::move(batch));
+    options_.scheduler->Submit(priority, deadline,
+                               [self = shared_from_this(), tasks](int worker, bool cancelled) {
+                                 self->RunBatch(std::move(*tasks), worker, cancelled);
+                               });
+  }
+
+  // On a scheduler worker (or inline with `cancelled` after the scheduler shut down).
+  void RunBatch(Tasks tasks, int worker, bool cancelled) {
+    bool abandoned;
+    {
+      absl::MutexLock lock(&mu_);
+      --unstarted_batches_;
+      wakeup_ = true;  // with max_enqueued_batches, the next batch may form now
+      abandoned = abandon_unstarted_;
+    }
+    const int64_t num_tasks = static_cast<int64_t>(tasks.size());
+    const absl::Time start = clock_->Now();
+    if (cancelled || abandoned) {
+      const absl::Status status =
+          cancelled ? absl::UnavailableError("the device scheduler is shut down")
+                    : absl::UnavailableError("model version drained before the request ran");
+      for (std::unique_ptr<PredictTask>& task : tasks)
+        CompleteUnrun(std::move(task), status, start);
+    } else {
+      // The worker may start late: a task whose deadline passed meanwhile is not computed.
+      Tasks live;
+      live.reserve(tasks.size());
+      for (std::unique_ptr<PredictTask>& task : tasks) {
+        if (task->deadline <= start) {
+          CompleteUnrun(
+              std::move(task),
+              absl::DeadlineExceededError("the request's deadline passed before its batch started"),
+              start);
+        } else {
+          live.push_back(std::move(task));
+        }
+      }
+      if (!live.empty()) Compute(std::move(live), worker, start);
+    }
+    absl::MutexLock lock(&mu_);
+    in_flight_ -= num_tasks;
+    --outstanding_batches_;
+  }
+
+  // Concatenates the inputs, runs the batch, and hands each task its rows of the output.
+  void Compute(Tasks tasks, int worker, absl::Time start) {
+    const int64_t in = options_.input_floats_per_row;
+    const int64_t out = options_.output_floats_per_row;
+    int64_t rows = 0;
+    for (const std::unique_ptr<PredictTask>& task : tasks) rows += task->rows;
+    // A batch of one request runs on its own input, and its output moves into its result.
+    std::vector<float> input_buffer;
+    const float* input = tasks.front()->input.data();
+    if (tasks.size() > 1) {
+      input_buffer.reserve(static_cast<size_t>(rows * in));
+      for (const std::unique_ptr<PredictTask>& task : tasks) {
+        input_buffer.insert(input_buffer.end(), task->input.begin(), task->input.end());
+      }
+      input = input_buffer.data();
+    }
+    std::vector<float> output(static_cast<size_t>(rows * out));
+    if (options_.observer != nullptr) {
+      options_.observer->OnBatch(rows, static_cast<int64_t>(tasks.size()));
+    }
+    const absl::Status status = options_.run_batch(input, rows, output.data(), worker);
+    const absl::Duration compute_time = clock_->Now() - start;
+    int64_t row = 0;
+    for (std::unique_ptr<PredictTask>& task : tasks) {
+      PredictResult result;
+      result.status = status;
+      result.version = options_.version;
+      result.queue_time = start - task->enqueue_time;
+      result.compute_time = compute_time;
+      result.batch_rows = rows;
+      if (status.ok()) {
+        if (tasks.size() == 1) {
+          result.output = std::move(output);
+        } else {
+          result.output.assign(output.begin() + row * out,
+                               output.begin() + (row + task->rows) * out);
+        }
+      }
+      row += task->rows;
+      Complete(std::move(task), std::move(result));
+    }
+  }
+
+  // Completes a task that never ran, with `status`, at `now`.
+  void CompleteUnrun(std::unique_ptr<PredictTask> task, absl::Status status, absl::Time now) {
+    PredictResult result;
+    result.status = std::move(status);
+    result.version = options_.version;
+    result.queue_time = now - task->enqueue_time;
+    result.compute_time = absl::ZeroDuration();
+    Complete(std::move(task), std::move(result));
+  }
+
+  // Reports and calls `done`; the caller then counts the task out of in_flight_.
+  void Complete(std::unique_ptr<PredictTask> task, PredictResult result) {
+    if (options_.observer != nullptr) {
+      options_.observer->OnTaskDone(task->priority, result.status, result.queue_time,
+                                    result.compute_time);
+    }
+    task->done(std::move(result));
+  }
+
+  // Constant after construction (thread_: set by Start before sharing, joined by Shutdown).
+  const Options options_;
+  Clock* const clock_;
+  std::vector<int64_t> preferred_;  // sorted
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  PriorityQueue queue_ ABSL_GUARDED_BY(mu_);
+  // Accepted tasks whose `done` has not returned.
+  int64_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  // Batches handed to the scheduler and not started / not finished.
+  int64_t unstarted_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t outstanding_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // A Drain timed out: batches not started yet complete without running.
+  bool abandon_unstarted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Set by whatever may let the batcher thread do something; cleared by it before it looks.
+  bool wakeup_ ABSL_GUARDED_BY(mu_) = false;
+  // The batcher thread is waiting, until wait_until_ or a wakeup.
+  bool idle_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time wait_until_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Options options) {
+  if (!options.run_batch) return absl::InvalidArgumentError("Batcher needs a run_batch");
+  if (options.scheduler == nullptr) return absl::InvalidArgumentError("Batcher needs a scheduler");
+  if (options.max_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_batch_size must be >= 1, got ", options.max_batch_size));
+  }
+  for (int64_t size : options.preferred_batch_sizes) {
+    if (size < 1 || size > options.max_batch_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("preferred batch size ", size,
+                       " is not in [1, max_batch_size = ", options.max_batch_size, "]"));
+    }
+  }
+  if (options.max_queue_delay < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("max_queue_delay must be >= 0, got ",
+                                                   absl::FormatDuration(options.max_queue_delay)));
+  }
+  if (options.input_floats_per_row < 1 || options.output_floats_per_row < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input_floats_per_row and output_floats_per_row must be >= 1, got ",
+                     options.input_floats_per_row, " and ", options.output_floats_per_row));
+  }
+  if (options.max_enqueued_batches < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_enqueued_batches must be >= 0, got ", options.max_enqueued_batches));
+  }
+  if (absl::Status status = PriorityQueue::Validate(options.queue); !status.ok()) return status;
+  auto impl = std::make_shared<Impl>(std::move(options));
+  impl->Start();
+  return std::unique_ptr<Batcher>(new Batcher(std::move(impl)));
+}
+
+Batcher::Batcher(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Batcher::~Batcher() { impl_->Shutdown(); }
+
+absl::Status Batcher::Enqueue(std::unique_ptr<PredictTask>& task) { return impl_->Enqueue(task); }
+
+void Batcher::Drain(absl::Duration timeout) { impl_->Drain(timeout); }
+
+int64_t Batcher::queued_tasks() const { return impl_->queued_tasks(); }
+
+int64_t Batcher::in_flight_tasks() const { return impl_->in_flight_tasks(); }
+
+void Batcher::WaitUntilIdleForTesting() const { impl_->WaitUntilIdleForTesting(); }
+
+}  // namespace forecastd

@@ -1,0 +1,149 @@
+// Dynamic batching for one model version, with Triton's semantics: requests (PredictTasks of
+// one or more rows) wait in a PriorityQueue; a batch closes when it holds max_batch_size rows,
+// or a preferred size is reached, or the oldest request in it has waited max_queue_delay;
+// then it goes to the DeviceScheduler at the priority of its best task and the deadline of
+// its earliest, where it waits for a worker and runs `run_batch`. A request is never split
+// across batches. One batcher thread per Batcher forms the batches, waiting on the injected
+// Clock, so a FakeClock drives max_queue_delay and the queue timeouts in tests.
+// Thread-safe: Enqueue, Drain and the accessors may be called from any thread (not from a
+// task's `done` for Drain, which would wait for itself).
+#ifndef FORECASTD_ENGINE_SERVING_BATCHER_H_
+#define FORECASTD_ENGINE_SERVING_BATCHER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/clock.h"
+#include "engine/serving/device_scheduler.h"
+#include "engine/serving/predict_task.h"
+#include "engine/serving/priority_queue.h"
+
+namespace forecastd {
+
+// What the batcher reports, for metrics. Called on engine threads (workers, the batcher
+// thread, a Drain caller); must be cheap and thread-safe. Every method has a no-op default.
+class BatcherObserver {
+ public:
+  virtual ~BatcherObserver() = default;
+  // A batch of `rows` rows from `tasks` requests starts computing (after the tasks whose
+  // deadline passed meanwhile were taken out; a batch left empty by that is not reported).
+  virtual void OnBatch(int64_t /*rows*/, int64_t /*tasks*/) {}
+  // A task completed (OK or not), just before its `done`, after waiting `queue_time`
+  // (enqueue until its batch started, or until it was completed without running) and
+  // computing `compute_time` (zero when it never ran). `priority` is its level.
+  virtual void OnTaskDone(uint32_t /*priority*/, const absl::Status& /*status*/,
+                          absl::Duration /*queue_time*/, absl::Duration /*compute_time*/) {}
+};
+
+// Batch formation, each time the batcher thread looks at the queue (after an Enqueue, a time
+// limit, or a batch starting). Let the candidate be the longest run of whole tasks, in the
+// queue's scheduling order (level 1 first, FIFO within a level, a level's delayed tasks after
+// its others; see PriorityQueue), whose rows fit max_batch_size. A task that does not fit
+// ends the candidate even if a later, smaller one would fit: order is never traded for fill.
+// The batcher then takes, in this order of rules:
+//   1. the whole candidate if its rows == max_batch_size;
+//   2. the whole candidate if its oldest task has waited max_queue_delay (at once when that
+//      is zero), or the batcher is draining;
+//   3. the longest prefix of the candidate whose rows equal a preferred batch size exactly
+//      (the largest preferred size reachable; tasks are not split to reach one);
+//   4. the whole candidate if it cannot grow: the next task does not fit, or its rows are at
+//      least the largest preferred size;
+//   5. otherwise nothing: it waits until the oldest task's delay runs out or the queue changes.
+// With max_enqueued_batches set, no batch is taken while that many of this batcher's batches
+// wait for a worker; the queue then grows and the next batch is larger.
+//
+// Invariants: every accepted task is in exactly one place: the PriorityQueue, a batch handed
+// to the DeviceScheduler, or completing; its `done` is called exactly once; in_flight_tasks()
+// counts accepted tasks whose `done` has not returned; a batch never holds more than
+// max_batch_size rows; a task whose client deadline has passed when its batch forms or
+// starts is never given to run_batch (it completes with DEADLINE_EXCEEDED).
+//
+// Worst-case queueing delay of a task that is first in scheduling order: max_queue_delay
+// (exactly, with nothing else queued) plus, with max_enqueued_batches, the time until one of
+// this batcher's batches starts, plus the wait for a worker: the longest item running on the
+// device, extended by any work of a higher priority or an earlier deadline submitted
+// meanwhile. A task further back also waits for the batches ahead of it; its level's REJECT
+// timeout and its own deadline bound all of this (it then completes without running).
+class Batcher {
+ public:
+  // Computes a batch: output (rows, output_floats_per_row) from input (rows,
+  // input_floats_per_row), on DeviceScheduler worker `worker`. Called on worker threads;
+  // several calls may run at once on different workers.
+  using RunBatchFn =
+      std::function<absl::Status(const float* input, int64_t rows, float* output, int worker)>;
+
+  struct Options {
+    // Rows in one batch at most, >= 1; Enqueue refuses a task with more.
+    int64_t max_batch_size = 32;
+    // Batch sizes (rows) worth dispatching at once, each in [1, max_batch_size]; see the
+    // formation rules above. Empty: none.
+    std::vector<int64_t> preferred_batch_sizes;
+    // How long the oldest task of a forming batch may wait for more rows, >= 0. Zero:
+    // dispatch at once whatever is queued.
+    absl::Duration max_queue_delay = absl::ZeroDuration();
+    // Levels and their policies (validated by PriorityQueue::Validate).
+    PriorityQueue::Options queue;
+    // Floats of one input row (T * F) and of one output row (P * targets * Q), each >= 1.
+    int64_t input_floats_per_row = 0;
+    int64_t output_floats_per_row = 0;
+    // Reported in every PredictResult.
+    int64_t version = 0;
+    // The model's forward pass; required.
+    RunBatchFn run_batch;
+    // Batches of this batcher handed to the scheduler and not yet started, at most, >= 0.
+    // Zero: unbounded (a batch goes to the scheduler the moment it closes). A small value
+    // (such as the scheduler's num_workers) lets batches grow while the device is busy.
+    int64_t max_enqueued_batches = 0;
+    // Not owned; required; must outlive the Batcher.
+    DeviceScheduler* scheduler = nullptr;
+    // Not owned; nullptr: the real clock.
+    Clock* clock = nullptr;
+    // Not owned; may be nullptr.
+    BatcherObserver* observer = nullptr;
+  };
+
+  // INVALID_ARGUMENT for bad options. Starts the batcher thread.
+  static absl::StatusOr<std::unique_ptr<Batcher>> Create(Options options);
+  // Drain() without a timeout, then joins the batcher thread and waits until every batch it
+  // handed to the scheduler has finished (run or cancelled).
+  ~Batcher();
+
+  // Ownership of the task moves to the batcher iff this returns OK (its `done` is then called
+  // exactly once, on an engine thread, never inside Enqueue). Otherwise the task is still the
+  // caller's, untouched: INVALID_ARGUMENT for a null task, rows outside [1, max_batch_size],
+  // an input size other than rows * input_floats_per_row, no `done`, or a priority level
+  // outside [0, levels]; DEADLINE_EXCEEDED when its deadline has already passed;
+  // RESOURCE_EXHAUSTED when its level's queue is full; UNAVAILABLE ("model version is
+  // draining") once Drain() has begun.
+  absl::Status Enqueue(std::unique_ptr<PredictTask>& task);
+
+  // Stops accepting, dispatches what is queued at once (max_queue_delay no longer applies),
+  // and returns when every accepted task has completed or `timeout` (on the Clock) passes.
+  // In the latter case, tasks still queued complete with UNAVAILABLE before it returns;
+  // batches waiting for a worker complete with UNAVAILABLE when a worker takes them, without
+  // running; batches already running complete normally, possibly after Drain returns.
+  void Drain(absl::Duration timeout = absl::InfiniteDuration());
+
+  int64_t queued_tasks() const;     // in the PriorityQueue, not yet batched
+  int64_t in_flight_tasks() const;  // accepted and not yet completed (queued or in a batch)
+
+  // For tests: blocks (in real time, as a synchronisation point) until the batcher thread has
+  // looked at the queue since its last change and is waiting for a time later than the
+  // Clock's Now() or for a change. Then "nothing dispatched yet" is a fact, not a race.
+  void WaitUntilIdleForTesting() const;
+
+ private:
+  class Impl;
+  explicit Batcher(std::shared_ptr<Impl> impl);
+  // Shared with the work handed to the scheduler, which may touch it (to report and count)
+  // until an instant after its last task's `done` returns.
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_BATCHER_H_

@@ -1,0 +1,88 @@
+// Runs work on one device's worker slots. On the CPU the slots are worker threads (the CPU
+// backend's "streams"), as many as the options say. Work is taken highest priority first
+// (level 1 before 2 ...), then earliest deadline, then first come. Training steps are the
+// lowest priority of all: a training job asks for a TrainingLease before each step, which is
+// granted only while no inference work is waiting and a worker is idle, and it holds that one
+// worker only; so inference submitted during a step waits at most for that step (and the
+// other workers keep taking inference meanwhile).
+// Thread-safe: Submit, AcquireTrainingLease, Shutdown and the accessors may be called from
+// any thread, including from inside running work.
+#ifndef FORECASTD_ENGINE_SERVING_DEVICE_SCHEDULER_H_
+#define FORECASTD_ENGINE_SERVING_DEVICE_SCHEDULER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/clock.h"
+
+namespace forecastd {
+
+class DeviceScheduler {
+ public:
+  struct Options {
+    // Worker slots, in [1, 1024]. Each runs one item at a time; `worker` passed to the work is
+    // in [0, num_workers), so callers can keep per-worker scratch memory.
+    int num_workers = 1;
+    // Not owned; nullptr: the real clock. AcquireTrainingLease waits on it, so a test with a
+    // FakeClock sees a blocked acquirer as a waiter (FakeClock::BlockUntilWaiters).
+    Clock* clock = nullptr;
+  };
+
+  // INVALID_ARGUMENT for bad options. Starts the workers.
+  static absl::StatusOr<std::unique_ptr<DeviceScheduler>> Create(const Options& options);
+  // Shutdown(), then joins the workers. Every TrainingLease must be gone by then.
+  ~DeviceScheduler();
+
+  // Queues `work`; it runs exactly once: on some worker with `cancelled` = false, or, when
+  // submitted after Shutdown() began, at once on the caller's thread with `worker` = -1 and
+  // `cancelled` = true, so its owner can complete it. Lower `priority` runs first, then the
+  // earlier `deadline` (InfiniteFuture for none), then the earlier Submit.
+  using Work = std::function<void(int worker, bool cancelled)>;
+  void Submit(uint32_t priority, absl::Time deadline, Work work);
+
+  // Holds one worker for a training step; the worker takes no inference work until the lease
+  // is destroyed. Move-only.
+  class TrainingLease {
+   public:
+    TrainingLease(TrainingLease&& other) noexcept;
+    TrainingLease& operator=(TrainingLease&&) = delete;
+    ~TrainingLease();
+    int worker() const { return worker_; }
+
+   private:
+    friend class DeviceScheduler;
+    TrainingLease(DeviceScheduler* scheduler, int worker)
+        : scheduler_(scheduler), worker_(worker) {}
+    DeviceScheduler* scheduler_;  // nullptr once moved from
+    int worker_;
+  };
+  // Blocks until no inference work is queued and a worker is idle (neither running work nor
+  // leased), then returns a lease on that worker. Waiting is condition-based: it ends when
+  // work drains or a lease is released. UNAVAILABLE after Shutdown() (also for a caller
+  // blocked here when it begins); DEADLINE_EXCEEDED when `deadline` (on the scheduler's clock)
+  // passes first.
+  absl::StatusOr<TrainingLease> AcquireTrainingLease(absl::Time deadline = absl::InfiniteFuture());
+
+  // Refuses new work from now on (Submit runs it cancelled, leases are refused), lets the
+  // workers run everything already queued (waiting for leased workers to be released where
+  // no other is left), and returns once nothing is queued or running. Idempotent.
+  void Shutdown();
+
+  int num_workers() const;
+  int64_t queued() const;        // inference items waiting
+  int64_t busy_workers() const;  // running an item
+  int64_t leased_workers() const;
+
+ private:
+  class Impl;
+  explicit DeviceScheduler(std::unique_ptr<Impl> impl);
+  void ReleaseLease(int worker);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_DEVICE_SCHEDULER_H_

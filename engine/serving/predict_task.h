@@ -1,0 +1,50 @@
+// One Predict request on its way through the engine: its input windows, its priority and
+// time limits, and the callback that completes it. The server builds one per call and hands it
+// to the model's Batcher; ownership moves with it, and `done` is called exactly once, from an
+// engine thread, with the forecasts or the reason there are none.
+#ifndef FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
+#define FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace forecastd {
+
+struct PredictResult {
+  absl::Status status;          // OK, or why the task was not computed
+  std::vector<float> output;    // (rows, P, targets[, Q]) raw forecasts when OK
+  int64_t version = 0;          // the model version that computed them
+  absl::Duration queue_time;    // enqueue until its batch started
+  absl::Duration compute_time;  // its batch's forward pass
+  int64_t batch_rows = 0;       // rows in the batch it ran in (its own included)
+};
+
+struct PredictTask {
+  std::vector<float> input;  // (rows, T, F) raw windows, validated by the caller
+  int64_t rows = 0;          // B of this request, >= 1
+
+  // Priority level: 1 is the highest; 0 asks for the model's default level. The queue
+  // rewrites it to the level it assigned when it accepts the task.
+  uint32_t priority = 0;
+  // When the client stops waiting (its gRPC deadline); InfiniteFuture for none. A task whose
+  // deadline has passed is never computed: it completes with DEADLINE_EXCEEDED.
+  absl::Time deadline = absl::InfiniteFuture();
+  // Queue timeout requested by the client; honoured only when the level's policy allows an
+  // override, and only when shorter than the policy's default (or when the level has no
+  // default timeout). Zero or negative: none requested.
+  absl::Duration timeout_override = absl::ZeroDuration();
+
+  // Set by the queue when it accepts the task.
+  absl::Time enqueue_time;
+
+  std::function<void(PredictResult)> done;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_

@@ -1,0 +1,315 @@
+#include "engine/train/train_job_manager.h"
+
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/models/model_files.h"
+#include "google/protobuf/util/json_util.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "kernels/base/status.h"
+#include "spdlog/spdlog.h"
+
+namespace forecastd {
+
+struct TrainJobManager::Job {
+  std::string id;
+  std::string model;
+  bool promote = false;
+  std::unique_ptr<TrainJob> job;
+  JobState state = JobState::kRunning;
+  std::vector<TrainProgress> events;
+  std::string error;
+  TrainResult result;
+  bool promoted = false;
+  absl::Time created;
+  absl::Time finished = absl::InfinitePast();
+  std::thread thread;
+};
+
+namespace {
+
+absl::Status CheckModelName(const std::string& name) {
+  if (name.empty() || name.size() > 128 || name[0] == '.') {
+    return absl::InvalidArgumentError(absl::StrCat("invalid model name '", name, "'"));
+  }
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid model name '", name, "': use letters, digits, '_', '-' and '.'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// 64-bit FNV-1a: a stable name for a (model, configuration) pair's checkpoint file.
+uint64_t Fnv1a(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string Json(const google::protobuf::Message& message) {
+  std::string json;
+  (void)google::protobuf::util::MessageToJsonString(message, &json);
+  return json;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainJobManager>> TrainJobManager::Create(Options options) {
+  if (options.backend == nullptr)
+    return absl::InvalidArgumentError("TrainJobManager needs a backend");
+  if (options.max_running_jobs < 1)
+    return absl::InvalidArgumentError("max_running_jobs must be >= 1");
+  if (!options.checkpoint_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(options.checkpoint_dir, error);
+    if (error) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot create checkpoint directory ", options.checkpoint_dir, ": ", error.message()));
+    }
+  }
+  return std::unique_ptr<TrainJobManager>(new TrainJobManager(std::move(options)));
+}
+
+TrainJobManager::TrainJobManager(Options options) : options_(std::move(options)) {}
+
+TrainJobManager::~TrainJobManager() { Shutdown(); }
+
+absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
+  RETURN_IF_ERROR(CheckModelName(request.model));
+  const std::string model_dir = absl::StrCat(options_.repository, "/", request.model);
+  const std::string config_path = absl::StrCat(model_dir, "/", kModelConfigFile);
+  ModelConfig config;
+  std::error_code error;
+  if (std::filesystem::exists(config_path, error)) {
+    ASSIGN_OR_RETURN(config, ReadModelConfig(config_path));
+    if (request.config.has_value() &&
+        !google::protobuf::util::MessageDifferencer::Equals(*request.config, config)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", request.model, "' exists with another configuration; leave `config` unset to ",
+          "train it, or train a new model under another name"));
+    }
+  } else if (request.config.has_value()) {
+    config = *request.config;
+    if (config.name().empty()) config.set_name(request.model);
+    if (config.name() != request.model) {
+      return absl::InvalidArgumentError(absl::StrCat("config.name '", config.name(),
+                                                     "' differs from the model '", request.model,
+                                                     "' to train"));
+    }
+  } else {
+    return absl::NotFoundError(absl::StrCat("model '", request.model,
+                                            "' is not in the repository; ",
+                                            "give its `config` to train a new model"));
+  }
+
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::UnavailableError("the server is shutting down");
+    int64_t running = 0;
+    for (const auto& [id, job] : jobs_) {
+      if (job->state != JobState::kRunning) continue;
+      ++running;
+      if (job->model == request.model) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("job ", id, " is already training model '", request.model,
+                         "'; wait for it or cancel it"));
+      }
+    }
+    if (running >= options_.max_running_jobs) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(running, " training jobs are running, the most this server runs at once"));
+    }
+  }
+
+  auto job = std::make_unique<Job>();
+  job->model = request.model;
+  job->promote = request.promote;
+  job->created = (options_.clock ? options_.clock : Clock::Real())->Now();
+  Job* raw = job.get();
+
+  TrainJobOptions o;
+  o.model = config;
+  o.training = request.training;
+  o.model_dir = model_dir;
+  o.data_dir = options_.data_dir;
+  if (!options_.checkpoint_dir.empty()) {
+    o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
+                                        Fnv1a(Json(config) + "\n" + Json(request.training)));
+  }
+  o.backend = options_.backend;
+  o.scheduler = options_.scheduler;
+  o.clock = options_.clock;
+  o.progress_every_steps = options_.progress_every_steps;
+  o.on_progress = [this, raw](const TrainProgress& progress) {
+    std::string id;
+    {
+      absl::MutexLock lock(&mu_);
+      raw->events.push_back(progress);
+      id = raw->id;
+    }
+    if (options_.observer != nullptr) options_.observer->OnProgress(id, raw->model, progress);
+  };
+  ASSIGN_OR_RETURN(job->job, TrainJob::Create(std::move(o)));
+
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("the server is shutting down");
+  for (const auto& [id, other] : jobs_) {
+    if (other->state == JobState::kRunning && other->model == request.model) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", id, " is already training model '", request.model, "'"));
+    }
+  }
+  job->id = absl::StrCat("train-", next_id_++);
+  const std::string id = job->id;
+  spdlog::info("training job {} started for model '{}'", id, job->model);
+  order_.push_back(id);
+  jobs_[id] = std::move(job);
+  raw->thread = std::thread([this, raw] { RunJob(raw); });
+  return id;
+}
+
+void TrainJobManager::RunJob(Job* job) {
+  absl::StatusOr<TrainResult> result = job->job->Run();
+  absl::Status status = result.status();
+  bool promoted = false;
+  if (status.ok() && result->version > 0 && options_.on_published) {
+    status = options_.on_published(job->model, result->version, job->promote);
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(),
+          absl::StrCat("version ", result->version, " was published but could not be ",
+                       job->promote ? "promoted" : "registered", ": ", status.message()));
+    } else {
+      promoted = job->promote;
+    }
+  }
+  JobSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    if (result.ok()) job->result = *result;
+    job->promoted = promoted;
+    job->finished = (options_.clock ? options_.clock : Clock::Real())->Now();
+    if (status.ok()) {
+      job->state = JobState::kSucceeded;
+    } else if (absl::IsCancelled(status)) {
+      job->state = JobState::kCancelled;
+      job->error = std::string(status.message());
+    } else {
+      job->state = JobState::kFailed;
+      job->error = status.ToString();
+    }
+    snapshot = SnapshotLocked(*job);
+  }
+  if (snapshot.state == JobState::kSucceeded) {
+    spdlog::info("training job {} for '{}' succeeded: version {}", snapshot.id, snapshot.model,
+                 snapshot.result.version);
+  } else {
+    spdlog::warn("training job {} for '{}' ended: {}", snapshot.id, snapshot.model, snapshot.error);
+  }
+  if (options_.observer != nullptr) options_.observer->OnFinished(snapshot);
+}
+
+JobSnapshot TrainJobManager::SnapshotLocked(const Job& job) const {
+  JobSnapshot s;
+  s.id = job.id;
+  s.model = job.model;
+  s.state = job.state;
+  if (!job.events.empty()) s.latest = job.events.back();
+  s.error = job.error;
+  s.result = job.result;
+  s.promoted = job.promoted;
+  s.created = job.created;
+  s.finished = job.finished;
+  return s;
+}
+
+absl::StatusOr<JobSnapshot> TrainJobManager::Get(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no training job '", id, "'"));
+  return SnapshotLocked(*it->second);
+}
+
+std::vector<JobSnapshot> TrainJobManager::List(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<JobSnapshot> list;
+  for (const std::string& id : order_) {
+    const Job& job = *jobs_.at(id);
+    if (model.empty() || job.model == model) list.push_back(SnapshotLocked(job));
+  }
+  return list;
+}
+
+absl::Status TrainJobManager::Cancel(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  const auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no training job '", id, "'"));
+  if (it->second->state == JobState::kRunning) it->second->job->Cancel();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobSnapshot> TrainJobManager::Watch(
+    const std::string& id, const std::function<bool(const TrainProgress&)>& on_event,
+    const std::function<bool()>& stop) const {
+  size_t next = 0;
+  while (true) {
+    std::vector<TrainProgress> fresh;
+    bool ended = false;
+    JobSnapshot snapshot;
+    {
+      absl::MutexLock lock(&mu_);
+      const auto it = jobs_.find(id);
+      if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no training job '", id, "'"));
+      const Job* job = it->second.get();
+      const auto has_news = [job, next]() {
+        return job->events.size() > next || job->state != JobState::kRunning;
+      };
+      // Wakes on news; the timeout only bounds how late a stop() request is noticed.
+      mu_.AwaitWithTimeout(absl::Condition(&has_news), absl::Milliseconds(100));
+      fresh.assign(job->events.begin() + static_cast<std::ptrdiff_t>(next), job->events.end());
+      next = job->events.size();
+      ended = job->state != JobState::kRunning;
+      if (ended) snapshot = SnapshotLocked(*job);
+    }
+    for (const TrainProgress& progress : fresh) {
+      if (!on_event(progress)) return absl::CancelledError("watch ended by the watcher");
+    }
+    if (ended) return snapshot;
+    if (stop && stop()) return absl::CancelledError("watch cancelled");
+  }
+}
+
+int64_t TrainJobManager::running_jobs() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [id, job] : jobs_) n += job->state == JobState::kRunning ? 1 : 0;
+  return n;
+}
+
+int64_t TrainJobManager::total_jobs() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(jobs_.size());
+}
+
+void TrainJobManager::Shutdown() {
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    for (auto& [id, job] : jobs_) {
+      if (job->state == JobState::kRunning) job->job->Cancel();
+      if (job->thread.joinable()) threads.push_back(std::move(job->thread));
+    }
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace forecastd

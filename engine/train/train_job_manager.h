@@ -1,0 +1,125 @@
+// The daemon's training jobs: starts each TrainJob on its own thread, keeps every job's
+// progress events for watchers (a late watcher gets the history replayed), cancels on request,
+// and hands published versions to the serving side (on_published) so it can refresh or
+// promote. Jobs for one model run one at a time, since each publishes the model's next version.
+// Thread-safe: every method may be called from any thread (gRPC handlers).
+#ifndef FORECASTD_ENGINE_TRAIN_TRAIN_JOB_MANAGER_H_
+#define FORECASTD_ENGINE_TRAIN_TRAIN_JOB_MANAGER_H_
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/train/train_job.h"
+
+namespace forecastd {
+
+enum class JobState { kRunning, kSucceeded, kFailed, kCancelled };
+
+// A job as clients see it.
+struct JobSnapshot {
+  std::string id;
+  std::string model;
+  JobState state = JobState::kRunning;
+  std::optional<TrainProgress> latest;
+  std::string error;   // kFailed: the job's status message
+  TrainResult result;  // when kSucceeded
+  bool promoted = false;
+  absl::Time created;
+  absl::Time finished = absl::InfinitePast();  // until it ends
+};
+
+// What a job's progress means to metrics. Called on the job's thread.
+class TrainJobObserver {
+ public:
+  virtual ~TrainJobObserver() = default;
+  virtual void OnProgress(const std::string& /*job_id*/, const std::string& /*model*/,
+                          const TrainProgress& /*progress*/) {}
+  virtual void OnFinished(const JobSnapshot& /*job*/) {}
+};
+
+class TrainJobManager {
+ public:
+  struct Options {
+    std::string repository;          // model directories live here
+    std::filesystem::path data_dir;  // CSV paths resolve here
+    // Checkpoints go here, one per (model, configuration); "": no checkpoints.
+    std::string checkpoint_dir;
+    Backend* backend = nullptr;            // not owned
+    DeviceScheduler* scheduler = nullptr;  // not owned; nullptr: steps run unscheduled
+    Clock* clock = nullptr;                // not owned; nullptr: real clock
+    int max_running_jobs = 2;              // more at once: RESOURCE_EXHAUSTED
+    int64_t progress_every_steps = 10;
+    // A job published `version` of `model`; `promote` as the request asked. Called on the
+    // job's thread; its status is recorded as the job's (a failed promotion fails the job,
+    // the version stays published).
+    std::function<absl::Status(const std::string& model, int64_t version, bool promote)>
+        on_published;
+    TrainJobObserver* observer = nullptr;  // not owned; may be nullptr
+  };
+
+  struct StartRequest {
+    std::string model;
+    // The architecture for a new model; for an existing one, unset or equal to its config.
+    std::optional<ModelConfig> config;
+    v1::TrainingConfig training;
+    bool promote = false;
+  };
+
+  static absl::StatusOr<std::unique_ptr<TrainJobManager>> Create(Options options);
+  // Cancels running jobs and joins their threads.
+  ~TrainJobManager();
+
+  // Validates the request and builds the job (loading its data) before returning, so a bad
+  // request fails here: INVALID_ARGUMENT / NOT_FOUND from TrainJob::Create;
+  // FAILED_PRECONDITION when a job for the model is running; RESOURCE_EXHAUSTED at the
+  // running-jobs limit; UNAVAILABLE after Shutdown. Returns the job id.
+  absl::StatusOr<std::string> Start(StartRequest request);
+
+  absl::StatusOr<JobSnapshot> Get(const std::string& id) const;  // NOT_FOUND for an unknown id
+  std::vector<JobSnapshot> List(const std::string& model = "") const;  // oldest first
+  // Asks a running job to stop between steps; OK (and no-op) for a job that already ended.
+  absl::Status Cancel(const std::string& id);
+
+  // Calls on_event for every progress event of the job, from the first, as they come, then
+  // returns the final snapshot once the job has ended. Stops early (CANCELLED) when
+  // on_event returns false or `stop()` becomes true (checked at least every 100 ms).
+  absl::StatusOr<JobSnapshot> Watch(const std::string& id,
+                                    const std::function<bool(const TrainProgress&)>& on_event,
+                                    const std::function<bool()>& stop) const;
+
+  int64_t running_jobs() const;
+  int64_t total_jobs() const;
+
+  // Cancels every running job and waits for them; Start fails with UNAVAILABLE afterwards.
+  void Shutdown();
+
+ private:
+  struct Job;
+  explicit TrainJobManager(Options options);
+  void RunJob(Job* job);
+  JobSnapshot SnapshotLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_TRAIN_TRAIN_JOB_MANAGER_H_

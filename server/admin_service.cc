@@ -1,0 +1,100 @@
+#include "server/admin_service.h"
+
+#include "server/grpc_status.h"
+
+namespace forecastd {
+namespace {
+
+v1::ModelState ToProto(ModelState state) {
+  switch (state) {
+    case ModelState::kUnavailable:
+    case ModelState::kUnloaded:
+      return v1::MODEL_UNLOADED;
+    case ModelState::kLoading:
+      return v1::MODEL_LOADING;
+    case ModelState::kReady:
+      return v1::MODEL_READY;
+    case ModelState::kUnloading:
+      return v1::MODEL_UNLOADING;
+    case ModelState::kFailed:
+      return v1::MODEL_FAILED;
+  }
+  return v1::MODEL_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string& device) {
+  v1::ModelStatus out;
+  out.set_name(status.name);
+  out.set_state(ToProto(status.state));
+  out.set_serving_version(status.serving_version);
+  for (int64_t v : status.versions_on_disk) out.add_versions(v);
+  for (const LoadedVersionStatus& loaded : status.loaded) {
+    v1::LoadedVersion* l = out.add_loaded();
+    l->set_version(loaded.version);
+    l->set_serving(loaded.serving);
+    l->set_in_flight(loaded.in_flight_tasks);
+    l->set_queued(loaded.queued_tasks);
+  }
+  if (!status.last_error.ok()) out.set_last_error(status.last_error.ToString());
+  if (status.config.has_value()) *out.mutable_config() = *status.config;
+  if (!status.loaded.empty()) out.set_device(device);
+  return out;
+}
+
+grpc::Status AdminService::ListModels(grpc::ServerContext* /*context*/,
+                                      const v1::ListModelsRequest* /*request*/,
+                                      v1::ListModelsResponse* response) {
+  for (const ModelStatus& status : options_.registry->ListModels()) {
+    *response->add_models() = ToModelStatusProto(status, options_.device_name);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::Reply(const std::string& model, const absl::Status& done,
+                                 v1::ModelStatus* response) {
+  if (!done.ok()) return ToGrpcStatus(done);
+  absl::StatusOr<ModelStatus> status = options_.registry->GetModel(model);
+  if (!status.ok()) return ToGrpcStatus(status.status());
+  *response = ToModelStatusProto(*status, options_.device_name);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::GetModel(grpc::ServerContext* /*context*/,
+                                    const v1::GetModelRequest* request, v1::ModelStatus* response) {
+  return Reply(request->name(), absl::OkStatus(), response);
+}
+
+grpc::Status AdminService::LoadModel(grpc::ServerContext* /*context*/,
+                                     const v1::LoadModelRequest* request,
+                                     v1::ModelStatus* response) {
+  if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
+  return Reply(request->name(), options_.registry->Load(request->name()), response);
+}
+
+grpc::Status AdminService::UnloadModel(grpc::ServerContext* /*context*/,
+                                       const v1::UnloadModelRequest* request,
+                                       v1::ModelStatus* response) {
+  return Reply(request->name(), options_.registry->Unload(request->name()), response);
+}
+
+grpc::Status AdminService::SetServingVersion(grpc::ServerContext* /*context*/,
+                                             const v1::SetServingVersionRequest* request,
+                                             v1::ModelStatus* response) {
+  if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
+  if (request->version() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("version must be >= 0 (0: the config's rule)"));
+  }
+  return Reply(request->name(),
+               options_.registry->SetServingVersion(request->name(), request->version()), response);
+}
+
+grpc::Status AdminService::GetServerStatus(grpc::ServerContext* /*context*/,
+                                           const v1::GetServerStatusRequest* /*request*/,
+                                           v1::ServerStatus* response) {
+  if (options_.server_status) *response = options_.server_status();
+  return grpc::Status::OK;
+}
+
+}  // namespace forecastd

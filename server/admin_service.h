@@ -1,0 +1,54 @@
+// forecastd.v1.Admin: what is loaded and serving, loading, unloading and promoting versions,
+// and the server's state. Thin: each handler converts, calls the ModelRegistry (or the status
+// probes), and converts back. Thread-safe: gRPC calls handlers concurrently; the registry
+// serialises admin operations per model.
+#ifndef FORECASTD_SERVER_ADMIN_SERVICE_H_
+#define FORECASTD_SERVER_ADMIN_SERVICE_H_
+
+#include <functional>
+
+#include "engine/serving/model_registry.h"
+#include "forecastd/v1/admin.grpc.pb.h"
+
+namespace forecastd {
+
+class AdminService final : public v1::Admin::Service {
+ public:
+  struct Options {
+    ModelRegistry* registry = nullptr;  // not owned
+    std::string device_name = "cpu";
+    // The server's live state for GetServerStatus.
+    std::function<v1::ServerStatus()> server_status;
+    std::function<bool()> accepting;  // false while draining: Load and promote refused
+  };
+
+  explicit AdminService(Options options) : options_(std::move(options)) {}
+
+  grpc::Status ListModels(grpc::ServerContext* context, const v1::ListModelsRequest* request,
+                          v1::ListModelsResponse* response) override;
+  grpc::Status GetModel(grpc::ServerContext* context, const v1::GetModelRequest* request,
+                        v1::ModelStatus* response) override;
+  grpc::Status LoadModel(grpc::ServerContext* context, const v1::LoadModelRequest* request,
+                         v1::ModelStatus* response) override;
+  grpc::Status UnloadModel(grpc::ServerContext* context, const v1::UnloadModelRequest* request,
+                           v1::ModelStatus* response) override;
+  grpc::Status SetServingVersion(grpc::ServerContext* context,
+                                 const v1::SetServingVersionRequest* request,
+                                 v1::ModelStatus* response) override;
+  grpc::Status GetServerStatus(grpc::ServerContext* context,
+                               const v1::GetServerStatusRequest* request,
+                               v1::ServerStatus* response) override;
+
+ private:
+  // Fills `response` with the model's status after an operation that returned `done`.
+  grpc::Status Reply(const std::string& model, const absl::Status& done, v1::ModelStatus* response);
+  bool accepting() const { return !options_.accepting || options_.accepting(); }
+
+  const Options options_;
+};
+
+v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string& device);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_ADMIN_SERVICE_H_

@@ -1,0 +1,68 @@
+// forecastd.v1.Forecaster: Predict goes through the model registry's batchers without
+// blocking a gRPC thread (callback API); the training-job methods call the TrainJobManager;
+// Benchmark drives a model through the same engine path with synthetic windows. Handlers
+// validate, convert, enqueue and convert back; errors leave through ToGrpcStatus.
+// Thread-safe: gRPC calls every handler concurrently.
+#ifndef FORECASTD_SERVER_FORECASTER_SERVICE_H_
+#define FORECASTD_SERVER_FORECASTER_SERVICE_H_
+
+#include <functional>
+#include <string>
+
+#include "engine/clock.h"
+#include "engine/serving/model_registry.h"
+#include "engine/train/train_job_manager.h"
+#include "forecastd/v1/forecaster.grpc.pb.h"
+#include "server/serving_metrics.h"
+
+namespace forecastd {
+
+class ForecasterService final
+    : public v1::Forecaster::WithCallbackMethod_Predict<v1::Forecaster::Service> {
+ public:
+  struct Options {
+    ModelRegistry* registry = nullptr;  // not owned
+    TrainJobManager* jobs = nullptr;    // not owned
+    ServingMetrics* metrics = nullptr;  // not owned; may be nullptr
+    Clock* clock = nullptr;             // not owned; nullptr: real clock
+    bool allow_non_finite_inputs = false;
+    // False once the server drains: new Predict, Train and Benchmark calls get UNAVAILABLE.
+    std::function<bool()> accepting;
+    std::string device_name = "cpu";
+  };
+
+  explicit ForecasterService(Options options);
+
+  grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
+                                    const v1::PredictRequest* request,
+                                    v1::PredictResponse* response) override;
+  grpc::Status Train(grpc::ServerContext* context, const v1::TrainRequest* request,
+                     v1::TrainResponse* response) override;
+  grpc::Status WatchTrainJob(grpc::ServerContext* context, const v1::WatchTrainJobRequest* request,
+                             grpc::ServerWriter<v1::TrainJobEvent>* writer) override;
+  grpc::Status GetTrainJob(grpc::ServerContext* context, const v1::GetTrainJobRequest* request,
+                           v1::TrainJobInfo* response) override;
+  grpc::Status ListTrainJobs(grpc::ServerContext* context, const v1::ListTrainJobsRequest* request,
+                             v1::ListTrainJobsResponse* response) override;
+  grpc::Status CancelTrainJob(grpc::ServerContext* context,
+                              const v1::CancelTrainJobRequest* request,
+                              v1::TrainJobInfo* response) override;
+  grpc::Status Benchmark(grpc::ServerContext* context, const v1::BenchmarkRequest* request,
+                         v1::BenchmarkResponse* response) override;
+
+ private:
+  bool accepting() const { return !options_.accepting || options_.accepting(); }
+
+  const Options options_;
+};
+
+// The job as the API reports it.
+v1::TrainJobInfo ToTrainJobInfo(const JobSnapshot& job);
+v1::TrainProgressEvent ToProgressEvent(const TrainProgress& progress);
+
+// A deadline as the engine's time; InfiniteFuture for none.
+absl::Time DeadlineOf(const grpc::ServerContextBase& context);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_FORECASTER_SERVICE_H_

@@ -1,0 +1,120 @@
+// inference.GRPCInferenceService: the KServe v2 / Open Inference Protocol with Triton's
+// statistics, model-configuration and model-repository extensions
+// (proto/inference/grpc_service.proto), so Triton's clients (tritonclient.grpc,
+// perf_analyzer) drive forecastd's models unchanged. Works against the ModelRegistry only:
+// handlers validate, convert, enqueue and convert back; errors leave through ToGrpcStatus.
+//
+// How a forecaster looks as a KServe model:
+//   input  "INPUT"     FP32 [B, T, F]  (metadata shape [-1, T, F]; config dims [T, F])
+//   output "FORECAST"  FP32 [B, P, K] or [B, P, K, Q] with quantiles (config dims without B)
+// with T the lookback, F the features, P the horizon, K the targets, Q the quantiles, and
+// max_batch_size the model's batching limit (BatchingConfig.max_batch_size, 0 -> 32).
+// The input comes as raw_input_contents (little-endian float32, as tritonclient sends it) or
+// as contents.fp32_contents; the forecast always goes back as raw_output_contents, which is
+// what Triton returns and the only form tritonclient's InferResult.as_numpy() decodes.
+// Request parameters, as Triton's: "priority" (int64 or uint64; 1 the highest level, 0 the
+// model's default) and "timeout" (int64 or uint64 microseconds: a queue timeout that may only
+// shorten the level's policy); the gRPC deadline becomes the task's deadline.
+//
+// ModelInfer uses the callback API: the handler enqueues and returns, and the engine thread
+// that completes the task finishes the call, so no gRPC thread waits on compute. The other
+// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up).
+// Thread-safe: gRPC calls every handler concurrently. The statistics live in shared state
+// that completion callbacks keep alive, so the service may be destroyed before the registry
+// has drained; the registry and metrics must outlive every call in flight.
+#ifndef FORECASTD_SERVER_KSERVE_SERVICE_H_
+#define FORECASTD_SERVER_KSERVE_SERVICE_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/clock.h"
+#include "engine/serving/model_registry.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "server/serving_metrics.h"
+
+namespace forecastd {
+
+// The tensor names every forecaster has under the KServe protocol.
+inline constexpr char kKServeInputName[] = "INPUT";
+inline constexpr char kKServeOutputName[] = "FORECAST";
+// ModelMetadata's and ModelConfig's `platform` (and ModelConfig's `backend`).
+inline constexpr char kKServePlatform[] = "forecastd";
+
+class KServeService final : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+                                inference::GRPCInferenceService::Service> {
+ public:
+  struct Options {
+    // What serves the models. Not owned; required; must outlive every call in flight.
+    ModelRegistry* registry = nullptr;
+    // Where ModelInfer calls are counted (method "ModelInfer"). Not owned; may be nullptr.
+    ServingMetrics* metrics = nullptr;
+    // The engine's clock, which task deadlines and the statistics' durations are read on.
+    // Not owned; nullptr: the real clock.
+    Clock* clock = nullptr;
+    // Whether the server is ready: false while it starts or drains. ServerReady reports it,
+    // ModelReady answers false and ModelInfer refuses new calls (UNAVAILABLE) while it is
+    // false. Empty: always ready.
+    std::function<bool()> ready;
+    // Accept NaN and infinite input values (refused with INVALID_ARGUMENT by default).
+    bool allow_non_finite_inputs = false;
+  };
+
+  // INVALID_ARGUMENT without a registry.
+  static absl::StatusOr<std::unique_ptr<KServeService>> Create(Options options);
+
+  grpc::Status ServerLive(grpc::ServerContext* context, const inference::ServerLiveRequest* request,
+                          inference::ServerLiveResponse* response) override;
+  grpc::Status ServerReady(grpc::ServerContext* context,
+                           const inference::ServerReadyRequest* request,
+                           inference::ServerReadyResponse* response) override;
+  grpc::Status ModelReady(grpc::ServerContext* context, const inference::ModelReadyRequest* request,
+                          inference::ModelReadyResponse* response) override;
+  grpc::Status ServerMetadata(grpc::ServerContext* context,
+                              const inference::ServerMetadataRequest* request,
+                              inference::ServerMetadataResponse* response) override;
+  grpc::Status ModelMetadata(grpc::ServerContext* context,
+                             const inference::ModelMetadataRequest* request,
+                             inference::ModelMetadataResponse* response) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
+  grpc::Status ModelConfig(grpc::ServerContext* context,
+                           const inference::ModelConfigRequest* request,
+                           inference::ModelConfigResponse* response) override;
+  grpc::Status ModelStatistics(grpc::ServerContext* context,
+                               const inference::ModelStatisticsRequest* request,
+                               inference::ModelStatisticsResponse* response) override;
+  grpc::Status RepositoryIndex(grpc::ServerContext* context,
+                               const inference::RepositoryIndexRequest* request,
+                               inference::RepositoryIndexResponse* response) override;
+  grpc::Status RepositoryModelLoad(grpc::ServerContext* context,
+                                   const inference::RepositoryModelLoadRequest* request,
+                                   inference::RepositoryModelLoadResponse* response) override;
+  grpc::Status RepositoryModelUnload(grpc::ServerContext* context,
+                                     const inference::RepositoryModelUnloadRequest* request,
+                                     inference::RepositoryModelUnloadResponse* response) override;
+
+ private:
+  class Statistics;
+
+  KServeService(Options options, Clock* clock);
+  bool ready() const { return !options_.ready || options_.ready(); }
+
+  // Constant after construction.
+  const Options options_;
+  Clock* const clock_;
+  // Own synchronisation; shared with the completion callbacks of calls in flight.
+  const std::shared_ptr<Statistics> statistics_;
+};
+
+// The Triton ModelConfig that describes `config` to Triton's clients: the tensors above,
+// max_batch_size, dynamic_batching from BatchingConfig (with its defaults applied), the
+// version policy and instance groups. INVALID_ARGUMENT for a config the batcher would refuse.
+absl::StatusOr<inference::ModelConfig> ToTritonModelConfig(const v1::ModelConfig& config);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_KSERVE_SERVICE_H_

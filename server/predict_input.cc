@@ -1,0 +1,76 @@
+#include "server/predict_input.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/base/config.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace forecastd {
+namespace {
+
+static_assert(ABSL_IS_LITTLE_ENDIAN, "raw tensors are little-endian float32");
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
+                                                 absl::Span<const int64_t> shape,
+                                                 absl::string_view raw,
+                                                 absl::Span<const float> values,
+                                                 const WindowLimits& limits) {
+  const int64_t T = model.lookback(), F = model.num_features();
+  const std::string expected =
+      absl::StrCat("[B, ", T, ", ", F, "] (B windows of lookback ", T, " with ", F, " features)");
+  if (shape.size() != 3 || shape[1] != T || shape[2] != F) {
+    return absl::InvalidArgumentError(absl::StrCat("inputs have shape [",
+                                                   absl::StrJoin(shape, ", "), "]; model '",
+                                                   model.config().name(), "' takes ", expected));
+  }
+  const int64_t B = shape[0];
+  if (B < 1) return absl::InvalidArgumentError("inputs are empty: the batch dimension is 0");
+  if (limits.max_batch_rows > 0 && B > limits.max_batch_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " windows is above model '",
+                                                   model.config().name(), "''s max_batch_size ",
+                                                   limits.max_batch_rows));
+  }
+  const int64_t n = B * T * F;
+  if (!raw.empty() && !values.empty()) {
+    return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
+  }
+  std::vector<float> out(static_cast<size_t>(n));
+  if (!raw.empty()) {
+    if (static_cast<int64_t>(raw.size()) != n * 4) {
+      return absl::InvalidArgumentError(absl::StrCat("raw inputs hold ", raw.size(),
+                                                     " bytes; shape [", absl::StrJoin(shape, ", "),
+                                                     "] of float32 needs ", n * 4));
+    }
+    std::memcpy(out.data(), raw.data(), raw.size());
+  } else {
+    if (static_cast<int64_t>(values.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat(values.size(), " input values; shape [",
+                                                     absl::StrJoin(shape, ", "), "] needs ", n));
+    }
+    std::copy(values.begin(), values.end(), out.begin());
+  }
+  if (!limits.allow_non_finite) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(out[static_cast<size_t>(i)])) {
+        const int64_t b = i / (T * F), t = (i / F) % T, f = i % F;
+        return absl::InvalidArgumentError(
+            absl::StrCat("input [", b, ", ", t, ", ", f, "] (feature '",
+                         model.config().feature_names(static_cast<int>(f)), "') is ",
+                         out[static_cast<size_t>(i)], "; only finite values are accepted"));
+      }
+    }
+  }
+  return out;
+}
+
+std::string EncodeFloats(absl::Span<const float> values) {
+  std::string bytes(values.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,201 @@
+#include "server/serving_metrics.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
+#include "server/grpc_status.h"
+
+namespace forecastd {
+namespace {
+
+// Seconds, from 50 us to 10 s: Predict latencies on a CPU sit in the low milliseconds.
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3,
+      50e-3, 100e-3, 250e-3, 500e-3, 1.0,  2.5,    5.0,  10.0};
+  return *buckets;
+}
+
+const prometheus::Histogram::BucketBoundaries& BatchBuckets() {
+  static const auto* buckets =
+      new prometheus::Histogram::BucketBoundaries{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024};
+  return *buckets;
+}
+
+std::string PriorityLabel(uint32_t priority) {
+  return priority == 0 ? "default" : absl::StrCat(priority);
+}
+
+// Gauges computed when Prometheus scrapes, from the engine's own counters.
+class StateCollectable final : public prometheus::Collectable {
+ public:
+  explicit StateCollectable(ServingMetrics::Probes probes) : probes_(std::move(probes)) {}
+
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    std::vector<prometheus::MetricFamily> families;
+    if (probes_.queue_depth_by_model) {
+      prometheus::MetricFamily f{"forecastd_queue_depth",
+                                 "Predict requests waiting in a model's queues.",
+                                 prometheus::MetricType::Gauge,
+                                 {}};
+      for (const auto& [model, depth] : probes_.queue_depth_by_model()) {
+        prometheus::ClientMetric m;
+        m.label = {{"model", model}};
+        m.gauge.value = static_cast<double>(depth);
+        f.metric.push_back(m);
+      }
+      families.push_back(std::move(f));
+    }
+    const auto scalar = [&](const char* name, const char* help, double value) {
+      prometheus::MetricFamily f{name, help, prometheus::MetricType::Gauge, {}};
+      prometheus::ClientMetric m;
+      m.gauge.value = value;
+      f.metric.push_back(m);
+      families.push_back(std::move(f));
+    };
+    if (probes_.models_loaded) {
+      scalar("forecastd_models_loaded", "Models with a version loaded and serving.",
+             static_cast<double>(probes_.models_loaded()));
+    }
+    if (probes_.train_jobs_running) {
+      scalar("forecastd_train_jobs_running", "Training jobs running now.",
+             static_cast<double>(probes_.train_jobs_running()));
+    }
+    return families;
+  }
+
+ private:
+  const ServingMetrics::Probes probes_;
+};
+
+}  // namespace
+
+class ServingMetrics::ModelObserver final : public BatcherObserver {
+ public:
+  explicit ModelObserver(prometheus::Histogram& batch_size) : batch_size_(batch_size) {}
+  void OnBatch(int64_t rows, int64_t /*tasks*/) override {
+    batch_size_.Observe(static_cast<double>(rows));
+  }
+
+ private:
+  prometheus::Histogram& batch_size_;
+};
+
+ServingMetrics::ServingMetrics(prometheus::Registry& registry)
+    : requests_(prometheus::BuildCounter()
+                    .Name("forecastd_requests_total")
+                    .Help("RPCs finished, by model, version, method, priority and gRPC code.")
+                    .Register(registry)),
+      request_seconds_(prometheus::BuildHistogram()
+                           .Name("forecastd_request_duration_seconds")
+                           .Help("Predict time from arrival to reply.")
+                           .Register(registry)),
+      queue_seconds_(prometheus::BuildHistogram()
+                         .Name("forecastd_queue_duration_seconds")
+                         .Help("Predict time waiting for its batch to start.")
+                         .Register(registry)),
+      compute_seconds_(prometheus::BuildHistogram()
+                           .Name("forecastd_compute_duration_seconds")
+                           .Help("Forward-pass time of the batch a Predict ran in.")
+                           .Register(registry)),
+      batch_size_(prometheus::BuildHistogram()
+                      .Name("forecastd_batch_size")
+                      .Help("Rows per executed batch.")
+                      .Register(registry)),
+      deadline_misses_(prometheus::BuildCounter()
+                           .Name("forecastd_deadline_misses_total")
+                           .Help("Requests whose deadline passed before they were computed.")
+                           .Register(registry)),
+      load_failures_(prometheus::BuildCounter()
+                         .Name("forecastd_model_load_failures_total")
+                         .Help("Failed attempts to load a model.")
+                         .Register(registry)),
+      train_loss_(prometheus::BuildGauge()
+                      .Name("forecastd_train_loss")
+                      .Help("Latest training loss of a job (split: train or validation).")
+                      .Register(registry)),
+      train_epoch_(prometheus::BuildGauge()
+                       .Name("forecastd_train_epoch")
+                       .Help("Epoch a training job is in (1-based).")
+                       .Register(registry)),
+      train_rate_(prometheus::BuildGauge()
+                      .Name("forecastd_train_samples_per_second")
+                      .Help("Training windows per second of a job.")
+                      .Register(registry)),
+      train_steps_(prometheus::BuildCounter()
+                       .Name("forecastd_train_steps_total")
+                       .Help("Optimiser steps taken, by model.")
+                       .Register(registry)) {}
+
+ServingMetrics::~ServingMetrics() = default;
+
+std::shared_ptr<prometheus::Collectable> ServingMetrics::MakeStateCollectable(Probes probes) {
+  return std::make_shared<StateCollectable>(std::move(probes));
+}
+
+void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
+                                    const std::string& method, uint32_t priority,
+                                    grpc::StatusCode code, absl::Duration total,
+                                    absl::Duration queue, absl::Duration compute) {
+  const std::string level = PriorityLabel(priority);
+  requests_
+      .Add({{"model", model},
+            {"version", absl::StrCat(version)},
+            {"method", method},
+            {"priority", level},
+            {"code", GrpcCodeName(code)}})
+      .Increment();
+  const bool reached_engine = code == grpc::StatusCode::OK || queue > absl::ZeroDuration() ||
+                              compute > absl::ZeroDuration();
+  if (!reached_engine) return;
+  const prometheus::Labels labels = {{"model", model}, {"priority", level}};
+  request_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(total));
+  queue_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(queue));
+  compute_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(compute));
+}
+
+void ServingMetrics::ObserveDeadlineMiss(const std::string& model) {
+  deadline_misses_.Add({{"model", model}}).Increment();
+}
+
+void ServingMetrics::ObserveLoadFailure(const std::string& model) {
+  load_failures_.Add({{"model", model}}).Increment();
+}
+
+BatcherObserver* ServingMetrics::ForModel(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<ModelObserver>& observer = observers_[model];
+  if (observer == nullptr) {
+    observer = std::make_unique<ModelObserver>(batch_size_.Add({{"model", model}}, BatchBuckets()));
+  }
+  return observer.get();
+}
+
+void ServingMetrics::OnProgress(const std::string& job_id, const std::string& model,
+                                const TrainProgress& progress) {
+  const prometheus::Labels job = {{"job", job_id}, {"model", model}};
+  train_epoch_.Add(job).Set(static_cast<double>(progress.epoch));
+  train_rate_.Add(job).Set(progress.samples_per_second);
+  train_loss_.Add({{"job", job_id}, {"model", model}, {"split", "train"}}).Set(progress.train_loss);
+  if (progress.kind == TrainProgress::Kind::kEpoch && std::isfinite(progress.validation_loss)) {
+    train_loss_.Add({{"job", job_id}, {"model", model}, {"split", "validation"}})
+        .Set(progress.validation_loss);
+  }
+  int64_t new_steps = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    int64_t& last = last_step_[job_id];
+    new_steps = progress.step - last;
+    last = progress.step;
+  }
+  if (new_steps > 0) train_steps_.Add({{"model", model}}).Increment(static_cast<double>(new_steps));
+}
+
+void ServingMetrics::OnFinished(const JobSnapshot& job) {
+  absl::MutexLock lock(&mu_);
+  last_step_.erase(job.id);
+}
+
+}  // namespace forecastd

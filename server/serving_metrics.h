@@ -1,0 +1,96 @@
+// The forecastd_* series that describe serving and training (ARCHITECTURE.md,
+// "Observability"), registered in the MetricsExposer's registry:
+//   forecastd_requests_total{model,version,method,priority,code}      counter
+//   forecastd_request_duration_seconds{model,priority}                 histogram, end to end
+//   forecastd_queue_duration_seconds{model,priority}                   histogram
+//   forecastd_compute_duration_seconds{model,priority}                 histogram
+//   forecastd_batch_size{model}                                        histogram, rows
+//   forecastd_deadline_misses_total{model}                             counter
+//   forecastd_model_load_failures_total{model}                         counter
+//   forecastd_queue_depth{model}, forecastd_models_loaded,
+//   forecastd_train_jobs_running                                       gauges read at scrape
+//   forecastd_train_loss{job,model,split}, forecastd_train_epoch{job,model},
+//   forecastd_train_samples_per_second{job,model}                      gauges
+//   forecastd_train_steps_total{model}                                 counter
+// Thread-safe: every method may be called from any thread (prometheus-cpp is thread-safe and
+// the label caches are guarded).
+#ifndef FORECASTD_SERVER_SERVING_METRICS_H_
+#define FORECASTD_SERVER_SERVING_METRICS_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "engine/serving/batcher.h"
+#include "engine/train/train_job_manager.h"
+#include "grpcpp/support/status.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace forecastd {
+
+class ServingMetrics : public TrainJobObserver {
+ public:
+  // What the scrape-time gauges read: called on the exposer's thread at every scrape.
+  struct Probes {
+    std::function<std::vector<std::pair<std::string, int64_t>>()> queue_depth_by_model;
+    std::function<int64_t()> models_loaded;
+    std::function<int64_t()> train_jobs_running;
+  };
+
+  // Registers the families in `registry`; returns the collectable for the scrape-time gauges,
+  // which the caller registers with the exposer.
+  explicit ServingMetrics(prometheus::Registry& registry);
+  ~ServingMetrics() override;
+  std::shared_ptr<prometheus::Collectable> MakeStateCollectable(Probes probes);
+
+  // One finished RPC. `priority` 0 is reported as "default". Durations are observed only for
+  // Predict-like calls that reached the engine (queue or compute > 0 or OK).
+  void ObserveRequest(const std::string& model, int64_t version, const std::string& method,
+                      uint32_t priority, grpc::StatusCode code, absl::Duration total,
+                      absl::Duration queue, absl::Duration compute);
+  void ObserveDeadlineMiss(const std::string& model);
+  void ObserveLoadFailure(const std::string& model);
+
+  // A BatcherObserver for one model version (owned here, alive as long as this object).
+  BatcherObserver* ForModel(const std::string& model);
+
+  // TrainJobObserver.
+  void OnProgress(const std::string& job_id, const std::string& model,
+                  const TrainProgress& progress) override;
+  void OnFinished(const JobSnapshot& job) override;
+
+ private:
+  class ModelObserver;
+
+  prometheus::Family<prometheus::Counter>& requests_;
+  prometheus::Family<prometheus::Histogram>& request_seconds_;
+  prometheus::Family<prometheus::Histogram>& queue_seconds_;
+  prometheus::Family<prometheus::Histogram>& compute_seconds_;
+  prometheus::Family<prometheus::Histogram>& batch_size_;
+  prometheus::Family<prometheus::Counter>& deadline_misses_;
+  prometheus::Family<prometheus::Counter>& load_failures_;
+  prometheus::Family<prometheus::Gauge>& train_loss_;
+  prometheus::Family<prometheus::Gauge>& train_epoch_;
+  prometheus::Family<prometheus::Gauge>& train_rate_;
+  prometheus::Family<prometheus::Counter>& train_steps_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<ModelObserver>> observers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> last_step_ ABSL_GUARDED_BY(mu_);  // by job id
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_SERVING_METRICS_H_

@@ -1,0 +1,302 @@
+#include "engine/serving/device_scheduler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "tests/testing/catch.h"
+
+namespace forecastd {
+namespace {
+
+// A generous real-time bound for things that happen at once: only a broken scheduler (or a
+// hung machine) hits it; no test waits for it to pass.
+const absl::Duration kSafety = absl::Seconds(30);
+
+// What the work in a test did, in order, and a gate that holds work until opened.
+class Recorder {
+ public:
+  void Record(int id, int worker = 0) {
+    absl::MutexLock lock(&mu_);
+    order_.push_back(id);
+    workers_.push_back(worker);
+  }
+  // Blocks the calling work until Open().
+  void WaitForGate() {
+    absl::MutexLock lock(&mu_);
+    ++at_gate_;
+    mu_.Await(absl::Condition(&open_));
+  }
+  void Open() {
+    absl::MutexLock lock(&mu_);
+    open_ = true;
+  }
+  bool WaitForRecords(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return order_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kSafety);
+  }
+  bool WaitAtGate(int n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return at_gate_ >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), kSafety);
+  }
+  std::vector<int> order() const {
+    absl::MutexLock lock(&mu_);
+    return order_;
+  }
+  std::vector<int> workers() const {
+    absl::MutexLock lock(&mu_);
+    return workers_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<int> order_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> workers_ ABSL_GUARDED_BY(mu_);
+  int at_gate_ ABSL_GUARDED_BY(mu_) = 0;
+  bool open_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+std::unique_ptr<DeviceScheduler> MakeScheduler(int num_workers, Clock* clock = nullptr) {
+  DeviceScheduler::Options options;
+  options.num_workers = num_workers;
+  options.clock = clock;
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> scheduler = DeviceScheduler::Create(options);
+  REQUIRE(scheduler.ok());
+  return *std::move(scheduler);
+}
+
+// Occupies a worker until the recorder's gate opens; records -1 when it starts.
+void SubmitBlocker(DeviceScheduler& scheduler, Recorder& recorder, uint32_t priority = 1) {
+  scheduler.Submit(priority, absl::InfiniteFuture(), [&recorder](int worker, bool) {
+    recorder.Record(-1, worker);
+    recorder.WaitForGate();
+  });
+}
+
+TEST_CASE("DeviceScheduler::Create validates num_workers", "[unit][device_scheduler]") {
+  DeviceScheduler::Options options;
+  options.num_workers = 0;
+  REQUIRE(DeviceScheduler::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
+  options.num_workers = 3;
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> scheduler = DeviceScheduler::Create(options);
+  REQUIRE(scheduler.ok());
+  REQUIRE((*scheduler)->num_workers() == 3);
+}
+
+TEST_CASE("Work runs by priority - then deadline - then submission order",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1);
+  SubmitBlocker(*scheduler, recorder);
+  REQUIRE(recorder.WaitAtGate(1));  // the only worker is busy: everything below queues
+
+  const absl::Time t = absl::UnixEpoch() + absl::Hours(1);
+  auto submit = [&](int id, uint32_t priority, absl::Time deadline) {
+    scheduler->Submit(priority, deadline, [&recorder, id](int worker, bool cancelled) {
+      recorder.Record(cancelled ? -100 : id, worker);
+    });
+  };
+  submit(1, 3, absl::InfiniteFuture());
+  submit(2, 2, t + absl::Seconds(5));
+  submit(3, 1, absl::InfiniteFuture());
+  submit(4, 2, t + absl::Seconds(1));
+  submit(5, 1, t + absl::Seconds(9));
+  submit(6, 2, t + absl::Seconds(1));  // same key as 4: after it
+  submit(7, 1, t + absl::Seconds(9));
+  REQUIRE(scheduler->queued() == 7);
+  recorder.Open();
+  REQUIRE(recorder.WaitForRecords(8));
+  REQUIRE(recorder.order() == std::vector<int>{-1, 5, 7, 3, 4, 6, 2, 1});
+}
+
+TEST_CASE("Several workers run work at the same time", "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(3);
+  for (int i = 0; i < 3; ++i) SubmitBlocker(*scheduler, recorder);
+  // All three are inside their work at once, or this times out.
+  REQUIRE(recorder.WaitAtGate(3));
+  REQUIRE(scheduler->busy_workers() == 3);
+  std::vector<int> workers = recorder.workers();
+  std::sort(workers.begin(), workers.end());
+  REQUIRE(workers == std::vector<int>{0, 1, 2});
+  recorder.Open();
+}
+
+TEST_CASE("A training lease waits while inference is queued", "[unit][device_scheduler]") {
+  FakeClock clock;
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1, &clock);
+  SubmitBlocker(*scheduler, recorder);
+  REQUIRE(recorder.WaitAtGate(1));
+  scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) { recorder.Record(1); });
+
+  std::optional<absl::StatusOr<DeviceScheduler::TrainingLease>> lease;
+  std::thread trainer([&] {
+    absl::StatusOr<DeviceScheduler::TrainingLease> got = scheduler->AcquireTrainingLease();
+    recorder.Record(100);  // granted
+    lease.emplace(std::move(got));
+  });
+  clock.BlockUntilWaiters(1);  // the trainer is blocked in AcquireTrainingLease
+  REQUIRE(recorder.order() == std::vector<int>{-1});
+  recorder.Open();
+  trainer.join();
+  // The queued inference ran before the lease was granted.
+  REQUIRE(recorder.order() == std::vector<int>{-1, 1, 100});
+  REQUIRE(lease->ok());
+  REQUIRE((*lease)->worker() == 0);
+  REQUIRE(scheduler->leased_workers() == 1);
+  lease.reset();
+  REQUIRE(scheduler->leased_workers() == 0);
+}
+
+TEST_CASE("A training lease holds one worker - inference waits only for that step",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(2);
+  absl::StatusOr<DeviceScheduler::TrainingLease> lease = scheduler->AcquireTrainingLease();
+  REQUIRE(lease.ok());
+  const int leased = lease->worker();
+  REQUIRE(scheduler->leased_workers() == 1);
+
+  // The other worker keeps taking inference.
+  for (int id = 1; id <= 4; ++id) {
+    scheduler->Submit(1, absl::InfiniteFuture(),
+                      [&recorder, id](int worker, bool) { recorder.Record(id, worker); });
+  }
+  REQUIRE(recorder.WaitForRecords(4));
+  for (int worker : recorder.workers()) REQUIRE(worker == 1 - leased);
+
+  // With the other worker busy too, new inference waits for the step to end...
+  SubmitBlocker(*scheduler, recorder);
+  REQUIRE(recorder.WaitAtGate(1));
+  scheduler->Submit(1, absl::InfiniteFuture(),
+                    [&recorder](int worker, bool) { recorder.Record(7, worker); });
+  REQUIRE(scheduler->queued() == 1);  // no free worker may take it: deterministic
+  REQUIRE(scheduler->busy_workers() == 1);
+  // ...and runs on the leased worker as soon as the lease goes.
+  {
+    DeviceScheduler::TrainingLease moved(std::move(*lease));  // a moved-from lease releases nothing
+    REQUIRE(scheduler->leased_workers() == 1);
+  }
+  REQUIRE(recorder.WaitForRecords(6));
+  REQUIRE(recorder.order().back() == 7);
+  REQUIRE(recorder.workers().back() == leased);
+  recorder.Open();
+}
+
+TEST_CASE("Inference submitted during a training step on the only worker runs after it",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1);
+  std::optional<absl::StatusOr<DeviceScheduler::TrainingLease>> lease;
+  lease.emplace(scheduler->AcquireTrainingLease());
+  REQUIRE(lease->ok());
+  scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) { recorder.Record(1); });
+  REQUIRE(scheduler->queued() == 1);
+  REQUIRE(recorder.order().empty());
+  lease.reset();  // the step ends
+  REQUIRE(recorder.WaitForRecords(1));
+}
+
+TEST_CASE("AcquireTrainingLease gives up at its deadline on the scheduler's clock",
+          "[unit][device_scheduler]") {
+  FakeClock clock;
+  auto scheduler = MakeScheduler(1, &clock);
+  absl::StatusOr<DeviceScheduler::TrainingLease> first = scheduler->AcquireTrainingLease();
+  REQUIRE(first.ok());
+  std::optional<absl::Status> second;
+  std::thread trainer(
+      [&] { second = scheduler->AcquireTrainingLease(clock.Now() + absl::Seconds(1)).status(); });
+  clock.BlockUntilWaiters(1);
+  clock.Advance(absl::Seconds(1) - absl::Microseconds(1));
+  REQUIRE(clock.num_waiters() == 1);
+  clock.Advance(absl::Microseconds(1));
+  trainer.join();
+  REQUIRE(second->code() == absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_CASE("Shutdown runs queued work - then Submit runs work cancelled on the caller's thread",
+          "[unit][device_scheduler]") {
+  FakeClock clock;
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1, &clock);
+  SubmitBlocker(*scheduler, recorder);
+  REQUIRE(recorder.WaitAtGate(1));
+  for (int id = 1; id <= 3; ++id) {
+    scheduler->Submit(2, absl::InfiniteFuture(), [&recorder, id](int, bool cancelled) {
+      recorder.Record(cancelled ? -100 : id);
+    });
+  }
+  // A trainer blocked when shutdown begins is refused.
+  std::optional<absl::Status> lease_status;
+  std::thread trainer([&] { lease_status = scheduler->AcquireTrainingLease().status(); });
+  clock.BlockUntilWaiters(1);
+
+  std::atomic<bool> shut_down{false};
+  std::thread shutdown([&] {
+    scheduler->Shutdown();
+    shut_down = true;
+  });
+  trainer.join();
+  REQUIRE(lease_status->code() == absl::StatusCode::kUnavailable);
+  REQUIRE(!shut_down.load());  // the blocker is still running
+  recorder.Open();
+  shutdown.join();
+  REQUIRE(recorder.order() == std::vector<int>{-1, 1, 2, 3});
+  REQUIRE(scheduler->queued() == 0);
+  REQUIRE(scheduler->busy_workers() == 0);
+
+  const std::thread::id caller = std::this_thread::get_id();
+  bool ran_cancelled = false;
+  scheduler->Submit(1, absl::InfiniteFuture(), [&](int worker, bool cancelled) {
+    ran_cancelled = cancelled && worker == -1 && std::this_thread::get_id() == caller;
+  });
+  REQUIRE(ran_cancelled);
+  REQUIRE(scheduler->AcquireTrainingLease().status().code() == absl::StatusCode::kUnavailable);
+  scheduler->Shutdown();  // idempotent
+}
+
+TEST_CASE("Submit from many threads runs every item exactly once", "[unit][device_scheduler]") {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 500;
+  std::vector<std::atomic<int>> runs(kThreads * kPerThread);
+  std::atomic<int> training_steps{0};
+  std::atomic<int> lease_failures{0};
+  {
+    auto scheduler = MakeScheduler(3);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          const int id = t * kPerThread + i;
+          scheduler->Submit(static_cast<uint32_t>(i % 3 + 1), absl::InfiniteFuture(),
+                            [&runs, id](int, bool cancelled) {
+                              if (!cancelled) runs[static_cast<size_t>(id)]++;
+                            });
+        }
+      });
+    }
+    // A trainer competing for workers meanwhile.
+    threads.emplace_back([&] {
+      for (int step = 0; step < 50; ++step) {
+        absl::StatusOr<DeviceScheduler::TrainingLease> lease = scheduler->AcquireTrainingLease();
+        (lease.ok() ? training_steps : lease_failures)++;
+      }
+    });
+    for (std::thread& thread : threads) thread.join();
+    scheduler->Shutdown();
+    REQUIRE(scheduler->queued() == 0);
+  }
+  for (const std::atomic<int>& count : runs) REQUIRE(count.load() == 1);
+  REQUIRE(training_steps.load() == 50);
+  REQUIRE(lease_failures.load() == 0);
+}
+
+}  // namespace
+}  // namespace forecastd

@@ -1,0 +1,736 @@
+// ModelRegistry over small repositories built in temp dirs: start with good and bad models,
+// the predict path against a direct forward pass, its status codes, unload draining in-flight
+// work, zero-downtime version switches (also under concurrent requests), reloads, training's
+// OnVersionPublished, shutdown, and the BatchingConfig mapping.
+#include "engine/serving/model_registry.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "backends/reference_backend.h"
+#include "engine/file_io.h"
+#include "engine/models/model_files.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/process.h"
+
+namespace forecastd {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kLookback = 4;  // T
+constexpr int64_t kFeatures = 2;  // F
+constexpr int64_t kOutputs = 2;   // P * targets
+
+ModelConfig SmallConfig(const std::string& name, int hidden = 3) {
+  ModelConfig c;
+  c.set_name(name);
+  c.set_lookback(kLookback);
+  c.set_horizon(2);
+  c.add_feature_names("price");
+  c.add_feature_names("volume");
+  c.add_target_names("price");
+  c.mutable_gru()->set_hidden_size(hidden);
+  c.mutable_gru()->set_num_layers(1);
+  c.mutable_batching()->set_max_batch_size(4);
+  return c;
+}
+
+// Random weights per seed, and normaliser statistics near the inputs Input() makes.
+std::unique_ptr<Forecaster> MakeModel(const ModelConfig& config, uint32_t seed) {
+  std::unique_ptr<Forecaster> model = Forecaster::Create(config).value();
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-0.8f, 0.8f);
+  ParameterArena& p = model->parameters();
+  for (int64_t i = 0; i < p.size(); ++i) p.data()[i] = dist(gen);
+  float* mean = p.at("normalizer.mean");
+  float* std = p.at("normalizer.std");
+  mean[0] = 10.0f, mean[1] = 100.0f;
+  std[0] = 2.0f, std[1] = 25.0f;
+  return model;
+}
+
+std::vector<float> Input(int64_t rows, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> input(static_cast<size_t>(rows * kLookback * kFeatures));
+  for (size_t i = 0; i < input.size(); i += 2) {
+    input[i] = 10.0f + 2.0f * dist(gen);
+    input[i + 1] = 100.0f + 25.0f * dist(gen);
+  }
+  return input;
+}
+
+std::vector<float> Expected(const Forecaster& model, const std::vector<float>& input,
+                            int64_t rows) {
+  ReferenceBackend backend;
+  Workspace workspace;
+  std::vector<float> out(static_cast<size_t>(rows * model.num_outputs()));
+  REQUIRE(model.Forward(backend, out.data(), input.data(), rows, workspace).ok());
+  return out;
+}
+
+bool Near(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!(std::fabs(a[i] - b[i]) <= 1e-5f + 1e-5f * std::fabs(b[i]))) return false;
+  }
+  return true;
+}
+
+// Waits (in real time, as a synchronisation point, not a timeout under test) until `cond`.
+bool WaitUntil(const std::function<bool()>& cond) {
+  for (int i = 0; i < 60000; ++i) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+std::unique_ptr<PredictTask> MakeTask(const std::vector<float>& input, int64_t rows,
+                                      std::function<void(PredictResult)> done) {
+  auto task = std::make_unique<PredictTask>();
+  task->input = input;
+  task->rows = rows;
+  task->done = std::move(done);
+  return task;
+}
+
+struct Pending {
+  absl::Status enqueue;
+  std::future<PredictResult> result;  // valid when enqueue is OK
+};
+
+Pending PredictAsync(ModelRegistry& registry, const std::string& model, int64_t version,
+                     const std::vector<float>& input, int64_t rows) {
+  auto promise = std::make_shared<std::promise<PredictResult>>();
+  Pending pending;
+  pending.result = promise->get_future();
+  std::unique_ptr<PredictTask> task =
+      MakeTask(input, rows, [promise](PredictResult r) { promise->set_value(std::move(r)); });
+  pending.enqueue = registry.Enqueue(model, version, task);
+  // Ownership moves iff OK.
+  REQUIRE((task == nullptr) == pending.enqueue.ok());
+  return pending;
+}
+
+PredictResult Await(Pending& pending) {
+  REQUIRE(pending.enqueue.ok());
+  // A bound against a hang, not a measurement.
+  REQUIRE(pending.result.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  return pending.result.get();
+}
+
+// Runs one request and returns its result; the enqueue must succeed.
+PredictResult Predict(ModelRegistry& registry, const std::string& model, int64_t version,
+                      const std::vector<float>& input, int64_t rows) {
+  Pending pending = PredictAsync(registry, model, version, input, rows);
+  INFO(pending.enqueue.ToString());
+  return Await(pending);
+}
+
+absl::Status EnqueueStatus(ModelRegistry& registry, const std::string& model, int64_t version) {
+  return PredictAsync(registry, model, version, Input(1, 1), 1).enqueue;
+}
+
+class CountingObserver : public RegistryObserver {
+ public:
+  std::unique_ptr<BatcherObserver> NewBatcherObserver(const std::string&, int64_t) override {
+    ++batcher_observers;
+    return std::make_unique<BatcherObserver>();
+  }
+  void OnVersionLoaded(const std::string&, int64_t) override { ++loaded; }
+  void OnLoadFailed(const std::string&, int64_t, const absl::Status&) override { ++failed; }
+  void OnVersionUnloaded(const std::string&, int64_t) override { ++unloaded; }
+
+  std::atomic<int> batcher_observers{0}, loaded{0}, failed{0}, unloaded{0};
+};
+
+// A repository in a temp dir, a 2-worker scheduler and a registry over them (destroyed
+// before the scheduler).
+struct Env {
+  Env() : root(dir.path() + "/models") {
+    fs::create_directories(root);
+    scheduler = DeviceScheduler::Create({.num_workers = 2, .clock = nullptr}).value();
+  }
+
+  std::string ModelDir(const std::string& name) const { return root + "/" + name; }
+
+  void Publish(const Forecaster& model, int64_t version) const {
+    const absl::Status status = PublishVersion(model, ModelDir(model.config().name()), version);
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+  }
+
+  void WriteConfig(const std::string& dir_name, const ModelConfig& config) const {
+    fs::create_directories(ModelDir(dir_name));
+    REQUIRE(WriteFileAtomically(ModelDir(dir_name) + "/" + kModelConfigFile,
+                                ModelConfigToJson(config).value())
+                .ok());
+  }
+
+  ModelRegistry::Options Options() {
+    ModelRegistry::Options options;
+    options.repository_path = root;
+    options.backend = &backend;
+    options.scheduler = scheduler.get();
+    options.observer = &observer;
+    return options;
+  }
+
+  ModelRegistry& Start(ModelRegistry::Options options) {
+    registry = ModelRegistry::Create(options).value();
+    const absl::Status status = registry->Start();
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+    return *registry;
+  }
+  ModelRegistry& Start() { return Start(Options()); }
+
+  ModelStatus Status(const std::string& name) {
+    absl::StatusOr<ModelStatus> status = registry->GetModel(name);
+    INFO(status.status().ToString());
+    REQUIRE(status.ok());
+    return *status;
+  }
+
+  testing::TempDir dir;
+  const std::string root;
+  ReferenceBackend backend;
+  CountingObserver observer;
+  std::unique_ptr<DeviceScheduler> scheduler;
+  std::unique_ptr<ModelRegistry> registry;
+};
+
+TEST_CASE("Start loads the good models and records each bad one as FAILED with its reason",
+          "[unit][registry]") {
+  Env env;
+  const auto good = MakeModel(SmallConfig("good"), 1);
+  env.Publish(*good, 1);
+
+  fs::create_directories(env.ModelDir("bad_json"));
+  REQUIRE(WriteFileAtomically(env.ModelDir("bad_json") + "/config.json", "{ not json").ok());
+
+  // Published under another name than its directory's.
+  REQUIRE(PublishVersion(*MakeModel(SmallConfig("other"), 2), env.ModelDir("mismatch"), 1).ok());
+
+  env.WriteConfig("no_weights", SmallConfig("no_weights"));
+  fs::create_directories(env.ModelDir("no_weights") + "/1");
+
+  env.WriteConfig("no_versions", SmallConfig("no_versions"));
+
+  // Weights of a 3-wide GRU under a config that says 5.
+  env.Publish(*MakeModel(SmallConfig("wrong_shapes", 3), 3), 1);
+  env.WriteConfig("wrong_shapes", SmallConfig("wrong_shapes", 5));
+
+  // Not models: a hidden directory and a plain file.
+  REQUIRE(PublishVersion(*MakeModel(SmallConfig(".hidden"), 4), env.ModelDir(".hidden"), 1).ok());
+  REQUIRE(WriteFileAtomically(env.root + "/README", "notes").ok());
+
+  ModelRegistry& registry = env.Start();
+
+  std::vector<std::string> names;
+  for (const ModelStatus& s : registry.ListModels()) names.push_back(s.name);
+  REQUIRE(names == std::vector<std::string>{"bad_json", "good", "mismatch", "no_versions",
+                                            "no_weights", "wrong_shapes"});
+
+  const ModelStatus ok = env.Status("good");
+  REQUIRE(ok.state == ModelState::kReady);
+  REQUIRE(ok.serving_version == 1);
+  REQUIRE(ok.versions_on_disk == std::vector<int64_t>{1});
+  REQUIRE(ok.loaded.size() == 1);
+  REQUIRE(ok.loaded[0].serving);
+  REQUIRE(ok.last_error.ok());
+  REQUIRE(ok.config.has_value());
+  REQUIRE(ok.config->name() == "good");
+
+  const auto failed_with = [&](const std::string& name, const std::string& part) {
+    const ModelStatus s = env.Status(name);
+    INFO(name << ": " << s.last_error.ToString());
+    REQUIRE(s.state == ModelState::kFailed);
+    REQUIRE(s.serving_version == 0);
+    REQUIRE(s.loaded.empty());
+    REQUIRE(absl::StrContains(s.last_error.message(), part));
+    // Requests to it say why it is not serving.
+    const absl::Status enqueue = EnqueueStatus(registry, name, 0);
+    REQUIRE(enqueue.code() == absl::StatusCode::kUnavailable);
+    REQUIRE(absl::StrContains(enqueue.message(), part));
+  };
+  failed_with("bad_json", "not a valid ModelConfig JSON");
+  failed_with("mismatch", "name is 'other' but the model's directory is 'mismatch'");
+  failed_with("no_weights", "model.safetensors");
+  failed_with("no_versions", "has no versions");
+  failed_with("wrong_shapes", "rnn.weight_ih_l0");
+
+  REQUIRE(registry.loaded_model_count() == 1);
+  REQUIRE(env.observer.loaded == 1);
+  REQUIRE(env.observer.failed == 5);
+  REQUIRE(env.observer.batcher_observers == 1);
+
+  // The good one serves.
+  const std::vector<float> input = Input(2, 5);
+  const PredictResult result = Predict(registry, "good", 0, input, 2);
+  REQUIRE(result.status.ok());
+  REQUIRE(Near(result.output, Expected(*good, input, 2)));
+}
+
+TEST_CASE("Start refuses a missing repository and honours models_to_load", "[unit][registry]") {
+  Env env;
+  ModelRegistry::Options missing = env.Options();
+  missing.repository_path = env.root + "/absent";
+  auto registry = ModelRegistry::Create(missing).value();
+  REQUIRE(registry->Start().code() == absl::StatusCode::kNotFound);
+
+  const auto a = MakeModel(SmallConfig("a"), 1);
+  const auto b = MakeModel(SmallConfig("b"), 2);
+  env.Publish(*a, 1);
+  env.Publish(*b, 1);
+  ModelRegistry::Options options = env.Options();
+  options.models_to_load = {"a", "ghost"};
+  ModelRegistry& r = env.Start(options);
+  REQUIRE(r.Start().code() == absl::StatusCode::kFailedPrecondition);
+
+  REQUIRE(env.Status("a").state == ModelState::kReady);
+  REQUIRE(env.Status("b").state == ModelState::kUnavailable);
+  const ModelStatus ghost = env.Status("ghost");
+  REQUIRE(ghost.state == ModelState::kFailed);
+  REQUIRE(ghost.last_error.code() == absl::StatusCode::kNotFound);
+  REQUIRE(r.ListModels().size() == 3);
+
+  const absl::Status not_loaded = EnqueueStatus(r, "b", 0);
+  REQUIRE(not_loaded.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(absl::StrContains(not_loaded.message(), "not loaded"));
+
+  REQUIRE(r.Load("b").ok());
+  REQUIRE(env.Status("b").state == ModelState::kReady);
+  const std::vector<float> input = Input(1, 9);
+  REQUIRE(Near(Predict(r, "b", 0, input, 1).output, Expected(*b, input, 1)));
+  REQUIRE(r.loaded_model_count() == 2);
+}
+
+TEST_CASE("Enqueue computes what Forecaster::Forward computes", "[unit][registry]") {
+  Env env;
+  const auto model = MakeModel(SmallConfig("m"), 11);
+  env.Publish(*model, 1);
+  ModelRegistry& registry = env.Start();
+
+  for (const int64_t rows : {1, 3, 4}) {
+    const std::vector<float> input = Input(rows, static_cast<uint32_t>(rows));
+    const PredictResult result = Predict(registry, "m", 0, input, rows);
+    INFO(result.status.ToString());
+    REQUIRE(result.status.ok());
+    REQUIRE(result.version == 1);
+    REQUIRE(result.output.size() == static_cast<size_t>(rows * kOutputs));
+    REQUIRE(Near(result.output, Expected(*model, input, rows)));
+  }
+  // By explicit version too, and through the model GetLoadedModel hands out.
+  const std::vector<float> input = Input(2, 77);
+  REQUIRE(Near(Predict(registry, "m", 1, input, 2).output, Expected(*model, input, 2)));
+  const LoadedModel loaded = registry.GetLoadedModel("m").value();
+  REQUIRE(loaded.version == 1);
+  REQUIRE(loaded.model->lookback() == kLookback);
+  REQUIRE(loaded.model->num_features() == kFeatures);
+  REQUIRE(Near(Expected(*loaded.model, input, 2), Expected(*model, input, 2)));
+}
+
+TEST_CASE("Enqueue returns NOT_FOUND and UNAVAILABLE as the model's state says",
+          "[unit][registry]") {
+  Env env;
+  const auto v1 = MakeModel(SmallConfig("m"), 1);
+  env.Publish(*v1, 1);
+  env.Publish(*MakeModel(SmallConfig("m"), 2), 2);
+  ModelRegistry& registry = env.Start();
+  REQUIRE(env.Status("m").serving_version == 2);
+
+  const absl::Status unknown = EnqueueStatus(registry, "nope", 0);
+  REQUIRE(unknown.code() == absl::StatusCode::kNotFound);
+  REQUIRE(absl::StrContains(unknown.message(), "'nope'"));
+  REQUIRE(registry.GetLoadedModel("nope").status().code() == absl::StatusCode::kNotFound);
+
+  const absl::Status no_version = EnqueueStatus(registry, "m", 7);
+  REQUIRE(no_version.code() == absl::StatusCode::kNotFound);
+  REQUIRE(absl::StrContains(no_version.message(), "no version 7"));
+
+  const absl::Status not_loaded = EnqueueStatus(registry, "m", 1);
+  REQUIRE(not_loaded.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(absl::StrContains(not_loaded.message(), "version 1"));
+  REQUIRE(registry.GetLoadedModel("m", 1).status().code() == absl::StatusCode::kUnavailable);
+
+  REQUIRE(EnqueueStatus(registry, "m", -1).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(EnqueueStatus(registry, "m", 2).ok());
+
+  std::unique_ptr<PredictTask> none;
+  REQUIRE(registry.Enqueue("m", 0, none).code() == absl::StatusCode::kInvalidArgument);
+
+  REQUIRE(registry.Unload("m").ok());
+  REQUIRE(env.Status("m").state == ModelState::kUnloaded);
+  const absl::Status unloaded = EnqueueStatus(registry, "m", 0);
+  REQUIRE(unloaded.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(absl::StrContains(unloaded.message(), "UNLOADED"));
+  // Unknown versions stay NOT_FOUND whatever the state.
+  REQUIRE(EnqueueStatus(registry, "m", 7).code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.Unload("m").ok());  // already unloaded: nothing to do
+  REQUIRE(registry.Unload("nope").code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.Load("../m").code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(env.observer.unloaded == 1);
+}
+
+TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
+          "[unit][registry]") {
+  Env env;
+  const auto model = MakeModel(SmallConfig("m"), 3);
+  env.Publish(*model, 1);
+  ModelRegistry& registry = env.Start();
+
+  // Hold both scheduler workers so the request stays in flight until the gate opens.
+  absl::Notification gate;
+  std::atomic<int> holding{0};
+  for (int w = 0; w < 2; ++w) {
+    env.scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+      ++holding;
+      gate.WaitForNotification();
+    });
+  }
+  REQUIRE(WaitUntil([&] { return holding.load() == 2; }));
+
+  const std::vector<float> input = Input(2, 21);
+  Pending pending = PredictAsync(registry, "m", 0, input, 2);
+  REQUIRE(pending.enqueue.ok());
+  REQUIRE(registry.total_in_flight_tasks() == 1);
+
+  absl::Status unload_status = absl::UnknownError("not run");
+  std::thread unloader([&] { unload_status = registry.Unload("m"); });
+  REQUIRE(WaitUntil([&] { return env.Status("m").state == ModelState::kUnloading; }));
+
+  const ModelStatus unloading = env.Status("m");
+  REQUIRE(unloading.serving_version == 0);
+  REQUIRE(unloading.loaded.size() == 1);
+  REQUIRE(unloading.loaded[0].draining);
+  REQUIRE(unloading.loaded[0].in_flight_tasks == 1);
+  const absl::Status refused = EnqueueStatus(registry, "m", 0);
+  REQUIRE(refused.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(absl::StrContains(refused.message(), "UNLOADING"));
+  REQUIRE(pending.result.wait_for(std::chrono::seconds(0)) == std::future_status::timeout);
+
+  gate.Notify();
+  unloader.join();
+  REQUIRE(unload_status.ok());
+  const PredictResult result = Await(pending);
+  INFO(result.status.ToString());
+  REQUIRE(result.status.ok());
+  REQUIRE(Near(result.output, Expected(*model, input, 2)));
+  const ModelStatus unloaded = env.Status("m");
+  REQUIRE(unloaded.state == ModelState::kUnloaded);
+  REQUIRE(unloaded.loaded.empty());
+  REQUIRE(registry.loaded_model_count() == 0);
+
+  // Load brings it back.
+  REQUIRE(registry.Load("m").ok());
+  REQUIRE(Near(Predict(registry, "m", 0, input, 2).output, Expected(*model, input, 2)));
+}
+
+TEST_CASE("SetServingVersion switches weights and a version that fails to load changes nothing",
+          "[unit][registry]") {
+  Env env;
+  const auto v1 = MakeModel(SmallConfig("m"), 1);
+  const auto v2 = MakeModel(SmallConfig("m"), 2);
+  env.Publish(*v1, 1);
+  ModelRegistry& registry = env.Start();
+  env.Publish(*v2, 2);
+  const std::vector<float> input = Input(3, 4);
+  const std::vector<float> out1 = Expected(*v1, input, 3), out2 = Expected(*v2, input, 3);
+  REQUIRE(!Near(out1, out2));
+
+  PredictResult r = Predict(registry, "m", 0, input, 3);
+  REQUIRE((r.version == 1 && Near(r.output, out1)));
+
+  REQUIRE(registry.SetServingVersion("m", 2).ok());
+  r = Predict(registry, "m", 0, input, 3);
+  REQUIRE((r.version == 2 && Near(r.output, out2)));
+  ModelStatus s = env.Status("m");
+  REQUIRE(s.serving_version == 2);
+  REQUIRE(s.versions_on_disk == std::vector<int64_t>{1, 2});
+  REQUIRE(s.loaded.size() == 1);  // the old version has drained and gone
+  REQUIRE(EnqueueStatus(registry, "m", 1).code() == absl::StatusCode::kUnavailable);
+
+  // Roll back; the choice is pinned, so a reload keeps it although 2 is the highest.
+  REQUIRE(registry.SetServingVersion("m", 1).ok());
+  const std::shared_ptr<const Forecaster> pinned = registry.GetLoadedModel("m").value().model;
+  REQUIRE(registry.Load("m").ok());
+  REQUIRE(registry.GetLoadedModel("m").value().model == pinned);  // a no-op
+  REQUIRE(Near(Predict(registry, "m", 0, input, 3).output, out1));
+  // Version 0 removes the pin: the config's rule (the highest) applies again.
+  REQUIRE(registry.SetServingVersion("m", 0).ok());
+  REQUIRE(env.Status("m").serving_version == 2);
+
+  // A broken version 3 fails to load and leaves version 2 serving.
+  fs::create_directories(env.ModelDir("m") + "/3");
+  REQUIRE(WriteFileAtomically(env.ModelDir("m") + "/3/model.safetensors", "garbage").ok());
+  const int failures = env.observer.failed;
+  const absl::Status broken = registry.SetServingVersion("m", 3);
+  REQUIRE(!broken.ok());
+  s = env.Status("m");
+  REQUIRE(s.state == ModelState::kReady);
+  REQUIRE(s.serving_version == 2);
+  REQUIRE(!s.last_error.ok());
+  REQUIRE(absl::StrContains(s.last_error.message(), "version 3"));
+  REQUIRE(env.observer.failed == failures + 1);
+  REQUIRE(Near(Predict(registry, "m", 0, input, 3).output, out2));
+
+  REQUIRE(registry.SetServingVersion("m", 9).code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.SetServingVersion("m", -1).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(registry.SetServingVersion("nope", 1).code() == absl::StatusCode::kNotFound);
+  REQUIRE(env.Status("m").serving_version == 2);
+}
+
+TEST_CASE("Load re-reads config.json and reloads only when something changed", "[unit][registry]") {
+  Env env;
+  const auto model = MakeModel(SmallConfig("m"), 5);
+  env.Publish(*model, 1);
+  ModelRegistry& registry = env.Start();
+  const std::shared_ptr<const Forecaster> first = registry.GetLoadedModel("m").value().model;
+  REQUIRE(registry.Load("m").ok());
+  REQUIRE(registry.GetLoadedModel("m").value().model == first);
+
+  ModelConfig bigger = SmallConfig("m");
+  bigger.mutable_batching()->set_max_batch_size(8);
+  env.WriteConfig("m", bigger);
+  REQUIRE(registry.Load("m").ok());
+  const LoadedModel reloaded = registry.GetLoadedModel("m").value();
+  REQUIRE(reloaded.model != first);
+  REQUIRE(reloaded.version == 1);
+  REQUIRE(reloaded.model->config().batching().max_batch_size() == 8);
+  const std::vector<float> input = Input(8, 6);
+  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output, Expected(*model, input, 8)));
+
+  // A config that no longer parses fails the reload; the loaded version keeps serving.
+  REQUIRE(WriteFileAtomically(env.ModelDir("m") + "/config.json", "{").ok());
+  REQUIRE(registry.Load("m").code() == absl::StatusCode::kInvalidArgument);
+  const ModelStatus s = env.Status("m");
+  REQUIRE(s.state == ModelState::kReady);
+  REQUIRE(!s.last_error.ok());
+  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output, Expected(*model, input, 8)));
+}
+
+TEST_CASE("OnVersionPublished refreshes versions, promotes, and loads a new model",
+          "[unit][registry]") {
+  Env env;
+  const auto v1 = MakeModel(SmallConfig("m"), 1);
+  const auto v2 = MakeModel(SmallConfig("m"), 2);
+  const auto v3 = MakeModel(SmallConfig("m"), 3);
+  env.Publish(*v1, 1);
+  ModelRegistry& registry = env.Start();
+  const std::vector<float> input = Input(1, 8);
+
+  env.Publish(*v2, 2);
+  REQUIRE(registry.OnVersionPublished("m", 2, /*promote=*/false).ok());
+  ModelStatus s = env.Status("m");
+  REQUIRE(s.versions_on_disk == std::vector<int64_t>{1, 2});
+  REQUIRE(s.serving_version == 1);
+  REQUIRE(Near(Predict(registry, "m", 0, input, 1).output, Expected(*v1, input, 1)));
+
+  env.Publish(*v3, 3);
+  REQUIRE(registry.OnVersionPublished("m", 3, /*promote=*/true).ok());
+  REQUIRE(env.Status("m").serving_version == 3);
+  const PredictResult r = Predict(registry, "m", 0, input, 1);
+  REQUIRE((r.version == 3 && Near(r.output, Expected(*v3, input, 1))));
+
+  // A model directory the training job created after Start.
+  const auto fresh = MakeModel(SmallConfig("fresh"), 4);
+  env.Publish(*fresh, 1);
+  REQUIRE(registry.OnVersionPublished("fresh", 1, /*promote=*/false).ok());
+  REQUIRE(env.Status("fresh").state == ModelState::kReady);
+  REQUIRE(Near(Predict(registry, "fresh", 0, input, 1).output, Expected(*fresh, input, 1)));
+
+  REQUIRE(registry.OnVersionPublished("m", 9, true).code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.OnVersionPublished("nope", 1, false).code() == absl::StatusCode::kNotFound);
+  REQUIRE(env.Status("m").serving_version == 3);
+}
+
+TEST_CASE("Requests during repeated version switches all succeed", "[unit][registry]") {
+  Env env;
+  const auto v1 = MakeModel(SmallConfig("m"), 1);
+  const auto v2 = MakeModel(SmallConfig("m"), 2);
+  env.Publish(*v1, 1);
+  env.Publish(*v2, 2);
+  ModelRegistry& registry = env.Start();
+
+  const std::vector<float> input = Input(1, 3);
+  const std::vector<float> out1 = Expected(*v1, input, 1), out2 = Expected(*v2, input, 1);
+
+  // Each client keeps one request in flight, sending the next when the last completes,
+  // until the switches are over (and at least kMinPerThread times).
+  constexpr int kThreads = 4, kMinPerThread = 20;
+  std::atomic<bool> switching{true};
+  std::atomic<int> submitted{0}, enqueue_failures{0}, done{0}, wrong{0}, not_ok{0};
+  std::atomic<bool> saw_v1{false}, saw_v2{false};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < kThreads; ++t) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < kMinPerThread || switching.load(); ++i) {
+        auto completed = std::make_shared<std::promise<void>>();
+        std::future<void> completion = completed->get_future();
+        std::unique_ptr<PredictTask> task = MakeTask(input, 1, [&, completed](PredictResult r) {
+          if (!r.status.ok()) {
+            ++not_ok;
+          } else if (r.version == 1 && Near(r.output, out1)) {
+            saw_v1 = true;
+          } else if (r.version == 2 && Near(r.output, out2)) {
+            saw_v2 = true;
+          } else {
+            ++wrong;
+          }
+          ++done;
+          completed->set_value();
+        });
+        ++submitted;
+        if (!registry.Enqueue("m", 0, task).ok()) {
+          ++enqueue_failures;
+          ++done;
+          continue;
+        }
+        // A bound against a hang, not a measurement.
+        if (completion.wait_for(std::chrono::seconds(60)) != std::future_status::ready) return;
+      }
+    });
+  }
+  std::vector<absl::Status> switches;
+  for (int i = 0; i < 6; ++i) switches.push_back(registry.SetServingVersion("m", 1 + i % 2));
+  switching = false;
+  for (std::thread& c : clients) c.join();
+  REQUIRE(WaitUntil([&] { return done.load() == submitted.load(); }));
+
+  for (const absl::Status& s : switches) REQUIRE(s.ok());
+  REQUIRE(enqueue_failures == 0);
+  REQUIRE(not_ok == 0);
+  REQUIRE(wrong == 0);
+  REQUIRE((saw_v1 || saw_v2));
+  REQUIRE(env.Status("m").serving_version == 2);
+  REQUIRE(env.observer.unloaded == 6);
+}
+
+TEST_CASE("Shutdown drains everything and then refuses requests and admin calls",
+          "[unit][registry]") {
+  Env env;
+  const auto a = MakeModel(SmallConfig("a"), 1);
+  env.Publish(*a, 1);
+  env.Publish(*MakeModel(SmallConfig("b"), 2), 1);
+  ModelRegistry& registry = env.Start();
+  REQUIRE(registry.loaded_model_count() == 2);
+  REQUIRE(registry.total_queued_tasks() == 0);
+
+  const std::vector<float> input = Input(2, 1);
+  Pending pending = PredictAsync(registry, "a", 0, input, 2);
+  registry.Shutdown(absl::Seconds(30));
+  const PredictResult result = Await(pending);
+  REQUIRE(result.status.ok());  // accepted before the shutdown: completed
+  REQUIRE(Near(result.output, Expected(*a, input, 2)));
+
+  const absl::Status refused = EnqueueStatus(registry, "a", 0);
+  REQUIRE(refused.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(absl::StrContains(refused.message(), "shut down"));
+  REQUIRE(registry.Load("a").code() == absl::StatusCode::kUnavailable);
+  REQUIRE(registry.SetServingVersion("a", 1).code() == absl::StatusCode::kUnavailable);
+  REQUIRE(registry.loaded_model_count() == 0);
+  for (const ModelStatus& s : registry.ListModels()) {
+    REQUIRE(s.state == ModelState::kUnloaded);
+    REQUIRE(s.loaded.empty());
+  }
+  registry.Shutdown(absl::Seconds(1));  // idempotent
+}
+
+TEST_CASE("Create validates its options", "[unit][registry]") {
+  Env env;
+  ModelRegistry::Options o = env.Options();
+  o.backend = nullptr;
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  o = env.Options();
+  o.scheduler = nullptr;
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  o = env.Options();
+  o.num_workers = 1;  // fewer than the scheduler's 2
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  o = env.Options();
+  o.models_to_load = {"a/b"};
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  o = env.Options();
+  o.repository_path.clear();
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(ModelRegistry::Create(env.Options()).ok());
+}
+
+TEST_CASE("BatcherOptionsFromConfig maps BatchingConfig with the proto's defaults",
+          "[unit][registry]") {
+  v1::BatchingConfig c;
+  Batcher::Options o = BatcherOptionsFromConfig(c).value();
+  REQUIRE(o.max_batch_size == 32);
+  REQUIRE(o.preferred_batch_sizes.empty());
+  REQUIRE(o.max_queue_delay == absl::ZeroDuration());
+  REQUIRE(o.queue.levels == 1);
+  REQUIRE(o.queue.default_level == 1);
+  REQUIRE(o.queue.default_policy.timeout_action == PriorityQueue::Policy::TimeoutAction::kReject);
+  REQUIRE(o.queue.level_policies.empty());
+
+  c.set_max_batch_size(16);
+  c.add_preferred_batch_size(4);
+  c.add_preferred_batch_size(8);
+  c.set_max_queue_delay_us(250);
+  c.set_priority_levels(3);
+  c.set_default_priority_level(2);
+  c.mutable_default_queue_policy()->set_max_queue_size(100);
+  v1::QueuePolicy& high = (*c.mutable_priority_queue_policy())[1];
+  high.set_timeout_action(v1::QueuePolicy::DELAY);
+  high.set_default_timeout_us(5000);
+  high.set_allow_timeout_override(true);
+  high.set_max_queue_size(10);
+  o = BatcherOptionsFromConfig(c).value();
+  REQUIRE(o.max_batch_size == 16);
+  REQUIRE(o.preferred_batch_sizes == std::vector<int64_t>{4, 8});
+  REQUIRE(o.max_queue_delay == absl::Microseconds(250));
+  REQUIRE(o.queue.levels == 3);
+  REQUIRE(o.queue.default_level == 2);
+  REQUIRE(o.queue.default_policy.max_queue_size == 100);
+  REQUIRE(o.queue.level_policies.size() == 1);
+  const PriorityQueue::Policy& p = o.queue.level_policies.at(1);
+  REQUIRE(p.timeout_action == PriorityQueue::Policy::TimeoutAction::kDelay);
+  REQUIRE(p.default_timeout == absl::Milliseconds(5));
+  REQUIRE(p.allow_timeout_override);
+  REQUIRE(p.max_queue_size == 10);
+
+  const auto invalid = [](const v1::BatchingConfig& bad, const std::string& field) {
+    const absl::Status s = BatcherOptionsFromConfig(bad).status();
+    INFO(s.ToString());
+    REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(absl::StrContains(s.message(), field));
+  };
+  v1::BatchingConfig bad = c;
+  bad.add_preferred_batch_size(17);
+  invalid(bad, "preferred_batch_size");
+  bad = c;
+  bad.set_max_batch_size(-1);
+  invalid(bad, "max_batch_size");
+  bad = c;
+  bad.set_default_priority_level(0);
+  invalid(bad, "default_priority_level");
+  bad = c;
+  bad.set_default_priority_level(4);
+  invalid(bad, "default_priority_level");
+  bad = c;
+  (*bad.mutable_priority_queue_policy())[5] = v1::QueuePolicy();
+  invalid(bad, "priority_queue_policy");
+}
+
+}  // namespace
+}  // namespace forecastd

@@ -1,0 +1,682 @@
+// KServeService in an in-process gRPC server on 127.0.0.1, over a real ModelRegistry
+// (reference backend, 2-worker scheduler) on a repository in a temp dir, called through the
+// generated C++ stub as Triton's clients call it: ModelInfer against Forecaster::Forward on
+// the same input, every validation error's code and message, readiness, metadata, the
+// Triton model config, statistics, the repository index and load/unload round trips.
+#include "server/kserve_service.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "backends/reference_backend.h"
+#include "engine/models/model_files.h"
+#include "engine/serving/device_scheduler.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "kernels/base/version.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/process.h"
+
+namespace forecastd {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t T = 4;  // lookback
+constexpr int64_t F = 2;  // features
+constexpr int64_t P = 2;  // horizon
+constexpr int64_t kMaxBatch = 4;
+
+// "gru": point forecasts of one target, two priority levels; versions 1 and 2 on disk.
+ModelConfig GruConfig() {
+  ModelConfig c;
+  c.set_name("gru");
+  c.set_lookback(T);
+  c.set_horizon(P);
+  c.add_feature_names("price");
+  c.add_feature_names("volume");
+  c.add_target_names("price");
+  c.mutable_gru()->set_hidden_size(3);
+  c.mutable_gru()->set_num_layers(1);
+  v1::BatchingConfig* b = c.mutable_batching();
+  b->set_max_batch_size(kMaxBatch);
+  b->add_preferred_batch_size(2);
+  b->set_priority_levels(2);
+  b->set_default_priority_level(2);
+  b->mutable_default_queue_policy()->set_max_queue_size(64);
+  v1::QueuePolicy& high = (*b->mutable_priority_queue_policy())[1];
+  high.set_timeout_action(v1::QueuePolicy::DELAY);
+  high.set_default_timeout_us(5000000);
+  high.set_allow_timeout_override(true);
+  c.mutable_instances()->set_count(2);
+  c.mutable_instances()->add_devices("cpu");
+  return c;
+}
+
+// "quant": a transformer forecasting two targets at three quantiles; not loaded at start.
+ModelConfig QuantileConfig() {
+  ModelConfig c;
+  c.set_name("quant");
+  c.set_lookback(T);
+  c.set_horizon(P);
+  c.add_feature_names("price");
+  c.add_feature_names("volume");
+  c.add_target_names("price");
+  c.add_target_names("volume");
+  for (float q : {0.1f, 0.5f, 0.9f}) c.add_quantiles(q);
+  v1::TransformerConfig* t = c.mutable_transformer();
+  t->set_d_model(4);
+  t->set_num_heads(2);
+  t->set_num_layers(1);
+  t->set_dim_feedforward(8);
+  return c;
+}
+
+std::unique_ptr<Forecaster> MakeModel(const ModelConfig& config, uint32_t seed) {
+  std::unique_ptr<Forecaster> model = Forecaster::Create(config).value();
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-0.8f, 0.8f);
+  ParameterArena& p = model->parameters();
+  for (int64_t i = 0; i < p.size(); ++i) p.data()[i] = dist(gen);
+  float* mean = p.at("normalizer.mean");
+  float* std = p.at("normalizer.std");
+  mean[0] = 10.0f, mean[1] = 100.0f;
+  std[0] = 2.0f, std[1] = 25.0f;
+  return model;
+}
+
+std::vector<float> Windows(int64_t rows, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> input(static_cast<size_t>(rows * T * F));
+  for (size_t i = 0; i < input.size(); i += 2) {
+    input[i] = 10.0f + 2.0f * dist(gen);
+    input[i + 1] = 100.0f + 25.0f * dist(gen);
+  }
+  return input;
+}
+
+std::vector<float> Forward(const Forecaster& model, const std::vector<float>& input, int64_t rows) {
+  ReferenceBackend backend;
+  Workspace workspace;
+  std::vector<float> out(static_cast<size_t>(rows * model.num_outputs()));
+  REQUIRE(model.Forward(backend, out.data(), input.data(), rows, workspace).ok());
+  return out;
+}
+
+std::string Bytes(const std::vector<float>& values) {
+  std::string bytes(values.size() * sizeof(float), '\0');
+  std::memcpy(bytes.data(), values.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+// The request tritonclient sends: one FP32 input as raw bytes.
+inference::ModelInferRequest RawRequest(const std::string& model, const std::vector<float>& input,
+                                        int64_t rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  auto* tensor = request.add_inputs();
+  tensor->set_name("INPUT");
+  tensor->set_datatype("FP32");
+  for (int64_t dim : {rows, T, F}) tensor->add_shape(dim);
+  request.add_raw_input_contents(Bytes(input));
+  return request;
+}
+
+// The repository, engine, service and server of one test, torn down in the reverse order.
+struct Env {
+  explicit Env(KServeService::Options options = {}, std::vector<std::string> load = {"gru"}) {
+    root = dir.path() + "/models";
+    fs::create_directories(root);
+    gru_v1 = MakeModel(GruConfig(), 1);
+    gru_v2 = MakeModel(GruConfig(), 2);
+    quant = MakeModel(QuantileConfig(), 3);
+    REQUIRE(PublishVersion(*gru_v1, root + "/gru", 1).ok());
+    REQUIRE(PublishVersion(*gru_v2, root + "/gru", 2).ok());
+    REQUIRE(PublishVersion(*quant, root + "/quant", 1).ok());
+
+    scheduler = DeviceScheduler::Create({.num_workers = 2, .clock = nullptr}).value();
+    ModelRegistry::Options registry_options;
+    registry_options.repository_path = root;
+    registry_options.backend = &backend;
+    registry_options.scheduler = scheduler.get();
+    registry_options.models_to_load = std::move(load);
+    registry = ModelRegistry::Create(registry_options).value();
+    REQUIRE(registry->Start().ok());
+
+    options.registry = registry.get();
+    if (!options.ready) options.ready = [this] { return ready.load(); };
+    service = KServeService::Create(std::move(options)).value();
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service.get());
+    server = builder.BuildAndStart();
+    REQUIRE(server != nullptr);
+    REQUIRE(port > 0);
+    stub = inference::GRPCInferenceService::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+
+  ~Env() {
+    registry->Shutdown(absl::Seconds(30));
+    server->Shutdown();
+  }
+
+  grpc::Status Infer(const inference::ModelInferRequest& request,
+                     inference::ModelInferResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    return stub->ModelInfer(&context, request, response);
+  }
+  grpc::Status Infer(const inference::ModelInferRequest& request) {
+    inference::ModelInferResponse response;
+    return Infer(request, &response);
+  }
+
+  bool ModelReady(const std::string& name, const std::string& version = "") {
+    grpc::ClientContext context;
+    inference::ModelReadyRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    inference::ModelReadyResponse response;
+    REQUIRE(stub->ModelReady(&context, request, &response).ok());
+    return response.ready();
+  }
+
+  inference::RepositoryIndexResponse Index(bool ready_only = false) {
+    grpc::ClientContext context;
+    inference::RepositoryIndexRequest request;
+    request.set_ready(ready_only);
+    inference::RepositoryIndexResponse response;
+    REQUIRE(stub->RepositoryIndex(&context, request, &response).ok());
+    return response;
+  }
+
+  grpc::Status Load(const std::string& name) {
+    grpc::ClientContext context;
+    inference::RepositoryModelLoadRequest request;
+    request.set_model_name(name);
+    inference::RepositoryModelLoadResponse response;
+    return stub->RepositoryModelLoad(&context, request, &response);
+  }
+
+  grpc::Status Unload(const std::string& name) {
+    grpc::ClientContext context;
+    inference::RepositoryModelUnloadRequest request;
+    request.set_model_name(name);
+    inference::RepositoryModelUnloadResponse response;
+    return stub->RepositoryModelUnload(&context, request, &response);
+  }
+
+  grpc::Status Statistics(const std::string& name, const std::string& version,
+                          inference::ModelStatisticsResponse* response) {
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    return stub->ModelStatistics(&context, request, response);
+  }
+
+  testing::TempDir dir;
+  std::string root;
+  std::unique_ptr<Forecaster> gru_v1, gru_v2, quant;
+  std::atomic<bool> ready{true};
+  ReferenceBackend backend;
+  std::unique_ptr<DeviceScheduler> scheduler;
+  std::unique_ptr<ModelRegistry> registry;
+  std::unique_ptr<KServeService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
+};
+
+void RequireError(const grpc::Status& status, grpc::StatusCode code, const std::string& part) {
+  INFO("code " << status.error_code() << ": " << status.error_message());
+  REQUIRE(status.error_code() == code);
+  REQUIRE(absl::StrContains(status.error_message(), part));
+}
+
+TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes",
+          "[integration][kserve]") {
+  Env env;
+
+  SECTION("raw_input_contents, as tritonclient sends them") {
+    const std::vector<float> input = Windows(3, 11);
+    inference::ModelInferRequest request = RawRequest("gru", input, 3);
+    request.set_id("req-7");
+    (*request.mutable_parameters())["priority"].set_uint64_param(1);
+    (*request.mutable_parameters())["timeout"].set_int64_param(2000000);
+    request.add_outputs()->set_name("FORECAST");
+    inference::ModelInferResponse response;
+    const grpc::Status status = env.Infer(request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    REQUIRE(response.model_name() == "gru");
+    REQUIRE(response.model_version() == "2");  // the highest version serves
+    REQUIRE(response.id() == "req-7");
+    REQUIRE(response.outputs_size() == 1);
+    REQUIRE(response.outputs(0).name() == "FORECAST");
+    REQUIRE(response.outputs(0).datatype() == "FP32");
+    REQUIRE(std::vector<int64_t>(response.outputs(0).shape().begin(),
+                                 response.outputs(0).shape().end()) ==
+            std::vector<int64_t>{3, P, 1});
+    REQUIRE(response.raw_output_contents_size() == 1);
+    REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.gru_v2, input, 3));
+  }
+
+  SECTION("contents.fp32_contents, with an int64 priority and an explicit version") {
+    const std::vector<float> input = Windows(2, 12);
+    inference::ModelInferRequest request;
+    request.set_model_name("gru");
+    request.set_model_version("2");
+    (*request.mutable_parameters())["priority"].set_int64_param(2);
+    auto* tensor = request.add_inputs();
+    tensor->set_name("INPUT");
+    tensor->set_datatype("FP32");
+    for (int64_t dim : {int64_t{2}, T, F}) tensor->add_shape(dim);
+    tensor->mutable_contents()->mutable_fp32_contents()->Assign(input.begin(), input.end());
+    inference::ModelInferResponse response;
+    REQUIRE(env.Infer(request, &response).ok());
+    // Always raw on the way back: tritonclient's as_numpy() decodes only raw_output_contents.
+    REQUIRE(response.outputs(0).contents().fp32_contents_size() == 0);
+    REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.gru_v2, input, 2));
+  }
+
+  SECTION("a version on disk but not loaded is UNAVAILABLE") {
+    inference::ModelInferRequest request = RawRequest("gru", Windows(1, 13), 1);
+    request.set_model_version("1");
+    REQUIRE(env.Infer(request).error_code() == grpc::StatusCode::UNAVAILABLE);
+  }
+}
+
+TEST_CASE("KServe ModelInfer refuses bad requests with precise codes and messages",
+          "[integration][kserve]") {
+  Env env;
+  const std::vector<float> one = Windows(1, 21);
+  const auto base = [&] { return RawRequest("gru", one, 1); };
+  const auto invalid = [&](const inference::ModelInferRequest& request, const std::string& part) {
+    RequireError(env.Infer(request), grpc::StatusCode::INVALID_ARGUMENT, part);
+  };
+
+  SECTION("unknown model and bad versions") {
+    inference::ModelInferRequest r = base();
+    r.set_model_name("nope");
+    RequireError(env.Infer(r), grpc::StatusCode::NOT_FOUND, "nope");
+    r = base();
+    r.set_model_version("two");
+    invalid(r, "model version 'two' is not a positive integer");
+    r.set_model_version("7");
+    RequireError(env.Infer(r), grpc::StatusCode::NOT_FOUND, "7");
+  }
+  SECTION("inputs: names, count and datatype") {
+    inference::ModelInferRequest r = base();
+    r.mutable_inputs(0)->set_name("WINDOWS");
+    invalid(r, "unknown input 'WINDOWS'; model 'gru' takes one input, 'INPUT' (FP32 [B, 4, 2])");
+    r = base();
+    r.clear_inputs();
+    r.clear_raw_input_contents();
+    invalid(r, "the request has no input");
+    r = base();
+    *r.add_inputs() = r.inputs(0);
+    r.add_raw_input_contents(r.raw_input_contents(0));
+    invalid(r, "input 'INPUT' is given 2 times");
+    r = base();
+    r.mutable_inputs(0)->set_datatype("FP64");
+    invalid(r, "input 'INPUT' has datatype 'FP64'; model 'gru' takes FP32");
+  }
+  SECTION("shapes: rank, dims, negative, empty and oversized batches") {
+    inference::ModelInferRequest r = base();
+    r.mutable_inputs(0)->mutable_shape()->RemoveLast();
+    invalid(r, "input 'INPUT': inputs have shape [1, 4]; model 'gru' takes [B, 4, 2]");
+    r = base();
+    r.mutable_inputs(0)->set_shape(1, 5);
+    invalid(r, "inputs have shape [1, 5, 2]");
+    r = base();
+    r.mutable_inputs(0)->set_shape(0, -1);
+    invalid(r, "dimensions must be concrete");
+    r = RawRequest("gru", {}, 0);
+    invalid(r, "the batch dimension is 0");
+    r = RawRequest("gru", Windows(kMaxBatch + 1, 22), kMaxBatch + 1);
+    invalid(r, "batch of 5 windows is above model 'gru''s max_batch_size 4");
+  }
+  SECTION("data: byte sizes, value counts, both forms, non-finite values") {
+    inference::ModelInferRequest r = base();
+    r.mutable_raw_input_contents(0)->resize(T * F * 4 - 4);
+    invalid(r, "raw inputs hold 28 bytes; shape [1, 4, 2] of float32 needs 32");
+    r = base();
+    r.mutable_raw_input_contents(0)->clear();
+    invalid(r, "raw inputs hold 0 bytes; shape [1, 4, 2] of float32 needs 32");
+    r = base();
+    r.clear_raw_input_contents();
+    r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+    invalid(r, "1 input values; shape [1, 4, 2] needs 8");
+    r = base();
+    r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.0f);
+    invalid(r, "both contents and raw_input_contents");
+    r = base();
+    r.mutable_inputs(0)->mutable_contents()->add_fp64_contents(1.0);
+    invalid(r, "send its values in contents.fp32_contents");
+    r = base();
+    r.add_raw_input_contents(r.raw_input_contents(0));
+    invalid(r, "raw_input_contents has 2 entries for 1 input");
+    std::vector<float> bad = one;
+    bad[5] = std::numeric_limits<float>::quiet_NaN();
+    invalid(RawRequest("gru", bad, 1), "input 'INPUT': input [0, 2, 1] (feature 'volume') is nan");
+    bad[5] = std::numeric_limits<float>::infinity();
+    invalid(RawRequest("gru", bad, 1), "only finite values are accepted");
+  }
+  SECTION("outputs and parameters") {
+    inference::ModelInferRequest r = base();
+    r.add_outputs()->set_name("OUTPUT0");
+    invalid(r, "unknown output 'OUTPUT0'; model 'gru' has one output, 'FORECAST'");
+    r = base();
+    r.add_outputs()->set_name("FORECAST");
+    r.add_outputs()->set_name("FORECAST");
+    invalid(r, "output 'FORECAST' is requested more than once");
+    r = base();
+    (*r.mutable_parameters())["priority"].set_string_param("high");
+    invalid(r, "parameter 'priority' must be an int64 or uint64 value");
+    r = base();
+    (*r.mutable_parameters())["timeout"].set_int64_param(-5);
+    invalid(r, "parameter 'timeout' is -5; it must not be negative");
+    r = base();
+    (*r.mutable_parameters())["priority"].set_uint64_param(3);  // the model has 2 levels
+    RequireError(env.Infer(r), grpc::StatusCode::INVALID_ARGUMENT, "3");
+    r = base();
+    (*r.mutable_parameters())["sequence_id"].set_int64_param(42);
+    invalid(r, "model 'gru' is not a sequence model");
+  }
+}
+
+TEST_CASE("KServe ModelInfer takes non-finite inputs when allowed", "[integration][kserve]") {
+  KServeService::Options options;
+  options.allow_non_finite_inputs = true;
+  Env env(std::move(options));
+  std::vector<float> input = Windows(1, 31);
+  input[3] = std::numeric_limits<float>::infinity();
+  REQUIRE(env.Infer(RawRequest("gru", input, 1)).ok());
+}
+
+TEST_CASE("KServe readiness follows the ready hook and the registry", "[integration][kserve]") {
+  Env env;
+  grpc::ClientContext live_context;
+  inference::ServerLiveResponse live;
+  REQUIRE(env.stub->ServerLive(&live_context, {}, &live).ok());
+  REQUIRE(live.live());
+
+  const auto server_ready = [&] {
+    grpc::ClientContext context;
+    inference::ServerReadyResponse response;
+    REQUIRE(env.stub->ServerReady(&context, {}, &response).ok());
+    return response.ready();
+  };
+  REQUIRE(server_ready());
+  REQUIRE(env.ModelReady("gru"));
+  REQUIRE(env.ModelReady("gru", "2"));
+  REQUIRE_FALSE(env.ModelReady("gru", "1"));  // on disk, not loaded
+  REQUIRE_FALSE(env.ModelReady("quant"));     // not loaded at start
+  REQUIRE_FALSE(env.ModelReady("nope"));
+
+  env.ready = false;  // draining
+  REQUIRE_FALSE(server_ready());
+  REQUIRE_FALSE(env.ModelReady("gru"));
+  RequireError(env.Infer(RawRequest("gru", Windows(1, 41), 1)), grpc::StatusCode::UNAVAILABLE,
+               "not ready");
+  env.ready = true;
+  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 41), 1)).ok());
+}
+
+TEST_CASE("KServe ServerMetadata and ModelMetadata describe the server and the tensors",
+          "[integration][kserve]") {
+  Env env({}, {"gru", "quant"});
+  grpc::ClientContext server_context;
+  inference::ServerMetadataResponse server;
+  REQUIRE(env.stub->ServerMetadata(&server_context, {}, &server).ok());
+  REQUIRE(server.name() == "forecastd");
+  REQUIRE(server.version() == kForecastdVersion);
+  REQUIRE(std::vector<std::string>(server.extensions().begin(), server.extensions().end()) ==
+          std::vector<std::string>{"model_repository", "model_configuration", "schedule_policy",
+                                   "statistics"});
+
+  const auto metadata = [&](const std::string& name, const std::string& version,
+                            inference::ModelMetadataResponse* response) {
+    grpc::ClientContext context;
+    inference::ModelMetadataRequest request;
+    request.set_name(name);
+    request.set_version(version);
+    return env.stub->ModelMetadata(&context, request, response);
+  };
+  const auto shape = [](const auto& tensor) {
+    return std::vector<int64_t>(tensor.shape().begin(), tensor.shape().end());
+  };
+  inference::ModelMetadataResponse gru;
+  REQUIRE(metadata("gru", "", &gru).ok());
+  REQUIRE(gru.name() == "gru");
+  REQUIRE(std::vector<std::string>(gru.versions().begin(), gru.versions().end()) ==
+          std::vector<std::string>{"2"});
+  REQUIRE(gru.platform() == "forecastd");
+  REQUIRE(gru.inputs_size() == 1);
+  REQUIRE(gru.inputs(0).name() == "INPUT");
+  REQUIRE(gru.inputs(0).datatype() == "FP32");
+  REQUIRE(shape(gru.inputs(0)) == std::vector<int64_t>{-1, T, F});
+  REQUIRE(gru.outputs_size() == 1);
+  REQUIRE(gru.outputs(0).name() == "FORECAST");
+  REQUIRE(shape(gru.outputs(0)) == std::vector<int64_t>{-1, P, 1});
+
+  inference::ModelMetadataResponse quant;
+  REQUIRE(metadata("quant", "1", &quant).ok());
+  REQUIRE(shape(quant.outputs(0)) == std::vector<int64_t>{-1, P, 2, 3});
+
+  inference::ModelMetadataResponse unused;
+  RequireError(metadata("nope", "", &unused), grpc::StatusCode::NOT_FOUND, "nope");
+  REQUIRE(metadata("gru", "1", &unused).error_code() == grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_CASE("KServe ModelConfig translates forecastd's config into Triton's",
+          "[integration][kserve]") {
+  Env env;
+  const auto config = [&](const std::string& name, inference::ModelConfigResponse* response) {
+    grpc::ClientContext context;
+    inference::ModelConfigRequest request;
+    request.set_name(name);
+    return env.stub->ModelConfig(&context, request, response);
+  };
+  inference::ModelConfigResponse response;
+  REQUIRE(config("gru", &response).ok());
+  const inference::ModelConfig& c = response.config();
+  REQUIRE(c.name() == "gru");
+  REQUIRE(c.platform() == "forecastd");
+  REQUIRE(c.backend() == "forecastd");
+  REQUIRE(c.version_policy().has_latest());
+  REQUIRE(c.version_policy().latest().num_versions() == 1);
+  REQUIRE(c.max_batch_size() == kMaxBatch);
+  REQUIRE(c.input_size() == 1);
+  REQUIRE(c.input(0).name() == "INPUT");
+  REQUIRE(c.input(0).data_type() == inference::TYPE_FP32);
+  REQUIRE(std::vector<int64_t>(c.input(0).dims().begin(), c.input(0).dims().end()) ==
+          std::vector<int64_t>{T, F});
+  REQUIRE(c.output_size() == 1);
+  REQUIRE(c.output(0).name() == "FORECAST");
+  REQUIRE(c.output(0).data_type() == inference::TYPE_FP32);
+  REQUIRE(std::vector<int64_t>(c.output(0).dims().begin(), c.output(0).dims().end()) ==
+          std::vector<int64_t>{P, 1});
+  REQUIRE(c.has_dynamic_batching());
+  const inference::ModelDynamicBatching& d = c.dynamic_batching();
+  REQUIRE(std::vector<int32_t>(d.preferred_batch_size().begin(), d.preferred_batch_size().end()) ==
+          std::vector<int32_t>{2});
+  REQUIRE(d.max_queue_delay_microseconds() == 0);
+  REQUIRE(d.priority_levels() == 2);
+  REQUIRE(d.default_priority_level() == 2);
+  REQUIRE(d.default_queue_policy().timeout_action() == inference::ModelQueuePolicy::REJECT);
+  REQUIRE(d.default_queue_policy().max_queue_size() == 64);
+  REQUIRE(d.priority_queue_policy().size() == 1);
+  const inference::ModelQueuePolicy& high = d.priority_queue_policy().at(1);
+  REQUIRE(high.timeout_action() == inference::ModelQueuePolicy::DELAY);
+  REQUIRE(high.default_timeout_microseconds() == 5000000);
+  REQUIRE(high.allow_timeout_override());
+  REQUIRE(c.instance_group_size() == 1);
+  REQUIRE(c.instance_group(0).kind() == inference::ModelInstanceGroup::KIND_CPU);
+  REQUIRE(c.instance_group(0).count() == 2);
+
+  // A model never loaded has no config read yet, as in Triton; once loaded it has one, and
+  // keeps reporting it after an unload. Batching defaults apply.
+  RequireError(config("quant", &response), grpc::StatusCode::UNAVAILABLE,
+               "model 'quant' is not loaded");
+  REQUIRE(env.Load("quant").ok());
+  REQUIRE(env.Unload("quant").ok());
+  REQUIRE(config("quant", &response).ok());
+  REQUIRE(response.config().max_batch_size() == 32);
+  REQUIRE(response.config().dynamic_batching().priority_levels() == 1);
+  REQUIRE(response.config().dynamic_batching().default_priority_level() == 1);
+  REQUIRE(std::vector<int64_t>(response.config().output(0).dims().begin(),
+                               response.config().output(0).dims().end()) ==
+          std::vector<int64_t>{P, 2, 3});
+  REQUIRE(response.config().instance_group(0).kind() == inference::ModelInstanceGroup::KIND_AUTO);
+
+  RequireError(config("nope", &response), grpc::StatusCode::NOT_FOUND, "nope");
+}
+
+TEST_CASE("KServe ModelStatistics counts ModelInfer calls per model version",
+          "[integration][kserve]") {
+  Env env;
+  inference::ModelStatisticsResponse before;
+  REQUIRE(env.Statistics("gru", "", &before).ok());
+  // A loaded version reports zeros before its first request, so clients can take a snapshot.
+  REQUIRE(before.model_stats_size() == 1);
+  REQUIRE(before.model_stats(0).name() == "gru");
+  REQUIRE(before.model_stats(0).version() == "2");
+  REQUIRE(before.model_stats(0).inference_count() == 0);
+  REQUIRE(before.model_stats(0).inference_stats().success().count() == 0);
+
+  // Sequential calls, so each runs in a batch of its own.
+  const std::vector<int64_t> rows = {1, 2, 3, 1, 2};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    REQUIRE(env.Infer(RawRequest("gru", Windows(rows[i], 50 + i), rows[i])).ok());
+  }
+  std::vector<float> bad = Windows(1, 60);
+  bad[0] = std::numeric_limits<float>::quiet_NaN();
+  REQUIRE_FALSE(env.Infer(RawRequest("gru", bad, 1)).ok());
+  // Refused before the model is known: not counted.
+  inference::ModelInferRequest unknown = RawRequest("nope", Windows(1, 61), 1);
+  REQUIRE_FALSE(env.Infer(unknown).ok());
+
+  inference::ModelStatisticsResponse after;
+  REQUIRE(env.Statistics("gru", "2", &after).ok());
+  REQUIRE(after.model_stats_size() == 1);
+  const inference::ModelStatistics& s = after.model_stats(0);
+  REQUIRE(s.version() == "2");
+  REQUIRE(s.inference_count() == 9);
+  REQUIRE(s.execution_count() == 5);
+  REQUIRE(s.last_inference() > 0);
+  const inference::InferStatistics& i = s.inference_stats();
+  REQUIRE(i.success().count() == 5);
+  REQUIRE(i.success().ns() > 0);
+  REQUIRE(i.fail().count() == 1);
+  REQUIRE(i.queue().count() == 5);
+  REQUIRE(i.compute_infer().count() == 5);
+  REQUIRE(i.compute_infer().ns() > 0);
+  REQUIRE(i.compute_infer().ns() <= i.success().ns());
+  REQUIRE(i.compute_input().count() == 5);
+  REQUIRE(i.compute_output().count() == 5);
+  std::vector<std::pair<uint64_t, uint64_t>> batches;  // (batch size, executions)
+  for (const auto& b : s.batch_stats()) {
+    batches.emplace_back(b.batch_size(), b.compute_infer().count());
+  }
+  REQUIRE(batches == std::vector<std::pair<uint64_t, uint64_t>>{{1, 2}, {2, 2}, {3, 1}});
+
+  inference::ModelStatisticsResponse all;
+  REQUIRE(env.Statistics("", "", &all).ok());
+  REQUIRE(all.model_stats_size() == 1);  // "quant" is neither loaded nor used
+  REQUIRE(all.model_stats(0).inference_count() == 9);
+
+  RequireError(env.Statistics("nope", "", &all), grpc::StatusCode::NOT_FOUND, "nope");
+  RequireError(env.Statistics("gru", "9", &all), grpc::StatusCode::NOT_FOUND,
+               "model 'gru' has no version 9");
+  RequireError(env.Statistics("gru", "x", &all), grpc::StatusCode::INVALID_ARGUMENT,
+               "not a positive integer");
+}
+
+TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload round-trip",
+          "[integration][kserve]") {
+  Env env;
+  const auto entries = [](const inference::RepositoryIndexResponse& index) {
+    std::vector<std::string> out;
+    for (const auto& m : index.models()) {
+      out.push_back(
+          absl::StrCat(m.name(), "/", m.version(), " ", m.state(), " (", m.reason(), ")"));
+    }
+    return out;
+  };
+  REQUIRE(entries(env.Index()) ==
+          std::vector<std::string>{"gru/2 READY ()", "quant/ UNAVAILABLE (not loaded)"});
+  REQUIRE(entries(env.Index(true)) == std::vector<std::string>{"gru/2 READY ()"});
+
+  // Load "quant" and forecast quantiles with it.
+  REQUIRE(env.Load("quant").ok());
+  REQUIRE(env.ModelReady("quant"));
+  const std::vector<float> input = Windows(2, 71);
+  inference::ModelInferResponse response;
+  REQUIRE(env.Infer(RawRequest("quant", input, 2), &response).ok());
+  REQUIRE(std::vector<int64_t>(response.outputs(0).shape().begin(),
+                               response.outputs(0).shape().end()) ==
+          std::vector<int64_t>{2, P, 2, 3});
+  REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.quant, input, 2));
+
+  // Unload "gru": it stops serving, then loads back.
+  REQUIRE(env.Unload("gru").ok());
+  REQUIRE_FALSE(env.ModelReady("gru"));
+  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 72), 1)).error_code() ==
+          grpc::StatusCode::UNAVAILABLE);
+  REQUIRE(entries(env.Index()) ==
+          std::vector<std::string>{"gru/ UNAVAILABLE (unloaded)", "quant/1 READY ()"});
+  REQUIRE(env.Load("gru").ok());
+  REQUIRE(env.ModelReady("gru"));
+  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 73), 1)).ok());
+
+  RequireError(env.Load("nope"), grpc::StatusCode::NOT_FOUND, "nope");
+  {
+    grpc::ClientContext context;
+    inference::RepositoryModelLoadRequest request;
+    request.set_model_name("gru");
+    (*request.mutable_parameters())["config"].set_string_param("{}");
+    inference::RepositoryModelLoadResponse unused;
+    RequireError(env.stub->RepositoryModelLoad(&context, request, &unused),
+                 grpc::StatusCode::INVALID_ARGUMENT, "load parameter 'config' is not supported");
+  }
+  {
+    grpc::ClientContext context;
+    inference::RepositoryModelUnloadRequest request;
+    request.set_model_name("quant");
+    (*request.mutable_parameters())["unload_dependents"].set_bool_param(true);
+    inference::RepositoryModelUnloadResponse unused;
+    REQUIRE(env.stub->RepositoryModelUnload(&context, request, &unused).ok());
+    REQUIRE_FALSE(env.ModelReady("quant"));
+  }
+  {
+    grpc::ClientContext context;
+    inference::RepositoryIndexRequest request;
+    request.set_repository_name("other");
+    inference::RepositoryIndexResponse unused;
+    RequireError(env.stub->RepositoryIndex(&context, request, &unused),
+                 grpc::StatusCode::UNIMPLEMENTED, "repository_name 'other' is not supported");
+  }
+}
+
+}  // namespace
+}  // namespace forecastd
