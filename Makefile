@@ -24,8 +24,10 @@ deps:
 configure:
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
-build: configure
-	cmake --build $(BUILD_DIR) -j $(JOBS)
+# Configure and build: scripts/build.sh, the same command the Dockerfile runs.
+build:
+	BUILD_DIR='$(BUILD_DIR)' BUILD_TYPE='$(BUILD_TYPE)' JOBS='$(JOBS)' CMAKE_FLAGS='$(CMAKE_FLAGS)' \
+	  bash scripts/build.sh
 
 FORMATTED = $(shell git ls-files '*.h' '*.cc' '*.cu' '*.cuh' '*.proto')
 

@@ -36,6 +36,7 @@ import re
 import shlex
 import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -222,6 +223,19 @@ def forward_b1(args, model_dir, io_path, out_dir):
     return result
 
 
+def median_point(runs):
+    """One point from the same point's runs: each number the median over the runs (with one
+    run, that run)."""
+    out = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = statistics.median_low(r[k] for r in runs) if isinstance(v, int) else \
+                statistics.median(r[k] for r in runs)
+    if len(runs) > 1:
+        out["rounds"] = len(runs)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Reporting.
 # ----------------------------------------------------------------------------------------------
@@ -300,6 +314,7 @@ def record(env, head, body, lines, path):
         "",
         f"- forecastd `{env['git']}`; batching off `{{\"maxBatchSize\":1}}`, on `{on}`",
         f"- {env['warmup_s']} s warm-up + {env['duration_s']} s per point, "
+        f"median of {env['rounds']} round(s), "
         f"{env['channels']} gRPC channel(s); forecastd --cpu-workers {env['cpu_workers']}, "
         f"OMP_NUM_THREADS {env['omp_num_threads']}; load average before the run "
         f"{env['loadavg']}",
@@ -340,6 +355,9 @@ def main(argv=None):
     ap.add_argument("--duration-s", type=float, default=2.0, help="measured s per point (2)")
     ap.add_argument("--warmup-s", type=float, default=0.5, help="untimed s per point (0.5)")
     ap.add_argument("--channels", type=int, default=1, help="load_gen gRPC channels (1)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="sweeps over every level and target; each figure reported is its "
+                         "median over the rounds (default: 1)")
     ap.add_argument("--compute-s", type=float, default=1.0,
                     help="seconds of forecast_bench B=1 calls (default: 1)")
     ap.add_argument("--on-max-batch", type=int, default=64,
@@ -362,8 +380,10 @@ def main(argv=None):
                     help=f"update {os.path.relpath(RESULTS_MD, REPO)} with this run")
     ap.add_argument("--results", default=RESULTS_MD, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.duration_s <= 0 or args.warmup_s < 0 or args.channels < 1 or args.compute_s <= 0:
-        ap.error("--duration-s and --compute-s must be > 0, --warmup-s >= 0, --channels >= 1")
+    if args.duration_s <= 0 or args.warmup_s < 0 or args.compute_s <= 0:
+        ap.error("--duration-s and --compute-s must be > 0, --warmup-s >= 0")
+    if args.channels < 1 or args.rounds < 1:
+        ap.error("--channels and --rounds must be >= 1")
     if args.on_max_batch < 1 or args.on_delay_us < 0 or any(
             not 1 <= b <= args.on_max_batch for b in args.on_preferred):
         ap.error("--on-max-batch >= 1, --on-delay-us >= 0, --on-preferred in [1, max batch]")
@@ -396,7 +416,7 @@ def main(argv=None):
            "cores": os.cpu_count(), "git": git_describe(), "command": command_line(),
            "model": model, "T": T, "F": F, "batching": configs, "warmup_s": args.warmup_s,
            "duration_s": args.duration_s, "channels": args.channels,
-           "cpu_workers": args.cpu_workers,
+           "cpu_workers": args.cpu_workers, "rounds": args.rounds,
            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     if args.omp_threads > 0:
         os.environ["OMP_NUM_THREADS"] = str(args.omp_threads)  # inherited by every child
@@ -429,24 +449,32 @@ def main(argv=None):
         io_path = os.path.join(root, "window.io.safetensors")
         write_io(io_path, window)
 
-        for i, c in enumerate(args.concurrency):
-            for name in TARGETS:
-                servers.check_alive()
-                p = load_point(args, name, ports[name], c, model, T, F)
-                points.append(p)
-                print(f"  c={c:<3} {name:<14} p50 {fmt_us(p['p50_us']):>7} us  p99 "
-                      f"{fmt_us(p['p99_us']):>7} us  {p['requests_per_s']:>9,.0f} req/s  "
-                      f"batch {p['mean_batch_rows']:.1f}"
-                      + (f"  ERRORS {p['errors']}: {p.get('first_error', '')}"
-                         if p["errors"] else ""), flush=True)
-                if p["errors"] or p["requests"] == 0:
-                    failures.append(f"c={c} {name}: {p['errors']} failed calls, "
-                                    f"{p['requests']} answered ({p.get('first_error', '')})")
-            if i == 0:
-                forward = forward_b1(args, os.path.join(root, "forecastd-off", model), io_path,
-                                     root)
-                print(f"  forward B=1 (forecast_bench, {forward['iters']} calls): p50 "
-                      f"{fmt_us(forward['median_us'])} us, p90 {fmt_us(forward['p90_us'])} us")
+        raw_points, forwards = [], []
+        for r in range(args.rounds):
+            tag = f"round {r + 1}/{args.rounds} " if args.rounds > 1 else ""
+            for i, c in enumerate(args.concurrency):
+                for name in TARGETS:
+                    servers.check_alive()
+                    p = load_point(args, name, ports[name], c, model, T, F)
+                    raw_points.append(p)
+                    print(f"  {tag}c={c:<3} {name:<14} p50 {fmt_us(p['p50_us']):>7} us  p99 "
+                          f"{fmt_us(p['p99_us']):>7} us  {p['requests_per_s']:>9,.0f} req/s  "
+                          f"batch {p['mean_batch_rows']:.1f}"
+                          + (f"  ERRORS {p['errors']}: {p.get('first_error', '')}"
+                             if p["errors"] else ""), flush=True)
+                    if p["errors"] or p["requests"] == 0:
+                        failures.append(f"c={c} {name}: {p['errors']} failed calls, "
+                                        f"{p['requests']} answered ({p.get('first_error', '')})")
+                if i == 0:
+                    fw = forward_b1(args, os.path.join(root, "forecastd-off", model), io_path,
+                                    root)
+                    forwards.append(fw)
+                    print(f"  {tag}forward B=1 (forecast_bench, {fw['iters']} calls): p50 "
+                          f"{fmt_us(fw['median_us'])} us, p90 {fmt_us(fw['p90_us'])} us")
+        points = [median_point([p for p in raw_points
+                                if p["concurrency"] == c and p["target"] == name])
+                  for c in args.concurrency for name in TARGETS]
+        forward = median_point(forwards)
     except LoadError as e:
         failures.append(str(e))
     finally:

@@ -3,18 +3,36 @@
 # everything is already installed it changes nothing and touches no network.
 # Debian 12 (bookworm) is the reference platform; Ubuntu 24.04 (noble) is supported too.
 # CUDA, cuDNN and NCCL are not Debian packages: the build uses them when they are present.
+# --build-only: only what building forecastd needs (configure with -DBUILD_TESTING=OFF), as
+# the Dockerfile's build stage does; without it, everything the tests need as well.
 set -euo pipefail
+
+build_only=0
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *) echo "usage: $0 [--build-only]" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake make pkg-config git ccache clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libdnnl-dev
-  catch2 libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev
+)
+test_packages=(
+  catch2
   # The golden tests check that models forecastd writes load into PyTorch.
   python3 python3-numpy python3-torch
   # A Python gRPC client checks the KServe API (stubs generated at test time).
   python3-grpcio python3-protobuf
+  # The deploy checks: a real Prometheus (and promtool) scrapes forecastd; the Kubernetes
+  # manifests are parsed as YAML.
+  prometheus python3-yaml
 )
+if [[ $build_only -eq 0 ]]; then
+  packages+=("${test_packages[@]}")
+fi
 
 if [[ -r /etc/os-release ]]; then
   # shellcheck disable=SC1091

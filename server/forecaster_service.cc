@@ -98,13 +98,16 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   Clock* clock = options_.clock != nullptr ? options_.clock : Clock::Real();
   const absl::Time arrival = clock->Now();
   const std::string model_name = request->model();
-  const uint32_t priority = request->priority();
+  // Metrics label the level the request ran at: 0 becomes the model's default level once the
+  // model is known, so one queue is one series.
+  uint32_t priority = request->priority();
   ServingMetrics* metrics = options_.metrics;
   const auto fail = [&](const absl::Status& status) {
     if (metrics != nullptr) {
-      metrics->ObserveRequest(model_name, request->version(), "Predict", priority,
-                              ToGrpcStatus(status).error_code(), clock->Now() - arrival,
-                              absl::ZeroDuration(), absl::ZeroDuration());
+      const grpc::StatusCode code = ToGrpcStatus(status).error_code();
+      if (code == grpc::StatusCode::DEADLINE_EXCEEDED) metrics->ObserveDeadlineMiss(model_name);
+      metrics->ObserveRequest(model_name, request->version(), "Predict", priority, code,
+                              clock->Now() - arrival, absl::ZeroDuration(), absl::ZeroDuration());
     }
     reactor->Finish(ToGrpcStatus(status));
     return reactor;
@@ -116,6 +119,7 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   const Forecaster& model = *loaded->model;
   absl::StatusOr<Batcher::Options> batching = BatcherOptionsFromConfig(model.config().batching());
   if (!batching.ok()) return fail(batching.status());
+  if (priority == 0) priority = batching->queue.default_level;
   const v1::Tensor& inputs = request->inputs();
   absl::StatusOr<std::vector<float>> windows =
       DecodeWindows(model, inputs.shape(), inputs.raw(), inputs.values(),
@@ -126,7 +130,7 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   auto task = std::make_unique<PredictTask>();
   task->rows = inputs.shape(0);
   task->input = *std::move(windows);
-  task->priority = priority;
+  task->priority = request->priority();
   task->deadline = DeadlineOf(*context);
   task->timeout_override = absl::Microseconds(static_cast<int64_t>(request->timeout_us()));
   const bool raw = !inputs.raw().empty();

@@ -28,11 +28,14 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
                                                    model.config().name(), "' takes ", expected));
   }
   const int64_t B = shape[0];
-  if (B < 1) return absl::InvalidArgumentError("inputs are empty: the batch dimension is 0");
+  if (B < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("inputs are empty: the batch dimension is ", B, "; send at least one window"));
+  }
   if (limits.max_batch_rows > 0 && B > limits.max_batch_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " windows is above model '",
-                                                   model.config().name(), "''s max_batch_size ",
-                                                   limits.max_batch_rows));
+    return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " windows is above the max_batch_size ",
+                                                   limits.max_batch_rows, " of model '",
+                                                   model.config().name(), "'"));
   }
   const int64_t n = B * T * F;
   if (!raw.empty() && !values.empty()) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -257,6 +258,9 @@ void Server::Shutdown() {
   if (registry_ != nullptr) registry_->Shutdown(options_.drain_timeout);
   if (jobs_ != nullptr) jobs_->Shutdown();
   if (grpc_server_ != nullptr) {
+    // Every call of ours has ended by now (predictions drained, jobs and their watchers
+    // finished); gRPC's shutdown also waits for idle client connections to close, up to the
+    // deadline, and then cancels what is left.
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.shutdown_grace);
     grpc_server_->Shutdown(deadline);

@@ -29,8 +29,9 @@ struct ServerOptions {
 
   LogOptions log;
 
-  // On SIGTERM/SIGINT, in-flight calls get this long to finish before they are cancelled.
-  absl::Duration shutdown_grace = absl::Seconds(10);
+  // On SIGTERM/SIGINT, after the drain: how long gRPC waits for calls still open and for
+  // client connections to close before it cancels them and the process exits.
+  absl::Duration shutdown_grace = absl::Seconds(1);
 
   // The models loaded at start; empty: every model of the repository.
   std::vector<std::string> load_models;

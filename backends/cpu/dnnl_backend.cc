@@ -1,7 +1,6 @@
 #include "backends/cpu/dnnl_backend.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
 #include "kernels/base/status.h"
@@ -17,11 +17,15 @@ namespace forecastd {
 namespace {
 
 using dnnl_internal::Args;
+using dnnl_internal::AttentionMds;
+using dnnl_internal::AttentionScale;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
-using dnnl_internal::F32Strided;
+using dnnl_internal::LayerNormMds;
+using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::Tag;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
@@ -52,11 +56,11 @@ std::shared_ptr<DnnlPrimitive> BuildLayerNorm(const dnnl::engine& engine, int64_
                                               float eps, bool with_stats) {
   using LayerNormFwd = dnnl::layer_normalization_forward;
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  const dnnl::memory::desc data = F32({N, C}, Tag::ab);
+  const LayerNormMds md = MakeLayerNormMds(N, C);
   const LayerNormFwd::desc desc =
-      with_stats ? LayerNormFwd::desc(dnnl::prop_kind::forward_training, data, F32({N}, Tag::a),
-                                      eps, flags)
-                 : LayerNormFwd::desc(dnnl::prop_kind::forward_inference, data, eps, flags);
+      with_stats
+          ? LayerNormFwd::desc(dnnl::prop_kind::forward_training, md.data, md.stat, eps, flags)
+          : LayerNormFwd::desc(dnnl::prop_kind::forward_inference, md.data, eps, flags);
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<LayerNormFwd>(
       LayerNormFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
 }
@@ -88,25 +92,8 @@ std::shared_ptr<DnnlPrimitive> BuildBinaryAdd(const dnnl::engine& engine, int64_
 }
 
 // --- Attention: scores = (Q K^T) * scale, causal mask, softmax over keys, out = att V (or
-// out = (att * dropout mask) V, the product taken in a loop).
-// Q, K and V are strided views into the packed qkv, and out a strided view of (B, T, D), so
-// nothing is copied: head h of qkv[b, t] is columns [h*hs, (h+1)*hs) of each D-wide third.
-
-struct AttentionMds {
-  dnnl::memory::desc q, k_t, v, scores, out;
-};
-
-AttentionMds MakeAttentionMds(int64_t B, int64_t T, int64_t D, int64_t NH) {
-  const int64_t hs = D / NH;
-  const int64_t row = 3 * D;  // stride of t in qkv
-  AttentionMds md;
-  md.q = F32Strided({B, NH, T, hs}, {T * row, hs, row, 1});
-  md.k_t = F32Strided({B, NH, hs, T}, {T * row, hs, 1, row});
-  md.v = md.q;
-  md.scores = F32({B, NH, T, T}, Tag::abcd);
-  md.out = F32Strided({B, NH, T, hs}, {T * D, hs, D, 1});
-  return md;
-}
+// out = (att * dropout mask) V, the product taken in a loop), on the strided views of
+// AttentionMds.
 
 struct AttentionPrimitive {
   DnnlPrimitive scores;   // matmul with the 1/sqrt(hs) scale as an output scale
@@ -119,16 +106,15 @@ std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, i
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
   auto p = std::make_shared<AttentionPrimitive>();
   dnnl::primitive_attr scores_attr = UserScratchpadAttr();
-  scores_attr.set_output_scales(0,
-                                {static_cast<float>(1.0 / std::sqrt(static_cast<double>(D / NH)))});
+  scores_attr.set_output_scales(0, {AttentionScale(D, NH)});
   p->scores = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(md.q, md.k_t, md.scores), scores_attr, engine));
+      dnnl::matmul::desc(md.head, md.head_t, md.att), scores_attr, engine));
   using SoftmaxFwd = dnnl::softmax_forward;
   p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxFwd::primitive_desc(
-      SoftmaxFwd::desc(dnnl::prop_kind::forward_inference, md.scores, /*softmax_axis=*/3),
+      SoftmaxFwd::desc(dnnl::prop_kind::forward_inference, md.att, /*softmax_axis=*/3),
       UserScratchpadAttr(), engine));
   p->context = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(md.scores, md.v, md.out), UserScratchpadAttr(), engine));
+      dnnl::matmul::desc(md.att, md.head, md.out), UserScratchpadAttr(), engine));
   return p;
 }
 
@@ -142,8 +128,6 @@ void MaskFuture(float* scores, int64_t rows, int64_t T) {
     for (int64_t s = t + 1; s < T; ++s) row[s] = -std::numeric_limits<float>::infinity();
   }
 }
-
-int64_t FloatBits(float x) { return std::bit_cast<int32_t>(x); }
 
 }  // namespace
 
@@ -241,7 +225,8 @@ absl::Status DnnlBackend::LayerNorm(float* out, float* mean, float* rstd, const 
   ASSIGN_OR_RETURN(
       std::shared_ptr<const DnnlPrimitive> p,
       cache_.GetOrBuild<DnnlPrimitive>(
-          {static_cast<int64_t>(PrimitiveKind::kLayerNorm), N, C, FloatBits(eps), with_stats},
+          {static_cast<int64_t>(PrimitiveKind::kLayerNorm), N, C, DnnlPrimitiveCache::FloatKey(eps),
+           with_stats},
           "LayerNorm", [&] { return BuildLayerNorm(engine_, N, C, eps, with_stats); }));
   if (p == nullptr) {
     CountFallback();
@@ -256,16 +241,14 @@ absl::Status DnnlBackend::LayerNorm(float* out, float* mean, float* rstd, const 
   }
   float* mean_out = mean != nullptr ? mean : mean_scratch.data();
   DNNL_TRY({
-    const dnnl::memory::desc data = F32({N, C}, Tag::ab);
-    const dnnl::memory::desc channel = F32({C}, Tag::a);
-    const dnnl::memory::desc stat = F32({N}, Tag::a);
-    Args args({{DNNL_ARG_SRC, Wrap(data, engine_, inp)},
-               {DNNL_ARG_DST, Wrap(data, engine_, out)},
-               {DNNL_ARG_SCALE, Wrap(channel, engine_, gamma)},
-               {DNNL_ARG_SHIFT, Wrap(channel, engine_, beta)}});
+    const LayerNormMds md = MakeLayerNormMds(N, C);
+    Args args({{DNNL_ARG_SRC, Wrap(md.data, engine_, inp)},
+               {DNNL_ARG_DST, Wrap(md.data, engine_, out)},
+               {DNNL_ARG_SCALE, Wrap(md.channel, engine_, gamma)},
+               {DNNL_ARG_SHIFT, Wrap(md.channel, engine_, beta)}});
     if (with_stats) {
-      args.emplace(DNNL_ARG_MEAN, Wrap(stat, engine_, mean_out));
-      args.emplace(DNNL_ARG_VARIANCE, Wrap(stat, engine_, variance.data()));
+      args.emplace(DNNL_ARG_MEAN, Wrap(md.stat, engine_, mean_out));
+      args.emplace(DNNL_ARG_VARIANCE, Wrap(md.stat, engine_, variance.data()));
     }
     dnnl::stream stream(engine_);
     Execute(stream, *p, std::move(args));
@@ -356,22 +339,22 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
   if (dropout_mask != nullptr) dropped.resize(n_scores);
   DNNL_TRY({
     const AttentionMds md = MakeAttentionMds(B, T, D, NH);
-    const dnnl::memory scores_mem = Wrap(md.scores, engine_, scores);
+    const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);
     dnnl::stream stream(engine_);
     Execute(stream, p->scores,
-            {{DNNL_ARG_SRC, Wrap(md.q, engine_, qkv)},
-             {DNNL_ARG_WEIGHTS, Wrap(md.k_t, engine_, qkv + D)},
+            {{DNNL_ARG_SRC, Wrap(md.head, engine_, qkv)},
+             {DNNL_ARG_WEIGHTS, Wrap(md.head_t, engine_, qkv + D)},
              {DNNL_ARG_DST, scores_mem}});
     if (causal) MaskFuture(scores, B * NH * T, T);
     Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
     dnnl::memory weights_mem = scores_mem;
     if (dropout_mask != nullptr) {
       for (int64_t i = 0; i < n_scores; ++i) dropped[i] = scores[i] * dropout_mask[i];
-      weights_mem = Wrap(md.scores, engine_, dropped.data());
+      weights_mem = Wrap(md.att, engine_, dropped.data());
     }
     Execute(stream, p->context,
             {{DNNL_ARG_SRC, weights_mem},
-             {DNNL_ARG_WEIGHTS, Wrap(md.v, engine_, qkv + 2 * D)},
+             {DNNL_ARG_WEIGHTS, Wrap(md.head, engine_, qkv + 2 * D)},
              {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });
   return absl::OkStatus();
@@ -385,7 +368,7 @@ absl::Status DnnlBackend::AttentionLastQuery(float* out, const float* q, const f
   // B * NH rows of T scores: a few hundred thousand multiply-adds even for large batches,
   // below what a primitive launch would cost, so plain fp32 loops the compiler vectorises.
   const int64_t hs = D / NH;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
+  const float scale = AttentionScale(D, NH);
   std::vector<float> w(T);
   for (int64_t b = 0; b < B; ++b) {
     const float* kv_b = kv + b * T * 2 * D;

@@ -4,8 +4,6 @@
 // AttentionLastQueryBackward runs on the reference (see SupportsOp). Every gradient is written,
 // never accumulated: oneDNN's backward primitives overwrite their outputs except the recurrent
 // ones, which the other file zeroes first.
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -13,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
 #include "kernels/base/status.h"
@@ -20,17 +19,18 @@
 namespace forecastd {
 namespace {
 
-using dnnl_internal::Args;
+using dnnl_internal::AttentionMds;
+using dnnl_internal::AttentionScale;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
-using dnnl_internal::F32Strided;
+using dnnl_internal::LayerNormMds;
+using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::Tag;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
-
-int64_t FloatBits(float x) { return std::bit_cast<int32_t>(x); }
 
 // --- Linear: dinp = dout @ weight, dweight = dout^T @ inp (dout read transposed in place),
 // dbias = ones (1, N) @ dout: the column sums as a matmul, which oneDNN 2.6 runs on its jit
@@ -87,17 +87,16 @@ std::shared_ptr<LayerNormBackwardPrimitive> BuildLayerNormBackward(const dnnl::e
                                                                    float eps) {
   using LayerNormFwd = dnnl::layer_normalization_forward;
   using LayerNormBwd = dnnl::layer_normalization_backward;
-  const dnnl::memory::desc data = F32({N, C}, Tag::ab);
-  const dnnl::memory::desc stat = F32({N}, Tag::a);
+  const LayerNormMds md = MakeLayerNormMds(N, C);
   const LayerNormFwd::primitive_desc fwd_pd(
-      LayerNormFwd::desc(dnnl::prop_kind::forward_training, data, stat, eps,
+      LayerNormFwd::desc(dnnl::prop_kind::forward_training, md.data, md.stat, eps,
                          dnnl::normalization_flags::none),
       UserScratchpadAttr(), engine);
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   auto p = std::make_shared<LayerNormBackwardPrimitive>();
   p->stats = MakeDnnlPrimitive<LayerNormFwd>(fwd_pd);
   p->backward = MakeDnnlPrimitive<LayerNormBwd>(LayerNormBwd::primitive_desc(
-      LayerNormBwd::desc(dnnl::prop_kind::backward, data, data, stat, eps, flags),
+      LayerNormBwd::desc(dnnl::prop_kind::backward, md.data, md.data, md.stat, eps, flags),
       UserScratchpadAttr(), engine, fwd_pd));
   return p;
 }
@@ -140,29 +139,9 @@ std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, 
 //   dQ = scale dscores K     dK = scale dscores^T Q
 // (with a dropout mask m: dV = (att m)^T dout and datt = (dout V^T) m, the products taken
 // element-wise in a loop around the matmuls)
-// Q, K, V and their gradients are strided views into qkv / dqkv as in the forward; att and
-// dscores are read transposed through strides. Masked weights are 0 in att, so their dscores
-// are 0 and the causal mask needs nothing here.
-
-struct AttentionBackwardMds {
-  dnnl::memory::desc head;    // (B, NH, T, hs) view of q, k or v (or their gradients) in qkv
-  dnnl::memory::desc head_t;  // (B, NH, hs, T): the same, transposed
-  dnnl::memory::desc dout;    // (B, NH, T, hs) view of (B, T, D)
-  dnnl::memory::desc att;     // (B, NH, T, T) dense
-  dnnl::memory::desc att_t;   // the same, transposed
-};
-
-AttentionBackwardMds MakeAttentionBackwardMds(int64_t B, int64_t T, int64_t D, int64_t NH) {
-  const int64_t hs = D / NH;
-  const int64_t row = 3 * D;  // stride of t in qkv
-  return AttentionBackwardMds{
-      .head = F32Strided({B, NH, T, hs}, {T * row, hs, row, 1}),
-      .head_t = F32Strided({B, NH, hs, T}, {T * row, hs, 1, row}),
-      .dout = F32Strided({B, NH, T, hs}, {T * D, hs, D, 1}),
-      .att = F32({B, NH, T, T}, Tag::abcd),
-      .att_t = F32Strided({B, NH, T, T}, {NH * T * T, T * T, 1, T}),
-  };
-}
+// Q, K, V and their gradients are the strided views of AttentionMds into qkv / dqkv, as in the
+// forward; att and dscores are read transposed through strides. Masked weights are 0 in att, so
+// their dscores are 0 and the causal mask needs nothing here.
 
 struct AttentionBackwardPrimitive {
   DnnlPrimitive dv;       // matmul
@@ -175,17 +154,17 @@ struct AttentionBackwardPrimitive {
 std::shared_ptr<AttentionBackwardPrimitive> BuildAttentionBackward(const dnnl::engine& engine,
                                                                    int64_t B, int64_t T, int64_t D,
                                                                    int64_t NH) {
-  const AttentionBackwardMds md = MakeAttentionBackwardMds(B, T, D, NH);
+  const AttentionMds md = MakeAttentionMds(B, T, D, NH);
   auto matmul = [&engine](const dnnl::memory::desc& src, const dnnl::memory::desc& weights,
                           const dnnl::memory::desc& dst, const dnnl::primitive_attr& attr) {
     return MakeDnnlPrimitive<dnnl::matmul>(
         dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, engine));
   };
   dnnl::primitive_attr scaled = UserScratchpadAttr();
-  scaled.set_output_scales(0, {static_cast<float>(1.0 / std::sqrt(static_cast<double>(D / NH)))});
+  scaled.set_output_scales(0, {AttentionScale(D, NH)});
   auto p = std::make_shared<AttentionBackwardPrimitive>();
-  p->dv = matmul(md.att_t, md.dout, md.head, UserScratchpadAttr());
-  p->datt = matmul(md.dout, md.head_t, md.att, UserScratchpadAttr());
+  p->dv = matmul(md.att_t, md.out, md.head, UserScratchpadAttr());
+  p->datt = matmul(md.out, md.head_t, md.att, UserScratchpadAttr());
   p->softmax =
       MakeDnnlPrimitive<dnnl::softmax_backward>(SoftmaxBackwardPd(engine, md.att, /*axis=*/3));
   p->dq = matmul(md.att, md.head, md.head, scaled);
@@ -266,7 +245,8 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
   ASSIGN_OR_RETURN(
       std::shared_ptr<const LayerNormBackwardPrimitive> p,
       cache_.GetOrBuild<LayerNormBackwardPrimitive>(
-          {static_cast<int64_t>(PrimitiveKind::kLayerNormBackward), N, C, FloatBits(eps)},
+          {static_cast<int64_t>(PrimitiveKind::kLayerNormBackward), N, C,
+           DnnlPrimitiveCache::FloatKey(eps)},
           "LayerNormBackward", [&] { return BuildLayerNormBackward(engine_, N, C, eps); }));
   if (p == nullptr) {
     CountFallback();
@@ -278,33 +258,31 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
   if (dgamma == nullptr || dbeta == nullptr) channel_scratch.resize(2 * C);
   float* dinp_out = dinp != nullptr ? dinp : data_scratch.data();
   DNNL_TRY({
-    const dnnl::memory::desc data = F32({N, C}, Tag::ab);
-    const dnnl::memory::desc channel = F32({C}, Tag::a);
-    const dnnl::memory::desc stat = F32({N}, Tag::a);
-    const dnnl::memory mean_mem = Wrap(stat, engine_, mean.data());
-    const dnnl::memory variance_mem = Wrap(stat, engine_, variance.data());
-    const dnnl::memory src = Wrap(data, engine_, inp);
-    const dnnl::memory gamma_mem = Wrap(channel, engine_, gamma);
+    const LayerNormMds md = MakeLayerNormMds(N, C);
+    const dnnl::memory mean_mem = Wrap(md.stat, engine_, mean.data());
+    const dnnl::memory variance_mem = Wrap(md.stat, engine_, variance.data());
+    const dnnl::memory src = Wrap(md.data, engine_, inp);
+    const dnnl::memory gamma_mem = Wrap(md.channel, engine_, gamma);
     dnnl::stream stream(engine_);
     Execute(stream, p->stats,
             {{DNNL_ARG_SRC, src},
-             {DNNL_ARG_DST, Wrap(data, engine_, data_scratch.data())},
+             {DNNL_ARG_DST, Wrap(md.data, engine_, data_scratch.data())},
              {DNNL_ARG_MEAN, mean_mem},
              {DNNL_ARG_VARIANCE, variance_mem}});
     Execute(stream, p->backward,
             {{DNNL_ARG_SRC, src},
              {DNNL_ARG_MEAN, mean_mem},
              {DNNL_ARG_VARIANCE, variance_mem},
-             {DNNL_ARG_DIFF_DST, Wrap(data, engine_, dout)},
+             {DNNL_ARG_DIFF_DST, Wrap(md.data, engine_, dout)},
              {DNNL_ARG_SCALE, gamma_mem},
              // oneDNN 2.6 refuses to run with use_shift and no shift, though no gradient
              // depends on beta; gamma stands in, its values irrelevant.
              {DNNL_ARG_SHIFT, gamma_mem},
-             {DNNL_ARG_DIFF_SRC, Wrap(data, engine_, dinp_out)},
+             {DNNL_ARG_DIFF_SRC, Wrap(md.data, engine_, dinp_out)},
              {DNNL_ARG_DIFF_SCALE,
-              Wrap(channel, engine_, dgamma != nullptr ? dgamma : channel_scratch.data())},
+              Wrap(md.channel, engine_, dgamma != nullptr ? dgamma : channel_scratch.data())},
              {DNNL_ARG_DIFF_SHIFT,
-              Wrap(channel, engine_, dbeta != nullptr ? dbeta : channel_scratch.data() + C)}});
+              Wrap(md.channel, engine_, dbeta != nullptr ? dbeta : channel_scratch.data() + C)}});
   });
   return absl::OkStatus();
 }
@@ -403,8 +381,8 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
     att_v = dropped.data();
   }
   DNNL_TRY({
-    const AttentionBackwardMds md = MakeAttentionBackwardMds(B, T, D, NH);
-    const dnnl::memory dout_mem = Wrap(md.dout, engine_, dout);
+    const AttentionMds md = MakeAttentionMds(B, T, D, NH);
+    const dnnl::memory dout_mem = Wrap(md.out, engine_, dout);
     const dnnl::memory datt_mem = Wrap(md.att, engine_, datt.data());
     dnnl::stream stream(engine_);
     Execute(stream, p->dv,

@@ -7,6 +7,7 @@
 #define FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_
 
 #include <cstdint>
+#include <optional>
 #include <unordered_map>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -60,6 +61,25 @@ inline void Execute(dnnl::stream& stream, const DnnlPrimitive& p, Args args) {
   }
   p.primitive.execute(stream, args);
   stream.wait();
+}
+
+// A reorder from layout `from` to layout `to`, or none when they are the same.
+inline std::optional<DnnlPrimitive> MaybeReorder(const dnnl::engine& engine,
+                                                 const dnnl::memory::desc& from,
+                                                 const dnnl::memory::desc& to) {
+  if (from == to) return std::nullopt;
+  return MakeDnnlPrimitive<dnnl::reorder>(
+      dnnl::reorder::primitive_desc(engine, from, engine, to, UserScratchpadAttr()));
+}
+
+// `user` reordered by `reorder` (from MaybeReorder) into a new memory of layout `md`, or `user`
+// itself when there is no reorder.
+inline dnnl::memory Reordered(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reorder,
+                              const dnnl::memory::desc& md, const dnnl::memory& user) {
+  if (!reorder.has_value()) return user;
+  dnnl::memory reordered(md, stream.get_engine());
+  Execute(stream, *reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, reordered}});
+  return reordered;
 }
 
 }  // namespace forecastd::dnnl_internal

@@ -6,6 +6,7 @@
 #ifndef FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_CACHE_H_
 #define FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_CACHE_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -28,6 +29,10 @@ class DnnlPrimitiveCache {
   // The op first (an enum value of the caller's, which also fixes the entry's type), then
   // every dim and flag the built primitive depends on.
   using Key = std::vector<int64_t>;
+
+  // A float that a primitive depends on (LayerNorm's eps), as a key element: its bits, so that
+  // any two different floats give different keys.
+  static int64_t FloatKey(float x) { return std::bit_cast<int32_t>(x); }
 
   struct Stats {
     int64_t native = 0;    // entries holding a built primitive

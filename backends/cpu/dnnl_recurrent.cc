@@ -1,22 +1,15 @@
 // DnnlBackend's LSTM and GRU layers: lstm_forward and lbr_gru_forward (oneDNN's
 // linear-before-reset GRU is PyTorch's GRU), both directions in one primitive with
-// bidirectional_concat. The layout differences from PyTorch are handled here:
-//   - inp (B, T, I) and out (B, T, ND*H) are oneDNN's ntc layer layout: used in place.
-//   - h_0 / c_0 / h_n / c_n (ND, B, H) are its ldnc state layout: used in place.
-//   - weights: PyTorch's (G*H, I) per direction is oneDNN's ldgoi for that direction; they are
-//     copied back to back (permuting the GRU gates) and reordered to whatever layout the
-//     primitive asks for, on every call.
-//   - gates: LSTM i, f, g, o = oneDNN i, f, c~, o. GRU r, z, n -> oneDNN u (= z), r, o (= n).
-//   - bias: LSTM b_ih + b_hh. GRU has four parts: u = b_iz + b_hz, r = b_ir + b_hr,
-//     o = b_in, u' = b_hn (the part that the reset gate scales).
+// bidirectional_concat. dnnl_recurrent_layout.h maps PyTorch's layouts onto oneDNN's; the
+// weights are copied into ldgoi and reordered to whatever layout the primitive asks for, on
+// every call.
 #include <algorithm>
-#include <array>
-#include <cstring>
 #include <optional>
 #include <vector>
 
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_primitive.h"
+#include "backends/cpu/dnnl_recurrent_layout.h"
 #include "backends/cpu/dnnl_status.h"
 #include "backends/cpu/recurrent_avx2.h"
 #include "kernels/base/status.h"
@@ -25,17 +18,18 @@ namespace forecastd {
 namespace {
 
 using dnnl_internal::Args;
+using dnnl_internal::BiasAt;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
-using dnnl_internal::F32;
 using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::MaybeReorder;
+using dnnl_internal::OneDnnWeights;
+using dnnl_internal::RecurrentLayout;
+using dnnl_internal::Reordered;
 using dnnl_internal::Tag;
+using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
-
-// oneDNN gate g takes PyTorch gate kGateFrom[g].
-constexpr std::array<int64_t, 4> kLstmGateFrom = {0, 1, 2, 3};  // i f g o -> i f c~ o
-constexpr std::array<int64_t, 3> kGruGateFrom = {1, 0, 2};      // r z n -> u(z) r o(n)
 
 // Everything a recurrent layer of one shape builds once.
 struct RecurrentPrimitive {
@@ -46,30 +40,10 @@ struct RecurrentPrimitive {
   std::optional<DnnlPrimitive> weights_layer_reorder, weights_iter_reorder;
 };
 
-struct RecurrentShape {
-  bool lstm;
-  int64_t G;  // gates: 4 for LSTM, 3 for GRU
-  int64_t B, T, I, H, ND;
+struct RecurrentShape : RecurrentLayout {
   bool has_initial;  // h_0 (and, for LSTM, c_0) given; else oneDNN starts from zeros
   bool has_final;    // h_n (and, for LSTM, c_n) wanted
-
-  dnnl::memory::desc SrcLayer() const { return F32({T, B, I}, Tag::ntc); }
-  dnnl::memory::desc DstLayer() const { return F32({T, B, ND * H}, Tag::ntc); }
-  dnnl::memory::desc State() const { return F32({1, ND, B, H}, Tag::ldnc); }
-  dnnl::memory::desc WeightsLayer(Tag tag) const { return F32({1, ND, I, G, H}, tag); }
-  dnnl::memory::desc WeightsIter(Tag tag) const { return F32({1, ND, H, G, H}, tag); }
-  // LSTM: one bias per gate; linear-before-reset GRU: G + 1.
-  int64_t BiasParts() const { return lstm ? G : G + 1; }
-  dnnl::memory::desc Bias() const { return F32({1, ND, BiasParts(), H}, Tag::ldgo); }
 };
-
-std::optional<DnnlPrimitive> MaybeReorder(const dnnl::engine& engine,
-                                          const dnnl::memory::desc& from,
-                                          const dnnl::memory::desc& to) {
-  if (from == to) return std::nullopt;
-  return MakeDnnlPrimitive<dnnl::reorder>(
-      dnnl::reorder::primitive_desc(engine, from, engine, to, UserScratchpadAttr()));
-}
 
 template <typename RnnFwd>
 std::shared_ptr<RecurrentPrimitive> FinishBuild(const dnnl::engine& engine, const RecurrentShape& s,
@@ -102,55 +76,6 @@ std::shared_ptr<RecurrentPrimitive> BuildRecurrent(const dnnl::engine& engine,
                                          s.WeightsLayer(Tag::any), s.WeightsIter(Tag::any),
                                          s.Bias(), s.DstLayer(), dst_iter);
   return FinishBuild<dnnl::lbr_gru_forward>(engine, s, desc);
-}
-
-// PyTorch's per-direction weights and biases in oneDNN's ldgoi / ldgo order.
-struct OneDnnWeights {
-  std::vector<float> layer;  // (ND, G, H, I)
-  std::vector<float> iter;   // (ND, G, H, H)
-  std::vector<float> bias;   // (ND, BiasParts, H)
-};
-
-// A null bias reads as zeros.
-float BiasAt(const float* bias, int64_t i) { return bias != nullptr ? bias[i] : 0.0f; }
-
-OneDnnWeights ToOneDnnWeights(const RecurrentShape& s, const RecurrentDirectionWeights* weights) {
-  const auto [lstm, G, B, T, I, H, ND, has_initial, has_final] = s;
-  const int64_t parts = s.BiasParts();
-  OneDnnWeights w;
-  w.layer.resize(ND * G * H * I);
-  w.iter.resize(ND * G * H * H);
-  w.bias.resize(ND * parts * H);
-  for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& wd = weights[d];
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t from = lstm ? kLstmGateFrom[g] : kGruGateFrom[g];
-      std::memcpy(w.layer.data() + (d * G + g) * H * I, wd.w_ih + from * H * I,
-                  sizeof(float) * H * I);
-      std::memcpy(w.iter.data() + (d * G + g) * H * H, wd.w_hh + from * H * H,
-                  sizeof(float) * H * H);
-      float* bias = w.bias.data() + (d * parts + g) * H;
-      const bool input_part_only = !lstm && g == 2;  // GRU o = b_in; b_hn goes to u'
-      for (int64_t j = 0; j < H; ++j) {
-        bias[j] = BiasAt(wd.b_ih, from * H + j) +
-                  (input_part_only ? 0.0f : BiasAt(wd.b_hh, from * H + j));
-      }
-    }
-    if (!lstm) {
-      float* u_prime = w.bias.data() + (d * parts + G) * H;
-      for (int64_t j = 0; j < H; ++j) u_prime[j] = BiasAt(wd.b_hh, 2 * H + j);
-    }
-  }
-  return w;
-}
-
-// Runs `reorder` from `user` into a new memory of layout `md`, or returns `user` when none.
-dnnl::memory Reordered(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reorder,
-                       const dnnl::memory::desc& md, const dnnl::memory& user) {
-  if (!reorder.has_value()) return user;
-  dnnl::memory reordered(md, stream.get_engine());
-  Execute(stream, *reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, reordered}});
-  return reordered;
 }
 
 }  // namespace
@@ -213,15 +138,9 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
                                                     const RecurrentDirectionWeights* weights,
                                                     const RecurrentDims& dims) {
   const bool lstm = kind == PrimitiveKind::kLstm;
-  RecurrentShape s{.lstm = lstm,
-                   .G = lstm ? 4 : 3,
-                   .B = dims.B,
-                   .T = dims.T,
-                   .I = dims.I,
-                   .H = dims.H,
-                   .ND = dims.ND,
-                   .has_initial = h_0 != nullptr || c_0 != nullptr,
-                   .has_final = h_n != nullptr || c_n != nullptr};
+  const RecurrentShape s{lstm ? RecurrentLayout::Lstm(dims) : RecurrentLayout::Gru(dims),
+                         /*has_initial=*/h_0 != nullptr || c_0 != nullptr,
+                         /*has_final=*/h_n != nullptr || c_n != nullptr};
   if (s.B == 0 || s.T == 0 || s.I == 0 || s.H == 0 || (s.ND != 1 && s.ND != 2)) return false;
   if (cpu::HasAvx2Fma()) {
     RETURN_IF_ERROR(ProjectedRecurrentLayer(kind, out, h_n, c_n, inp, h_0, c_0, weights, dims));

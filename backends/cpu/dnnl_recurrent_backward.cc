@@ -2,19 +2,11 @@
 // directions in one primitive with bidirectional_concat (direction 1 runs right to left, as
 // PyTorch's reverse direction). Each call first reruns the layer's forward as forward_training,
 // which writes the workspace the backward reads, then the backward. Layouts and gate orders as
-// in dnnl_recurrent.cc, and back again for the gradients:
-//   - inp, dinp (B, T, I) and out, dout (B, T, ND*H) are oneDNN's ntc layer layout, in place.
-//   - weights: PyTorch's (G*H, I) / (G*H, H) per direction, gates permuted, is oneDNN's ldgoi;
-//     reordered into the layouts the forward and the backward primitives ask for (they differ).
-//     The weight gradients come out in the backward's layout (ldigo), are reordered to ldgoi
-//     and their gates permuted back.
-//   - gates: LSTM i, f, g, o = oneDNN i, f, c~, o. GRU r, z, n -> oneDNN u (= z), r, o (= n).
-//   - bias: oneDNN has one bias per gate where PyTorch has b_ih + b_hh, so both of PyTorch's
-//     gradients are the combined bias's: LSTM db_ih = db_hh = dbias for every gate; GRU
-//     db_iz = db_hz = dbias[u], db_ir = db_hr = dbias[r], and the n gate's two biases, which
-//     linear-before-reset keeps apart, db_in = dbias[o] and db_hn = dbias[u'].
+// dnnl_recurrent_layout.h maps them, and back again for the gradients: dinp and dout are in
+// place like inp and out; the weights in ldgoi are reordered into the layouts the forward and
+// the backward primitives ask for (they differ); the weight gradients come out in the
+// backward's layout (ldigo), are reordered to ldgoi and go back through FromOneDnnGrads.
 // oneDNN 2.6 accumulates into the weight gradients, so they are zeroed before each call.
-#include <array>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -23,6 +15,7 @@
 
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_primitive.h"
+#include "backends/cpu/dnnl_recurrent_layout.h"
 #include "backends/cpu/dnnl_status.h"
 #include "kernels/base/status.h"
 
@@ -32,34 +25,16 @@ namespace {
 using dnnl_internal::Args;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
-using dnnl_internal::F32;
+using dnnl_internal::FromOneDnnGrads;
 using dnnl_internal::MakeDnnlPrimitive;
+using dnnl_internal::MaybeReorder;
+using dnnl_internal::OneDnnWeights;
+using dnnl_internal::RecurrentLayout;
+using dnnl_internal::Reordered;
 using dnnl_internal::Tag;
+using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
-
-// oneDNN gate g takes PyTorch gate kGateFrom[g] (and gives its gradient back to it).
-constexpr std::array<int64_t, 4> kLstmGateFrom = {0, 1, 2, 3};  // i f g o -> i f c~ o
-constexpr std::array<int64_t, 3> kGruGateFrom = {1, 0, 2};      // r z n -> u(z) r o(n)
-
-struct RecurrentBackwardShape {
-  bool lstm;
-  int64_t G;  // gates: 4 for LSTM, 3 for GRU
-  int64_t B, T, I, H, ND;
-
-  dnnl::memory::desc Layer(int64_t C) const { return F32({T, B, C}, Tag::ntc); }
-  dnnl::memory::desc SrcLayer() const { return Layer(I); }
-  dnnl::memory::desc DstLayer() const { return Layer(ND * H); }
-  // The initial states and their gradients (scratch: they reach no caller). Always given, as
-  // zeros when the caller has none: with a zero descriptor instead, oneDNN 2.6's LSTM backward
-  // gets dW_hh wrong for one row of one step (nonzero, where h_0 = 0 makes it 0).
-  dnnl::memory::desc State() const { return F32({1, ND, B, H}, Tag::ldnc); }
-  dnnl::memory::desc WeightsLayer(Tag tag) const { return F32({1, ND, I, G, H}, tag); }
-  dnnl::memory::desc WeightsIter(Tag tag) const { return F32({1, ND, H, G, H}, tag); }
-  // LSTM: one bias per gate; linear-before-reset GRU: G + 1.
-  int64_t BiasParts() const { return lstm ? G : G + 1; }
-  dnnl::memory::desc Bias() const { return F32({1, ND, BiasParts(), H}, Tag::ldgo); }
-};
 
 // Everything a recurrent backward of one shape builds once. A reorder is empty when the
 // layouts on its two sides are the same.
@@ -77,17 +52,9 @@ struct RecurrentBackwardPrimitive {
   std::optional<DnnlPrimitive> diff_layer_reorder, diff_iter_reorder, diff_bias_reorder;
 };
 
-std::optional<DnnlPrimitive> MaybeReorder(const dnnl::engine& engine,
-                                          const dnnl::memory::desc& from,
-                                          const dnnl::memory::desc& to) {
-  if (from == to) return std::nullopt;
-  return MakeDnnlPrimitive<dnnl::reorder>(
-      dnnl::reorder::primitive_desc(engine, from, engine, to, UserScratchpadAttr()));
-}
-
 template <typename RnnFwd, typename RnnBwd>
 std::shared_ptr<RecurrentBackwardPrimitive> FinishBuild(const dnnl::engine& engine,
-                                                        const RecurrentBackwardShape& s,
+                                                        const RecurrentLayout& s,
                                                         const typename RnnFwd::desc& fwd_desc,
                                                         const typename RnnBwd::desc& bwd_desc) {
   const typename RnnFwd::primitive_desc fwd_pd(fwd_desc, UserScratchpadAttr(), engine);
@@ -115,11 +82,14 @@ std::shared_ptr<RecurrentBackwardPrimitive> FinishBuild(const dnnl::engine& engi
   return p;
 }
 
-std::shared_ptr<RecurrentBackwardPrimitive> BuildRecurrentBackward(
-    const dnnl::engine& engine, const RecurrentBackwardShape& s) {
+std::shared_ptr<RecurrentBackwardPrimitive> BuildRecurrentBackward(const dnnl::engine& engine,
+                                                                   const RecurrentLayout& s) {
   const auto direction = s.ND == 1 ? dnnl::rnn_direction::unidirectional_left2right
                                    : dnnl::rnn_direction::bidirectional_concat;
-  // The final states do not reach the loss: no dst_iter, no diff_dst_iter.
+  // The final states do not reach the loss: no dst_iter, no diff_dst_iter. The initial states
+  // and their gradients (scratch: they reach no caller) are always given, as zeros when the
+  // caller has none: with a zero descriptor instead, oneDNN 2.6's LSTM backward gets dW_hh
+  // wrong for one row of one step (nonzero, where h_0 = 0 makes it 0).
   const dnnl::memory::desc none;
   const dnnl::memory::desc state = s.State();
   const dnnl::memory::desc weights_layer = s.WeightsLayer(Tag::any);
@@ -144,76 +114,6 @@ std::shared_ptr<RecurrentBackwardPrimitive> BuildRecurrentBackward(
   return FinishBuild<dnnl::lbr_gru_forward, dnnl::lbr_gru_backward>(engine, s, fwd, bwd);
 }
 
-// PyTorch's per-direction weights and biases in oneDNN's ldgoi / ldgo order.
-struct OneDnnWeights {
-  std::vector<float> layer;  // (ND, G, H, I)
-  std::vector<float> iter;   // (ND, G, H, H)
-  std::vector<float> bias;   // (ND, BiasParts, H)
-};
-
-// A null bias reads as zeros.
-float BiasAt(const float* bias, int64_t i) { return bias != nullptr ? bias[i] : 0.0f; }
-
-int64_t GateFrom(bool lstm, int64_t g) { return lstm ? kLstmGateFrom[g] : kGruGateFrom[g]; }
-
-OneDnnWeights ToOneDnnWeights(const RecurrentBackwardShape& s,
-                              const RecurrentDirectionWeights* weights) {
-  const auto [lstm, G, B, T, I, H, ND] = s;
-  const int64_t parts = s.BiasParts();
-  OneDnnWeights w;
-  w.layer.resize(ND * G * H * I);
-  w.iter.resize(ND * G * H * H);
-  w.bias.resize(ND * parts * H);
-  for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& wd = weights[d];
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t from = GateFrom(lstm, g);
-      std::memcpy(w.layer.data() + (d * G + g) * H * I, wd.w_ih + from * H * I,
-                  sizeof(float) * H * I);
-      std::memcpy(w.iter.data() + (d * G + g) * H * H, wd.w_hh + from * H * H,
-                  sizeof(float) * H * H);
-      float* bias = w.bias.data() + (d * parts + g) * H;
-      const bool input_part_only = !lstm && g == 2;  // GRU o = b_in; b_hn goes to u'
-      for (int64_t j = 0; j < H; ++j) {
-        bias[j] = BiasAt(wd.b_ih, from * H + j) +
-                  (input_part_only ? 0.0f : BiasAt(wd.b_hh, from * H + j));
-      }
-    }
-    if (!lstm) {
-      float* u_prime = w.bias.data() + (d * parts + G) * H;
-      for (int64_t j = 0; j < H; ++j) u_prime[j] = BiasAt(wd.b_hh, 2 * H + j);
-    }
-  }
-  return w;
-}
-
-// The inverse of ToOneDnnWeights for the gradients (see the file comment for the biases).
-// Null gradients in `dweights` are skipped.
-void FromOneDnnGrads(const RecurrentBackwardShape& s, const OneDnnWeights& grads,
-                     const RecurrentDirectionGrads* dweights) {
-  const auto [lstm, G, B, T, I, H, ND] = s;
-  const int64_t parts = s.BiasParts();
-  for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionGrads& gd = dweights[d];
-    for (int64_t g = 0; g < G; ++g) {
-      const int64_t from = GateFrom(lstm, g);
-      if (gd.dw_ih != nullptr) {
-        std::memcpy(gd.dw_ih + from * H * I, grads.layer.data() + (d * G + g) * H * I,
-                    sizeof(float) * H * I);
-      }
-      if (gd.dw_hh != nullptr) {
-        std::memcpy(gd.dw_hh + from * H * H, grads.iter.data() + (d * G + g) * H * H,
-                    sizeof(float) * H * H);
-      }
-      const float* dbias = grads.bias.data() + (d * parts + g) * H;
-      // GRU n gate: b_hn's gradient is u''s, not the input-side o's.
-      const float* dbias_hh = !lstm && g == 2 ? grads.bias.data() + (d * parts + G) * H : dbias;
-      if (gd.db_ih != nullptr) std::memcpy(gd.db_ih + from * H, dbias, sizeof(float) * H);
-      if (gd.db_hh != nullptr) std::memcpy(gd.db_hh + from * H, dbias_hh, sizeof(float) * H);
-    }
-  }
-}
-
 // Runs `reorder` from `from` into `to`; with no reorder they are the same layout and the data
 // is copied.
 void ReorderOrCopy(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reorder,
@@ -223,15 +123,6 @@ void ReorderOrCopy(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reo
     return;
   }
   std::memcpy(to.get_data_handle(), from.get_data_handle(), from.get_desc().get_size());
-}
-
-// `user` reordered into a new memory of layout `md`, or `user` itself when no reorder.
-dnnl::memory Reordered(dnnl::stream& stream, const std::optional<DnnlPrimitive>& reorder,
-                       const dnnl::memory::desc& md, const dnnl::memory& user) {
-  if (!reorder.has_value()) return user;
-  dnnl::memory reordered(md, stream.get_engine());
-  Execute(stream, *reorder, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, reordered}});
-  return reordered;
 }
 
 // A new memory of layout `md`, zeroed.
@@ -248,13 +139,7 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayerBackward(
     const float* inp, const float* h_0, const float* c_0, const RecurrentDirectionWeights* weights,
     const RecurrentDims& dims) {
   const bool lstm = kind == PrimitiveKind::kLstmBackward;
-  const RecurrentBackwardShape s{.lstm = lstm,
-                                 .G = lstm ? 4 : 3,
-                                 .B = dims.B,
-                                 .T = dims.T,
-                                 .I = dims.I,
-                                 .H = dims.H,
-                                 .ND = dims.ND};
+  const RecurrentLayout s = lstm ? RecurrentLayout::Lstm(dims) : RecurrentLayout::Gru(dims);
   if (s.B == 0 || s.T == 0 || s.I == 0 || s.H == 0 || (s.ND != 1 && s.ND != 2)) return false;
   ASSIGN_OR_RETURN(std::shared_ptr<const RecurrentBackwardPrimitive> p,
                    cache_.GetOrBuild<RecurrentBackwardPrimitive>(

@@ -29,4 +29,30 @@ absl::StatusOr<std::vector<Device>> DiscoverCudaDevices() {
   return devices;
 }
 
+namespace {
+absl::Status SetDevice(int device) {
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  return absl::OkStatus();
+}
+}  // namespace
+
+ScopedCudaDevice::ScopedCudaDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return;
+  status_ = SetDevice(device);
+  if (status_.ok()) {
+    previous_ = current;
+  } else {
+    cudaGetLastError();  // a bad ordinal is not sticky; keep it from reaching later launches
+  }
+}
+
+ScopedCudaDevice::~ScopedCudaDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 }  // namespace forecastd

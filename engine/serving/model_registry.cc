@@ -217,22 +217,19 @@ absl::Status ModelRegistry::Start() {
       options_.models_to_load.empty() ? names : options_.models_to_load;
   int ready = 0;
   for (const std::string& name : to_load) {
-    std::shared_ptr<ModelEntry> entry = FindOrAddEntry(name);
-    if (entry == nullptr) {
+    absl::StatusOr<std::shared_ptr<ModelEntry>> entry = GetOrAddEntry(name);
+    if (!entry.ok()) {
       auto failed = std::make_shared<ModelEntry>(name);
       {
         absl::MutexLock l(&mu_);
         models_.emplace(name, failed);
       }
       absl::MutexLock admin(&failed->admin_mu);
-      RecordLoadFailure(*failed, 0,
-                        absl::NotFoundError(absl::StrCat(
-                            "model '", name, "' is not in the repository ", repository_.root())))
-          .IgnoreError();
+      RecordLoadFailure(*failed, 0, entry.status()).IgnoreError();
       continue;
     }
-    absl::MutexLock admin(&entry->admin_mu);
-    if (LoadAndSwitch(*entry, 0).ok()) ++ready;
+    absl::MutexLock admin(&(*entry)->admin_mu);
+    if (LoadAndSwitch(**entry, 0).ok()) ++ready;
   }
   spdlog::info("model registry: {} models in {}, {} loaded, {} failed", names.size(),
                repository_.root(), ready, to_load.size() - ready);
@@ -262,6 +259,16 @@ std::shared_ptr<ModelRegistry::ModelEntry> ModelRegistry::FindOrAddEntry(const s
     entry = slot;
   }
   RefreshVersions(*entry);
+  return entry;
+}
+
+absl::StatusOr<std::shared_ptr<ModelRegistry::ModelEntry>> ModelRegistry::GetOrAddEntry(
+    const std::string& model) {
+  std::shared_ptr<ModelEntry> entry = FindOrAddEntry(model);
+  if (entry == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("model '", model, "' is not in the repository ", repository_.root()));
+  }
   return entry;
 }
 
@@ -535,11 +542,7 @@ void ModelRegistry::Retire(ModelEntry& entry, std::shared_ptr<LoadedVersion> ret
 
 absl::Status ModelRegistry::Load(const std::string& model) {
   RETURN_IF_ERROR(ValidateModelName(model));
-  std::shared_ptr<ModelEntry> entry = FindOrAddEntry(model);
-  if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not in the repository ", repository_.root()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelEntry> entry, GetOrAddEntry(model));
   absl::MutexLock admin(&entry->admin_mu);
   if (shut_down()) return absl::UnavailableError("model registry is shut down");
   return LoadAndSwitch(*entry, 0);
@@ -551,11 +554,7 @@ absl::Status ModelRegistry::SetServingVersion(const std::string& model, int64_t 
     return absl::InvalidArgumentError(
         absl::StrCat("SetServingVersion: version ", version, " of model '", model, "' < 0"));
   }
-  std::shared_ptr<ModelEntry> entry = FindOrAddEntry(model);
-  if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not in the repository ", repository_.root()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelEntry> entry, GetOrAddEntry(model));
   absl::MutexLock admin(&entry->admin_mu);
   if (shut_down()) return absl::UnavailableError("model registry is shut down");
   if (version == 0) entry->pinned_version = 0;
@@ -595,11 +594,7 @@ absl::Status ModelRegistry::OnVersionPublished(const std::string& model, int64_t
     return absl::InvalidArgumentError(
         absl::StrCat("OnVersionPublished: version ", version, " of model '", model, "' <= 0"));
   }
-  std::shared_ptr<ModelEntry> entry = FindOrAddEntry(model);
-  if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not in the repository ", repository_.root()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelEntry> entry, GetOrAddEntry(model));
   RefreshVersions(*entry);
   ModelState state;
   {
@@ -708,33 +703,27 @@ std::vector<ModelStatus> ModelRegistry::ListModels() {
 
 absl::StatusOr<ModelStatus> ModelRegistry::GetModel(const std::string& model) {
   RETURN_IF_ERROR(ValidateModelName(model));
-  std::shared_ptr<ModelEntry> entry = FindOrAddEntry(model);
-  if (entry == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("model '", model, "' is not in the repository ", repository_.root()));
-  }
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelEntry> entry, GetOrAddEntry(model));
   RefreshVersions(*entry);
   return StatusOf(*entry);
 }
 
-int64_t ModelRegistry::total_queued_tasks() const {
+int64_t ModelRegistry::SumOverBatchers(int64_t (Batcher::*count)() const) const {
   int64_t total = 0;
   for (const std::shared_ptr<ModelEntry>& entry : AllEntries()) {
     absl::ReaderMutexLock l(&entry->mu);
-    if (entry->serving != nullptr) total += entry->serving->batcher->queued_tasks();
-    for (const auto& loaded : entry->draining) total += loaded->batcher->queued_tasks();
+    if (entry->serving != nullptr) total += ((*entry->serving->batcher).*count)();
+    for (const auto& loaded : entry->draining) total += ((*loaded->batcher).*count)();
   }
   return total;
 }
 
+int64_t ModelRegistry::total_queued_tasks() const {
+  return SumOverBatchers(&Batcher::queued_tasks);
+}
+
 int64_t ModelRegistry::total_in_flight_tasks() const {
-  int64_t total = 0;
-  for (const std::shared_ptr<ModelEntry>& entry : AllEntries()) {
-    absl::ReaderMutexLock l(&entry->mu);
-    if (entry->serving != nullptr) total += entry->serving->batcher->in_flight_tasks();
-    for (const auto& loaded : entry->draining) total += loaded->batcher->in_flight_tasks();
-  }
-  return total;
+  return SumOverBatchers(&Batcher::in_flight_tasks);
 }
 
 int ModelRegistry::loaded_model_count() const {

@@ -213,12 +213,16 @@ class ModelRegistry {
   // The entry for `model`, creating it (UNAVAILABLE) when the repository has the model.
   // nullptr when neither knows it.
   std::shared_ptr<ModelEntry> FindOrAddEntry(const std::string& model);
+  // FindOrAddEntry, with NOT_FOUND (naming the repository) where it returns nullptr.
+  absl::StatusOr<std::shared_ptr<ModelEntry>> GetOrAddEntry(const std::string& model);
   std::shared_ptr<ModelEntry> FindEntry(const std::string& model) const;
   std::vector<std::shared_ptr<ModelEntry>> AllEntries() const;
   // The loaded version a request for `version` goes to, or the error Enqueue returns.
   absl::StatusOr<std::shared_ptr<LoadedVersion>> FindVersion(const std::string& model,
                                                              int64_t version) const;
   ModelStatus StatusOf(const ModelEntry& entry) const;
+  // The sum of `count` over the batchers of every loaded version, serving or draining.
+  int64_t SumOverBatchers(int64_t (Batcher::*count)() const) const;
   void RefreshVersions(ModelEntry& entry) const;
 
   // With entry.admin_mu held: reads the config, loads `pin` (0: by the pin/config rule) unless

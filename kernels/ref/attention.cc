@@ -5,6 +5,34 @@
 #include <vector>
 
 namespace forecastd::ref {
+namespace {
+
+// One query's attention weights over the keys s in [0, S), in double: w[s] = softmax_s(q . k_s
+// * scale), with key s at k + s * k_stride. AttentionLastQueryBackward, which recomputes the
+// weights, calls this too, so it sees exactly the forward's.
+void SoftmaxWeights(double* w, const float* q, const float* k, int64_t k_stride, int64_t S,
+                    int64_t hs, double scale) {
+  double max = -INFINITY;
+  for (int64_t s = 0; s < S; ++s) {
+    const float* k_s = k + s * k_stride;
+    double dot = 0.0;
+    for (int64_t i = 0; i < hs; ++i) {
+      dot += static_cast<double>(q[i]) * static_cast<double>(k_s[i]);
+    }
+    w[s] = dot * scale;
+    max = std::max(max, w[s]);
+  }
+  double sum = 0.0;
+  for (int64_t s = 0; s < S; ++s) {
+    w[s] = std::exp(w[s] - max);
+    sum += w[s];
+  }
+  for (int64_t s = 0; s < S; ++s) {
+    w[s] /= sum;
+  }
+}
+
+}  // namespace
 
 void AttentionForward(float* out, float* att, const float* qkv, const float* dropout_mask,
                       int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) {
@@ -18,25 +46,7 @@ void AttentionForward(float* out, float* att, const float* qkv, const float* dro
       for (int64_t t = 0; t < T; ++t) {
         const float* q = qkv_b + t * 3 * D + 0 * D + h * hs;
         const int64_t S = causal ? t + 1 : T;  // keys this query may see: s in [0, S)
-
-        double max = -INFINITY;
-        for (int64_t s = 0; s < S; ++s) {
-          const float* k = qkv_b + s * 3 * D + 1 * D + h * hs;
-          double dot = 0.0;
-          for (int64_t i = 0; i < hs; ++i) {
-            dot += static_cast<double>(q[i]) * static_cast<double>(k[i]);
-          }
-          w[s] = dot * scale;
-          max = std::max(max, w[s]);
-        }
-        double sum = 0.0;
-        for (int64_t s = 0; s < S; ++s) {
-          w[s] = std::exp(w[s] - max);
-          sum += w[s];
-        }
-        for (int64_t s = 0; s < S; ++s) {
-          w[s] /= sum;
-        }
+        SoftmaxWeights(w.data(), q, qkv_b + 1 * D + h * hs, 3 * D, S, hs, scale);
 
         if (att != nullptr) {
           float* att_row = att + ((b * NH + h) * T + t) * T;
@@ -74,26 +84,11 @@ void AttentionLastQueryForward(float* out, const float* q, const float* kv, int6
   for (int64_t b = 0; b < B; ++b) {
     const float* kv_b = kv + b * T * 2 * D;
     for (int64_t h = 0; h < NH; ++h) {
-      const float* q_bh = q + b * D + h * hs;
-      double max = -INFINITY;
-      for (int64_t s = 0; s < T; ++s) {
-        const float* k = kv_b + s * 2 * D + h * hs;
-        double dot = 0.0;
-        for (int64_t i = 0; i < hs; ++i) {
-          dot += static_cast<double>(q_bh[i]) * static_cast<double>(k[i]);
-        }
-        w[s] = dot * scale;
-        max = std::max(max, w[s]);
-      }
-      double sum = 0.0;
-      for (int64_t s = 0; s < T; ++s) {
-        w[s] = std::exp(w[s] - max);
-        sum += w[s];
-      }
+      SoftmaxWeights(w.data(), q + b * D + h * hs, kv_b + h * hs, 2 * D, T, hs, scale);
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int64_t s = 0; s < T; ++s) {
         const float* v = kv_b + s * 2 * D + D + h * hs;
-        for (int64_t i = 0; i < hs; ++i) acc[i] += w[s] / sum * static_cast<double>(v[i]);
+        for (int64_t i = 0; i < hs; ++i) acc[i] += w[s] * static_cast<double>(v[i]);
       }
       for (int64_t i = 0; i < hs; ++i) out[b * D + h * hs + i] = static_cast<float>(acc[i]);
     }
@@ -171,23 +166,7 @@ void AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const 
     for (int64_t h = 0; h < NH; ++h) {
       const float* q_bh = q + b * D + h * hs;
       const float* dout_bh = dout + b * D + h * hs;
-      // The weights, recomputed as the forward computes them.
-      double max = -INFINITY;
-      for (int64_t s = 0; s < T; ++s) {
-        const float* k = kv_b + s * 2 * D + h * hs;
-        double dot = 0.0;
-        for (int64_t i = 0; i < hs; ++i) {
-          dot += static_cast<double>(q_bh[i]) * static_cast<double>(k[i]);
-        }
-        w[s] = dot * scale;
-        max = std::max(max, w[s]);
-      }
-      double sum = 0.0;
-      for (int64_t s = 0; s < T; ++s) {
-        w[s] = std::exp(w[s] - max);
-        sum += w[s];
-      }
-      for (int64_t s = 0; s < T; ++s) w[s] /= sum;
+      SoftmaxWeights(w.data(), q_bh, kv_b + h * hs, 2 * D, T, hs, scale);
 
       double w_dot_dw = 0.0;
       for (int64_t s = 0; s < T; ++s) {

@@ -4,25 +4,39 @@
 #include <vector>
 
 namespace forecastd::ref {
+namespace {
+
+// A row's mean and 1 / sqrt(var + eps), var biased as nn.LayerNorm's. Two passes in double: the
+// one-pass E[x^2] - E[x]^2 form cancels badly when |mean| >> std. The backward recomputes them
+// here, so it sees exactly the forward's statistics.
+struct RowStats {
+  double mean;
+  double rstd;
+};
+
+RowStats StatsOf(const float* x, int64_t C, float eps) {
+  double m = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    m += x[c];
+  }
+  m /= static_cast<double>(C);
+  double v = 0.0;
+  for (int64_t c = 0; c < C; ++c) {
+    const double xm = x[c] - m;
+    v += xm * xm;
+  }
+  v /= static_cast<double>(C);
+  return RowStats{.mean = m, .rstd = 1.0 / std::sqrt(v + static_cast<double>(eps))};
+}
+
+}  // namespace
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                       const float* beta, int64_t N, int64_t C, float eps) {
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     float* out_n = out + n * C;
-    // Two passes in double: the one-pass E[x^2] - E[x]^2 form cancels badly when |mean| >> std.
-    double m = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      m += x[c];
-    }
-    m /= static_cast<double>(C);
-    double v = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      const double xm = x[c] - m;
-      v += xm * xm;
-    }
-    v /= static_cast<double>(C);  // biased, as nn.LayerNorm
-    const double s = 1.0 / std::sqrt(v + static_cast<double>(eps));
+    const auto [m, s] = StatsOf(x, C, eps);
     for (int64_t c = 0; c < C; ++c) {
       out_n[c] = static_cast<float>((x[c] - m) * s * gamma[c] + beta[c]);
     }
@@ -39,19 +53,7 @@ void LayerNormBackward(float* dinp, float* dgamma, float* dbeta, const float* do
   for (int64_t n = 0; n < N; ++n) {
     const float* x = inp + n * C;
     const float* dout_n = dout + n * C;
-    // The statistics exactly as the forward computes them.
-    double m = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      m += x[c];
-    }
-    m /= static_cast<double>(C);
-    double v = 0.0;
-    for (int64_t c = 0; c < C; ++c) {
-      const double xm = x[c] - m;
-      v += xm * xm;
-    }
-    v /= static_cast<double>(C);
-    const double s = 1.0 / std::sqrt(v + static_cast<double>(eps));
+    const auto [m, s] = StatsOf(x, C, eps);
 
     double mean_dxhat = 0.0, mean_dxhat_xhat = 0.0;
     for (int64_t c = 0; c < C; ++c) {

@@ -25,6 +25,89 @@ void MatVecBias(double* pre, const float* w, const float* x, const float* bias, 
 // Time index of step `step` for direction d: forward for d = 0, reversed for d = 1.
 int64_t TimeAt(int64_t step, int64_t d, int64_t T) { return d == 0 ? step : T - 1 - step; }
 
+// An initial state row: `init` + `offset` (H values), or zeros when there is no `init`.
+void LoadState(float* state, const float* init, int64_t offset, int64_t H) {
+  for (int64_t j = 0; j < H; ++j) {
+    state[j] = init != nullptr ? init[offset + j] : 0.0f;
+  }
+}
+
+// The cells of one direction. Step reads x_t and the state, and overwrites the state with the
+// next one, rounded to float as PyTorch keeps the states between steps. The forward and the
+// backward's replay both step here, so the backward differentiates exactly what the forward
+// computed; the replay also asks Step to keep what the chain rule needs.
+
+class LstmCell {
+ public:
+  static constexpr int64_t G = 4;
+
+  LstmCell(const RecurrentDirectionWeights& wd, int64_t I, int64_t H)
+      : wd_(wd), I_(I), H_(H), gx_(G * H), gh_(G * H) {}
+
+  // With `gates` (G*H) and `tanh_c` (H), also keeps the gate activations i, f, g, o and tanh(c').
+  void Step(const float* x_t, float* h, float* c, double* gates = nullptr,
+            double* tanh_c = nullptr) {
+    const int64_t H = H_;
+    MatVecBias(gx_.data(), wd_.w_ih, x_t, wd_.b_ih, G * H, I_);
+    MatVecBias(gh_.data(), wd_.w_hh, h, wd_.b_hh, G * H, H);
+    for (int64_t j = 0; j < H; ++j) {
+      const double i_gate = Sigmoid(gx_[0 * H + j] + gh_[0 * H + j]);
+      const double f_gate = Sigmoid(gx_[1 * H + j] + gh_[1 * H + j]);
+      const double g_gate = std::tanh(gx_[2 * H + j] + gh_[2 * H + j]);
+      const double o_gate = Sigmoid(gx_[3 * H + j] + gh_[3 * H + j]);
+      const double c_new = f_gate * c[j] + i_gate * g_gate;
+      const double tc = std::tanh(c_new);
+      if (gates != nullptr) {
+        gates[0 * H + j] = i_gate;
+        gates[1 * H + j] = f_gate;
+        gates[2 * H + j] = g_gate;
+        gates[3 * H + j] = o_gate;
+        tanh_c[j] = tc;
+      }
+      c[j] = static_cast<float>(c_new);
+      h[j] = static_cast<float>(o_gate * tc);
+    }
+  }
+
+ private:
+  const RecurrentDirectionWeights& wd_;
+  const int64_t I_, H_;
+  std::vector<double> gx_, gh_;  // W_ih x + b_ih and W_hh h + b_hh
+};
+
+class GruCell {
+ public:
+  static constexpr int64_t G = 3;
+
+  GruCell(const RecurrentDirectionWeights& wd, int64_t I, int64_t H)
+      : wd_(wd), I_(I), H_(H), gx_(G * H), gh_(G * H) {}
+
+  // With `gates` (G*H) and `hn` (H), also keeps the gate activations r, z, n and W_hn h + b_hn.
+  void Step(const float* x_t, float* h, double* gates = nullptr, double* hn = nullptr) {
+    const int64_t H = H_;
+    MatVecBias(gx_.data(), wd_.w_ih, x_t, wd_.b_ih, G * H, I_);
+    // gh includes b_hh, so the n row below is (W_hn h + b_hn), which r scales.
+    MatVecBias(gh_.data(), wd_.w_hh, h, wd_.b_hh, G * H, H);
+    for (int64_t j = 0; j < H; ++j) {
+      const double r_gate = Sigmoid(gx_[0 * H + j] + gh_[0 * H + j]);
+      const double z_gate = Sigmoid(gx_[1 * H + j] + gh_[1 * H + j]);
+      const double n_gate = std::tanh(gx_[2 * H + j] + r_gate * gh_[2 * H + j]);
+      if (gates != nullptr) {
+        gates[0 * H + j] = r_gate;
+        gates[1 * H + j] = z_gate;
+        gates[2 * H + j] = n_gate;
+        hn[j] = gh_[2 * H + j];
+      }
+      h[j] = static_cast<float>((1.0 - z_gate) * n_gate + z_gate * h[j]);
+    }
+  }
+
+ private:
+  const RecurrentDirectionWeights& wd_;
+  const int64_t I_, H_;
+  std::vector<double> gx_, gh_;  // W_ih x + b_ih and W_hh h + b_hh
+};
+
 // The two gradients of pre = w x for one step, accumulated in double across steps:
 //   dw[r, i] += dpre[r] * x[i]
 void AddOuter(double* dw, const double* dpre, const float* x, int64_t R, int64_t I) {
@@ -73,33 +156,17 @@ void LstmLayerForward(float* out, float* h_n, float* c_n, const float* inp, cons
                       const float* c_0, const RecurrentDirectionWeights* weights,
                       const RecurrentDims& dims) {
   const auto [B, T, I, H, ND] = dims;
-  constexpr int64_t G = 4;
-  // The states are kept in float between steps, as PyTorch keeps them.
   std::vector<float> h(H), c(H);
-  std::vector<double> gx(G * H), gh(G * H);
   for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& wd = weights[d];
+    LstmCell cell(weights[d], I, H);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t state = (d * B + b) * H;  // offset of (d, b, :) in h_0, c_0, h_n, c_n
-      for (int64_t j = 0; j < H; ++j) {
-        h[j] = h_0 != nullptr ? h_0[state + j] : 0.0f;
-        c[j] = c_0 != nullptr ? c_0[state + j] : 0.0f;
-      }
+      LoadState(h.data(), h_0, state, H);
+      LoadState(c.data(), c_0, state, H);
       for (int64_t step = 0; step < T; ++step) {
         const int64_t t = TimeAt(step, d, T);
-        MatVecBias(gx.data(), wd.w_ih, inp + (b * T + t) * I, wd.b_ih, G * H, I);
-        MatVecBias(gh.data(), wd.w_hh, h.data(), wd.b_hh, G * H, H);
-        float* out_t = out + (b * T + t) * ND * H + d * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const double i_gate = Sigmoid(gx[0 * H + j] + gh[0 * H + j]);
-          const double f_gate = Sigmoid(gx[1 * H + j] + gh[1 * H + j]);
-          const double g_gate = std::tanh(gx[2 * H + j] + gh[2 * H + j]);
-          const double o_gate = Sigmoid(gx[3 * H + j] + gh[3 * H + j]);
-          const double c_new = f_gate * c[j] + i_gate * g_gate;
-          c[j] = static_cast<float>(c_new);
-          h[j] = static_cast<float>(o_gate * std::tanh(c_new));
-          out_t[j] = h[j];
-        }
+        cell.Step(inp + (b * T + t) * I, h.data(), c.data());
+        std::copy(h.begin(), h.end(), out + (b * T + t) * ND * H + d * H);
       }
       for (int64_t j = 0; j < H; ++j) {
         if (h_n != nullptr) h_n[state + j] = h[j];
@@ -112,29 +179,16 @@ void LstmLayerForward(float* out, float* h_n, float* c_n, const float* inp, cons
 void GruLayerForward(float* out, float* h_n, const float* inp, const float* h_0,
                      const RecurrentDirectionWeights* weights, const RecurrentDims& dims) {
   const auto [B, T, I, H, ND] = dims;
-  constexpr int64_t G = 3;
   std::vector<float> h(H);
-  std::vector<double> gx(G * H), gh(G * H);
   for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& wd = weights[d];
+    GruCell cell(weights[d], I, H);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t state = (d * B + b) * H;
-      for (int64_t j = 0; j < H; ++j) {
-        h[j] = h_0 != nullptr ? h_0[state + j] : 0.0f;
-      }
+      LoadState(h.data(), h_0, state, H);
       for (int64_t step = 0; step < T; ++step) {
         const int64_t t = TimeAt(step, d, T);
-        MatVecBias(gx.data(), wd.w_ih, inp + (b * T + t) * I, wd.b_ih, G * H, I);
-        // gh includes b_hh, so the n row below is (W_hn h + b_hn), which r scales.
-        MatVecBias(gh.data(), wd.w_hh, h.data(), wd.b_hh, G * H, H);
-        float* out_t = out + (b * T + t) * ND * H + d * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const double r_gate = Sigmoid(gx[0 * H + j] + gh[0 * H + j]);
-          const double z_gate = Sigmoid(gx[1 * H + j] + gh[1 * H + j]);
-          const double n_gate = std::tanh(gx[2 * H + j] + r_gate * gh[2 * H + j]);
-          h[j] = static_cast<float>((1.0 - z_gate) * n_gate + z_gate * h[j]);
-          out_t[j] = h[j];
-        }
+        cell.Step(inp + (b * T + t) * I, h.data());
+        std::copy(h.begin(), h.end(), out + (b * T + t) * ND * H + d * H);
       }
       if (h_n != nullptr) {
         for (int64_t j = 0; j < H; ++j) {
@@ -154,44 +208,27 @@ void LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights, con
                        const float* inp, const float* h_0, const float* c_0,
                        const RecurrentDirectionWeights* weights, const RecurrentDims& dims) {
   const auto [B, T, I, H, ND] = dims;
-  constexpr int64_t G = 4;
+  constexpr int64_t G = LstmCell::G;
   std::vector<double> dinp_acc(dinp != nullptr ? B * T * I : 0);
   std::vector<float> h(H), c(H);
-  std::vector<double> gx(G * H), gh(G * H);
   // Saved per step: the states the step read, its gate activations and tanh(c').
   std::vector<float> h_prev(T * H), c_prev(T * H);
   std::vector<double> gates(T * G * H), tanh_c(T * H);
   std::vector<double> dpre(G * H), dh_next(H), dc_next(H);
   for (int64_t d = 0; d < ND; ++d) {
     const RecurrentDirectionWeights& wd = weights[d];
+    LstmCell cell(wd, I, H);
     DirectionGradAcc acc(G * H, I, H);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t state = (d * B + b) * H;
-      for (int64_t j = 0; j < H; ++j) {
-        h[j] = h_0 != nullptr ? h_0[state + j] : 0.0f;
-        c[j] = c_0 != nullptr ? c_0[state + j] : 0.0f;
-      }
+      LoadState(h.data(), h_0, state, H);
+      LoadState(c.data(), c_0, state, H);
       for (int64_t step = 0; step < T; ++step) {
         const int64_t t = TimeAt(step, d, T);
         std::copy(h.begin(), h.end(), h_prev.begin() + step * H);
         std::copy(c.begin(), c.end(), c_prev.begin() + step * H);
-        MatVecBias(gx.data(), wd.w_ih, inp + (b * T + t) * I, wd.b_ih, G * H, I);
-        MatVecBias(gh.data(), wd.w_hh, h.data(), wd.b_hh, G * H, H);
-        double* gates_s = gates.data() + step * G * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const double i_gate = Sigmoid(gx[0 * H + j] + gh[0 * H + j]);
-          const double f_gate = Sigmoid(gx[1 * H + j] + gh[1 * H + j]);
-          const double g_gate = std::tanh(gx[2 * H + j] + gh[2 * H + j]);
-          const double o_gate = Sigmoid(gx[3 * H + j] + gh[3 * H + j]);
-          const double c_new = f_gate * c[j] + i_gate * g_gate;
-          gates_s[0 * H + j] = i_gate;
-          gates_s[1 * H + j] = f_gate;
-          gates_s[2 * H + j] = g_gate;
-          gates_s[3 * H + j] = o_gate;
-          tanh_c[step * H + j] = std::tanh(c_new);
-          c[j] = static_cast<float>(c_new);
-          h[j] = static_cast<float>(o_gate * tanh_c[step * H + j]);
-        }
+        cell.Step(inp + (b * T + t) * I, h.data(), c.data(), gates.data() + step * G * H,
+                  tanh_c.data() + step * H);
       }
 
       std::fill(dh_next.begin(), dh_next.end(), 0.0);
@@ -236,10 +273,9 @@ void GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights, cons
                       const float* inp, const float* h_0, const RecurrentDirectionWeights* weights,
                       const RecurrentDims& dims) {
   const auto [B, T, I, H, ND] = dims;
-  constexpr int64_t G = 3;
+  constexpr int64_t G = GruCell::G;
   std::vector<double> dinp_acc(dinp != nullptr ? B * T * I : 0);
   std::vector<float> h(H);
-  std::vector<double> gx(G * H), gh(G * H);
   // Saved per step: the state the step read, its gate activations r, z, n and W_hn h + b_hn.
   std::vector<float> h_prev(T * H);
   std::vector<double> gates(T * G * H), hn(T * H);
@@ -247,28 +283,16 @@ void GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights, cons
   std::vector<double> dgx(G * H), dgh(G * H), dh_next(H), dh_prev(H);
   for (int64_t d = 0; d < ND; ++d) {
     const RecurrentDirectionWeights& wd = weights[d];
+    GruCell cell(wd, I, H);
     DirectionGradAcc acc(G * H, I, H);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t state = (d * B + b) * H;
-      for (int64_t j = 0; j < H; ++j) {
-        h[j] = h_0 != nullptr ? h_0[state + j] : 0.0f;
-      }
+      LoadState(h.data(), h_0, state, H);
       for (int64_t step = 0; step < T; ++step) {
         const int64_t t = TimeAt(step, d, T);
         std::copy(h.begin(), h.end(), h_prev.begin() + step * H);
-        MatVecBias(gx.data(), wd.w_ih, inp + (b * T + t) * I, wd.b_ih, G * H, I);
-        MatVecBias(gh.data(), wd.w_hh, h.data(), wd.b_hh, G * H, H);
-        double* gates_s = gates.data() + step * G * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const double r_gate = Sigmoid(gx[0 * H + j] + gh[0 * H + j]);
-          const double z_gate = Sigmoid(gx[1 * H + j] + gh[1 * H + j]);
-          const double n_gate = std::tanh(gx[2 * H + j] + r_gate * gh[2 * H + j]);
-          gates_s[0 * H + j] = r_gate;
-          gates_s[1 * H + j] = z_gate;
-          gates_s[2 * H + j] = n_gate;
-          hn[step * H + j] = gh[2 * H + j];
-          h[j] = static_cast<float>((1.0 - z_gate) * n_gate + z_gate * h[j]);
-        }
+        cell.Step(inp + (b * T + t) * I, h.data(), gates.data() + step * G * H,
+                  hn.data() + step * H);
       }
 
       std::fill(dh_next.begin(), dh_next.end(), 0.0);

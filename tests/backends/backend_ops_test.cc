@@ -6,6 +6,16 @@
 // Tolerances are |got - ref| <= atol + rtol * |ref|, per op below with the reason. The
 // reference accumulates in double; a backend accumulates in fp32 (2^-24 ~ 6e-8 relative per
 // rounding) in an order of its own, and may evaluate exp/erf/tanh with its own approximations.
+//
+// The same cases run on the CUDA backend in the gpu-labelled binary cuda_backend_gpu_test, whose
+// source defines FORECASTD_BACKEND_OPS_CUDA to 1 and includes this file: its backend table then
+// holds the CUDA backend alone (with a TestMemory of device buffers), defined by that source as
+// CudaBackendUnderTest(), and the oneDNN backend's own tests at the end are left out. This
+// binary, built without the define, is unchanged by that.
+#ifndef FORECASTD_BACKEND_OPS_CUDA
+#define FORECASTD_BACKEND_OPS_CUDA 0
+#endif
+
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -20,7 +30,9 @@
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
+#if !FORECASTD_BACKEND_OPS_CUDA
 #include "backends/cpu/dnnl_backend.h"
+#endif
 #include "backends/reference_backend.h"
 #include "kernels/ref/activation.h"
 #include "kernels/ref/attention.h"
@@ -72,6 +84,15 @@ struct BackendUnderTest {
   std::function<int64_t(const Backend&)> fallback_calls;
 };
 
+#if FORECASTD_BACKEND_OPS_CUDA
+// Defined by tests/backends/cuda/cuda_backend_gpu_test.cc, which includes this file.
+BackendUnderTest CudaBackendUnderTest();
+
+const std::vector<BackendUnderTest>& Backends() {
+  static const auto* const backends = new std::vector<BackendUnderTest>{CudaBackendUnderTest()};
+  return *backends;
+}
+#else
 const std::vector<BackendUnderTest>& Backends() {
   static const auto* const backends = new std::vector<BackendUnderTest>{
       {"reference",
@@ -90,6 +111,7 @@ const std::vector<BackendUnderTest>& Backends() {
   };
   return *backends;
 }
+#endif  // FORECASTD_BACKEND_OPS_CUDA
 
 std::unique_ptr<Backend> Make(const BackendUnderTest& under_test) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = under_test.make();
@@ -1204,6 +1226,7 @@ TEST_CASE("Concurrent calls from several threads give the reference's results") 
   }
 }
 
+#if !FORECASTD_BACKEND_OPS_CUDA
 // ------------------------------------------------------------------------------------------
 // The oneDNN backend's own promises.
 
@@ -1321,6 +1344,8 @@ TEST_CASE("DnnlBackend evicts the least recently used primitive beyond its capac
   REQUIRE(backend.cache_stats().native == 2);
   REQUIRE(backend.cache_stats().builds == 4);
 }
+
+#endif  // !FORECASTD_BACKEND_OPS_CUDA
 
 }  // namespace
 }  // namespace forecastd

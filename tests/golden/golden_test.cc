@@ -14,6 +14,7 @@
 #include "backends/reference_backend.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
+#include "tests/golden/golden_cases.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
 
@@ -21,21 +22,6 @@ namespace forecastd {
 namespace {
 
 constexpr double kTolerance = 1e-5;
-
-const char* const kCases[] = {
-    "lstm_uni_l1",
-    "lstm_uni_l2",
-    "lstm_bi_l1",
-    "lstm_bi_l2",
-    "gru_uni_l1",
-    "gru_bi_l2",
-    "transformer_postln_gelu",
-    "transformer_preln_relu",
-    "transformer_postln_relu_causal",
-    "transformer_preln_gelu_tanh",
-    "lstm_quantile",
-    "transformer_quantile",
-};
 
 struct Golden {
   std::unique_ptr<Forecaster> model;
@@ -103,7 +89,7 @@ std::vector<float> Run(const Golden& g, Backend& backend) {
 
 TEST_CASE("Forecasts match PyTorch on every CPU backend", "[golden]") {
   auto backends = CpuBackends();
-  for (const char* name : kCases) {
+  for (const char* name : kGoldenCases) {
     const Golden g = LoadCase(name);
     for (auto& backend : backends) {
       const std::vector<float> got = Run(g, *backend);
@@ -118,7 +104,7 @@ TEST_CASE("Forecasts match PyTorch on every CPU backend", "[golden]") {
 TEST_CASE("A model saved by forecastd loads back bit-identical", "[golden]") {
   testing::TempDir dir;
   ReferenceBackend backend;
-  for (const char* name : kCases) {
+  for (const char* name : kGoldenCases) {
     CAPTURE(name);
     const Golden g = LoadCase(name);
     const std::string model_dir = absl::StrCat(dir.path(), "/", name);
@@ -145,7 +131,7 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
   auto backend = DnnlBackend::Create({});
   REQUIRE(backend.ok());
   std::vector<std::string> argv = {FORECASTD_TEST_PYTHON, FORECASTD_MAKE_GOLDEN, "--verify"};
-  for (const char* name : kCases) {
+  for (const char* name : kGoldenCases) {
     CAPTURE(name);
     Golden g = LoadCase(name);
     // New weights, so the forecast PyTorch must reproduce is forecastd's alone.
@@ -174,7 +160,7 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
   INFO(result->output);
   REQUIRE(result->exit_code == 0);
   REQUIRE(std::count(result->output.begin(), result->output.end(), '\n') >=
-          static_cast<std::ptrdiff_t>(std::size(kCases)));
+          static_cast<std::ptrdiff_t>(std::size(kGoldenCases)));
 }
 
 TEST_CASE("Weights for another architecture are refused by name", "[golden]") {

@@ -19,27 +19,13 @@
 #include "engine/safetensors.h"
 #include "engine/train/loss.h"
 #include "engine/train/optimizer.h"
+#include "tests/golden/golden_cases.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
 namespace {
 
 constexpr double kTolerance = 1e-4;
-
-const char* const kCases[] = {
-    "lstm_uni_l1",
-    "lstm_uni_l2",
-    "lstm_bi_l1",
-    "lstm_bi_l2",
-    "gru_uni_l1",
-    "gru_bi_l2",
-    "transformer_postln_gelu",
-    "transformer_preln_relu",
-    "transformer_postln_relu_causal",
-    "transformer_preln_gelu_tanh",
-    "lstm_quantile",
-    "transformer_quantile",
-};
 
 struct Case {
   std::unique_ptr<Forecaster> model;
@@ -222,14 +208,14 @@ void CheckCase(const std::string& name, Backend& backend) {
 TEST_CASE("Gradients and ten optimiser steps match PyTorch on the reference backend",
           "[golden][train]") {
   ReferenceBackend backend;
-  for (const char* name : kCases) CheckCase(name, backend);
+  for (const char* name : kGoldenCases) CheckCase(name, backend);
 }
 
 TEST_CASE("Gradients and ten optimiser steps match PyTorch on the oneDNN backend",
           "[golden][train]") {
   auto backend = DnnlBackend::Create({});
   REQUIRE(backend.ok());
-  for (const char* name : kCases) CheckCase(name, **backend);
+  for (const char* name : kGoldenCases) CheckCase(name, **backend);
 }
 
 }  // namespace

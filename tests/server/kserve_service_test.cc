@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "kernels/base/version.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
+#include "tests/testing/test_models.h"
 
 namespace forecastd {
 namespace {
@@ -82,38 +82,6 @@ ModelConfig QuantileConfig() {
   return c;
 }
 
-std::unique_ptr<Forecaster> MakeModel(const ModelConfig& config, uint32_t seed) {
-  std::unique_ptr<Forecaster> model = Forecaster::Create(config).value();
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-0.8f, 0.8f);
-  ParameterArena& p = model->parameters();
-  for (int64_t i = 0; i < p.size(); ++i) p.data()[i] = dist(gen);
-  float* mean = p.at("normalizer.mean");
-  float* std = p.at("normalizer.std");
-  mean[0] = 10.0f, mean[1] = 100.0f;
-  std[0] = 2.0f, std[1] = 25.0f;
-  return model;
-}
-
-std::vector<float> Windows(int64_t rows, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> input(static_cast<size_t>(rows * T * F));
-  for (size_t i = 0; i < input.size(); i += 2) {
-    input[i] = 10.0f + 2.0f * dist(gen);
-    input[i + 1] = 100.0f + 25.0f * dist(gen);
-  }
-  return input;
-}
-
-std::vector<float> Forward(const Forecaster& model, const std::vector<float>& input, int64_t rows) {
-  ReferenceBackend backend;
-  Workspace workspace;
-  std::vector<float> out(static_cast<size_t>(rows * model.num_outputs()));
-  REQUIRE(model.Forward(backend, out.data(), input.data(), rows, workspace).ok());
-  return out;
-}
-
 std::string Bytes(const std::vector<float>& values) {
   std::string bytes(values.size() * sizeof(float), '\0');
   std::memcpy(bytes.data(), values.data(), bytes.size());
@@ -144,9 +112,9 @@ struct Env {
   explicit Env(KServeService::Options options = {}, std::vector<std::string> load = {"gru"}) {
     root = dir.path() + "/models";
     fs::create_directories(root);
-    gru_v1 = MakeModel(GruConfig(), 1);
-    gru_v2 = MakeModel(GruConfig(), 2);
-    quant = MakeModel(QuantileConfig(), 3);
+    gru_v1 = testing::RandomModel(GruConfig(), 1);
+    gru_v2 = testing::RandomModel(GruConfig(), 2);
+    quant = testing::RandomModel(QuantileConfig(), 3);
     REQUIRE(PublishVersion(*gru_v1, root + "/gru", 1).ok());
     REQUIRE(PublishVersion(*gru_v2, root + "/gru", 2).ok());
     REQUIRE(PublishVersion(*quant, root + "/quant", 1).ok());
@@ -257,7 +225,7 @@ TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes
   Env env;
 
   SECTION("raw_input_contents, as tritonclient sends them") {
-    const std::vector<float> input = Windows(3, 11);
+    const std::vector<float> input = testing::RandomWindows(3, T, 11);
     inference::ModelInferRequest request = RawRequest("gru", input, 3);
     request.set_id("req-7");
     (*request.mutable_parameters())["priority"].set_uint64_param(1);
@@ -277,11 +245,12 @@ TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes
                                  response.outputs(0).shape().end()) ==
             std::vector<int64_t>{3, P, 1});
     REQUIRE(response.raw_output_contents_size() == 1);
-    REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.gru_v2, input, 3));
+    REQUIRE(Floats(response.raw_output_contents(0)) ==
+            testing::ReferenceForward(*env.gru_v2, input, 3));
   }
 
   SECTION("contents.fp32_contents, with an int64 priority and an explicit version") {
-    const std::vector<float> input = Windows(2, 12);
+    const std::vector<float> input = testing::RandomWindows(2, T, 12);
     inference::ModelInferRequest request;
     request.set_model_name("gru");
     request.set_model_version("2");
@@ -295,11 +264,12 @@ TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes
     REQUIRE(env.Infer(request, &response).ok());
     // Always raw on the way back: tritonclient's as_numpy() decodes only raw_output_contents.
     REQUIRE(response.outputs(0).contents().fp32_contents_size() == 0);
-    REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.gru_v2, input, 2));
+    REQUIRE(Floats(response.raw_output_contents(0)) ==
+            testing::ReferenceForward(*env.gru_v2, input, 2));
   }
 
   SECTION("a version on disk but not loaded is UNAVAILABLE") {
-    inference::ModelInferRequest request = RawRequest("gru", Windows(1, 13), 1);
+    inference::ModelInferRequest request = RawRequest("gru", testing::RandomWindows(1, T, 13), 1);
     request.set_model_version("1");
     REQUIRE(env.Infer(request).error_code() == grpc::StatusCode::UNAVAILABLE);
   }
@@ -308,7 +278,7 @@ TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes
 TEST_CASE("KServe ModelInfer refuses bad requests with precise codes and messages",
           "[integration][kserve]") {
   Env env;
-  const std::vector<float> one = Windows(1, 21);
+  const std::vector<float> one = testing::RandomWindows(1, T, 21);
   const auto base = [&] { return RawRequest("gru", one, 1); };
   const auto invalid = [&](const inference::ModelInferRequest& request, const std::string& part) {
     RequireError(env.Infer(request), grpc::StatusCode::INVALID_ARGUMENT, part);
@@ -352,8 +322,8 @@ TEST_CASE("KServe ModelInfer refuses bad requests with precise codes and message
     invalid(r, "dimensions must be concrete");
     r = RawRequest("gru", {}, 0);
     invalid(r, "the batch dimension is 0");
-    r = RawRequest("gru", Windows(kMaxBatch + 1, 22), kMaxBatch + 1);
-    invalid(r, "batch of 5 windows is above model 'gru''s max_batch_size 4");
+    r = RawRequest("gru", testing::RandomWindows(kMaxBatch + 1, T, 22), kMaxBatch + 1);
+    invalid(r, "batch of 5 windows is above the max_batch_size 4 of model 'gru'");
   }
   SECTION("data: byte sizes, value counts, both forms, non-finite values") {
     inference::ModelInferRequest r = base();
@@ -408,7 +378,7 @@ TEST_CASE("KServe ModelInfer takes non-finite inputs when allowed", "[integratio
   KServeService::Options options;
   options.allow_non_finite_inputs = true;
   Env env(std::move(options));
-  std::vector<float> input = Windows(1, 31);
+  std::vector<float> input = testing::RandomWindows(1, T, 31);
   input[3] = std::numeric_limits<float>::infinity();
   REQUIRE(env.Infer(RawRequest("gru", input, 1)).ok());
 }
@@ -436,10 +406,10 @@ TEST_CASE("KServe readiness follows the ready hook and the registry", "[integrat
   env.ready = false;  // draining
   REQUIRE_FALSE(server_ready());
   REQUIRE_FALSE(env.ModelReady("gru"));
-  RequireError(env.Infer(RawRequest("gru", Windows(1, 41), 1)), grpc::StatusCode::UNAVAILABLE,
-               "not ready");
+  RequireError(env.Infer(RawRequest("gru", testing::RandomWindows(1, T, 41), 1)),
+               grpc::StatusCode::UNAVAILABLE, "not ready");
   env.ready = true;
-  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 41), 1)).ok());
+  REQUIRE(env.Infer(RawRequest("gru", testing::RandomWindows(1, T, 41), 1)).ok());
 }
 
 TEST_CASE("KServe ServerMetadata and ModelMetadata describe the server and the tensors",
@@ -567,13 +537,13 @@ TEST_CASE("KServe ModelStatistics counts ModelInfer calls per model version",
   // Sequential calls, so each runs in a batch of its own.
   const std::vector<int64_t> rows = {1, 2, 3, 1, 2};
   for (size_t i = 0; i < rows.size(); ++i) {
-    REQUIRE(env.Infer(RawRequest("gru", Windows(rows[i], 50 + i), rows[i])).ok());
+    REQUIRE(env.Infer(RawRequest("gru", testing::RandomWindows(rows[i], T, 50 + i), rows[i])).ok());
   }
-  std::vector<float> bad = Windows(1, 60);
+  std::vector<float> bad = testing::RandomWindows(1, T, 60);
   bad[0] = std::numeric_limits<float>::quiet_NaN();
   REQUIRE_FALSE(env.Infer(RawRequest("gru", bad, 1)).ok());
   // Refused before the model is known: not counted.
-  inference::ModelInferRequest unknown = RawRequest("nope", Windows(1, 61), 1);
+  inference::ModelInferRequest unknown = RawRequest("nope", testing::RandomWindows(1, T, 61), 1);
   REQUIRE_FALSE(env.Infer(unknown).ok());
 
   inference::ModelStatisticsResponse after;
@@ -630,24 +600,25 @@ TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload
   // Load "quant" and forecast quantiles with it.
   REQUIRE(env.Load("quant").ok());
   REQUIRE(env.ModelReady("quant"));
-  const std::vector<float> input = Windows(2, 71);
+  const std::vector<float> input = testing::RandomWindows(2, T, 71);
   inference::ModelInferResponse response;
   REQUIRE(env.Infer(RawRequest("quant", input, 2), &response).ok());
   REQUIRE(std::vector<int64_t>(response.outputs(0).shape().begin(),
                                response.outputs(0).shape().end()) ==
           std::vector<int64_t>{2, P, 2, 3});
-  REQUIRE(Floats(response.raw_output_contents(0)) == Forward(*env.quant, input, 2));
+  REQUIRE(Floats(response.raw_output_contents(0)) ==
+          testing::ReferenceForward(*env.quant, input, 2));
 
   // Unload "gru": it stops serving, then loads back.
   REQUIRE(env.Unload("gru").ok());
   REQUIRE_FALSE(env.ModelReady("gru"));
-  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 72), 1)).error_code() ==
+  REQUIRE(env.Infer(RawRequest("gru", testing::RandomWindows(1, T, 72), 1)).error_code() ==
           grpc::StatusCode::UNAVAILABLE);
   REQUIRE(entries(env.Index()) ==
           std::vector<std::string>{"gru/ UNAVAILABLE (unloaded)", "quant/1 READY ()"});
   REQUIRE(env.Load("gru").ok());
   REQUIRE(env.ModelReady("gru"));
-  REQUIRE(env.Infer(RawRequest("gru", Windows(1, 73), 1)).ok());
+  REQUIRE(env.Infer(RawRequest("gru", testing::RandomWindows(1, T, 73), 1)).ok());
 
   RequireError(env.Load("nope"), grpc::StatusCode::NOT_FOUND, "nope");
   {

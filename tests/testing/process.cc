@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -52,6 +53,8 @@ absl::StatusOr<ChildProcess> ChildProcess::Start(const std::vector<std::string>&
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
+    // A test killed hard must not leave its daemon running.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     close(out_fd);

@@ -11,7 +11,6 @@
 #include <functional>
 #include <future>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +23,7 @@
 #include "engine/models/model_files.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
+#include "tests/testing/test_models.h"
 
 namespace forecastd {
 namespace {
@@ -46,40 +46,6 @@ ModelConfig SmallConfig(const std::string& name, int hidden = 3) {
   c.mutable_gru()->set_num_layers(1);
   c.mutable_batching()->set_max_batch_size(4);
   return c;
-}
-
-// Random weights per seed, and normaliser statistics near the inputs Input() makes.
-std::unique_ptr<Forecaster> MakeModel(const ModelConfig& config, uint32_t seed) {
-  std::unique_ptr<Forecaster> model = Forecaster::Create(config).value();
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-0.8f, 0.8f);
-  ParameterArena& p = model->parameters();
-  for (int64_t i = 0; i < p.size(); ++i) p.data()[i] = dist(gen);
-  float* mean = p.at("normalizer.mean");
-  float* std = p.at("normalizer.std");
-  mean[0] = 10.0f, mean[1] = 100.0f;
-  std[0] = 2.0f, std[1] = 25.0f;
-  return model;
-}
-
-std::vector<float> Input(int64_t rows, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> input(static_cast<size_t>(rows * kLookback * kFeatures));
-  for (size_t i = 0; i < input.size(); i += 2) {
-    input[i] = 10.0f + 2.0f * dist(gen);
-    input[i + 1] = 100.0f + 25.0f * dist(gen);
-  }
-  return input;
-}
-
-std::vector<float> Expected(const Forecaster& model, const std::vector<float>& input,
-                            int64_t rows) {
-  ReferenceBackend backend;
-  Workspace workspace;
-  std::vector<float> out(static_cast<size_t>(rows * model.num_outputs()));
-  REQUIRE(model.Forward(backend, out.data(), input.data(), rows, workspace).ok());
-  return out;
 }
 
 bool Near(const std::vector<float>& a, const std::vector<float>& b) {
@@ -142,7 +108,7 @@ PredictResult Predict(ModelRegistry& registry, const std::string& model, int64_t
 }
 
 absl::Status EnqueueStatus(ModelRegistry& registry, const std::string& model, int64_t version) {
-  return PredictAsync(registry, model, version, Input(1, 1), 1).enqueue;
+  return PredictAsync(registry, model, version, testing::RandomWindows(1, kLookback, 1), 1).enqueue;
 }
 
 class CountingObserver : public RegistryObserver {
@@ -217,14 +183,16 @@ struct Env {
 TEST_CASE("Start loads the good models and records each bad one as FAILED with its reason",
           "[unit][registry]") {
   Env env;
-  const auto good = MakeModel(SmallConfig("good"), 1);
+  const auto good = testing::RandomModel(SmallConfig("good"), 1);
   env.Publish(*good, 1);
 
   fs::create_directories(env.ModelDir("bad_json"));
   REQUIRE(WriteFileAtomically(env.ModelDir("bad_json") + "/config.json", "{ not json").ok());
 
   // Published under another name than its directory's.
-  REQUIRE(PublishVersion(*MakeModel(SmallConfig("other"), 2), env.ModelDir("mismatch"), 1).ok());
+  REQUIRE(
+      PublishVersion(*testing::RandomModel(SmallConfig("other"), 2), env.ModelDir("mismatch"), 1)
+          .ok());
 
   env.WriteConfig("no_weights", SmallConfig("no_weights"));
   fs::create_directories(env.ModelDir("no_weights") + "/1");
@@ -232,11 +200,13 @@ TEST_CASE("Start loads the good models and records each bad one as FAILED with i
   env.WriteConfig("no_versions", SmallConfig("no_versions"));
 
   // Weights of a 3-wide GRU under a config that says 5.
-  env.Publish(*MakeModel(SmallConfig("wrong_shapes", 3), 3), 1);
+  env.Publish(*testing::RandomModel(SmallConfig("wrong_shapes", 3), 3), 1);
   env.WriteConfig("wrong_shapes", SmallConfig("wrong_shapes", 5));
 
   // Not models: a hidden directory and a plain file.
-  REQUIRE(PublishVersion(*MakeModel(SmallConfig(".hidden"), 4), env.ModelDir(".hidden"), 1).ok());
+  REQUIRE(
+      PublishVersion(*testing::RandomModel(SmallConfig(".hidden"), 4), env.ModelDir(".hidden"), 1)
+          .ok());
   REQUIRE(WriteFileAtomically(env.root + "/README", "notes").ok());
 
   ModelRegistry& registry = env.Start();
@@ -280,10 +250,10 @@ TEST_CASE("Start loads the good models and records each bad one as FAILED with i
   REQUIRE(env.observer.batcher_observers == 1);
 
   // The good one serves.
-  const std::vector<float> input = Input(2, 5);
+  const std::vector<float> input = testing::RandomWindows(2, kLookback, 5);
   const PredictResult result = Predict(registry, "good", 0, input, 2);
   REQUIRE(result.status.ok());
-  REQUIRE(Near(result.output, Expected(*good, input, 2)));
+  REQUIRE(Near(result.output, testing::ReferenceForward(*good, input, 2)));
 }
 
 TEST_CASE("Start refuses a missing repository and honours models_to_load", "[unit][registry]") {
@@ -293,8 +263,8 @@ TEST_CASE("Start refuses a missing repository and honours models_to_load", "[uni
   auto registry = ModelRegistry::Create(missing).value();
   REQUIRE(registry->Start().code() == absl::StatusCode::kNotFound);
 
-  const auto a = MakeModel(SmallConfig("a"), 1);
-  const auto b = MakeModel(SmallConfig("b"), 2);
+  const auto a = testing::RandomModel(SmallConfig("a"), 1);
+  const auto b = testing::RandomModel(SmallConfig("b"), 2);
   env.Publish(*a, 1);
   env.Publish(*b, 1);
   ModelRegistry::Options options = env.Options();
@@ -315,42 +285,45 @@ TEST_CASE("Start refuses a missing repository and honours models_to_load", "[uni
 
   REQUIRE(r.Load("b").ok());
   REQUIRE(env.Status("b").state == ModelState::kReady);
-  const std::vector<float> input = Input(1, 9);
-  REQUIRE(Near(Predict(r, "b", 0, input, 1).output, Expected(*b, input, 1)));
+  const std::vector<float> input = testing::RandomWindows(1, kLookback, 9);
+  REQUIRE(Near(Predict(r, "b", 0, input, 1).output, testing::ReferenceForward(*b, input, 1)));
   REQUIRE(r.loaded_model_count() == 2);
 }
 
 TEST_CASE("Enqueue computes what Forecaster::Forward computes", "[unit][registry]") {
   Env env;
-  const auto model = MakeModel(SmallConfig("m"), 11);
+  const auto model = testing::RandomModel(SmallConfig("m"), 11);
   env.Publish(*model, 1);
   ModelRegistry& registry = env.Start();
 
   for (const int64_t rows : {1, 3, 4}) {
-    const std::vector<float> input = Input(rows, static_cast<uint32_t>(rows));
+    const std::vector<float> input =
+        testing::RandomWindows(rows, kLookback, static_cast<uint32_t>(rows));
     const PredictResult result = Predict(registry, "m", 0, input, rows);
     INFO(result.status.ToString());
     REQUIRE(result.status.ok());
     REQUIRE(result.version == 1);
     REQUIRE(result.output.size() == static_cast<size_t>(rows * kOutputs));
-    REQUIRE(Near(result.output, Expected(*model, input, rows)));
+    REQUIRE(Near(result.output, testing::ReferenceForward(*model, input, rows)));
   }
   // By explicit version too, and through the model GetLoadedModel hands out.
-  const std::vector<float> input = Input(2, 77);
-  REQUIRE(Near(Predict(registry, "m", 1, input, 2).output, Expected(*model, input, 2)));
+  const std::vector<float> input = testing::RandomWindows(2, kLookback, 77);
+  REQUIRE(Near(Predict(registry, "m", 1, input, 2).output,
+               testing::ReferenceForward(*model, input, 2)));
   const LoadedModel loaded = registry.GetLoadedModel("m").value();
   REQUIRE(loaded.version == 1);
   REQUIRE(loaded.model->lookback() == kLookback);
   REQUIRE(loaded.model->num_features() == kFeatures);
-  REQUIRE(Near(Expected(*loaded.model, input, 2), Expected(*model, input, 2)));
+  REQUIRE(Near(testing::ReferenceForward(*loaded.model, input, 2),
+               testing::ReferenceForward(*model, input, 2)));
 }
 
 TEST_CASE("Enqueue returns NOT_FOUND and UNAVAILABLE as the model's state says",
           "[unit][registry]") {
   Env env;
-  const auto v1 = MakeModel(SmallConfig("m"), 1);
+  const auto v1 = testing::RandomModel(SmallConfig("m"), 1);
   env.Publish(*v1, 1);
-  env.Publish(*MakeModel(SmallConfig("m"), 2), 2);
+  env.Publish(*testing::RandomModel(SmallConfig("m"), 2), 2);
   ModelRegistry& registry = env.Start();
   REQUIRE(env.Status("m").serving_version == 2);
 
@@ -390,7 +363,7 @@ TEST_CASE("Enqueue returns NOT_FOUND and UNAVAILABLE as the model's state says",
 TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
           "[unit][registry]") {
   Env env;
-  const auto model = MakeModel(SmallConfig("m"), 3);
+  const auto model = testing::RandomModel(SmallConfig("m"), 3);
   env.Publish(*model, 1);
   ModelRegistry& registry = env.Start();
 
@@ -405,7 +378,7 @@ TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
   }
   REQUIRE(WaitUntil([&] { return holding.load() == 2; }));
 
-  const std::vector<float> input = Input(2, 21);
+  const std::vector<float> input = testing::RandomWindows(2, kLookback, 21);
   Pending pending = PredictAsync(registry, "m", 0, input, 2);
   REQUIRE(pending.enqueue.ok());
   REQUIRE(registry.total_in_flight_tasks() == 1);
@@ -430,7 +403,7 @@ TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
   const PredictResult result = Await(pending);
   INFO(result.status.ToString());
   REQUIRE(result.status.ok());
-  REQUIRE(Near(result.output, Expected(*model, input, 2)));
+  REQUIRE(Near(result.output, testing::ReferenceForward(*model, input, 2)));
   const ModelStatus unloaded = env.Status("m");
   REQUIRE(unloaded.state == ModelState::kUnloaded);
   REQUIRE(unloaded.loaded.empty());
@@ -438,19 +411,21 @@ TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
 
   // Load brings it back.
   REQUIRE(registry.Load("m").ok());
-  REQUIRE(Near(Predict(registry, "m", 0, input, 2).output, Expected(*model, input, 2)));
+  REQUIRE(Near(Predict(registry, "m", 0, input, 2).output,
+               testing::ReferenceForward(*model, input, 2)));
 }
 
 TEST_CASE("SetServingVersion switches weights and a version that fails to load changes nothing",
           "[unit][registry]") {
   Env env;
-  const auto v1 = MakeModel(SmallConfig("m"), 1);
-  const auto v2 = MakeModel(SmallConfig("m"), 2);
+  const auto v1 = testing::RandomModel(SmallConfig("m"), 1);
+  const auto v2 = testing::RandomModel(SmallConfig("m"), 2);
   env.Publish(*v1, 1);
   ModelRegistry& registry = env.Start();
   env.Publish(*v2, 2);
-  const std::vector<float> input = Input(3, 4);
-  const std::vector<float> out1 = Expected(*v1, input, 3), out2 = Expected(*v2, input, 3);
+  const std::vector<float> input = testing::RandomWindows(3, kLookback, 4);
+  const std::vector<float> out1 = testing::ReferenceForward(*v1, input, 3),
+                           out2 = testing::ReferenceForward(*v2, input, 3);
   REQUIRE(!Near(out1, out2));
 
   PredictResult r = Predict(registry, "m", 0, input, 3);
@@ -497,7 +472,7 @@ TEST_CASE("SetServingVersion switches weights and a version that fails to load c
 
 TEST_CASE("Load re-reads config.json and reloads only when something changed", "[unit][registry]") {
   Env env;
-  const auto model = MakeModel(SmallConfig("m"), 5);
+  const auto model = testing::RandomModel(SmallConfig("m"), 5);
   env.Publish(*model, 1);
   ModelRegistry& registry = env.Start();
   const std::shared_ptr<const Forecaster> first = registry.GetLoadedModel("m").value().model;
@@ -512,8 +487,9 @@ TEST_CASE("Load re-reads config.json and reloads only when something changed", "
   REQUIRE(reloaded.model != first);
   REQUIRE(reloaded.version == 1);
   REQUIRE(reloaded.model->config().batching().max_batch_size() == 8);
-  const std::vector<float> input = Input(8, 6);
-  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output, Expected(*model, input, 8)));
+  const std::vector<float> input = testing::RandomWindows(8, kLookback, 6);
+  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output,
+               testing::ReferenceForward(*model, input, 8)));
 
   // A config that no longer parses fails the reload; the loaded version keeps serving.
   REQUIRE(WriteFileAtomically(env.ModelDir("m") + "/config.json", "{").ok());
@@ -521,38 +497,41 @@ TEST_CASE("Load re-reads config.json and reloads only when something changed", "
   const ModelStatus s = env.Status("m");
   REQUIRE(s.state == ModelState::kReady);
   REQUIRE(!s.last_error.ok());
-  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output, Expected(*model, input, 8)));
+  REQUIRE(Near(Predict(registry, "m", 0, input, 8).output,
+               testing::ReferenceForward(*model, input, 8)));
 }
 
 TEST_CASE("OnVersionPublished refreshes versions, promotes, and loads a new model",
           "[unit][registry]") {
   Env env;
-  const auto v1 = MakeModel(SmallConfig("m"), 1);
-  const auto v2 = MakeModel(SmallConfig("m"), 2);
-  const auto v3 = MakeModel(SmallConfig("m"), 3);
+  const auto v1 = testing::RandomModel(SmallConfig("m"), 1);
+  const auto v2 = testing::RandomModel(SmallConfig("m"), 2);
+  const auto v3 = testing::RandomModel(SmallConfig("m"), 3);
   env.Publish(*v1, 1);
   ModelRegistry& registry = env.Start();
-  const std::vector<float> input = Input(1, 8);
+  const std::vector<float> input = testing::RandomWindows(1, kLookback, 8);
 
   env.Publish(*v2, 2);
   REQUIRE(registry.OnVersionPublished("m", 2, /*promote=*/false).ok());
   ModelStatus s = env.Status("m");
   REQUIRE(s.versions_on_disk == std::vector<int64_t>{1, 2});
   REQUIRE(s.serving_version == 1);
-  REQUIRE(Near(Predict(registry, "m", 0, input, 1).output, Expected(*v1, input, 1)));
+  REQUIRE(
+      Near(Predict(registry, "m", 0, input, 1).output, testing::ReferenceForward(*v1, input, 1)));
 
   env.Publish(*v3, 3);
   REQUIRE(registry.OnVersionPublished("m", 3, /*promote=*/true).ok());
   REQUIRE(env.Status("m").serving_version == 3);
   const PredictResult r = Predict(registry, "m", 0, input, 1);
-  REQUIRE((r.version == 3 && Near(r.output, Expected(*v3, input, 1))));
+  REQUIRE((r.version == 3 && Near(r.output, testing::ReferenceForward(*v3, input, 1))));
 
   // A model directory the training job created after Start.
-  const auto fresh = MakeModel(SmallConfig("fresh"), 4);
+  const auto fresh = testing::RandomModel(SmallConfig("fresh"), 4);
   env.Publish(*fresh, 1);
   REQUIRE(registry.OnVersionPublished("fresh", 1, /*promote=*/false).ok());
   REQUIRE(env.Status("fresh").state == ModelState::kReady);
-  REQUIRE(Near(Predict(registry, "fresh", 0, input, 1).output, Expected(*fresh, input, 1)));
+  REQUIRE(Near(Predict(registry, "fresh", 0, input, 1).output,
+               testing::ReferenceForward(*fresh, input, 1)));
 
   REQUIRE(registry.OnVersionPublished("m", 9, true).code() == absl::StatusCode::kNotFound);
   REQUIRE(registry.OnVersionPublished("nope", 1, false).code() == absl::StatusCode::kNotFound);
@@ -561,14 +540,15 @@ TEST_CASE("OnVersionPublished refreshes versions, promotes, and loads a new mode
 
 TEST_CASE("Requests during repeated version switches all succeed", "[unit][registry]") {
   Env env;
-  const auto v1 = MakeModel(SmallConfig("m"), 1);
-  const auto v2 = MakeModel(SmallConfig("m"), 2);
+  const auto v1 = testing::RandomModel(SmallConfig("m"), 1);
+  const auto v2 = testing::RandomModel(SmallConfig("m"), 2);
   env.Publish(*v1, 1);
   env.Publish(*v2, 2);
   ModelRegistry& registry = env.Start();
 
-  const std::vector<float> input = Input(1, 3);
-  const std::vector<float> out1 = Expected(*v1, input, 1), out2 = Expected(*v2, input, 1);
+  const std::vector<float> input = testing::RandomWindows(1, kLookback, 3);
+  const std::vector<float> out1 = testing::ReferenceForward(*v1, input, 1),
+                           out2 = testing::ReferenceForward(*v2, input, 1);
 
   // Each client keeps one request in flight, sending the next when the last completes,
   // until the switches are over (and at least kMinPerThread times).
@@ -624,19 +604,19 @@ TEST_CASE("Requests during repeated version switches all succeed", "[unit][regis
 TEST_CASE("Shutdown drains everything and then refuses requests and admin calls",
           "[unit][registry]") {
   Env env;
-  const auto a = MakeModel(SmallConfig("a"), 1);
+  const auto a = testing::RandomModel(SmallConfig("a"), 1);
   env.Publish(*a, 1);
-  env.Publish(*MakeModel(SmallConfig("b"), 2), 1);
+  env.Publish(*testing::RandomModel(SmallConfig("b"), 2), 1);
   ModelRegistry& registry = env.Start();
   REQUIRE(registry.loaded_model_count() == 2);
   REQUIRE(registry.total_queued_tasks() == 0);
 
-  const std::vector<float> input = Input(2, 1);
+  const std::vector<float> input = testing::RandomWindows(2, kLookback, 1);
   Pending pending = PredictAsync(registry, "a", 0, input, 2);
   registry.Shutdown(absl::Seconds(30));
   const PredictResult result = Await(pending);
   REQUIRE(result.status.ok());  // accepted before the shutdown: completed
-  REQUIRE(Near(result.output, Expected(*a, input, 2)));
+  REQUIRE(Near(result.output, testing::ReferenceForward(*a, input, 2)));
 
   const absl::Status refused = EnqueueStatus(registry, "a", 0);
   REQUIRE(refused.code() == absl::StatusCode::kUnavailable);

@@ -33,6 +33,7 @@
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "tests/engine/train/checkpoint_formula.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
 
@@ -42,13 +43,7 @@ namespace {
 namespace fs = std::filesystem;
 using forecastd::testing::ChildProcess;
 
-// --- what checkpoint_writer writes (must match checkpoint_writer_main.cc)
-
-constexpr int64_t kCheckpointFloats = int64_t{1} << 20;
-
-float ValueOf(int64_t i, int k, int64_t j) {
-  return static_cast<float>(i * 8 + k) + static_cast<float>(j) / 4096.0f;
-}
+// --- what checkpoint_writer writes (checkpoint_formula.h)
 
 std::vector<float> ArrayOf(int64_t i, int k, int64_t n) {
   std::vector<float> values(static_cast<size_t>(n));
@@ -57,35 +52,8 @@ std::vector<float> ArrayOf(int64_t i, int k, int64_t n) {
 }
 
 TrainCheckpoint ExpectedCheckpoint(int64_t i) {
-  TrainCheckpoint c;
-  c.fingerprint = "job";
-  c.epochs_done = i;
-  c.optimizer_steps = 10 * i;
-  c.params = ArrayOf(i, 0, kCheckpointFloats);
-  if (i > 0) {
-    c.best_epoch = i - 1;
-    c.best_validation_loss = 1.0 / static_cast<double>(i + 1);
-    c.best_params = ArrayOf(i, 1, kCheckpointFloats);
-  }
-  c.epochs_without_improvement = i % 5;
-  c.optimizer_state = {{"m", ArrayOf(i, 2, kCheckpointFloats)},
-                       {"v", ArrayOf(i, 3, kCheckpointFloats)}};
-  for (int64_t e = 0; e < i; ++e) {
-    c.train_losses.push_back(static_cast<double>(i) + static_cast<double>(e) / 8.0);
-    c.validation_losses.push_back(e % 3 == 0 ? std::nan("") : -static_cast<double>(e) - 0.25);
-  }
-  return c;
-}
-
-ModelConfig VersionModelConfig() {
-  ModelConfig c;
-  c.set_name("victim");
-  c.set_lookback(8);
-  c.set_horizon(2);
-  for (int f = 0; f < 4; ++f) c.add_feature_names(absl::StrCat("f", f));
-  c.add_target_names("f0");
-  c.mutable_lstm()->set_hidden_size(320);
-  c.mutable_lstm()->set_num_layers(1);
+  TrainCheckpoint c = NewCheckpoint();
+  FillCheckpoint(i, ValueOffsets(kCheckpointFloats), c);
   return c;
 }
 

@@ -1,0 +1,338 @@
+#include "backends/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <initializer_list>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_devices.h"
+#include "backends/cuda/library_status.h"
+#include "kernels/cuda/activation.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/linear_bias.h"
+#include "kernels/cuda/normalization.h"
+#include "kernels/cuda/positional_encoding.h"
+#include "kernels/cuda/softmax.h"
+
+namespace forecastd {
+namespace {
+
+bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
+
+// out (M x N, column-major, ld ldc) = op(A) (M x K) @ op(B) (K x N), fp32 in and out.
+absl::Status Gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int64_t M,
+                  int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
+                  float* C, int64_t ldc, bool allow_tf32) {
+  for (const int64_t v : {M, N, K, lda, ldb, ldc}) {
+    if (!FitsInt(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaBackend: GEMM dimension ", v, " exceeds cuBLAS's int range"));
+    }
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  // CUBLAS_COMPUTE_32F keeps fp32 multiplies and accumulation whatever the handle's math mode;
+  // the TF32 variant lets cuBLAS round the inputs to TF32 for tensor cores.
+  const cublasComputeType_t compute =
+      allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
+      handle, op_a, op_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), &alpha, A,
+      CUDA_R_32F, static_cast<int>(lda), B, CUDA_R_32F, static_cast<int>(ldb), &beta, C, CUDA_R_32F,
+      static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
+  return absl::OkStatus();
+}
+
+absl::Status Zero(float* data, int64_t n, cudaStream_t stream) {
+  if (data == nullptr || n <= 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, static_cast<size_t>(n) * sizeof(float), stream));
+  return absl::OkStatus();
+}
+
+absl::Status NonNegative(absl::string_view op, std::initializer_list<int64_t> dims) {
+  for (const int64_t d : dims) {
+    if (d < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CudaBackend::", op, ": negative dimension ", d));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// --- construction
+
+absl::Status CudaBackend::Validate(const CudaStreamContext& context, const CudaAllocator* allocator,
+                                   const Options& options) {
+  if (allocator == nullptr || allocator->device() != context.device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaBackend: needs the allocator of cuda:", context.device));
+  }
+  if (context.stream == nullptr || context.cublas == nullptr || context.cudnn == nullptr) {
+    return absl::InvalidArgumentError(
+        "CudaBackend: the stream context needs a stream and cuBLAS and cuDNN handles");
+  }
+  if (options.rnn_plan_capacity <= 0) {
+    return absl::InvalidArgumentError("CudaBackend: rnn_plan_capacity must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(StreamLease lease,
+                                                                 CudaAllocator* allocator,
+                                                                 const Options& options) {
+  const CudaStreamContext context = lease.context();
+  RETURN_IF_ERROR(Validate(context, allocator, options));
+  return std::unique_ptr<CudaBackend>(
+      new CudaBackend(std::move(lease), context, allocator, options));
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaStreamContext& context,
+                                                                 CudaAllocator* allocator,
+                                                                 const Options& options) {
+  RETURN_IF_ERROR(Validate(context, allocator, options));
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::nullopt, context, allocator, options));
+}
+
+CudaBackend::CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
+                         CudaAllocator* allocator, const Options& options)
+    : lease_(std::move(lease)), context_(context), allocator_(allocator), options_(options) {}
+
+CudaBackend::~CudaBackend() {
+  absl::MutexLock lock(&mu_);
+  const ScopedCudaDevice scoped(context_.device);
+  // Queued work may still read the scratch and the plans' sequence lengths.
+  cudaStreamSynchronize(context_.stream);
+  cudaGetLastError();
+  plans_.clear();
+  for (DeviceBuffer& buffer : scratch_) buffer.Reset();
+}
+
+bool CudaBackend::SupportsOp(Op) const { return true; }
+
+absl::Status CudaBackend::Run(absl::FunctionRef<absl::Status()> body) {
+  absl::MutexLock lock(&mu_);
+  const ScopedCudaDevice scoped(context_.device);
+  RETURN_IF_ERROR(scoped.status());
+  return body();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  const ScopedCudaDevice scoped(context_.device);
+  RETURN_IF_ERROR(scoped.status());
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
+  return absl::OkStatus();
+}
+
+CudaBackend::Stats CudaBackend::stats() const {
+  absl::MutexLock lock(&mu_);
+  Stats stats = stats_;
+  stats.rnn_plans_cached = static_cast<int64_t>(plans_.size());
+  stats.scratch_bytes = 0;
+  for (const DeviceBuffer& buffer : scratch_) stats.scratch_bytes += buffer.block_bytes();
+  return stats;
+}
+
+// --- scratch
+
+absl::StatusOr<void*> CudaBackend::ScratchLocked(Scratch which, int64_t bytes) {
+  DeviceBuffer& buffer = scratch_[which];
+  if (bytes <= buffer.block_bytes()) return buffer.data();  // the whole size class is ours
+  if (!buffer.empty()) {
+    // Work queued on the stream may still use the old block, and the allocator may hand it to
+    // another stream at once.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
+    buffer.Reset();
+  }
+  ASSIGN_OR_RETURN(buffer, allocator_->Allocate(bytes));
+  ++stats_.scratch_grows;
+  return buffer.data();
+}
+
+absl::StatusOr<void*> CudaBackend::WorkspaceLocked(int64_t bytes) {
+  if (bytes <= context_.workspace_bytes) return context_.workspace;
+  return ScratchLocked(kWorkspace, bytes);
+}
+
+// --- Linear: nn.Linear's row-major (OUT, IN) weight is cuBLAS's column-major (IN, OUT) matrix,
+// and every row-major (R, C) activation a column-major (C, R) one; so out^T = W^T-as-stored
+// applied to inp^T, i.e. out_cm (OUT x N) = op_T(W_cm (IN x OUT)) @ inp_cm (IN x N).
+
+absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weight,
+                                 const float* bias, int64_t N, int64_t IN, int64_t OUT) {
+  RETURN_IF_ERROR(NonNegative("Linear", {N, IN, OUT}));
+  if (N == 0 || OUT == 0) return absl::OkStatus();
+  return Run([&]() -> absl::Status {
+    if (IN == 0) {
+      RETURN_IF_ERROR(Zero(out, N * OUT, context_.stream));
+    } else {
+      RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, weight, IN, inp,
+                           IN, out, OUT, options_.allow_tf32));
+    }
+    if (bias == nullptr) return absl::OkStatus();
+    return cuda::AddBias(out, bias, N, OUT, context_.stream);
+  });
+}
+
+absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
+                                         const float* dout, const float* inp, const float* weight,
+                                         int64_t N, int64_t IN, int64_t OUT) {
+  RETURN_IF_ERROR(NonNegative("LinearBackward", {N, IN, OUT}));
+  return Run([&]() -> absl::Status {
+    const cudaStream_t stream = context_.stream;
+    // dinp (N, IN) = dout (N, OUT) @ W (OUT, IN):  dinp_cm (IN x N) = W_cm (IN x OUT) @ dout_cm.
+    if (dinp != nullptr && N > 0 && IN > 0) {
+      if (OUT == 0) {
+        RETURN_IF_ERROR(Zero(dinp, N * IN, stream));
+      } else {
+        RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, weight, IN,
+                             dout, OUT, dinp, IN, options_.allow_tf32));
+      }
+    }
+    // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T.
+    if (dweight != nullptr && OUT > 0 && IN > 0) {
+      if (N == 0) {
+        RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
+      } else {
+        RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, inp, IN, dout,
+                             OUT, dweight, IN, options_.allow_tf32));
+      }
+    }
+    if (dbias != nullptr && OUT > 0) {
+      if (N == 0) return Zero(dbias, OUT, stream);
+      return cuda::BiasGrad(dbias, dout, N, OUT, stream);
+    }
+    return absl::OkStatus();
+  });
+}
+
+// --- LSTM / GRU (the work is in cuda_recurrent.cc)
+
+absl::Status CudaBackend::LstmLayer(float* out, float* h_n, float* c_n, const float* inp,
+                                    const float* h_0, const float* c_0,
+                                    const RecurrentDirectionWeights* weights,
+                                    const RecurrentDims& dims) {
+  return Run([&] {
+    return RecurrentForwardLocked(Cell::kLstm, out, h_n, c_n, inp, h_0, c_0, weights, dims);
+  });
+}
+
+absl::Status CudaBackend::GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                                   const RecurrentDirectionWeights* weights,
+                                   const RecurrentDims& dims) {
+  return Run([&] {
+    return RecurrentForwardLocked(Cell::kGru, out, h_n, /*c_n=*/nullptr, inp, h_0,
+                                  /*c_0=*/nullptr, weights, dims);
+  });
+}
+
+absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                            const float* dout, const float* inp, const float* h_0,
+                                            const float* c_0,
+                                            const RecurrentDirectionWeights* weights,
+                                            const RecurrentDims& dims) {
+  return Run([&] {
+    return RecurrentBackwardLocked(Cell::kLstm, dinp, dweights, dout, inp, h_0, c_0, weights, dims);
+  });
+}
+
+absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                           const float* dout, const float* inp, const float* h_0,
+                                           const RecurrentDirectionWeights* weights,
+                                           const RecurrentDims& dims) {
+  return Run([&] {
+    return RecurrentBackwardLocked(Cell::kGru, dinp, dweights, dout, inp, h_0, /*c_0=*/nullptr,
+                                   weights, dims);
+  });
+}
+
+// --- the rest: our kernels (kernels/cuda/), which check their own arguments
+
+absl::Status CudaBackend::LayerNorm(float* out, float* mean, float* rstd, const float* inp,
+                                    const float* gamma, const float* beta, int64_t N, int64_t C,
+                                    float eps) {
+  return Run([&] {
+    return cuda::LayerNormForward(out, mean, rstd, inp, gamma, beta, N, C, eps, context_.stream);
+  });
+}
+
+absl::Status CudaBackend::Gelu(float* out, const float* inp, int64_t n, GeluForm form) {
+  return Run([&] { return cuda::GeluForward(out, inp, n, form, context_.stream); });
+}
+
+absl::Status CudaBackend::Relu(float* out, const float* inp, int64_t n) {
+  return Run([&] { return cuda::ReluForward(out, inp, n, context_.stream); });
+}
+
+absl::Status CudaBackend::Softmax(float* out, const float* inp, int64_t R, int64_t C) {
+  return Run([&] { return cuda::SoftmaxForward(out, inp, R, C, context_.stream); });
+}
+
+absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
+                                    const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                    int64_t NH, bool causal) {
+  return Run([&] {
+    return cuda::AttentionForward(out, att, qkv, dropout_mask, B, T, D, NH, causal,
+                                  context_.stream);
+  });
+}
+
+absl::Status CudaBackend::AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B,
+                                             int64_t T, int64_t D, int64_t NH) {
+  return Run(
+      [&] { return cuda::AttentionLastQueryForward(out, q, kv, B, T, D, NH, context_.stream); });
+}
+
+absl::Status CudaBackend::Residual(float* out, const float* a, const float* b, int64_t n) {
+  return Run([&] { return cuda::ResidualForward(out, a, b, n, context_.stream); });
+}
+
+absl::Status CudaBackend::PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                             int64_t D) {
+  return Run([&] { return cuda::PositionalEncodingForward(out, inp, B, T, D, context_.stream); });
+}
+
+absl::Status CudaBackend::LayerNormBackward(float* dinp, float* dgamma, float* dbeta,
+                                            const float* dout, const float* inp, const float* gamma,
+                                            int64_t N, int64_t C, float eps) {
+  return Run([&] {
+    return cuda::LayerNormBackward(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps,
+                                   context_.stream);
+  });
+}
+
+absl::Status CudaBackend::GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                                       GeluForm form) {
+  return Run([&] { return cuda::GeluBackward(dinp, dout, inp, n, form, context_.stream); });
+}
+
+absl::Status CudaBackend::ReluBackward(float* dinp, const float* dout, const float* inp,
+                                       int64_t n) {
+  return Run([&] { return cuda::ReluBackward(dinp, dout, inp, n, context_.stream); });
+}
+
+absl::Status CudaBackend::SoftmaxBackward(float* dinp, const float* dout, const float* out,
+                                          int64_t R, int64_t C) {
+  return Run([&] { return cuda::SoftmaxBackward(dinp, dout, out, R, C, context_.stream); });
+}
+
+absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
+                                            const float* att, const float* dropout_mask, int64_t B,
+                                            int64_t T, int64_t D, int64_t NH) {
+  return Run([&] {
+    return cuda::AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH,
+                                   context_.stream);
+  });
+}
+
+absl::Status CudaBackend::AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
+                                                     const float* q, const float* kv, int64_t B,
+                                                     int64_t T, int64_t D, int64_t NH) {
+  return Run([&] {
+    return cuda::AttentionLastQueryBackward(dq, dkv, dout, q, kv, B, T, D, NH, context_.stream);
+  });
+}
+
+}  // namespace forecastd

@@ -1,0 +1,203 @@
+// The CUDA backend: the Backend ops on one GPU and one stream. Linear runs as cuBLAS GEMMs in
+// fp32 (plus our bias kernels); LSTM and GRU layers, forward and backward, run on cuDNN's RNN
+// API (cuda_recurrent.cc); the rest are our kernels in kernels/cuda/. Every pointer an op takes
+// is device memory of this backend's GPU (host pointers are a programmer error the GPU reports
+// as an illegal address): a model's parameter arena must be uploaded before it runs here.
+//
+// Ops are asynchronous: each queues its work on the stream and returns; results are ready
+// once the stream has synchronised (Synchronize(), or the next blocking copy on that stream).
+// A returned error is one of queuing (bad arguments, RESOURCE_EXHAUSTED when scratch memory
+// cannot be had); a fault inside a kernel surfaces at the next synchronisation.
+//
+// Scratch (cuDNN's weight space, workspace and reserve, the recomputed forward of a recurrent
+// backward) is the backend's own, grown on demand from the allocator and kept; growing it
+// synchronises the stream once. cuDNN descriptors and sizes are built once per layer shape and
+// kept in a bounded cache. The first call of a shape therefore allocates and copies from host
+// memory: run each shape once before capturing a CUDA graph.
+//
+// Thread-safe: calls from several threads are serialised by a mutex (their work is ordered on
+// the one stream anyway); use one backend per stream to run concurrently.
+#ifndef FORECASTD_BACKENDS_CUDA_CUDA_BACKEND_H_
+#define FORECASTD_BACKENDS_CUDA_CUDA_BACKEND_H_
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "backends/backend.h"
+#include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/stream_pool.h"
+
+namespace forecastd {
+
+class CudaBackend final : public Backend {
+ public:
+  struct Options {
+    // Let cuBLAS's GEMMs and cuDNN's RNNs round fp32 inputs to TF32 on tensor cores (10-bit
+    // mantissa, ~1e-3 relative error, several times the throughput). Off: pedantic fp32 with
+    // fp32 accumulation, within a few ulp of the reference.
+    bool allow_tf32 = false;
+    // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
+    // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
+    // and rebuilt when next needed. Must be > 0.
+    int rnn_plan_capacity = 64;
+  };
+
+  struct Stats {
+    int64_t rnn_plans_built = 0;   // cuDNN RNN plans built since creation, evicted ones included
+    int64_t rnn_plans_cached = 0;  // plans held now
+    int64_t scratch_bytes = 0;     // block bytes of scratch held now
+    int64_t scratch_grows = 0;     // times a scratch buffer was (re)allocated
+  };
+
+  // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
+  // lease's device and outlive the backend.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(StreamLease lease,
+                                                             CudaAllocator* allocator,
+                                                             const Options& options);
+  // Bound to a stream and handles of the caller's, which must outlive the backend.
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(const CudaStreamContext& context,
+                                                             CudaAllocator* allocator,
+                                                             const Options& options);
+  // Synchronises the stream, then returns the scratch to the allocator.
+  ~CudaBackend() override;
+
+  absl::string_view name() const override { return "cuda"; }
+  bool SupportsOp(Op op) const override;
+
+  absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
+                      int64_t N, int64_t IN, int64_t OUT) override;
+  // Weights are copied into cuDNN's weight space on every call (about 1/(B*T) of the layer's
+  // own work), so they may change between calls with no invalidation.
+  absl::Status LstmLayer(float* out, float* h_n, float* c_n, const float* inp, const float* h_0,
+                         const float* c_0, const RecurrentDirectionWeights* weights,
+                         const RecurrentDims& dims) override;
+  absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
+                        const RecurrentDirectionWeights* weights,
+                        const RecurrentDims& dims) override;
+  absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
+                         const float* beta, int64_t N, int64_t C, float eps) override;
+  absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
+  absl::Status Relu(float* out, const float* inp, int64_t n) override;
+  absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
+  absl::Status Attention(float* out, float* att, const float* qkv, const float* dropout_mask,
+                         int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) override;
+  absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B, int64_t T,
+                                  int64_t D, int64_t NH) override;
+  absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
+  absl::Status PositionalEncoding(float* out, const float* inp, int64_t B, int64_t T,
+                                  int64_t D) override;
+
+  absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int64_t N, int64_t IN,
+                              int64_t OUT) override;
+  // cuDNN's training forward (with its reserve space) recomputes the layer, then its backward
+  // data and backward weights passes run; weight gradients are copied out of cuDNN's layout.
+  absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                 const float* dout, const float* inp, const float* h_0,
+                                 const float* c_0, const RecurrentDirectionWeights* weights,
+                                 const RecurrentDims& dims) override;
+  absl::Status GruLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                const float* dout, const float* inp, const float* h_0,
+                                const RecurrentDirectionWeights* weights,
+                                const RecurrentDims& dims) override;
+  absl::Status LayerNormBackward(float* dinp, float* dgamma, float* dbeta, const float* dout,
+                                 const float* inp, const float* gamma, int64_t N, int64_t C,
+                                 float eps) override;
+  absl::Status GeluBackward(float* dinp, const float* dout, const float* inp, int64_t n,
+                            GeluForm form) override;
+  absl::Status ReluBackward(float* dinp, const float* dout, const float* inp, int64_t n) override;
+  absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
+                               int64_t C) override;
+  absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                                 const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                 int64_t NH) override;
+  absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                          const float* kv, int64_t B, int64_t T, int64_t D,
+                                          int64_t NH) override;
+
+  // Waits for all work queued on the stream; returns the first error a kernel hit.
+  absl::Status Synchronize();
+
+  int device() const { return context_.device; }
+  cudaStream_t stream() const { return context_.stream; }
+  const Options& options() const { return options_; }
+  Stats stats() const;
+
+ private:
+  enum class Cell { kLstm, kGru };
+  // The backend's scratch buffers; several are live within one recurrent call.
+  enum Scratch : int {
+    kWeightSpace,   // cuDNN's packed weights
+    kWeightGrads,   // cuDNN's packed weight gradients
+    kRnnOutput,     // the recomputed forward's y (backward only)
+    kRnnInputGrad,  // dx when the caller wants no dinp (backward only)
+    kWorkspace,     // cuDNN workspace beyond the stream's own
+    kReserve,       // cuDNN reserve space (backward only)
+    kScratchCount,
+  };
+  struct RnnPlan;  // cuda_recurrent.cc
+  // cell, B, T, I, H, ND
+  using RnnKey = std::array<int64_t, 6>;
+
+  CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
+              CudaAllocator* allocator, const Options& options);
+  static absl::Status Validate(const CudaStreamContext& context, const CudaAllocator* allocator,
+                               const Options& options);
+
+  // Runs `body` under the mutex with this backend's device current.
+  absl::Status Run(absl::FunctionRef<absl::Status()> body);
+
+  // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.
+  absl::StatusOr<void*> ScratchLocked(Scratch which, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The stream's workspace when it is large enough, else kWorkspace scratch.
+  absl::StatusOr<void*> WorkspaceLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // cuda_recurrent.cc.
+  absl::Status RecurrentForwardLocked(Cell cell, float* out, float* h_n, float* c_n,
+                                      const float* inp, const float* h_0, const float* c_0,
+                                      const RecurrentDirectionWeights* weights,
+                                      const RecurrentDims& dims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RecurrentBackwardLocked(Cell cell, float* dinp,
+                                       const RecurrentDirectionGrads* dweights, const float* dout,
+                                       const float* inp, const float* h_0, const float* c_0,
+                                       const RecurrentDirectionWeights* weights,
+                                       const RecurrentDims& dims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<RnnPlan*> PlanLocked(Cell cell, const RecurrentDims& dims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(Cell cell, const RecurrentDims& dims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
+  // weight gradients out to the caller's buffers.
+  absl::Status CopyWeightsInLocked(const RnnPlan& plan, const RecurrentDirectionWeights* weights,
+                                   float* weight_space) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CopyGradientsOutLocked(const RnnPlan& plan, const float* weight_grads,
+                                      const RecurrentDirectionGrads* dweights)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Constant after construction.
+  const std::optional<StreamLease> lease_;  // set when the backend owns its stream
+  const CudaStreamContext context_;
+  CudaAllocator* const allocator_;
+  const Options options_;
+
+  mutable absl::Mutex mu_;
+  DeviceBuffer scratch_[kScratchCount] ABSL_GUARDED_BY(mu_);
+  std::map<RnnKey, std::shared_ptr<RnnPlan>> plans_ ABSL_GUARDED_BY(mu_);
+  uint64_t plan_clock_ ABSL_GUARDED_BY(mu_) = 0;  // stamps plans' last use, for eviction
+  Stats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_BACKENDS_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,433 @@
+// CudaBackend's LSTM and GRU layers on cuDNN's RNN API (cuDNN 9: cudnnRNNForward,
+// cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8), one layer per call as the Backend
+// interface has it.
+//
+// How PyTorch's parameters map onto cuDNN's (cudnnGetRNNWeightParams, cuDNN API reference, and
+// PyTorch's own aten/src/ATen/native/cudnn/RNN.cpp, which hands nn.LSTM / nn.GRU weights to
+// cuDNN by exactly this mapping):
+//   pseudoLayer = direction (one layer: 0 forward, 1 reverse with CUDNN_BIDIRECTIONAL)
+//   linLayerID g in [0, G)      the input-side matrix W_g (H x I, row-major) and bias b_W_g:
+//                               rows [g*H, (g+1)*H) of weight_ih, entries of bias_ih
+//   linLayerID G + g            the recurrent matrix R_g (H x H) and bias b_R_g: rows of
+//                               weight_hh, entries of bias_hh
+//   LSTM (G = 4): ids 0..3 = input, forget, cell ("new memory"), output gates = PyTorch's
+//                 i, f, g, o
+//   GRU  (G = 3): ids 0..2 = reset, update, new gates = PyTorch's r, z, n; cuDNN's GRU is
+//                 h' = tanh(W_h x + b_Wh + r * (R_h h + b_Rh)), h = (1 - z) h' + z h: the
+//                 reset applied after the recurrent matmul and its bias, as PyTorch's
+//                 ("linear before reset")
+// CUDNN_RNN_DOUBLE_BIAS keeps b_W and b_R apart, as PyTorch's bias_ih and bias_hh. The plan
+// reads every matrix's and bias's offset and shape from cuDNN once per shape and checks the
+// shapes, so a layout we did not expect fails loudly (INTERNAL) instead of computing nonsense.
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+
+#include <algorithm>
+#include <climits>
+#include <limits>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/library_status.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace forecastd {
+namespace {
+
+template <typename T, cudnnStatus_t (*Destroy)(T*)>
+struct CudnnDeleter {
+  void operator()(T* descriptor) const { Destroy(descriptor); }
+};
+using RnnDescriptor =
+    std::unique_ptr<cudnnRNNStruct, CudnnDeleter<cudnnRNNStruct, cudnnDestroyRNNDescriptor>>;
+using DropoutDescriptor =
+    std::unique_ptr<cudnnDropoutStruct,
+                    CudnnDeleter<cudnnDropoutStruct, cudnnDestroyDropoutDescriptor>>;
+using RnnDataDescriptor =
+    std::unique_ptr<cudnnRNNDataStruct,
+                    CudnnDeleter<cudnnRNNDataStruct, cudnnDestroyRNNDataDescriptor>>;
+using TensorDescriptor =
+    std::unique_ptr<cudnnTensorStruct,
+                    CudnnDeleter<cudnnTensorStruct, cudnnDestroyTensorDescriptor>>;
+
+constexpr int64_t kFloatBytes = sizeof(float);
+
+// One contiguous copy between our per-direction tensor and cuDNN's weight space, in floats.
+struct CopyRun {
+  int64_t space_offset;   // into the weight space
+  int64_t tensor_offset;  // into w_ih / w_hh / b_ih / b_hh of one direction
+  int64_t count;
+};
+
+// The four parameter tensors of one direction, in RecurrentDirectionWeights' order.
+enum Param : int { kWIh, kWHh, kBIh, kBHh, kParamCount };
+
+absl::Status CheckDims(const RecurrentDims& dims, absl::string_view op) {
+  const auto [B, T, I, H, ND] = dims;
+  if (B < 0 || T < 0 || I < 1 || H < 1 || (ND != 1 && ND != 2)) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaBackend::", op, ": bad dims B=", B,
+                                                   " T=", T, " I=", I, " H=", H, " ND=", ND));
+  }
+  // cuDNN takes int sizes; its weight space and data descriptors must fit them too.
+  if (B > INT_MAX || T > INT_MAX || I > INT_MAX / 4 || H > INT_MAX / 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaBackend::", op, ": dims beyond cuDNN's int range"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Copy(void* dst, const void* src, int64_t floats, cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, static_cast<size_t>(floats) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream));
+  return absl::OkStatus();
+}
+
+absl::Status Zero(void* dst, int64_t floats, cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(dst, 0, static_cast<size_t>(floats) * sizeof(float), stream));
+  return absl::OkStatus();
+}
+
+// Element count and shape check of a matrix or bias descriptor cudnnGetRNNWeightParams filled
+// (documented as {1, rows, cols} and {1, rows, 1}): `rows` x `cols` (cols = 1 for a bias),
+// dense and row-major. Dims of size 1 are ignored, so the check does not depend on how many
+// of them cuDNN reports.
+absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, int64_t rows, int64_t cols,
+                                        absl::string_view what) {
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  int nb_dims = 0;
+  int dim[8] = {0}, stride[8] = {0};
+  CUDNN_RETURN_IF_ERROR(cudnnGetTensorNdDescriptor(desc, 8, &type, &nb_dims, dim, stride));
+  const int n = std::min(nb_dims, 8);
+  std::vector<int64_t> got, want;
+  bool dense = true;
+  int64_t inner = 1;  // elements per step of the current dim in a dense row-major layout
+  for (int i = n - 1; i >= 0; --i) {
+    if (dim[i] == 1) continue;
+    got.insert(got.begin(), dim[i]);
+    dense = dense && stride[i] == inner;
+    inner *= dim[i];
+  }
+  for (const int64_t d : {rows, cols}) {
+    if (d != 1) want.push_back(d);
+  }
+  if (type != CUDNN_DATA_FLOAT || n < 1 || got != want || !dense) {
+    return absl::InternalError(absl::StrCat(
+        "cuDNN's weight layout is not the one expected: ", what, " should be ", rows, " x ", cols,
+        " fp32, dense and row-major; cuDNN reports type ", static_cast<int>(type), ", ", nb_dims,
+        " dims [", absl::StrJoin(absl::MakeSpan(dim, n), ", "), "] strides [",
+        absl::StrJoin(absl::MakeSpan(stride, n), ", "), "]"));
+  }
+  return rows * cols;
+}
+
+}  // namespace
+
+struct CudaBackend::RnnPlan {
+  DropoutDescriptor dropout;
+  RnnDescriptor rnn;
+  RnnDataDescriptor x, y;  // (B, T, I) and (B, T, ND*H), batch-major, every sequence T long
+  TensorDescriptor h;      // (ND, B, H): h_0, h_n, and (same shape) c_0, c_n
+  int64_t weight_space_bytes = 0;
+  int64_t inference_work_bytes = 0;
+  int64_t training_work_bytes = 0;
+  int64_t reserve_bytes = 0;
+  DeviceBuffer seq_lengths;  // int32 (B), all T, on the device: cuDNN reads it asynchronously
+  // runs[d][param]: where direction d's tensors sit in the weight space.
+  std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
+  uint64_t last_use = 0;
+};
+
+absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(Cell cell,
+                                                              const RecurrentDims& dims) {
+  const RnnKey key = {static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND};
+  auto it = plans_.find(key);
+  if (it == plans_.end()) {
+    if (static_cast<int>(plans_.size()) >= options_.rnn_plan_capacity) {
+      auto oldest = std::min_element(
+          plans_.begin(), plans_.end(),
+          [](const auto& a, const auto& b) { return a.second->last_use < b.second->last_use; });
+      // Queued work may still read its sequence lengths.
+      CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
+      plans_.erase(oldest);
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<RnnPlan> plan, BuildPlanLocked(cell, dims));
+    ++stats_.rnn_plans_built;
+    it = plans_.emplace(key, std::move(plan)).first;
+  }
+  it->second->last_use = ++plan_clock_;
+  return it->second.get();
+}
+
+absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLocked(
+    Cell cell, const RecurrentDims& dims) {
+  const auto [B, T, I, H, ND] = dims;
+  const int64_t G = cell == Cell::kLstm ? 4 : 3;
+  const cudnnHandle_t handle = context_.cudnn;
+  auto plan = std::make_shared<RnnPlan>();
+
+  // A single layer applies no dropout, but cuDNN wants a descriptor; with dropout 0 it needs
+  // no RNG states (PyTorch sets its no-dropout descriptor up the same way).
+  cudnnDropoutDescriptor_t dropout = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateDropoutDescriptor(&dropout));
+  plan->dropout.reset(dropout);
+  CUDNN_RETURN_IF_ERROR(cudnnSetDropoutDescriptor(dropout, handle, /*dropout=*/0.0f,
+                                                  /*states=*/nullptr, /*stateSizeInBytes=*/0,
+                                                  /*seed=*/0));
+
+  cudnnRNNDescriptor_t rnn = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDescriptor(&rnn));
+  plan->rnn.reset(rnn);
+  // FMA math keeps fp32 data off TF32 tensor cores, which CUDNN_DEFAULT_MATH would allow on
+  // Ampere and later.
+  const cudnnMathType_t math = options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
+      rnn, CUDNN_RNN_ALGO_STANDARD, cell == Cell::kLstm ? CUDNN_LSTM : CUDNN_GRU,
+      CUDNN_RNN_DOUBLE_BIAS, ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
+      CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I),
+      static_cast<int32_t>(H), /*projSize=*/static_cast<int32_t>(H), /*numLayers=*/1, dropout,
+      // The unpacked (padded) data layouts are accepted only with padded I/O enabled.
+      CUDNN_RNN_PADDED_IO_ENABLED));
+
+  const std::vector<int> seq_lengths(B, static_cast<int>(T));
+  cudnnRNNDataDescriptor_t x = nullptr, y = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&x));
+  plan->x.reset(x);
+  CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&y));
+  plan->y.reset(y);
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(
+      x, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, static_cast<int>(T),
+      static_cast<int>(B), static_cast<int>(I), seq_lengths.data(), /*paddingFill=*/nullptr));
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(
+      y, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, static_cast<int>(T),
+      static_cast<int>(B), static_cast<int>(ND * H), seq_lengths.data(), /*paddingFill=*/nullptr));
+
+  cudnnTensorDescriptor_t h = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&h));
+  plan->h.reset(h);
+  const int h_dims[3] = {static_cast<int>(ND), static_cast<int>(B), static_cast<int>(H)};
+  const int h_strides[3] = {static_cast<int>(B * H), static_cast<int>(H), 1};
+  CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(h, CUDNN_DATA_FLOAT, 3, h_dims, h_strides));
+
+  size_t weight_space = 0, inference_work = 0, training_work = 0, reserve = 0, unused = 0;
+  CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightSpaceSize(handle, rnn, &weight_space));
+  CUDNN_RETURN_IF_ERROR(cudnnGetRNNTempSpaceSizes(handle, rnn, CUDNN_FWD_MODE_INFERENCE, x,
+                                                  &inference_work, &unused));
+  CUDNN_RETURN_IF_ERROR(
+      cudnnGetRNNTempSpaceSizes(handle, rnn, CUDNN_FWD_MODE_TRAINING, x, &training_work, &reserve));
+  plan->weight_space_bytes = static_cast<int64_t>(weight_space);
+  plan->inference_work_bytes = static_cast<int64_t>(inference_work);
+  plan->training_work_bytes = static_cast<int64_t>(training_work);
+  plan->reserve_bytes = static_cast<int64_t>(reserve);
+
+  // Offsets of every matrix and bias, read against the real weight space (its base is
+  // 256-byte aligned like any other this backend will pass).
+  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
+  cudnnTensorDescriptor_t m_desc = nullptr, b_desc = nullptr;
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&m_desc));
+  const TensorDescriptor m_owner(m_desc);
+  CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&b_desc));
+  const TensorDescriptor b_owner(b_desc);
+  const char* base = static_cast<const char*>(space);
+  plan->runs.resize(ND);
+  for (int64_t d = 0; d < ND; ++d) {
+    for (int64_t id = 0; id < 2 * G; ++id) {
+      const bool recurrent = id >= G;
+      const int64_t g = recurrent ? id - G : id;
+      const int64_t cols = recurrent ? H : I;
+      void* m_addr = nullptr;
+      void* b_addr = nullptr;
+      CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightParams(handle, rnn, static_cast<int32_t>(d),
+                                                    weight_space, space, static_cast<int32_t>(id),
+                                                    m_desc, &m_addr, b_desc, &b_addr));
+      const std::string what =
+          absl::StrCat("direction ", d, " linLayerID ", id, recurrent ? " (recurrent)" : "");
+      if (m_addr == nullptr || b_addr == nullptr) {
+        return absl::InternalError(absl::StrCat("cuDNN reports no ", what, " matrix or bias"));
+      }
+      ASSIGN_OR_RETURN(const int64_t m_count, CheckParamShape(m_desc, H, cols, what + " matrix"));
+      ASSIGN_OR_RETURN(const int64_t b_count, CheckParamShape(b_desc, H, 1, what + " bias"));
+      const int64_t m_offset = static_cast<const char*>(m_addr) - base;
+      const int64_t b_offset = static_cast<const char*>(b_addr) - base;
+      for (const auto& [offset, count] :
+           {std::pair{m_offset, m_count}, std::pair{b_offset, b_count}}) {
+        if (offset < 0 || offset % kFloatBytes != 0 ||
+            offset + count * kFloatBytes > plan->weight_space_bytes) {
+          return absl::InternalError(
+              absl::StrCat("cuDNN placed ", what, " outside its weight space (offset ", offset,
+                           " bytes, ", count, " floats, space ", plan->weight_space_bytes, ")"));
+        }
+      }
+      auto add = [](std::vector<CopyRun>& runs, int64_t space_offset, int64_t tensor_offset,
+                    int64_t count) {
+        // Gates are usually stored back to back in both layouts: one copy then serves them all.
+        if (!runs.empty()) {
+          CopyRun& last = runs.back();
+          if (last.space_offset + last.count == space_offset &&
+              last.tensor_offset + last.count == tensor_offset) {
+            last.count += count;
+            return;
+          }
+        }
+        runs.push_back({space_offset, tensor_offset, count});
+      };
+      auto& runs = plan->runs[d];
+      add(runs[recurrent ? kWHh : kWIh], m_offset / kFloatBytes, g * H * cols, m_count);
+      add(runs[recurrent ? kBHh : kBIh], b_offset / kFloatBytes, g * H, b_count);
+    }
+  }
+  ASSIGN_OR_RETURN(plan->seq_lengths,
+                   allocator_->Allocate(B * static_cast<int64_t>(sizeof(int32_t))));
+  // Last, so that no failure above leaves a copy queued into a block the plan's destruction
+  // would give back. The source is pageable: it is staged before this returns, and the copy is
+  // ordered before every use on the stream.
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(plan->seq_lengths.data(), seq_lengths.data(),
+                                       static_cast<size_t>(B) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, context_.stream));
+
+  return plan;
+}
+
+absl::Status CudaBackend::CopyWeightsInLocked(const RnnPlan& plan,
+                                              const RecurrentDirectionWeights* weights,
+                                              float* weight_space) {
+  if (weights == nullptr) return absl::InvalidArgumentError("CudaBackend: weights are null");
+  for (size_t d = 0; d < plan.runs.size(); ++d) {
+    const float* tensors[kParamCount] = {weights[d].w_ih, weights[d].w_hh, weights[d].b_ih,
+                                         weights[d].b_hh};
+    for (int p = 0; p < kParamCount; ++p) {
+      for (const CopyRun& run : plan.runs[d][p]) {
+        if (tensors[p] == nullptr) {
+          if (p == kWIh || p == kWHh) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("CudaBackend: direction ", d, " has a null weight matrix"));
+          }
+          // A missing bias is a zero bias.
+          RETURN_IF_ERROR(Zero(weight_space + run.space_offset, run.count, context_.stream));
+          continue;
+        }
+        RETURN_IF_ERROR(Copy(weight_space + run.space_offset, tensors[p] + run.tensor_offset,
+                             run.count, context_.stream));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::CopyGradientsOutLocked(const RnnPlan& plan, const float* weight_grads,
+                                                 const RecurrentDirectionGrads* dweights) {
+  if (dweights == nullptr) return absl::OkStatus();
+  for (size_t d = 0; d < plan.runs.size(); ++d) {
+    float* tensors[kParamCount] = {dweights[d].dw_ih, dweights[d].dw_hh, dweights[d].db_ih,
+                                   dweights[d].db_hh};
+    for (int p = 0; p < kParamCount; ++p) {
+      if (tensors[p] == nullptr) continue;
+      for (const CopyRun& run : plan.runs[d][p]) {
+        RETURN_IF_ERROR(Copy(tensors[p] + run.tensor_offset, weight_grads + run.space_offset,
+                             run.count, context_.stream));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RecurrentForwardLocked(Cell cell, float* out, float* h_n, float* c_n,
+                                                 const float* inp, const float* h_0,
+                                                 const float* c_0,
+                                                 const RecurrentDirectionWeights* weights,
+                                                 const RecurrentDims& dims) {
+  RETURN_IF_ERROR(CheckDims(dims, cell == Cell::kLstm ? "LstmLayer" : "GruLayer"));
+  const auto [B, T, I, H, ND] = dims;
+  if (B == 0) return absl::OkStatus();
+  const cudaStream_t stream = context_.stream;
+  if (T == 0) {  // no steps: the final states are the initial ones
+    const int64_t n = ND * B * H;
+    for (const auto& [dst, src] : {std::pair{h_n, h_0}, std::pair{c_n, c_0}}) {
+      if (dst == nullptr) continue;
+      RETURN_IF_ERROR(src != nullptr ? Copy(dst, src, n, stream) : Zero(dst, n, stream));
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims));
+  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
+  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
+  ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
+  // Null hx / cx are zero initial states; null hy / cy are not written (cuDNN's convention,
+  // and ours).
+  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
+      plan->x.get(), inp, plan->y.get(), out, plan->h.get(), h_0, h_n, plan->h.get(),
+      cell == Cell::kLstm ? c_0 : nullptr, cell == Cell::kLstm ? c_n : nullptr,
+      static_cast<size_t>(plan->weight_space_bytes), space,
+      static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
+      /*reserveSpace=*/nullptr));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::RecurrentBackwardLocked(Cell cell, float* dinp,
+                                                  const RecurrentDirectionGrads* dweights,
+                                                  const float* dout, const float* inp,
+                                                  const float* h_0, const float* c_0,
+                                                  const RecurrentDirectionWeights* weights,
+                                                  const RecurrentDims& dims) {
+  const bool lstm = cell == Cell::kLstm;
+  RETURN_IF_ERROR(CheckDims(dims, lstm ? "LstmLayerBackward" : "GruLayerBackward"));
+  const auto [B, T, I, H, ND] = dims;
+  const cudaStream_t stream = context_.stream;
+  if (B == 0 || T == 0) {  // nothing flows: every weight gradient is an empty sum
+    if (dweights == nullptr) return absl::OkStatus();
+    const int64_t GH = (lstm ? 4 : 3) * H;
+    for (int64_t d = 0; d < ND; ++d) {
+      const RecurrentDirectionGrads& g = dweights[d];
+      for (const auto& [grad, n] : {std::pair{g.dw_ih, GH * I}, std::pair{g.dw_hh, GH * H},
+                                    std::pair{g.db_ih, GH}, std::pair{g.db_hh, GH}}) {
+        if (grad != nullptr) RETURN_IF_ERROR(Zero(grad, n, stream));
+      }
+    }
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims));
+  const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
+  const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
+  const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);
+  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
+  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
+  ASSIGN_OR_RETURN(void* y, ScratchLocked(kRnnOutput, B * T * ND * H * kFloatBytes));
+  void* dx = dinp;
+  if (dx == nullptr) {
+    ASSIGN_OR_RETURN(dx, ScratchLocked(kRnnInputGrad, B * T * I * kFloatBytes));
+  }
+  ASSIGN_OR_RETURN(void* reserve, ScratchLocked(kReserve, plan->reserve_bytes));
+  ASSIGN_OR_RETURN(void* grads, ScratchLocked(kWeightGrads, plan->weight_space_bytes));
+  ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->training_work_bytes));
+  const int32_t* seq_lengths = plan->seq_lengths.as<int32_t>();
+  const float* cx = lstm ? c_0 : nullptr;
+
+  // The forward again, in training mode: y and the reserve space feed both backward passes.
+  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
+      plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx, /*cy=*/nullptr,
+      space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+  // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
+  // flows to the initial states (kernels/ref/recurrent.h).
+  CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
+      context_.cudnn, plan->rnn.get(), seq_lengths, plan->y.get(), y, dout, plan->x.get(), dx,
+      plan->h.get(), h_0, /*dhy=*/nullptr, /*dhx=*/nullptr, plan->h.get(), cx, /*dcy=*/nullptr,
+      /*dcx=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+  if (dweights == nullptr) return absl::OkStatus();
+  // cudnnRNNBackwardWeights_v8 documents CUDNN_WGRAD_MODE_ADD as the mode it supports, so the
+  // gradients are accumulated into a zeroed space: written, not accumulated, for our callers.
+  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, space_bytes, stream));
+  CUDNN_RETURN_IF_ERROR(
+      cudnnRNNBackwardWeights_v8(context_.cudnn, plan->rnn.get(), CUDNN_WGRAD_MODE_ADD, seq_lengths,
+                                 plan->x.get(), inp, plan->h.get(), h_0, plan->y.get(), y,
+                                 space_bytes, grads, work_bytes, work, reserve_bytes, reserve));
+  return CopyGradientsOutLocked(*plan, static_cast<const float*>(grads), dweights);
+}
+
+}  // namespace forecastd

@@ -1,0 +1,243 @@
+// `forecastctl status` and `forecastctl models ...`: the Admin service.
+#include <cstdint>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/forecastctl/command.h"
+#include "client/forecastctl/output.h"
+
+namespace forecastd::ctl {
+namespace {
+
+std::string StateName(v1::ModelState state) {
+  return ShortName(v1::ModelState_Name(state), "MODEL_");
+}
+
+int64_t InFlight(const v1::ModelStatus& model) {
+  int64_t n = 0;
+  for (const v1::LoadedVersion& v : model.loaded()) n += v.in_flight();
+  return n;
+}
+
+std::string Versions(const v1::ModelStatus& model) {
+  return model.versions().empty() ? "-" : absl::StrJoin(model.versions(), ",");
+}
+
+std::string Architecture(const v1::ModelConfig& c) {
+  const auto recurrent = [](absl::string_view kind, const v1::RecurrentConfig& r) {
+    return absl::StrCat(kind, " (hidden ", r.hidden_size(), ", ", r.num_layers(), " layer",
+                        r.num_layers() == 1 ? "" : "s", r.bidirectional() ? ", bidirectional" : "",
+                        ")");
+  };
+  switch (c.architecture_case()) {
+    case v1::ModelConfig::kLstm:
+      return recurrent("lstm", c.lstm());
+    case v1::ModelConfig::kGru:
+      return recurrent("gru", c.gru());
+    case v1::ModelConfig::kTransformer: {
+      const v1::TransformerConfig& t = c.transformer();
+      return absl::StrCat("transformer (d_model ", t.d_model(), ", ", t.num_heads(), " heads, ",
+                          t.num_layers(), " layers, d_ff ", t.dim_feedforward(),
+                          t.norm_first() ? ", pre-LN" : "", t.causal() ? ", causal" : "", ")");
+    }
+    default:
+      return "-";
+  }
+}
+
+// One line after load / unload / promote.
+void PrintSummary(const v1::ModelStatus& model) {
+  std::cout << model.name() << ": " << StateName(model.state());
+  if (model.serving_version() > 0) std::cout << ", serving version " << model.serving_version();
+  std::cout << " (versions on disk: " << Versions(model) << ")\n";
+  if (!model.last_error().empty()) std::cout << "last error: " << model.last_error() << "\n";
+}
+
+int RunStatus(Context& context) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ServerStatus> status = (*client)->GetServerStatus();
+  if (!status.ok()) return ServerError(status.status());
+  if (context.flags.json) {
+    PrintJson(*status);
+    return kExitOk;
+  }
+  const v1::ServerStatus& s = *status;
+  std::cout << "forecastd " << s.version() << " at " << context.flags.address << ": "
+            << (s.ready() ? "ready" : "NOT READY") << ", up "
+            << FormatSeconds(static_cast<double>(s.uptime_ms()) / 1e3) << "\n"
+            << "models loaded: " << s.models_loaded()
+            << "   requests queued: " << s.requests_queued()
+            << "   training jobs: " << s.train_jobs_running() << " running, "
+            << s.train_jobs_total() << " total\n\n";
+  TextTable devices({"DEVICE", "NAME", "WORKERS", "BUSY", "MEMORY USED", "MEMORY TOTAL"});
+  for (const v1::DeviceStatus& d : s.devices()) {
+    devices.AddRow({d.id(), d.name(), absl::StrCat(d.workers()), absl::StrCat(d.busy_workers()),
+                    FormatBytes(static_cast<double>(d.memory_used_bytes())),
+                    FormatBytes(static_cast<double>(d.memory_total_bytes()))});
+  }
+  std::cout << devices.Render();
+  return kExitOk;
+}
+
+int RunModelsList(Context& context) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ListModelsResponse> list = (*client)->ListModels();
+  if (!list.ok()) return ServerError(list.status());
+  if (context.flags.json) {
+    PrintJson(*list);
+    return kExitOk;
+  }
+  if (list->models().empty()) {
+    std::cout << "no models in the repository\n";
+    return kExitOk;
+  }
+  TextTable table({"NAME", "STATE", "SERVING", "VERSIONS", "IN-FLIGHT", "DEVICE", "LAST ERROR"});
+  for (const v1::ModelStatus& m : list->models()) {
+    table.AddRow({m.name(), StateName(m.state()),
+                  m.serving_version() > 0 ? absl::StrCat(m.serving_version()) : "-", Versions(m),
+                  absl::StrCat(InFlight(m)), m.device().empty() ? "-" : m.device(),
+                  m.last_error().empty() ? "-" : Truncate(m.last_error(), 60)});
+  }
+  std::cout << table.Render();
+  return kExitOk;
+}
+
+int RunModelsShow(Context& context, const std::string& name) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ModelStatus> model = (*client)->GetModel(name);
+  if (!model.ok()) return ServerError(model.status());
+  if (context.flags.json) {
+    PrintJson(*model);
+    return kExitOk;
+  }
+  const v1::ModelStatus& m = *model;
+  const v1::ModelConfig& c = m.config();
+  const auto row = [](absl::string_view key, absl::string_view value) {
+    std::cout << absl::StrCat(key, ":") << std::string(key.size() < 17 ? 17 - key.size() : 1, ' ')
+              << value << "\n";
+  };
+  row("name", m.name());
+  if (!c.description().empty()) row("description", c.description());
+  row("state", StateName(m.state()));
+  row("device", m.device().empty() ? "-" : m.device());
+  row("serving version", m.serving_version() > 0 ? absl::StrCat(m.serving_version()) : "-");
+  row("versions on disk", Versions(m));
+  row("architecture", Architecture(c));
+  row("lookback", absl::StrCat(c.lookback()));
+  row("horizon", absl::StrCat(c.horizon()));
+  row("features", absl::StrJoin(c.feature_names(), ", "));
+  row("targets", absl::StrJoin(c.target_names(), ", "));
+  if (!c.quantiles().empty()) row("quantiles", absl::StrJoin(c.quantiles(), ", "));
+  const v1::BatchingConfig& b = c.batching();
+  row("batching",
+      absl::StrCat("max batch ", b.max_batch_size() == 0 ? 32 : b.max_batch_size(),
+                   ", max queue delay ", b.max_queue_delay_us(), "us, ",
+                   b.priority_levels() == 0 ? 1 : b.priority_levels(), " priority level(s)"));
+  if (!m.last_error().empty()) row("last error", m.last_error());
+  if (!m.loaded().empty()) {
+    std::cout << "\n";
+    TextTable loaded({"LOADED VERSION", "SERVING", "IN-FLIGHT", "QUEUED"});
+    for (const v1::LoadedVersion& v : m.loaded()) {
+      loaded.AddRow({absl::StrCat(v.version()), v.serving() ? "yes" : "no",
+                     absl::StrCat(v.in_flight()), absl::StrCat(v.queued())});
+    }
+    std::cout << loaded.Render();
+  }
+  return kExitOk;
+}
+
+// load, unload and promote: one call returning the model's status.
+template <typename Call>
+int RunModelChange(Context& context, Call&& call) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ModelStatus> model = call(**client);
+  if (!model.ok()) return ServerError(model.status());
+  if (context.flags.json) {
+    PrintJson(*model);
+  } else {
+    PrintSummary(*model);
+  }
+  return kExitOk;
+}
+
+struct ModelArgs {
+  std::string name;
+  int64_t version = 0;
+};
+
+}  // namespace
+
+void AddAdminCommands(CLI::App& app, Context& context) {
+  CLI::App* status = AddCommand(app, "status", "Show the server's version, readiness and devices",
+                                "  forecastctl status\n  forecastctl --address 10.0.0.5:8001 "
+                                "status --json");
+  status->callback([&context] { context.action = [&context] { return RunStatus(context); }; });
+
+  CLI::App* models = AddCommand(app, "models", "List, inspect, load, unload and promote models",
+                                "  forecastctl models list\n  forecastctl models show demo_lstm\n"
+                                "  forecastctl models promote demo_lstm 2");
+  models->require_subcommand(1);
+  auto args = std::make_shared<ModelArgs>();
+
+  CLI::App* list = AddCommand(*models, "list",
+                              "Table of models: state, serving version, versions on disk, "
+                              "requests in flight, last error",
+                              "  forecastctl models list\n  forecastctl models list --json | jq "
+                              "'.models[].name'");
+  list->callback([&context] { context.action = [&context] { return RunModelsList(context); }; });
+
+  CLI::App* show = AddCommand(*models, "show", "A model's state, versions and configuration",
+                              "  forecastctl models show demo_lstm\n"
+                              "  forecastctl models show demo_lstm --json");
+  show->add_option("NAME", args->name, "model name")->required();
+  show->callback([&context, args] {
+    context.action = [&context, args] { return RunModelsShow(context, args->name); };
+  });
+
+  CLI::App* load = AddCommand(*models, "load", "Load a model (its serving version)",
+                              "  forecastctl models load demo_transformer");
+  load->add_option("NAME", args->name, "model name")->required();
+  load->callback([&context, args] {
+    context.action = [&context, args] {
+      return RunModelChange(context, [&](ForecastdClient& c) { return c.LoadModel(args->name); });
+    };
+  });
+
+  CLI::App* unload =
+      AddCommand(*models, "unload", "Unload a model after its in-flight requests drain",
+                 "  forecastctl models unload demo_transformer");
+  unload->add_option("NAME", args->name, "model name")->required();
+  unload->callback([&context, args] {
+    context.action = [&context, args] {
+      return RunModelChange(context, [&](ForecastdClient& c) { return c.UnloadModel(args->name); });
+    };
+  });
+
+  CLI::App* promote = AddCommand(
+      *models, "promote",
+      "Serve VERSION of a model (promote or roll back): loaded and warmed up beside the serving "
+      "version, then switched to with no downtime",
+      "  forecastctl models promote demo_lstm 2     # serve version 2\n"
+      "  forecastctl models promote demo_lstm 1     # roll back");
+  promote->add_option("NAME", args->name, "model name")->required();
+  promote->add_option("VERSION", args->version, "version to serve")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  promote->callback([&context, args] {
+    context.action = [&context, args] {
+      return RunModelChange(context, [&](ForecastdClient& c) {
+        return c.SetServingVersion(args->name, args->version);
+      });
+    };
+  });
+}
+
+}  // namespace forecastd::ctl

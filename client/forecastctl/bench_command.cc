@@ -1,0 +1,120 @@
+// `forecastctl bench MODEL`: the Benchmark RPC over a grid of batch sizes and concurrencies,
+// as a table of latency percentiles and throughput, optionally exported as CSV.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/forecastctl/command.h"
+#include "client/forecastctl/output.h"
+
+namespace forecastd::ctl {
+namespace {
+
+struct BenchArgs {
+  std::string model;
+  int64_t version = 0;
+  std::vector<int> batch_sizes = {1};
+  std::vector<int> concurrency = {1};
+  uint32_t duration_ms = 1000;
+  uint32_t warmup_requests = 0;
+  std::string csv;
+};
+
+std::string CsvReport(const v1::BenchmarkResponse& r) {
+  std::string out =
+      "model,version,device,batch_size,concurrency,requests,requests_per_second,"
+      "windows_per_second,p50_us,p90_us,p99_us,mean_queue_us,mean_compute_us,mean_batch_size\n";
+  for (const v1::BenchmarkPoint& p : r.points()) {
+    absl::StrAppend(&out, r.model(), ",", r.version(), ",", r.device(), ",", p.batch_size(), ",",
+                    p.concurrency(), ",", p.requests(), ",", JsonDouble(p.requests_per_second()),
+                    ",", JsonDouble(p.windows_per_second()), ",", JsonDouble(p.p50_us()), ",",
+                    JsonDouble(p.p90_us()), ",", JsonDouble(p.p99_us()), ",",
+                    JsonDouble(p.mean_queue_us()), ",", JsonDouble(p.mean_compute_us()), ",",
+                    JsonDouble(p.mean_batch_size()), "\n");
+  }
+  return out;
+}
+
+int RunBench(Context& context, const BenchArgs& args) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  v1::BenchmarkRequest request;
+  request.set_model(args.model);
+  request.set_version(args.version);
+  for (const int b : args.batch_sizes) request.add_batch_sizes(b);
+  for (const int c : args.concurrency) request.add_concurrency(c);
+  request.set_duration_ms(args.duration_ms);
+  request.set_warmup_requests(args.warmup_requests);
+  if (!context.flags.json && isatty(STDERR_FILENO) != 0) {
+    std::fprintf(stderr, "Benchmarking %s: %zu point(s) of %u ms each...\n", args.model.c_str(),
+                 args.batch_sizes.size() * args.concurrency.size(), args.duration_ms);
+  }
+  absl::StatusOr<v1::BenchmarkResponse> response = (*client)->Benchmark(request);
+  if (!response.ok()) return ServerError(response.status());
+  if (!args.csv.empty()) {
+    std::ofstream out(args.csv);
+    out << CsvReport(*response);
+    out.close();
+    if (!out) return UsageError(absl::StrCat("cannot write '", args.csv, "'"));
+  }
+  if (context.flags.json) {
+    PrintJson(*response);
+    return kExitOk;
+  }
+  std::cout << "model " << response->model() << " version " << response->version() << " on "
+            << response->device() << "\n";
+  TextTable table({"BATCH", "CONCURRENCY", "REQUESTS", "REQ/S", "WINDOWS/S", "P50", "P90", "P99",
+                   "QUEUE", "COMPUTE", "MEAN BATCH"});
+  for (const v1::BenchmarkPoint& p : response->points()) {
+    table.AddRow({absl::StrCat(p.batch_size()), absl::StrCat(p.concurrency()),
+                  absl::StrCat(p.requests()), FormatRate(p.requests_per_second()),
+                  FormatRate(p.windows_per_second()), FormatMicros(p.p50_us()),
+                  FormatMicros(p.p90_us()), FormatMicros(p.p99_us()),
+                  FormatMicros(p.mean_queue_us()), FormatMicros(p.mean_compute_us()),
+                  FormatNumber(p.mean_batch_size())});
+  }
+  std::cout << table.Render();
+  if (!args.csv.empty()) std::cout << "wrote " << args.csv << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app, Context& context) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* bench = AddCommand(
+      app, "bench", "Benchmark a model in the server: latency percentiles and throughput",
+      "  forecastctl bench demo_lstm --batch-sizes 1,8,32 --concurrency 1,4 --duration-ms 1000\n"
+      "  forecastctl bench demo_lstm --batch-sizes 1,32 --csv bench.csv\n"
+      "Runs the model through the same engine path as Predict with synthetic inputs, one\n"
+      "point per (batch size, concurrency); latencies are measured in the server.");
+  bench->add_option("MODEL", args->model, "model name")->required();
+  bench->add_option("--version", args->version, "model version (default: the serving one)")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--batch-sizes", args->batch_sizes, "windows per request, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--concurrency", args->concurrency, "requests in flight, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--duration-ms", args->duration_ms, "measuring time per point")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 600000u));
+  bench->add_option("--warmup-requests", args->warmup_requests,
+                    "unmeasured requests per point (0: the server's default, 10)");
+  bench->add_option("--csv", args->csv, "also write the points to this CSV file");
+  bench->callback(
+      [&context, args] { context.action = [&context, args] { return RunBench(context, *args); }; });
+}
+
+}  // namespace forecastd::ctl

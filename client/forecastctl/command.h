@@ -1,0 +1,63 @@
+// forecastctl's command tree: the global flags every command reads, the Context a parsed
+// command runs with, and one function per command group that adds its subcommands to the
+// CLI11 app. A command's CLI11 callback only records what to run (Context::action); main()
+// runs it once parsing has succeeded, so a parse error never leaves a half-done command.
+// Everything here runs on the main thread.
+#ifndef FORECASTD_CLIENT_FORECASTCTL_COMMAND_H_
+#define FORECASTD_CLIENT_FORECASTCTL_COMMAND_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "client/forecastd_client.h"
+
+namespace forecastd::ctl {
+
+inline constexpr char kDefaultAddress[] = "127.0.0.1:8001";
+inline constexpr char kDefaultMetricsAddress[] = "127.0.0.1:8002";
+
+// Flags of the root command, accepted before or after any subcommand.
+struct GlobalFlags {
+  std::string address = kDefaultAddress;                 // --address / FORECASTD_ADDRESS
+  double timeout_seconds = 30.0;                         // --timeout, per unary call
+  std::string metrics_address = kDefaultMetricsAddress;  // --metrics-address
+  bool json = false;                                     // --json: machine-readable output
+};
+
+class Context {
+ public:
+  GlobalFlags flags;
+  // Set by the callback of the subcommand that was parsed; returns the exit code.
+  std::function<int()> action;
+
+  // The client for --address and --timeout, made on first use.
+  absl::StatusOr<ForecastdClient*> Client();
+
+ private:
+  std::unique_ptr<ForecastdClient> client_;
+};
+
+// Adds a subcommand with a description and an "Example:" footer (and the note on global
+// flags); every command is made with it so `--help` always shows an example.
+CLI::App* AddCommand(CLI::App& parent, const std::string& name, const std::string& description,
+                     const std::string& example);
+
+// status; models list|show|load|unload|promote.
+void AddAdminCommands(CLI::App& app, Context& context);
+// predict.
+void AddPredictCommand(CLI::App& app, Context& context);
+// train; jobs list|show|watch|cancel.
+void AddTrainCommands(CLI::App& app, Context& context);
+// bench.
+void AddBenchCommand(CLI::App& app, Context& context);
+// metrics.
+void AddMetricsCommand(CLI::App& app, Context& context);
+// completion bash: generated from `app`'s subcommands and options, so add it last.
+void AddCompletionCommand(CLI::App& app, Context& context);
+
+}  // namespace forecastd::ctl
+
+#endif  // FORECASTD_CLIENT_FORECASTCTL_COMMAND_H_

@@ -1,0 +1,488 @@
+#include "kernels/cuda/attention.h"
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace forecastd::cuda {
+namespace {
+
+// --- kernels
+
+// A straightforward design: one block per (batch, head, row), where a row is a query (forward,
+// and the dq half of the backward pass), a key (the dk/dv half), or the one last query. A row's
+// scores or weights live in shared memory; dot products over the head size hs are split over
+// the lanes of a warp, one key per warp at a time; weighted sums over keys split the hs output
+// dimensions over threads (and the keys over groups of threads when hs is small). Every sum
+// runs in a fixed order and no two blocks write the same element, so results are reproducible.
+// Kernels are templated on the storage type E for bf16 later; the math is float.
+
+constexpr int kWarp = 32;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / kWarp;
+constexpr unsigned kFullMask = 0xffffffffu;
+
+struct SumOp {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+template <typename Op>
+__device__ __forceinline__ float WarpReduce(float x, Op op) {
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    x = op(x, __shfl_xor_sync(kFullMask, x, offset));
+  }
+  return x;
+}
+
+// The block's reduction of x, returned to every thread; every thread must call it. The
+// trailing barrier lets the next call reuse `partial`.
+template <typename Op>
+__device__ float BlockReduce(float x, Op op) {
+  __shared__ float partial[kWarps];
+  x = WarpReduce(x, op);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = x;
+  __syncthreads();
+  float r = partial[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) r = op(r, partial[w]);
+  __syncthreads();
+  return r;
+}
+
+// dots[s] = scale * (x . y_s) for s in [0, S), where x (hs) is in shared memory and
+// y_s = y + s * y_stride. Warps take keys in turn; lane 0 writes. No barrier.
+template <typename E>
+__device__ void RowDots(float* dots, const float* x, const E* y, int64_t y_stride, int S, int hs,
+                        float scale) {
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  for (int s = warp; s < S; s += kWarps) {
+    const E* ys = y + s * y_stride;
+    float dot = 0.0f;
+    for (int i = lane; i < hs; i += kWarp) dot += x[i] * static_cast<float>(ys[i]);
+    dot = WarpReduce(dot, SumOp{});
+    if (lane == 0) dots[s] = dot * scale;
+  }
+}
+
+// p[0, S) <- softmax(p[0, S)), in place. Starts and ends with a barrier, so the caller's
+// writes to p are visible on entry and every thread sees the weights on return.
+__device__ void SoftmaxInPlace(float* p, int S) {
+  __syncthreads();
+  float max = -INFINITY;
+  for (int s = threadIdx.x; s < S; s += kThreads) max = fmaxf(max, p[s]);
+  max = BlockReduce(max, MaxOp{});
+  float sum = 0.0f;
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    const float e = expf(p[s] - max);
+    p[s] = e;
+    sum += e;
+  }
+  const float inv_sum = 1.0f / BlockReduce(sum, SumOp{});
+  for (int s = threadIdx.x; s < S; s += kThreads) p[s] *= inv_sum;
+  __syncthreads();
+}
+
+// dst[i] = sum_{s < S} w[s] * y_s[i] for i in [0, hs), y_s = y + s * y_stride, w in shared
+// memory (visible to all threads on entry). When hs < kThreads, kThreads / hs groups of hs
+// threads take keys in turn and their partial sums (in `red`, kThreads floats of shared
+// memory) are added in group order. Ends without a barrier when hs >= kThreads.
+template <typename E>
+__device__ void WeightedRowSum(E* dst, const float* w, const E* y, int64_t y_stride, int S, int hs,
+                               float* red) {
+  if (hs >= kThreads) {
+    for (int i = threadIdx.x; i < hs; i += kThreads) {
+      float acc = 0.0f;
+      for (int s = 0; s < S; ++s) acc += w[s] * static_cast<float>(y[s * y_stride + i]);
+      dst[i] = static_cast<E>(acc);
+    }
+    return;
+  }
+  const int groups = kThreads / hs;
+  const int g = threadIdx.x / hs;
+  const int i = threadIdx.x - g * hs;
+  if (g < groups) {
+    float acc = 0.0f;
+    for (int s = g; s < S; s += groups) acc += w[s] * static_cast<float>(y[s * y_stride + i]);
+    red[g * hs + i] = acc;
+  }
+  __syncthreads();
+  if (threadIdx.x < hs) {
+    float acc = 0.0f;
+    for (int k = 0; k < groups; ++k) acc += red[k * hs + threadIdx.x];
+    dst[threadIdx.x] = static_cast<E>(acc);
+  }
+}
+
+// One block per (b, h, t), blockIdx.x = (b * NH + h) * T + t, which is also the row of att.
+// Shared memory: q (hs) | p (T) | red (kThreads).
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    AttentionForwardKernel(E* out, E* att, const E* qkv, const E* mask, int T, int D, int NH,
+                           bool causal, float scale) {
+  extern __shared__ float smem[];
+  const int hs = D / NH;
+  float* q = smem;
+  float* p = q + hs;
+  float* red = p + T;
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T);
+  const int64_t bh = row / T;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const E* qkv_b = qkv + b * T * D3;
+
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    q[i] = static_cast<float>(qkv_b[t * D3 + h * hs + i]);
+  }
+  __syncthreads();
+  const int S = causal ? t + 1 : T;  // keys this query sees
+  RowDots(p, q, qkv_b + D + h * hs, D3, S, hs, scale);
+  SoftmaxInPlace(p, S);
+
+  // Each thread saves, then masks, the same entries: no barrier between.
+  if (att != nullptr) {
+    E* att_row = att + row * T;
+    for (int s = threadIdx.x; s < T; s += kThreads) {
+      att_row[s] = static_cast<E>(s < S ? p[s] : 0.0f);
+    }
+  }
+  if (mask != nullptr) {
+    const E* mask_row = mask + row * T;
+    for (int s = threadIdx.x; s < S; s += kThreads) p[s] *= static_cast<float>(mask_row[s]);
+  }
+  __syncthreads();
+  WeightedRowSum(out + (b * T + t) * D + h * hs, p, qkv_b + 2 * D + h * hs, D3, S, hs, red);
+}
+
+// The query half of the backward pass, one block per (b, h, t) as the forward:
+//   dw[s] = (dout_t . v_s) m[s],  rowdot = sum_s att[s] dw[s],
+//   dpre[s] = att[s] (dw[s] - rowdot) scale,  dq_t = sum_s dpre[s] k_s,
+// and rowdot saved for the key half. Entries with att == 0 (masked, or underflowed) have
+// dpre == 0 and are skipped. Shared memory: dout_t (hs) | dw, then dpre (T) | red (kThreads).
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    AttentionBackwardQueryKernel(E* dqkv, float* rowdot_out, const E* dout, const E* qkv,
+                                 const E* att, const E* mask, int T, int D, int NH, float scale) {
+  extern __shared__ float smem[];
+  const int hs = D / NH;
+  float* dy = smem;
+  float* pw = dy + hs;
+  float* red = pw + T;
+  const int64_t row = blockIdx.x;
+  const int t = static_cast<int>(row % T);
+  const int64_t bh = row / T;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const E* qkv_b = qkv + b * T * D3;
+  const E* att_row = att + row * T;
+  const E* mask_row = mask != nullptr ? mask + row * T : nullptr;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    dy[i] = static_cast<float>(dout[(b * T + t) * D + h * hs + i]);
+  }
+  __syncthreads();
+  float last = -1.0f;  // the last key with a non-zero weight (exact in float below 2^24)
+  for (int s = warp; s < T; s += kWarps) {
+    const float a = static_cast<float>(att_row[s]);  // the same for the whole warp
+    float dw = 0.0f;
+    if (a != 0.0f) {
+      const E* v = qkv_b + s * D3 + 2 * D + h * hs;
+      float dot = 0.0f;
+      for (int i = lane; i < hs; i += kWarp) dot += dy[i] * static_cast<float>(v[i]);
+      dw = WarpReduce(dot, SumOp{});
+      if (mask_row != nullptr) dw *= static_cast<float>(mask_row[s]);
+      last = static_cast<float>(s);
+    }
+    if (lane == 0) pw[s] = dw;
+  }
+  __syncthreads();
+  float partial = 0.0f;
+  for (int s = threadIdx.x; s < T; s += kThreads) {
+    partial += static_cast<float>(att_row[s]) * pw[s];
+  }
+  const float rowdot = BlockReduce(partial, SumOp{});
+  const int S = static_cast<int>(BlockReduce(last, MaxOp{})) + 1;
+  for (int s = threadIdx.x; s < S; s += kThreads) {
+    pw[s] = static_cast<float>(att_row[s]) * (pw[s] - rowdot) * scale;
+  }
+  if (threadIdx.x == 0) rowdot_out[row] = rowdot;
+  __syncthreads();
+  WeightedRowSum(dqkv + (b * T + t) * D3 + h * hs, pw, qkv_b + D + h * hs, D3, S, hs, red);
+}
+
+// The key half: one block per (b, h, s), blockIdx.x = (b * NH + h) * T + s, summing over the
+// queries t that see key s:
+//   dk_s = sum_t att[t, s] (dw[t, s] - rowdot[t]) scale q_t
+//   dv_s = sum_t att[t, s] m[t, s] dout_t
+// with dw[t, s] = (dout_t . v_s) m[t, s] recomputed. Warps take queries in turn and keep
+// per-warp sums in shared memory, added in warp order at the end.
+// Shared memory: v_s (hs) | dk partials (kWarps, hs) | dv partials (kWarps, hs).
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    AttentionBackwardKeyKernel(E* dqkv, const float* rowdot, const E* dout, const E* qkv,
+                               const E* att, const E* mask, int T, int D, int NH, float scale) {
+  extern __shared__ float smem[];
+  const int hs = D / NH;
+  float* v = smem;
+  float* dk_part = v + hs;
+  float* dv_part = dk_part + kWarps * hs;
+  const int64_t row = blockIdx.x;
+  const int s = static_cast<int>(row % T);
+  const int64_t bh = row / T;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const E* qkv_b = qkv + b * T * D3;
+  const E* att_col = att + bh * T * T + s;  // att[t, s] = att_col[t * T]
+  const E* mask_col = mask != nullptr ? mask + bh * T * T + s : nullptr;
+  const float* rowdot_bh = rowdot + bh * T;
+  const int warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    v[i] = static_cast<float>(qkv_b[s * D3 + 2 * D + h * hs + i]);
+  }
+  float* dk_w = dk_part + warp * hs;
+  float* dv_w = dv_part + warp * hs;
+  for (int i = lane; i < hs; i += kWarp) {
+    dk_w[i] = 0.0f;
+    dv_w[i] = 0.0f;
+  }
+  __syncthreads();
+  for (int t = warp; t < T; t += kWarps) {
+    const float a = static_cast<float>(att_col[static_cast<int64_t>(t) * T]);
+    if (a == 0.0f) continue;  // the same for the whole warp
+    const float m =
+        mask_col != nullptr ? static_cast<float>(mask_col[static_cast<int64_t>(t) * T]) : 1.0f;
+    const E* dy = dout + (b * T + t) * D + h * hs;
+    const E* q = qkv_b + t * D3 + h * hs;
+    float dot = 0.0f;
+    for (int i = lane; i < hs; i += kWarp) dot += static_cast<float>(dy[i]) * v[i];
+    const float dw = WarpReduce(dot, SumOp{}) * m;
+    const float coef = a * (dw - rowdot_bh[t]) * scale;
+    const float am = a * m;
+    // Lane l owns dimensions l, l + 32, ... of this warp's partials.
+    for (int i = lane; i < hs; i += kWarp) {
+      dk_w[i] += coef * static_cast<float>(q[i]);
+      dv_w[i] += am * static_cast<float>(dy[i]);
+    }
+  }
+  __syncthreads();
+  E* dk = dqkv + (b * T + s) * D3 + D + h * hs;
+  E* dv = dk + D;
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    float sum_dk = 0.0f, sum_dv = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      sum_dk += dk_part[w * hs + i];
+      sum_dv += dv_part[w * hs + i];
+    }
+    dk[i] = static_cast<E>(sum_dk);
+    dv[i] = static_cast<E>(sum_dv);
+  }
+}
+
+// One block per (b, h). Shared memory: q (hs) | p (T) | red (kThreads).
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    AttentionLastQueryForwardKernel(E* out, const E* q, const E* kv, int T, int D, int NH,
+                                    float scale) {
+  extern __shared__ float smem[];
+  const int hs = D / NH;
+  float* qs = smem;
+  float* p = qs + hs;
+  float* red = p + T;
+  const int64_t b = blockIdx.x / NH;
+  const int h = static_cast<int>(blockIdx.x % NH);
+  const int64_t D2 = 2 * static_cast<int64_t>(D);
+  const E* kv_b = kv + b * T * D2;
+
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    qs[i] = static_cast<float>(q[b * D + h * hs + i]);
+  }
+  __syncthreads();
+  RowDots(p, qs, kv_b + h * hs, D2, T, hs, scale);
+  SoftmaxInPlace(p, T);
+  WeightedRowSum(out + b * D + h * hs, p, kv_b + D + h * hs, D2, T, hs, red);
+}
+
+// One block per (b, h): the weights w recomputed, then
+//   dw[s] = dout . v_s,  dpre[s] = w[s] (dw[s] - sum_s' w[s'] dw[s']) scale,
+//   dq = sum_s dpre[s] k_s,  dk_s = dpre[s] q,  dv_s = w[s] dout
+// (one query, so each dk_s, dv_s is a single product: this block owns them).
+// Shared memory: q (hs) | dout (hs) | w (T) | dw, then dpre (T) | red (kThreads).
+template <typename E>
+__global__ void __launch_bounds__(kThreads)
+    AttentionLastQueryBackwardKernel(E* dq, E* dkv, const E* dout, const E* q, const E* kv, int T,
+                                     int D, int NH, float scale) {
+  extern __shared__ float smem[];
+  const int hs = D / NH;
+  float* qs = smem;
+  float* dy = qs + hs;
+  float* w = dy + hs;
+  float* dpre = w + T;
+  float* red = dpre + T;
+  const int64_t b = blockIdx.x / NH;
+  const int h = static_cast<int>(blockIdx.x % NH);
+  const int64_t D2 = 2 * static_cast<int64_t>(D);
+  const E* kv_b = kv + b * T * D2;
+
+  for (int i = threadIdx.x; i < hs; i += kThreads) {
+    qs[i] = static_cast<float>(q[b * D + h * hs + i]);
+    dy[i] = static_cast<float>(dout[b * D + h * hs + i]);
+  }
+  __syncthreads();
+  RowDots(w, qs, kv_b + h * hs, D2, T, hs, scale);
+  SoftmaxInPlace(w, T);
+  RowDots(dpre, dy, kv_b + D + h * hs, D2, T, hs, 1.0f);
+  __syncthreads();
+  float partial = 0.0f;
+  for (int s = threadIdx.x; s < T; s += kThreads) partial += w[s] * dpre[s];
+  const float rowdot = BlockReduce(partial, SumOp{});
+  for (int s = threadIdx.x; s < T; s += kThreads) dpre[s] = w[s] * (dpre[s] - rowdot) * scale;
+  __syncthreads();
+  WeightedRowSum(dq + b * D + h * hs, dpre, kv_b + h * hs, D2, T, hs, red);
+
+  E* dkv_b = dkv + b * T * D2 + h * hs;
+  const int64_t entries = static_cast<int64_t>(T) * hs;
+  for (int64_t e = threadIdx.x; e < entries; e += kThreads) {
+    const int s = static_cast<int>(e / hs);
+    const int i = static_cast<int>(e - static_cast<int64_t>(s) * hs);
+    dkv_b[s * D2 + i] = static_cast<E>(dpre[s] * qs[i]);
+    dkv_b[s * D2 + D + i] = static_cast<E>(w[s] * dy[i]);
+  }
+}
+
+}  // namespace
+
+// --- launchers
+
+namespace {
+
+constexpr size_t kDefaultSmemBytes = 48 * 1024;
+
+absl::Status CheckShape(const char* name, int64_t B, int64_t T, int64_t D, int64_t NH) {
+  if (B < 0 || T <= 0 || D <= 0 || NH <= 0 || D % NH != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": need B >= 0, T > 0 and D a positive multiple of NH > 0, got B=", B,
+                     " T=", T, " D=", D, " NH=", NH));
+  }
+  // Kernels index a row with int and launch B*NH*T blocks on one grid dimension.
+  if (3 * D > INT_MAX || B * NH * T > INT_MAX || T * T > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": sizes too large, B=", B, " T=", T, " D=", D, " NH=", NH));
+  }
+  return absl::OkStatus();
+}
+
+// Above the default 48 KB a kernel must opt in to its dynamic shared memory.
+template <typename Kernel>
+absl::Status AllowSharedMemory(Kernel* kernel, size_t bytes) {
+  if (bytes <= kDefaultSmemBytes) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(bytes)));
+  return absl::OkStatus();
+}
+
+float Scale(int64_t hs) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs))); }
+
+}  // namespace
+
+absl::Status AttentionForward(float* out, float* att, const float* qkv, const float* dropout_mask,
+                              int64_t B, int64_t T, int64_t D, int64_t NH, bool causal,
+                              cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckShape("AttentionForward", B, T, D, NH));
+  if (B == 0) return absl::OkStatus();
+  if (out == nullptr || qkv == nullptr) {
+    return absl::InvalidArgumentError("AttentionForward: null pointer");
+  }
+  const int64_t hs = D / NH;
+  const size_t smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
+  RETURN_IF_ERROR(AllowSharedMemory(AttentionForwardKernel<float>, smem));
+  AttentionForwardKernel<<<static_cast<unsigned>(B * NH * T), kThreads, smem, stream>>>(
+      out, att, qkv, dropout_mask, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH),
+      causal, Scale(hs));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                               const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                               int64_t NH, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckShape("AttentionBackward", B, T, D, NH));
+  if (B == 0) return absl::OkStatus();
+  if (dqkv == nullptr || dout == nullptr || qkv == nullptr || att == nullptr) {
+    return absl::InvalidArgumentError("AttentionBackward: null pointer");
+  }
+  const int64_t hs = D / NH;
+  const unsigned rows = static_cast<unsigned>(B * NH * T);
+  const size_t query_smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
+  const size_t key_smem = static_cast<size_t>(hs + 2 * kWarps * hs) * sizeof(float);
+  RETURN_IF_ERROR(AllowSharedMemory(AttentionBackwardQueryKernel<float>, query_smem));
+  RETURN_IF_ERROR(AllowSharedMemory(AttentionBackwardKeyKernel<float>, key_smem));
+
+  float* rowdot = nullptr;  // (B, NH, T), from the query half to the key half
+  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&rowdot),
+                                       static_cast<size_t>(rows) * sizeof(float), stream));
+  const int t = static_cast<int>(T), d = static_cast<int>(D), nh = static_cast<int>(NH);
+  AttentionBackwardQueryKernel<<<rows, kThreads, query_smem, stream>>>(
+      dqkv, rowdot, dout, qkv, att, dropout_mask, t, d, nh, Scale(hs));
+  cudaError_t launched = cudaGetLastError();
+  if (launched == cudaSuccess) {
+    AttentionBackwardKeyKernel<<<rows, kThreads, key_smem, stream>>>(
+        dqkv, rowdot, dout, qkv, att, dropout_mask, t, d, nh, Scale(hs));
+    launched = cudaGetLastError();
+  }
+  const cudaError_t freed = cudaFreeAsync(rowdot, stream);
+  CUDA_RETURN_IF_ERROR(launched);
+  CUDA_RETURN_IF_ERROR(freed);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionLastQueryForward(float* out, const float* q, const float* kv, int64_t B,
+                                       int64_t T, int64_t D, int64_t NH, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckShape("AttentionLastQueryForward", B, T, D, NH));
+  if (B == 0) return absl::OkStatus();
+  if (out == nullptr || q == nullptr || kv == nullptr) {
+    return absl::InvalidArgumentError("AttentionLastQueryForward: null pointer");
+  }
+  const int64_t hs = D / NH;
+  const size_t smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
+  RETURN_IF_ERROR(AllowSharedMemory(AttentionLastQueryForwardKernel<float>, smem));
+  AttentionLastQueryForwardKernel<<<static_cast<unsigned>(B * NH), kThreads, smem, stream>>>(
+      out, q, kv, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH), Scale(hs));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
+                                        const float* kv, int64_t B, int64_t T, int64_t D,
+                                        int64_t NH, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckShape("AttentionLastQueryBackward", B, T, D, NH));
+  if (B == 0) return absl::OkStatus();
+  if (dq == nullptr || dkv == nullptr || dout == nullptr || q == nullptr || kv == nullptr) {
+    return absl::InvalidArgumentError("AttentionLastQueryBackward: null pointer");
+  }
+  const int64_t hs = D / NH;
+  const size_t smem = static_cast<size_t>(2 * hs + 2 * T + kThreads) * sizeof(float);
+  RETURN_IF_ERROR(AllowSharedMemory(AttentionLastQueryBackwardKernel<float>, smem));
+  AttentionLastQueryBackwardKernel<<<static_cast<unsigned>(B * NH), kThreads, smem, stream>>>(
+      dq, dkv, dout, q, kv, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH),
+      Scale(hs));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+}  // namespace forecastd::cuda

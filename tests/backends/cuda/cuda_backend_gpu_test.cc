@@ -1,0 +1,525 @@
+// Needs a GPU. The CUDA backend against the reference kernels: every op case of
+// tests/backends/backend_ops_test.cc (included below with FORECASTD_BACKEND_OPS_CUDA, so the
+// CUDA backend runs exactly the cases, shapes and tolerances the CPU backends run), then the
+// CUDA backend's own promises (one cuDNN plan per shape, weights read on every call, gradients
+// written not accumulated, bad arguments refused), the StreamPool, and NVML.
+//
+// Tolerances are backend_ops_test.cc's. What differs on the GPU, and why they still hold:
+// cuBLAS (CUBLAS_COMPUTE_32F, no TF32) and cuDNN's RNN (CUDNN_FMA_MATH, no TF32) accumulate in
+// fp32 in orders of their own, blocked and possibly split over the reduction, so a sum of K
+// products carries ~sqrt(K) * 6e-8 relative error typically and K * 6e-8 at worst, the same
+// budget as any fp32 CPU backend (K <= 67 here: at most ~4e-6 against the 1e-5 + 1e-4 * |ref|
+// allowed). cuDNN's sigmoid and tanh may be fast approximations (documented nowhere; assumed a
+// few ulp, ~1e-6 relative), damped through the recurrence as the CPU comment explains; the
+// first H100 run records the observed maxima here. Our kernels use CUDA's expf/erff/tanhf
+// (<= 2 ulp). With TF32 (a separate test below) inputs are rounded to a 10-bit mantissa, ~5e-4
+// relative per product, so that test allows 1e-2.
+//
+// The forecaster-level GPU run (a whole model on CudaBackend against the CPU result) needs the
+// model's parameter arena on the device; the engine does not upload it yet, so that test comes
+// with the engine's device placement.
+#define FORECASTD_BACKEND_OPS_CUDA 1
+#include "tests/backends/backend_ops_test.cc"  // NOLINT(build/include): shares the cases
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+
+#include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/nvml.h"
+#include "backends/cuda/stream_pool.h"
+
+namespace forecastd {
+namespace {
+
+// One allocator and one stream pool for the whole binary, never destroyed (tearing CUDA state
+// down during static destruction races the runtime's own teardown).
+struct GpuEnv {
+  std::unique_ptr<CudaAllocator> allocator;
+  std::unique_ptr<StreamPool> pool;
+};
+
+GpuEnv& Env() {
+  static GpuEnv* const env = [] {
+    auto* e = new GpuEnv;
+    absl::StatusOr<std::unique_ptr<CudaAllocator>> allocator = CudaAllocator::Create({});
+    if (!allocator.ok()) {
+      FAIL("CudaAllocator::Create: " << allocator.status().ToString());
+    }
+    e->allocator = std::move(*allocator);
+    StreamPool::Options options;
+    options.streams_per_gpu = 4;
+    absl::StatusOr<std::unique_ptr<StreamPool>> pool =
+        StreamPool::Create(options, e->allocator.get());
+    if (!pool.ok()) FAIL("StreamPool::Create: " << pool.status().ToString());
+    e->pool = std::move(*pool);
+    return e;
+  }();
+  return *env;
+}
+
+void RequireCuda(cudaError_t error, const char* what) {
+  INFO(what << ": " << cudaGetErrorString(error));
+  REQUIRE(error == cudaSuccess);
+}
+
+// Device buffers from the shared allocator. The backend's stream is non-blocking, so it is not
+// ordered after these legacy-stream copies: every upload waits for the device before
+// returning, every download waits for all queued work (which also surfaces kernel faults), and
+// so does the destructor before the blocks go back.
+class CudaTestMemory final : public TestMemory {
+ public:
+  // The allocator may hand these blocks to the next case's uploads at once: let queued work
+  // on them finish first.
+  ~CudaTestMemory() override { cudaDeviceSynchronize(); }
+
+  float* Upload(const std::vector<float>& host) override {
+    float* device = Allocate(static_cast<int64_t>(host.size()));
+    if (!host.empty()) {
+      RequireCuda(
+          cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+          "cudaMemcpy to the device");
+    }
+    RequireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after an upload");
+    return device;
+  }
+  float* Output(int64_t n) override {
+    return Upload(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
+  }
+  std::vector<float> Download(const float* device, int64_t n) override {
+    RequireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download");
+    std::vector<float> host(n);
+    if (n > 0) {
+      RequireCuda(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost),
+                  "cudaMemcpy from the device");
+    }
+    return host;
+  }
+
+ private:
+  float* Allocate(int64_t n) {
+    // At least one float, so that even an empty tensor has a distinct non-null address.
+    absl::StatusOr<DeviceBuffer> buffer =
+        Env().allocator->Allocate(std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(float)));
+    INFO(buffer.status().ToString());
+    REQUIRE(buffer.ok());
+    return buffers_.emplace_back(std::move(*buffer)).as<float>();
+  }
+
+  std::deque<DeviceBuffer> buffers_;
+};
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(
+    const CudaBackend::Options& options = {}) {
+  return CudaBackend::Create(Env().pool->Lease(), Env().allocator.get(), options);
+}
+
+}  // namespace
+
+// Declared in backend_ops_test.cc (same unnamed namespace of this translation unit).
+namespace {
+BackendUnderTest CudaBackendUnderTest() {
+  return {"cuda",
+          []() -> absl::StatusOr<std::unique_ptr<Backend>> {
+            absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeCudaBackend();
+            if (!backend.ok()) return backend.status();
+            return std::unique_ptr<Backend>(std::move(*backend));
+          },
+          [] { return std::make_unique<CudaTestMemory>(); },
+          // Every op is native and there is no fallback path: a shape cuDNN or our kernels
+          // refuse is an error, which the cases would see.
+          [](const Backend&) { return int64_t{0}; }};
+}
+
+// ------------------------------------------------------------------------------------------
+// The CUDA backend's own promises.
+
+std::unique_ptr<CudaBackend> RequireBackend(const CudaBackend::Options& options = {}) {
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = MakeCudaBackend(options);
+  INFO(backend.status().ToString());
+  REQUIRE(backend.ok());
+  return std::move(*backend);
+}
+
+TEST_CASE("CudaBackend runs every op natively") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  REQUIRE(backend->name() == "cuda");
+  for (int op = static_cast<int>(Op::kLinear);
+       op <= static_cast<int>(Op::kAttentionLastQueryBackward); ++op) {
+    CAPTURE(op);
+    REQUIRE(backend->SupportsOp(static_cast<Op>(op)));
+  }
+}
+
+TEST_CASE("CudaBackend::Create refuses bad arguments") {
+  CudaBackend::Options options;
+  options.rnn_plan_capacity = 0;
+  REQUIRE(MakeCudaBackend(options).status().code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(CudaBackend::Create(Env().pool->Lease(), nullptr, {}).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(CudaBackend::Create(CudaStreamContext{}, Env().allocator.get(), {}).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("CudaBackend refuses bad recurrent dims without touching the device") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  for (const RecurrentDims& dims : {RecurrentDims{1, 2, 3, 4, 3}, RecurrentDims{1, 2, 0, 4, 1},
+                                    RecurrentDims{1, 2, 3, 0, 1}, RecurrentDims{-1, 2, 3, 4, 1}}) {
+    CAPTURE(DimsString(dims));
+    REQUIRE(backend->LstmLayer(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dims)
+                .code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(backend->GruLayerBackward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dims)
+                .code() == absl::StatusCode::kInvalidArgument);
+  }
+  REQUIRE(backend->Synchronize().ok());
+}
+
+TEST_CASE("CudaBackend builds one cuDNN plan per recurrent shape and keeps its scratch") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  CudaTestMemory mem;
+  std::mt19937 rng(20100);
+  const RecurrentDims dims{3, 5, 4, 6, 2};
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(mem);
+  const std::vector<float> inp = Uniform(rng, dims.B * dims.T * dims.I);
+  const float* dev_inp = mem.Upload(inp);
+  float* out = mem.Output(dims.B * dims.T * dims.ND * dims.H);
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(
+        backend
+            ->LstmLayer(out, nullptr, nullptr, dev_inp, nullptr, nullptr, dev_weights.data(), dims)
+            .ok());
+  }
+  REQUIRE(backend->Synchronize().ok());
+  CudaBackend::Stats stats = backend->stats();
+  REQUIRE(stats.rnn_plans_built == 1);
+  REQUIRE(stats.rnn_plans_cached == 1);
+  const int64_t grows = stats.scratch_grows;
+  // The same shape again grows nothing; another batch size is another plan.
+  REQUIRE(
+      backend->LstmLayer(out, nullptr, nullptr, dev_inp, nullptr, nullptr, dev_weights.data(), dims)
+          .ok());
+  REQUIRE(backend->stats().scratch_grows == grows);
+  RecurrentDims smaller = dims;
+  smaller.B = 2;
+  REQUIRE(
+      backend
+          ->LstmLayer(out, nullptr, nullptr, dev_inp, nullptr, nullptr, dev_weights.data(), smaller)
+          .ok());
+  stats = backend->stats();
+  REQUIRE(stats.rnn_plans_built == 2);
+  REQUIRE(stats.rnn_plans_cached == 2);
+  REQUIRE(backend->Synchronize().ok());
+}
+
+TEST_CASE("CudaBackend evicts the least recently used recurrent plan beyond its capacity") {
+  CudaBackend::Options options;
+  options.rnn_plan_capacity = 2;
+  std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+  CudaTestMemory mem;
+  std::mt19937 rng(20200);
+  const RecurrentDims big{4, 6, 3, 5, 1};
+  const RecurrentWeightsHost weights(rng, Cell::kGru, big);
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(mem);
+  const float* inp = mem.Upload(Uniform(rng, big.B * big.T * big.I));
+  float* out = mem.Output(big.B * big.T * big.H);
+  for (const int64_t B : {1, 2, 1, 3, 2}) {  // 2 is evicted by 3, then rebuilt
+    RecurrentDims dims = big;
+    dims.B = B;
+    REQUIRE(backend->GruLayer(out, nullptr, inp, nullptr, dev_weights.data(), dims).ok());
+  }
+  REQUIRE(backend->Synchronize().ok());
+  REQUIRE(backend->stats().rnn_plans_cached == 2);
+  REQUIRE(backend->stats().rnn_plans_built == 4);
+}
+
+TEST_CASE("CudaBackend reads recurrent weights on every call") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  CudaTestMemory mem;
+  std::mt19937 rng(20300);
+  const RecurrentDims dims{2, 4, 3, 5, 2};
+  const int64_t out_n = dims.B * dims.T * dims.ND * dims.H;
+  const std::vector<float> inp = Uniform(rng, dims.B * dims.T * dims.I);
+  const float* dev_inp = mem.Upload(inp);
+  float* out = mem.Output(out_n);
+  // Two sets of weights written in turn into the same device buffers, as an optimiser step
+  // rewrites a parameter arena in place.
+  const RecurrentWeightsHost first(rng, Cell::kGru, dims), second(rng, Cell::kGru, dims);
+  const std::vector<RecurrentDirectionWeights> dev_weights = first.Upload(mem);
+  for (const RecurrentWeightsHost* weights : {&first, &second}) {
+    for (int64_t d = 0; d < dims.ND; ++d) {
+      const RecurrentDirectionWeights& w = dev_weights[d];
+      for (const auto& [dst, src] :
+           {std::pair{w.w_ih, &weights->w_ih[d]}, std::pair{w.w_hh, &weights->w_hh[d]},
+            std::pair{w.b_ih, &weights->b_ih[d]}, std::pair{w.b_hh, &weights->b_hh[d]}}) {
+        RequireCuda(cudaMemcpy(const_cast<float*>(dst), src->data(), src->size() * sizeof(float),
+                               cudaMemcpyHostToDevice),
+                    "rewriting weights");
+      }
+    }
+    RequireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    std::vector<float> want(out_n);
+    ref::GruLayerForward(want.data(), nullptr, inp.data(), nullptr, weights->Host().data(), dims);
+    REQUIRE(backend->GruLayer(out, nullptr, dev_inp, nullptr, dev_weights.data(), dims).ok());
+    ExpectAllClose("GruLayer after a weight update", mem.Download(out, out_n), want, kRecurrentAtol,
+                   kRecurrentRtol);
+  }
+}
+
+TEST_CASE("CudaBackend's recurrent weight gradients are written, not accumulated") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  CudaTestMemory mem;
+  std::mt19937 rng(20400);
+  const RecurrentDims dims{3, 4, 5, 6, 2};
+  const int64_t GH = 4 * dims.H;
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(mem);
+  const float* inp = mem.Upload(Uniform(rng, dims.B * dims.T * dims.I));
+  const float* dout = mem.Upload(Uniform(rng, dims.B * dims.T * dims.ND * dims.H));
+  std::vector<RecurrentDirectionGrads> grads;
+  for (int64_t d = 0; d < dims.ND; ++d) {
+    grads.push_back(
+        {mem.Output(GH * dims.I), mem.Output(GH * dims.H), mem.Output(GH), mem.Output(GH)});
+  }
+  std::vector<float> first;
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(backend
+                ->LstmLayerBackward(nullptr, grads.data(), dout, inp, nullptr, nullptr,
+                                    dev_weights.data(), dims)
+                .ok());
+    std::vector<float> all;
+    for (const RecurrentDirectionGrads& g : grads) {
+      for (const auto& [p, n] : {std::pair{g.dw_ih, GH * dims.I}, std::pair{g.dw_hh, GH * dims.H},
+                                 std::pair{g.db_ih, GH}, std::pair{g.db_hh, GH}}) {
+        const std::vector<float> part = mem.Download(p, n);
+        all.insert(all.end(), part.begin(), part.end());
+      }
+    }
+    if (i == 0) first = all;
+    // ADD mode into a zeroed space must give the first call's numbers again, not twice them.
+    // (Compared with the usual tolerance rather than bit for bit: cuDNN does not promise a
+    // deterministic reduction order for weight gradients.)
+    ExpectAllClose("repeated LstmLayerBackward", all, first, kRecurrentBackwardAtol,
+                   kRecurrentBackwardRtol);
+  }
+}
+
+TEST_CASE("CudaBackend with no steps returns the initial states and zero weight gradients") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  CudaTestMemory mem;
+  std::mt19937 rng(20500);
+  const RecurrentDims dims{2, 0, 3, 4, 2};
+  const int64_t state_n = dims.ND * dims.B * dims.H, GH = 4 * dims.H;
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(mem);
+  const std::vector<float> h_0 = Uniform(rng, state_n);
+  float* h_n = mem.Output(state_n);
+  float* c_n = mem.Output(state_n);
+  const float* empty = mem.Upload({});
+  REQUIRE(backend
+              ->LstmLayer(mem.Output(1), h_n, c_n, empty, mem.Upload(h_0), nullptr,
+                          dev_weights.data(), dims)
+              .ok());
+  ExpectAllClose("h_n", mem.Download(h_n, state_n), h_0, 0.0, 0.0);
+  ExpectAllClose("c_n", mem.Download(c_n, state_n), std::vector<float>(state_n, 0.0f), 0.0, 0.0);
+
+  std::vector<RecurrentDirectionGrads> grads;
+  for (int64_t d = 0; d < dims.ND; ++d) {
+    grads.push_back(
+        {mem.Output(GH * dims.I), mem.Output(GH * dims.H), mem.Output(GH), mem.Output(GH)});
+  }
+  REQUIRE(backend
+              ->LstmLayerBackward(nullptr, grads.data(), empty, empty, nullptr, nullptr,
+                                  dev_weights.data(), dims)
+              .ok());
+  ExpectAllClose("dw_hh", mem.Download(grads[1].dw_hh, GH * dims.H),
+                 std::vector<float>(GH * dims.H, 0.0f), 0.0, 0.0);
+}
+
+TEST_CASE("CudaBackend with TF32 allowed stays within TF32's error") {
+  CudaBackend::Options options;
+  options.allow_tf32 = true;
+  std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+  CudaTestMemory mem;
+  std::mt19937 rng(20600);
+  const int64_t N = 64, IN = 256, OUT = 96;
+  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                           bias = Uniform(rng, OUT);
+  std::vector<float> want(N * OUT);
+  ref::LinearForward(want.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
+  float* out = mem.Output(N * OUT);
+  REQUIRE(
+      backend->Linear(out, mem.Upload(inp), mem.Upload(weight), mem.Upload(bias), N, IN, OUT).ok());
+  // TF32 keeps 10 mantissa bits: each product is off by up to ~1e-3 relative, and a sum of 256
+  // of them (|sum| ~ 10 at most) by ~1e-2 at worst.
+  ExpectAllClose("Linear with TF32", mem.Download(out, N * OUT), want, 5e-2, 1e-2);
+
+  const RecurrentDims dims{4, 8, 16, 32, 2};
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  const std::vector<float> x = Uniform(rng, dims.B * dims.T * dims.I);
+  std::vector<float> want_y(dims.B * dims.T * dims.ND * dims.H);
+  ref::LstmLayerForward(want_y.data(), nullptr, nullptr, x.data(), nullptr, nullptr,
+                        weights.Host().data(), dims);
+  float* y = mem.Output(want_y.size());
+  REQUIRE(backend
+              ->LstmLayer(y, nullptr, nullptr, mem.Upload(x), nullptr, nullptr,
+                          weights.Upload(mem).data(), dims)
+              .ok());
+  ExpectAllClose("LstmLayer with TF32", mem.Download(y, want_y.size()), want_y, 1e-2, 1e-2);
+}
+
+TEST_CASE("Two CUDA backends on two streams run concurrently and agree with the reference") {
+  std::unique_ptr<CudaBackend> a = RequireBackend(), b = RequireBackend();
+  REQUIRE(a->stream() != b->stream());
+  CudaTestMemory mem;
+  std::mt19937 rng(20700);
+  const RecurrentDims dims{8, 16, 12, 24, 2};
+  const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
+  const std::vector<float> inp = Uniform(rng, dims.B * dims.T * dims.I);
+  std::vector<float> want(dims.B * dims.T * dims.ND * dims.H);
+  ref::LstmLayerForward(want.data(), nullptr, nullptr, inp.data(), nullptr, nullptr,
+                        weights.Host().data(), dims);
+  const std::vector<RecurrentDirectionWeights> dev_weights = weights.Upload(mem);
+  const float* dev_inp = mem.Upload(inp);
+  float* out_a = mem.Output(want.size());
+  float* out_b = mem.Output(want.size());
+  absl::Status status_a, status_b;
+  std::thread thread_a([&] {
+    for (int i = 0; i < 10 && status_a.ok(); ++i) {
+      status_a = a->LstmLayer(out_a, nullptr, nullptr, dev_inp, nullptr, nullptr,
+                              dev_weights.data(), dims);
+    }
+  });
+  std::thread thread_b([&] {
+    for (int i = 0; i < 10 && status_b.ok(); ++i) {
+      status_b = b->LstmLayer(out_b, nullptr, nullptr, dev_inp, nullptr, nullptr,
+                              dev_weights.data(), dims);
+    }
+  });
+  thread_a.join();
+  thread_b.join();
+  INFO(status_a.ToString() << " / " << status_b.ToString());
+  REQUIRE(status_a.ok());
+  REQUIRE(status_b.ok());
+  ExpectAllClose("stream a", mem.Download(out_a, want.size()), want, kRecurrentAtol,
+                 kRecurrentRtol);
+  ExpectAllClose("stream b", mem.Download(out_b, want.size()), want, kRecurrentAtol,
+                 kRecurrentRtol);
+}
+
+// ------------------------------------------------------------------------------------------
+// StreamPool.
+
+TEST_CASE("StreamPool leases each stream once at a time and takes it back") {
+  StreamPool::Options options;
+  options.streams_per_gpu = 2;
+  options.workspace_bytes = 1 << 20;
+  options.staging_bytes = 4096;
+  absl::StatusOr<std::unique_ptr<StreamPool>> created =
+      StreamPool::Create(options, Env().allocator.get());
+  INFO(created.status().ToString());
+  REQUIRE(created.ok());
+  StreamPool& pool = **created;
+  REQUIRE(pool.streams() == 2);
+  {
+    StreamLease first = pool.Lease();
+    std::optional<StreamLease> second = pool.TryLease();
+    REQUIRE(second.has_value());
+    REQUIRE(pool.leased() == 2);
+    REQUIRE_FALSE(pool.TryLease().has_value());
+    REQUIRE(first.stream() != second->stream());
+    for (const StreamLease* lease : {&first, &*second}) {
+      const CudaStreamContext& c = lease->context();
+      REQUIRE(c.cublas != nullptr);
+      REQUIRE(c.cublas_lt != nullptr);
+      REQUIRE(c.cudnn != nullptr);
+      REQUIRE(c.workspace != nullptr);
+      REQUIRE(c.workspace_bytes == options.workspace_bytes);
+    }
+    // A moved lease is still one lease.
+    StreamLease moved = std::move(first);
+    REQUIRE(pool.leased() == 2);
+  }
+  REQUIRE(pool.leased() == 0);
+  // Lease() blocks until another thread returns a stream.
+  std::optional<StreamLease> a = pool.TryLease(), b = pool.TryLease();
+  REQUIRE((a.has_value() && b.has_value()));
+  std::thread releaser([&] { a.reset(); });
+  StreamLease c = pool.Lease();
+  releaser.join();
+  REQUIRE(pool.leased() == 2);
+}
+
+TEST_CASE("StreamPool's pinned staging grows on demand and copies asynchronously") {
+  StreamPool::Options options;
+  options.streams_per_gpu = 1;
+  options.staging_bytes = 1024;
+  absl::StatusOr<std::unique_ptr<StreamPool>> created =
+      StreamPool::Create(options, Env().allocator.get());
+  REQUIRE(created.ok());
+  StreamLease lease = (*created)->Lease();
+  const int64_t n = 3 << 20;  // 12 MiB of floats: beyond the initial size
+  absl::StatusOr<void*> in = lease.HostStaging(StreamLease::Staging::kInput, n * 4);
+  absl::StatusOr<void*> out = lease.HostStaging(StreamLease::Staging::kOutput, n * 4);
+  REQUIRE(in.ok());
+  REQUIRE(out.ok());
+  REQUIRE(*in != *out);
+  float* host_in = static_cast<float*>(*in);
+  float* host_out = static_cast<float*>(*out);
+  for (int64_t i = 0; i < n; ++i) host_in[i] = static_cast<float>(i % 1000);
+  absl::StatusOr<DeviceBuffer> device = Env().allocator->Allocate(n * 4);
+  REQUIRE(device.ok());
+  RequireCuda(
+      cudaMemcpyAsync(device->data(), host_in, n * 4, cudaMemcpyHostToDevice, lease.stream()),
+      "upload");
+  RequireCuda(
+      cudaMemcpyAsync(host_out, device->data(), n * 4, cudaMemcpyDeviceToHost, lease.stream()),
+      "download");
+  REQUIRE(lease.Synchronize().ok());
+  REQUIRE(std::equal(host_in, host_in + n, host_out));
+  // Asking for no more than it has returns the same buffer.
+  REQUIRE(*lease.HostStaging(StreamLease::Staging::kInput, 16) == *in);
+}
+
+TEST_CASE("StreamPool::Create refuses bad options") {
+  StreamPool::Options options;
+  options.streams_per_gpu = 0;
+  REQUIRE(StreamPool::Create(options, Env().allocator.get()).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+  options.streams_per_gpu = 1;
+  REQUIRE(StreamPool::Create(options, nullptr).status().code() ==
+          absl::StatusCode::kInvalidArgument);
+}
+
+// ------------------------------------------------------------------------------------------
+// NVML, loaded at run time.
+
+TEST_CASE("NVML reports the GPU's memory, or says clearly that it is unavailable") {
+  absl::StatusOr<std::unique_ptr<Nvml>> nvml = Nvml::Load();
+  if (!nvml.ok()) {
+    REQUIRE(nvml.status().code() == absl::StatusCode::kUnavailable);
+    REQUIRE(std::string(nvml.status().message()).find("NVML") != std::string::npos);
+    WARN("NVML not loaded here: " << nvml.status().ToString());
+    return;
+  }
+  absl::StatusOr<GpuUsage> usage = (*nvml)->Usage(0);
+  INFO(usage.status().ToString());
+  REQUIRE(usage.ok());
+  size_t free_bytes = 0, total_bytes = 0;
+  RequireCuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  // The same board seen by both; they may differ by reserved memory, never by much.
+  const int64_t cuda_total = static_cast<int64_t>(total_bytes);
+  REQUIRE(std::llabs(usage->memory_total_bytes - cuda_total) <= cuda_total / 10);
+  REQUIRE(usage->memory_used_bytes > 0);
+  REQUIRE(usage->utilization_percent >= 0);
+  REQUIRE(usage->utilization_percent <= 100);
+  int count = 0;
+  RequireCuda(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  REQUIRE((*nvml)->Usage(count).status().code() == absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace forecastd

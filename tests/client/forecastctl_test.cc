@@ -1,0 +1,794 @@
+// Runs the real forecastctl binary against a real forecastd (free loopback ports, a temporary
+// repository with small models) the way an operator or a script would, and checks what it
+// prints and how it exits: forecasts equal to the Predict RPC's, a training job followed to
+// SUCCEEDED, model management, jobs, benchmarks, metrics, error and usage exit codes, --help
+// and the bash completion script. ctest runs each TEST_CASE in its own process, each with its
+// own daemon.
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/input_windows.h"
+#include "client/prometheus_text.h"
+#include "engine/models/forecaster.h"
+#include "engine/models/model_config.h"
+#include "engine/models/model_files.h"
+#include "forecastd/v1/admin.grpc.pb.h"
+#include "forecastd/v1/forecaster.grpc.pb.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/forecastd_daemon.h"
+#include "tests/testing/process.h"
+
+namespace forecastd {
+namespace {
+
+using ::forecastd::testing::ChildProcess;
+using ::forecastd::testing::ForecastdDaemon;
+using ::forecastd::testing::TempDir;
+
+// Safety bounds only: a healthy run finishes far inside them on any machine.
+constexpr absl::Duration kRunBound = absl::Seconds(120);
+
+// The toy models: lookback, horizon, features (load, temp).
+constexpr int kT = 8, kP = 3, kF = 2;
+constexpr float kMean[kF] = {10.0f, 20.0f};
+constexpr float kStd[kF] = {2.0f, 5.0f};
+
+// --- The repository
+
+ModelConfig BaseConfig(const std::string& name, std::vector<std::string> targets) {
+  ModelConfig c;
+  c.set_name(name);
+  c.set_lookback(kT);
+  c.set_horizon(kP);
+  c.add_feature_names("load");
+  c.add_feature_names("temp");
+  for (const std::string& t : targets) c.add_target_names(t);
+  c.mutable_batching()->set_max_batch_size(8);
+  c.mutable_batching()->set_max_queue_delay_us(500);
+  return c;
+}
+
+ModelConfig ToyConfig() {
+  ModelConfig c = BaseConfig("toy", {"temp", "load"});
+  c.mutable_lstm()->set_hidden_size(8);
+  c.mutable_lstm()->set_num_layers(1);
+  return c;
+}
+
+ModelConfig QuantileConfig() {
+  ModelConfig c = BaseConfig("quant", {"load"});
+  c.mutable_gru()->set_hidden_size(8);
+  c.mutable_gru()->set_num_layers(1);
+  for (const float q : {0.1f, 0.5f, 0.9f}) c.add_quantiles(q);
+  return c;
+}
+
+void Publish(const std::string& repository, const ModelConfig& config, uint32_t seed) {
+  absl::StatusOr<std::unique_ptr<Forecaster>> model = Forecaster::Create(config);
+  REQUIRE(model.ok());
+  ParameterArena& arena = (*model)->parameters();
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-0.3f, 0.3f);
+  for (int64_t i = 0; i < arena.size(); ++i) arena.data()[i] = dist(gen);
+  if ((*model)->standardized()) {
+    std::copy(kMean, kMean + kF, arena.at("normalizer.mean"));
+    std::copy(kStd, kStd + kF, arena.at("normalizer.std"));
+  }
+  const absl::Status status =
+      PublishVersion(**model, absl::StrCat(repository, "/", config.name()), 1);
+  INFO(status.ToString());
+  REQUIRE(status.ok());
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  REQUIRE(out.good());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+// `rows` observations of smooth load and temp, with a timestamp column first and the
+// features in the other order than the model's: the CLI must pick them by name.
+std::string SeriesCsv(int rows) {
+  std::string csv = "time,temp,load\n";
+  for (int r = 0; r < rows; ++r) {
+    const float load = kMean[0] + kStd[0] * std::sin(0.2f * static_cast<float>(r));
+    const float temp = kMean[1] + kStd[1] * std::cos(0.13f * static_cast<float>(r));
+    absl::StrAppend(&csv, "2024-01-01T", r, ":00,", temp, ",", load, "\n");
+  }
+  return csv;
+}
+
+// The model's view of SeriesCsv: (rows, F) in feature order (load, temp), as printed.
+std::vector<float> SeriesValues(int rows) {
+  std::vector<float> x;
+  for (int r = 0; r < rows; ++r) {
+    float load = 0, temp = 0;
+    REQUIRE(absl::SimpleAtof(absl::StrCat(kMean[0] + kStd[0] * std::sin(0.2f * r)), &load));
+    REQUIRE(absl::SimpleAtof(absl::StrCat(kMean[1] + kStd[1] * std::cos(0.13f * r)), &temp));
+    x.push_back(load);
+    x.push_back(temp);
+  }
+  return x;
+}
+
+// A daemon over a fresh repository holding toy and quant (version 1 each), with a data and a
+// checkpoint directory of its own.
+struct Fixture {
+  TempDir repository;
+  TempDir scratch;
+  std::unique_ptr<ForecastdDaemon> daemon;
+
+  Fixture() {
+    Publish(repository.path(), ToyConfig(), 1);
+    Publish(repository.path(), QuantileConfig(), 2);
+    ForecastdDaemon::Options options;
+    options.binary = FORECASTD_BINARY;
+    options.repository = repository.path();
+    options.extra_flags = {"--data-dir", scratch.path(), "--checkpoint-dir",
+                           absl::StrCat(scratch.path(), "/checkpoints")};
+    absl::StatusOr<std::unique_ptr<ForecastdDaemon>> started = ForecastdDaemon::Start(options);
+    INFO(started.status().ToString());
+    REQUIRE(started.ok());
+    daemon = *std::move(started);
+  }
+
+  std::string metrics_address() const { return absl::StrCat("127.0.0.1:", daemon->metrics_port()); }
+  std::string Path(const std::string& name) const {
+    return absl::StrCat(scratch.path(), "/", name);
+  }
+};
+
+// --- Running forecastctl
+
+struct CtlResult {
+  int exit_code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+// Runs forecastctl with `args` (after `prefix`, e.g. --address), stdout and stderr kept
+// apart, stdin from `stdin_path` (/dev/null by default).
+CtlResult RunCtl(const std::vector<std::string>& prefix, const std::vector<std::string>& args,
+                 const std::string& stdin_path = "/dev/null") {
+  TempDir io;
+  const std::string out = absl::StrCat(io.path(), "/out");
+  const std::string err = absl::StrCat(io.path(), "/err");
+  std::vector<std::string> argv = {
+      "/bin/sh", "-c", absl::StrCat("exec \"$@\" <'", stdin_path, "' >'", out, "' 2>'", err, "'"),
+      "sh"};
+  argv.insert(argv.end(), prefix.begin(), prefix.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  absl::StatusOr<testing::RunResult> run = testing::Run(argv, kRunBound);
+  INFO(absl::StrJoin(args, " "));
+  REQUIRE(run.ok());
+  CtlResult result{run->exit_code, ReadFile(out), ReadFile(err)};
+  UNSCOPED_INFO("forecastctl " << absl::StrJoin(args, " ") << " -> " << result.exit_code
+                               << "\nstdout:\n"
+                               << result.out << "\nstderr:\n"
+                               << result.err);
+  return result;
+}
+
+// forecastctl pointed at the fixture's daemon.
+CtlResult Ctl(const Fixture& f, const std::vector<std::string>& args,
+              const std::string& stdin_path = "/dev/null") {
+  return RunCtl({FORECASTCTL_BINARY, "--address", f.daemon->grpc_address(), "--metrics-address",
+                 f.metrics_address()},
+                args, stdin_path);
+}
+
+// forecastctl with no server at all (usage, help, completion).
+CtlResult CtlAlone(const std::vector<std::string>& args) {
+  return RunCtl({FORECASTCTL_BINARY}, args);
+}
+
+template <typename Message>
+Message ParseJson(const std::string& json) {
+  Message message;
+  const auto status = google::protobuf::util::JsonStringToMessage(json, &message);
+  INFO(json);
+  INFO(status.ToString());
+  REQUIRE(status.ok());
+  return message;
+}
+
+std::vector<float> Floats(const v1::Tensor& tensor) {
+  if (tensor.raw().empty()) return {tensor.values().begin(), tensor.values().end()};
+  std::vector<float> x(tensor.raw().size() / sizeof(float));
+  std::memcpy(x.data(), tensor.raw().data(), tensor.raw().size());
+  return x;
+}
+
+// Every number of a nested JSON array, in order.
+void Flatten(const google::protobuf::Value& v, std::vector<double>& out) {
+  if (v.kind_case() == google::protobuf::Value::kNumberValue) {
+    out.push_back(v.number_value());
+  } else if (v.kind_case() == google::protobuf::Value::kListValue) {
+    for (const auto& item : v.list_value().values()) Flatten(item, out);
+  }
+}
+
+const google::protobuf::Value& Field(const google::protobuf::Value& object,
+                                     const std::string& name) {
+  const auto& fields = object.struct_value().fields();
+  const auto it = fields.find(name);
+  INFO(name);
+  REQUIRE(it != fields.end());
+  return it->second;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// --- Predict
+
+TEST_CASE("predict --output json equals the Predict RPC on the same windows",
+          "[integration][forecastctl]") {
+  Fixture f;
+  constexpr int kRows = 20, kWindows = 3;
+  WriteFile(f.Path("series.csv"), SeriesCsv(kRows));
+
+  const CtlResult json = Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv"), "--windows",
+                                 absl::StrCat(kWindows), "--output", "json"});
+  REQUIRE(json.exit_code == 0);
+  const auto printed = ParseJson<google::protobuf::Value>(json.out);
+  std::vector<double> shape, values, rows;
+  Flatten(Field(printed, "shape"), shape);
+  Flatten(Field(printed, "forecasts"), values);
+  Flatten(Field(printed, "inputRows"), rows);
+  REQUIRE(shape == std::vector<double>{kWindows, kP, 2});
+  REQUIRE(Field(printed, "model").string_value() == "toy");
+  REQUIRE(Field(printed, "version").number_value() == 1);
+  REQUIRE(Field(printed, "targetNames").list_value().values(0).string_value() == "temp");
+  REQUIRE(rows == std::vector<double>{kRows - kT - 2, kRows - 3, kRows - kT - 1, kRows - 2,
+                                      kRows - kT, kRows - 1});
+  REQUIRE(Field(Field(printed, "timing"), "batchSize").number_value() >= kWindows);
+
+  // The same three windows through the RPC: the last ones of the series, in feature order.
+  const std::vector<float> series = SeriesValues(kRows);
+  v1::PredictRequest request;
+  request.set_model("toy");
+  for (const int64_t d : {kWindows, kT, kF}) request.mutable_inputs()->add_shape(d);
+  for (int b = 0; b < kWindows; ++b) {
+    const int first = kRows - kT - (kWindows - 1) + b;
+    for (int i = first * kF; i < (first + kT) * kF; ++i) {
+      request.mutable_inputs()->add_values(series[i]);
+    }
+  }
+  grpc::ClientContext context;
+  v1::PredictResponse response;
+  const grpc::Status status = f.daemon->forecaster().Predict(&context, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  const std::vector<float> want = Floats(response.forecasts());
+  REQUIRE(values.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i, values[i], want[i]);
+    // Printed as the shortest decimal that reads back as the same float.
+    REQUIRE(std::fabs(static_cast<float>(values[i]) - want[i]) <=
+            1e-5f * std::fabs(want[i]) + 1e-5f);
+  }
+
+  SECTION("windows as JSON on stdin give the same forecasts, --json selects JSON output") {
+    std::vector<std::string> windows;
+    for (int b = 0; b < kWindows; ++b) {
+      std::vector<std::string> steps;
+      for (int t = 0; t < kT; ++t) {
+        const int row = kRows - kT - (kWindows - 1) + b + t;
+        steps.push_back(absl::StrCat("[", absl::StrCat(series[row * kF]), ", ",
+                                     absl::StrCat(series[row * kF + 1]), "]"));
+      }
+      windows.push_back(absl::StrCat("[", absl::StrJoin(steps, ","), "]"));
+    }
+    WriteFile(f.Path("windows.json"),
+              absl::StrCat("  {\"inputs\": [", absl::StrJoin(windows, ","), "]}"));
+    const CtlResult from_stdin =
+        Ctl(f, {"predict", "toy", "--json-input", "-", "--json"}, f.Path("windows.json"));
+    REQUIRE(from_stdin.exit_code == 0);
+    std::vector<double> again;
+    Flatten(Field(ParseJson<google::protobuf::Value>(from_stdin.out), "forecasts"), again);
+    REQUIRE(again.size() == values.size());
+    for (size_t i = 0; i < again.size(); ++i) {
+      REQUIRE(std::fabs(again[i] - values[i]) <= 1e-5 * std::fabs(values[i]) + 1e-5);
+    }
+  }
+
+  SECTION("table and csv outputs; a CSV on stdin; --all") {
+    const CtlResult table = Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv")});
+    REQUIRE(table.exit_code == 0);
+    REQUIRE(absl::StrContains(table.out, "STEP"));
+    REQUIRE(absl::StrContains(table.out, "temp"));
+    REQUIRE(absl::StrContains(table.out, "model toy version 1"));
+
+    const CtlResult csv =
+        Ctl(f, {"predict", "toy", "--csv", "-", "--all", "-o", "csv"}, f.Path("series.csv"));
+    REQUIRE(csv.exit_code == 0);
+    const std::vector<std::string> lines = Lines(csv.out);
+    REQUIRE(lines[0] == "window,step,temp,load");
+    REQUIRE(lines.size() == 1 + (kRows - kT + 1) * kP);
+
+    // 13 windows, max_batch_size 8: two requests, one answer.
+    const CtlResult all =
+        Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv"), "--all", "--json"});
+    REQUIRE(all.exit_code == 0);
+    const auto parsed = ParseJson<google::protobuf::Value>(all.out);
+    REQUIRE(Field(parsed, "requests").number_value() == 2);
+    REQUIRE(Field(parsed, "shape").list_value().values(0).number_value() == kRows - kT + 1);
+  }
+
+  SECTION("a quantile model's table has a column per target and quantile") {
+    const CtlResult table = Ctl(f, {"predict", "quant", "--csv", f.Path("series.csv")});
+    REQUIRE(table.exit_code == 0);
+    REQUIRE(absl::StrContains(table.out, "load q0.1"));
+    REQUIRE(absl::StrContains(table.out, "load q0.9"));
+    const CtlResult csv = Ctl(f, {"predict", "quant", "--csv", f.Path("series.csv"), "-o", "csv"});
+    REQUIRE(Lines(csv.out)[0] == "window,step,load_q0.1,load_q0.5,load_q0.9");
+  }
+}
+
+// --- Training and jobs
+
+TEST_CASE("train --json follows a new model's job to SUCCEEDED, then models and jobs show it",
+          "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(200));
+  ModelConfig config = BaseConfig("fresh", {"load"});
+  config.mutable_lstm()->set_hidden_size(8);
+  config.mutable_lstm()->set_num_layers(1);
+  const absl::StatusOr<std::string> config_json = ModelConfigToJson(config);
+  REQUIRE(config_json.ok());
+  WriteFile(f.Path("fresh.json"), *config_json);
+
+  const CtlResult train =
+      Ctl(f, {"train", "fresh", "--config", f.Path("fresh.json"), "--inline-csv",
+              f.Path("series.csv"), "--epochs", "2", "--batch-size", "16", "--seed", "1",
+              "--optimizer", "adamw", "--loss", "huber", "--json"});
+  REQUIRE(train.exit_code == 0);
+  const std::vector<std::string> lines = Lines(train.out);
+  REQUIRE(lines.size() >= 4);
+  const std::string job_id = ParseJson<v1::TrainResponse>(lines.front()).job_id();
+  REQUIRE(!job_id.empty());
+  std::vector<int64_t> epochs_closed;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    const auto event = ParseJson<v1::TrainJobEvent>(lines[i]);
+    REQUIRE(event.has_progress());
+    REQUIRE(event.progress().epochs() == 2);
+    if (event.progress().kind() == v1::TrainProgressEvent::EPOCH) {
+      epochs_closed.push_back(event.progress().epoch());
+    }
+  }
+  REQUIRE(epochs_closed == std::vector<int64_t>{1, 2});
+  const auto finished = ParseJson<v1::TrainJobEvent>(lines.back());
+  REQUIRE(finished.has_finished());
+  REQUIRE(finished.finished().job_id() == job_id);
+  REQUIRE(finished.finished().state() == v1::TRAIN_JOB_SUCCEEDED);
+  REQUIRE(finished.finished().published_version() == 1);
+
+  const CtlResult models = Ctl(f, {"models", "list", "--json"});
+  REQUIRE(models.exit_code == 0);
+  bool found = false;
+  const auto listed = ParseJson<v1::ListModelsResponse>(models.out);
+  for (const v1::ModelStatus& m : listed.models()) {
+    if (m.name() != "fresh") continue;
+    found = true;
+    REQUIRE(std::vector<int64_t>(m.versions().begin(), m.versions().end()) ==
+            std::vector<int64_t>{1});
+  }
+  REQUIRE(found);
+
+  const CtlResult jobs = Ctl(f, {"jobs", "list"});
+  REQUIRE(jobs.exit_code == 0);
+  REQUIRE(absl::StrContains(jobs.out, job_id));
+  REQUIRE(absl::StrContains(jobs.out, "SUCCEEDED"));
+  const CtlResult jobs_json = Ctl(f, {"jobs", "list", "--model", "fresh", "--json"});
+  REQUIRE(ParseJson<v1::ListTrainJobsResponse>(jobs_json.out).jobs_size() == 1);
+  const CtlResult show = Ctl(f, {"jobs", "show", job_id});
+  REQUIRE(show.exit_code == 0);
+  REQUIRE(absl::StrContains(show.out, "version 1 published"));
+
+  SECTION("fine-tune detached, watch it, promote the result") {
+    const CtlResult detached = Ctl(f, {"train", "fresh", "--inline-csv", f.Path("series.csv"),
+                                       "--epochs", "1", "--base-version", "1", "--detach"});
+    REQUIRE(detached.exit_code == 0);
+    const std::string id(absl::StripAsciiWhitespace(detached.out));
+    REQUIRE(!id.empty());
+    REQUIRE(id != job_id);
+    const CtlResult watch = Ctl(f, {"jobs", "watch", id});
+    REQUIRE(watch.exit_code == 0);
+    REQUIRE(absl::StrContains(watch.out, "SUCCEEDED, version 2 published"));
+
+    const CtlResult promote = Ctl(f, {"models", "promote", "fresh", "2"});
+    REQUIRE(promote.exit_code == 0);
+    REQUIRE(absl::StrContains(promote.out, "serving version 2"));
+    const CtlResult show_model = Ctl(f, {"models", "show", "fresh", "--json"});
+    REQUIRE(ParseJson<v1::ModelStatus>(show_model.out).serving_version() == 2);
+  }
+}
+
+TEST_CASE("Ctrl-C on a watch without a terminal detaches, jobs cancel stops the job",
+          "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(200));
+  const CtlResult started = Ctl(
+      f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "100000", "--detach"});
+  REQUIRE(started.exit_code == 0);
+  const std::string id(absl::StripAsciiWhitespace(started.out));
+
+  // setsid: no controlling terminal, so there is nobody to ask and the watch detaches.
+  absl::StatusOr<ChildProcess> watch =
+      ChildProcess::Start({"/usr/bin/setsid", FORECASTCTL_BINARY, "--address",
+                           f.daemon->grpc_address(), "jobs", "watch", id});
+  REQUIRE(watch.ok());
+  const absl::Time give_up = absl::Now() + kRunBound;
+  while (!absl::StrContains(watch->Output(), "Watching job") && absl::Now() < give_up) {
+    REQUIRE(watch->Running());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  REQUIRE(watch->Signal(SIGINT));
+  const absl::StatusOr<int> code = watch->WaitForExit(kRunBound);
+  INFO(watch->Output());
+  REQUIRE(code.ok());
+  REQUIRE(*code == 0);
+  REQUIRE(absl::StrContains(watch->Output(), absl::StrCat("jobs watch ", id)));
+
+  const CtlResult running = Ctl(f, {"jobs", "show", id, "--json"});
+  REQUIRE(running.exit_code == 0);
+  const v1::TrainJobState state = ParseJson<v1::TrainJobInfo>(running.out).state();
+  REQUIRE((state == v1::TRAIN_JOB_RUNNING || state == v1::TRAIN_JOB_QUEUED));
+
+  const CtlResult cancel = Ctl(f, {"jobs", "cancel", id, "--wait"});
+  REQUIRE(cancel.exit_code == 0);
+  REQUIRE(absl::StrContains(cancel.out, "CANCELLED"));
+}
+
+// --- Admin
+
+TEST_CASE("status and models list/show/unload/load", "[integration][forecastctl]") {
+  Fixture f;
+  const CtlResult status = Ctl(f, {"status"});
+  REQUIRE(status.exit_code == 0);
+  REQUIRE(absl::StrContains(status.out, "ready"));
+  REQUIRE(absl::StrContains(status.out, "cpu"));
+  REQUIRE(ParseJson<v1::ServerStatus>(Ctl(f, {"status", "--json"}).out).ready());
+
+  const CtlResult list = Ctl(f, {"models", "list"});
+  REQUIRE(list.exit_code == 0);
+  REQUIRE(absl::StrContains(list.out, "NAME"));
+  REQUIRE(absl::StrContains(list.out, "IN-FLIGHT"));
+  REQUIRE(absl::StrContains(list.out, "toy"));
+  REQUIRE(absl::StrContains(list.out, "READY"));
+
+  const CtlResult show = Ctl(f, {"models", "show", "quant"});
+  REQUIRE(show.exit_code == 0);
+  REQUIRE(absl::StrContains(show.out, "gru (hidden 8, 1 layer)"));
+  REQUIRE(absl::StrContains(show.out, "quantiles"));
+
+  const CtlResult unload = Ctl(f, {"models", "unload", "quant", "--json"});
+  REQUIRE(unload.exit_code == 0);
+  REQUIRE(ParseJson<v1::ModelStatus>(unload.out).state() == v1::MODEL_UNLOADED);
+  const CtlResult load = Ctl(f, {"models", "load", "quant"});
+  REQUIRE(load.exit_code == 0);
+  REQUIRE(absl::StrContains(load.out, "quant: READY"));
+
+  // The address from the environment; a flag wins over it.
+  const CtlResult from_env =
+      RunCtl({"/usr/bin/env", absl::StrCat("FORECASTD_ADDRESS=", f.daemon->grpc_address()),
+              FORECASTCTL_BINARY},
+             {"status"});
+  REQUIRE(from_env.exit_code == 0);
+  const CtlResult flag_wins = RunCtl({"/usr/bin/env", "FORECASTD_ADDRESS=127.0.0.1:1",
+                                      FORECASTCTL_BINARY, "--address", f.daemon->grpc_address()},
+                                     {"status"});
+  REQUIRE(flag_wins.exit_code == 0);
+}
+
+// --- Errors
+
+TEST_CASE("server errors exit 1 and name the gRPC code", "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(20));
+  const auto require_error = [](const CtlResult& r, const std::string& code) {
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE(absl::StartsWith(r.err, absl::StrCat("error: ", code, ": ")));
+  };
+  require_error(Ctl(f, {"predict", "ghost", "--csv", f.Path("series.csv")}), "NOT_FOUND");
+  REQUIRE(absl::StrContains(Ctl(f, {"models", "show", "ghost"}).err, "'ghost'"));
+  require_error(Ctl(f, {"models", "show", "ghost"}), "NOT_FOUND");
+  require_error(Ctl(f, {"models", "promote", "toy", "99"}), "NOT_FOUND");
+  require_error(Ctl(f, {"jobs", "show", "no-such-job"}), "NOT_FOUND");
+  require_error(Ctl(f, {"bench", "ghost"}), "NOT_FOUND");
+  require_error(Ctl(f, {"train", "ghost", "--inline-csv", f.Path("series.csv"), "--epochs", "1"}),
+                "NOT_FOUND");
+  require_error(Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv"), "--priority", "7"}),
+                "INVALID_ARGUMENT");
+  require_error(Ctl(f, {"bench", "toy", "--batch-sizes", "1000"}), "INVALID_ARGUMENT");
+
+  // Nothing listens there.
+  const std::string nowhere = absl::StrCat("127.0.0.1:", testing::PickFreePort());
+  require_error(RunCtl({FORECASTCTL_BINARY, "--address", nowhere}, {"models", "list"}),
+                "UNAVAILABLE");
+  require_error(RunCtl({FORECASTCTL_BINARY, "--metrics-address", nowhere}, {"metrics"}),
+                "UNAVAILABLE");
+}
+
+TEST_CASE("usage errors exit 2", "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(5));
+  WriteFile(f.Path("ragged.json"), "[[[1, 2]], [[1]]]");
+  const std::vector<std::vector<std::string>> cases = {
+      {},
+      {"frobnicate"},
+      {"models"},
+      {"models", "list", "--bogus"},
+      {"models", "show"},
+      {"models", "promote", "toy", "zero"},
+      {"predict"},
+      {"predict", "toy"},
+      {"predict", "toy", "--csv", "/nonexistent/file.csv"},
+      {"predict", "toy", "--csv", f.Path("series.csv")},  // 5 rows; a window needs 8
+      {"predict", "toy", "--json-input", f.Path("ragged.json")},
+      {"predict", "toy", "--csv", f.Path("series.csv"), "--output", "xml"},
+      {"predict", "toy", "--csv", f.Path("series.csv"), "--windows", "2", "--all"},
+      {"train", "toy", "--epochs", "2"},  // no data
+      {"train", "toy", "--inline-csv", f.Path("series.csv"), "--optimizer", "adagrad"},
+      {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "-1"},
+      {"bench", "toy", "--batch-sizes", "1,x"},
+      {"--timeout", "0", "status"},
+      {"completion", "zsh"},
+  };
+  for (const std::vector<std::string>& args : cases) {
+    const CtlResult r = Ctl(f, args);
+    CAPTURE(absl::StrJoin(args, " "));
+    REQUIRE(r.exit_code == 2);
+  }
+  // A parse error names the problem and where to read more.
+  const CtlResult unknown = CtlAlone({"models", "list", "--bogus"});
+  REQUIRE(absl::StrContains(unknown.err, "error: "));
+  REQUIRE(absl::StrContains(unknown.err, "--bogus"));
+  REQUIRE(absl::StrContains(unknown.err, "forecastctl models list --help"));
+}
+
+// --- Help, completion
+
+TEST_CASE("every command has --help with an example", "[integration][forecastctl]") {
+  const std::vector<std::string> commands = {"",
+                                             "status",
+                                             "models",
+                                             "models list",
+                                             "models show",
+                                             "models load",
+                                             "models unload",
+                                             "models promote",
+                                             "predict",
+                                             "train",
+                                             "jobs",
+                                             "jobs list",
+                                             "jobs show",
+                                             "jobs watch",
+                                             "jobs cancel",
+                                             "bench",
+                                             "metrics",
+                                             "completion"};
+  for (const std::string& command : commands) {
+    std::vector<std::string> args = absl::StrSplit(command, ' ', absl::SkipEmpty());
+    args.push_back("--help");
+    const CtlResult r = CtlAlone(args);
+    CAPTURE(command);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(absl::StrContains(r.out, "Example"));
+    REQUIRE(absl::StrContains(
+        r.out, absl::StrCat("Usage: forecastctl", command.empty() ? "" : " ", command)));
+  }
+}
+
+TEST_CASE("completion bash prints a script bash can source", "[integration][forecastctl]") {
+  TempDir dir;
+  const CtlResult r = CtlAlone({"completion", "bash"});
+  REQUIRE(r.exit_code == 0);
+  const std::string script = absl::StrCat(dir.path(), "/forecastctl.bash");
+  WriteFile(script, r.out);
+  const absl::StatusOr<testing::RunResult> syntax = testing::Run({"/bin/bash", "-n", script});
+  REQUIRE(syntax.ok());
+  INFO(syntax->output);
+  REQUIRE(syntax->exit_code == 0);
+  // Sourced, it completes subcommands and the choices of an enumerated flag.
+  const absl::StatusOr<testing::RunResult> complete = testing::Run(
+      {"/bin/bash", "-c",
+       absl::StrCat("source '", script,
+                    "'; COMP_WORDS=(forecastctl models s); COMP_CWORD=2; _forecastctl; "
+                    "echo \"${COMPREPLY[*]}\"; COMP_WORDS=(forecastctl predict m --output ''); "
+                    "COMP_CWORD=4; _forecastctl; echo \"${COMPREPLY[*]}\"")});
+  REQUIRE(complete.ok());
+  INFO(complete->output);
+  REQUIRE(complete->exit_code == 0);
+  REQUIRE(absl::StrContains(complete->output, "show\n"));
+  REQUIRE(absl::StrContains(complete->output, "table csv json\n"));
+}
+
+// --- Bench, metrics
+
+TEST_CASE("bench prints a table per (batch size, concurrency) and exports CSV",
+          "[integration][forecastctl]") {
+  Fixture f;
+  const CtlResult r = Ctl(f, {"bench", "toy", "--batch-sizes", "1,4", "--concurrency", "1,2",
+                              "--duration-ms", "100", "--csv", f.Path("bench.csv")});
+  REQUIRE(r.exit_code == 0);
+  const std::vector<std::string> lines = Lines(r.out);
+  REQUIRE(absl::StrContains(r.out, "P50"));
+  REQUIRE(absl::StrContains(r.out, "P99"));
+  REQUIRE(absl::StrContains(r.out, "REQ/S"));
+  int rows = 0;
+  for (const std::string& line : lines) {
+    const std::vector<std::string> cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (cells.size() >= 2 && (cells[0] == "1" || cells[0] == "4")) ++rows;
+  }
+  REQUIRE(rows == 4);
+  REQUIRE(Lines(ReadFile(f.Path("bench.csv"))).size() == 5);
+
+  const CtlResult json =
+      Ctl(f, {"bench", "toy", "--batch-sizes", "2", "--duration-ms", "50", "--json"});
+  REQUIRE(json.exit_code == 0);
+  const auto response = ParseJson<v1::BenchmarkResponse>(json.out);
+  REQUIRE(response.points_size() == 1);
+  REQUIRE(response.points(0).batch_size() == 2);
+  REQUIRE(response.points(0).requests() > 0);
+}
+
+TEST_CASE("metrics shows forecastd_requests_total after traffic", "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(20));
+  REQUIRE(Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv")}).exit_code == 0);
+
+  const CtlResult text = Ctl(f, {"metrics"});
+  REQUIRE(text.exit_code == 0);
+  REQUIRE(absl::StrContains(text.out, "forecastd_requests_total (counter)"));
+  REQUIRE(absl::StrContains(text.out, "forecastd_request_duration_seconds (histogram)"));
+  REQUIRE(absl::StrContains(text.out, "P99"));
+
+  const CtlResult raw = Ctl(f, {"metrics", "--raw"});
+  REQUIRE(raw.exit_code == 0);
+  REQUIRE(absl::StrContains(raw.out, "# TYPE forecastd_requests_total counter"));
+
+  const CtlResult filtered = Ctl(f, {"metrics", "requests_total"});
+  REQUIRE(absl::StrContains(filtered.out, "forecastd_requests_total"));
+  REQUIRE(!absl::StrContains(filtered.out, "forecastd_queue_depth"));
+
+  const CtlResult json = Ctl(f, {"metrics", "--json"});
+  REQUIRE(json.exit_code == 0);
+  const auto parsed = ParseJson<google::protobuf::Value>(json.out);
+  double toy_requests = 0;
+  double toy_histogram_count = 0;
+  for (const auto& family : Field(parsed, "families").list_value().values()) {
+    const std::string name = Field(family, "name").string_value();
+    for (const auto& series : Field(family, "series").list_value().values()) {
+      const auto& labels = Field(series, "labels").struct_value().fields();
+      const auto model = labels.find("model");
+      if (model == labels.end() || model->second.string_value() != "toy") continue;
+      if (name == "forecastd_requests_total") toy_requests += Field(series, "value").number_value();
+      if (name == "forecastd_request_duration_seconds") {
+        toy_histogram_count += Field(series, "count").number_value();
+        REQUIRE(Field(series, "p99").number_value() > 0);
+      }
+    }
+  }
+  REQUIRE(toy_requests >= 1);
+  REQUIRE(toy_histogram_count >= 1);
+}
+
+// --- The client library's readers, on their own
+
+TEST_CASE("CSV series, sliding windows and JSON windows", "[integration][forecastctl]") {
+  const absl::StatusOr<Series> series =
+      ParseCsvSeries("time,b,a\r\n\n0,\"2\",1\n1,4,3\n2,6,5\n", {"a", "b"});
+  REQUIRE(series.ok());
+  REQUIRE(series->rows == 3);
+  REQUIRE(series->values == std::vector<float>{1, 2, 3, 4, 5, 6});
+  const absl::StatusOr<Windows> last_two = SlidingWindows(*series, 2, 2);
+  REQUIRE(last_two.ok());
+  REQUIRE(last_two->first_rows == std::vector<int64_t>{0, 1});
+  REQUIRE(last_two->values == std::vector<float>{1, 2, 3, 4, 3, 4, 5, 6});
+  REQUIRE(SlidingWindows(*series, 2, 0)->count == 2);
+  REQUIRE(SlidingWindows(*series, 3, 1)->values.size() == 6);
+  REQUIRE(absl::IsInvalidArgument(SlidingWindows(*series, 4, 1).status()));
+  REQUIRE(absl::IsInvalidArgument(SlidingWindows(*series, 2, 3).status()));
+
+  const absl::Status missing = ParseCsvSeries("a,c\n1,2\n", {"a", "b"}).status();
+  REQUIRE(absl::StrContains(missing.message(), "no column 'b'"));
+  const absl::Status bad = ParseCsvSeries("a\n1\nx\n", {"a"}).status();
+  REQUIRE(absl::StrContains(bad.message(), "line 3"));
+  REQUIRE(!ParseCsvSeries("a,b\n1\n", {"a"}).ok());
+  REQUIRE(!ParseCsvSeries("a\nnan\n", {"a"}).ok());
+
+  REQUIRE(LooksLikeJson("  \n[1]"));
+  REQUIRE(LooksLikeJson("{}"));
+  REQUIRE(!LooksLikeJson("a,b\n"));
+  const absl::StatusOr<Windows> json = ParseJsonWindows("[[[1, 2], [3, 4]], [[5, 6], [7, 8]]]");
+  REQUIRE(json.ok());
+  REQUIRE(json->count == 2);
+  REQUIRE(json->lookback == 2);
+  REQUIRE(json->features == 2);
+  REQUIRE(json->values == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  REQUIRE(ParseJsonWindows("{\"inputs\": [[[1]]]}")->values == std::vector<float>{1});
+  REQUIRE(!ParseJsonWindows("[[[1, 2], [3]]]").ok());
+  REQUIRE(!ParseJsonWindows("[[[1, \"x\"]]]").ok());
+  REQUIRE(!ParseJsonWindows("{\"windows\": []}").ok());
+  REQUIRE(!ParseJsonWindows("[[[1]]").ok());
+}
+
+TEST_CASE("Prometheus text: families, label escapes, histogram quantiles",
+          "[integration][forecastctl]") {
+  const std::string text =
+      "# HELP t_requests_total Requests.\n"
+      "# TYPE t_requests_total counter\n"
+      "t_requests_total{model=\"a\\\"b\",code=\"OK\"} 3\n"
+      "t_requests_total{model=\"c\",code=\"OK\"} 4 1700000000\n"
+      "# TYPE t_latency_seconds histogram\n"
+      "t_latency_seconds_bucket{model=\"a\",le=\"0.1\"} 10\n"
+      "t_latency_seconds_bucket{model=\"a\",le=\"0.2\"} 20\n"
+      "t_latency_seconds_bucket{model=\"a\",le=\"+Inf\"} 20\n"
+      "t_latency_seconds_sum{model=\"a\"} 2.5\n"
+      "t_latency_seconds_count{model=\"a\"} 20\n"
+      "untyped_thing 7\n"
+      "garbage line {\n";
+  const std::vector<MetricFamily> families = ParsePrometheusText(text);
+  REQUIRE(families.size() == 3);
+  REQUIRE(families[0].name == "t_requests_total");
+  REQUIRE(families[0].type == "counter");
+  REQUIRE(families[0].help == "Requests.");
+  REQUIRE(families[0].samples.size() == 2);
+  REQUIRE(LabelValue(families[0].samples[0].labels, "model") == "a\"b");
+  REQUIRE(families[0].samples[1].value == 4);
+  REQUIRE(families[1].type == "histogram");
+  REQUIRE(families[1].samples.size() == 5);
+  REQUIRE(families[2].name == "untyped_thing");
+  REQUIRE(families[2].type == "untyped");
+
+  const std::vector<HistogramSeries> series = GroupHistogram(families[1]);
+  REQUIRE(series.size() == 1);
+  REQUIRE(series[0].count == 20);
+  REQUIRE(series[0].sum == 2.5);
+  REQUIRE(series[0].buckets.size() == 3);
+  // Half the observations are at or below 0.1, all at or below 0.2.
+  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.5) - 0.1) < 1e-12);
+  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.25) - 0.05) < 1e-12);
+  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.75) - 0.15) < 1e-12);
+  REQUIRE(std::fabs(HistogramQuantile(series[0], 1.0) - 0.2) < 1e-12);
+  HistogramSeries empty;
+  REQUIRE(std::isnan(HistogramQuantile(empty, 0.5)));
+  // Beyond the last finite bucket: its bound, as histogram_quantile says.
+  HistogramSeries tail;
+  tail.buckets = {{1.0, 1}, {std::numeric_limits<double>::infinity(), 10}};
+  REQUIRE(HistogramQuantile(tail, 0.99) == 1.0);
+}
+
+}  // namespace
+}  // namespace forecastd
