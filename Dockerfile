@@ -61,8 +61,7 @@ RUN --mount=type=cache,target=/ccache \
     BUILD_DIR=/build BUILD_TYPE=Release JOBS="${JOBS:-$(nproc)}" \
     CMAKE_FLAGS="$FORECASTD_CMAKE_FLAGS -DBUILD_TESTING=OFF $arch_flag" \
     INSTALL_PREFIX=/opt/forecastd bash scripts/build.sh \
- && bash deploy/docker/stage-runtime.sh /opt/runtime \
-      /opt/forecastd/bin/forecastd /opt/forecastd/bin/forecastd-health
+ && bash deploy/docker/stage-runtime.sh /opt/runtime /opt/forecastd/bin/*
 
 # ---- Runtime stages: one base per variant, then the common image.
 FROM debian:12-slim AS runtime-cpu
@@ -89,7 +88,8 @@ RUN apt-get update \
 # Libraries no package owns (CUDA, cuDNN, NCCL; empty for the CPU variant).
 COPY --from=build /opt/runtime/lib/ /opt/forecastd/lib/
 RUN echo /opt/forecastd/lib > /etc/ld.so.conf.d/forecastd.conf && ldconfig
-COPY --from=build /opt/forecastd/bin/forecastd /opt/forecastd/bin/forecastd-health /usr/local/bin/
+# forecastd, forecastd-health and whatever else the build installs (forecastctl).
+COPY --from=build /opt/forecastd/bin/ /usr/local/bin/
 # The bundled demo models seed the repository volume; training writes new versions into it.
 COPY --chown=10001:10001 models/ /models/
 RUN mkdir -p /data && chown 10001:10001 /data

@@ -8,7 +8,7 @@ GRPC_ADDRESS ?= 127.0.0.1:8001
 METRICS_ADDRESS ?= 127.0.0.1:8002
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: run test deps configure build format lint clean
+.PHONY: run test deps build format lint clean
 
 run: deps build
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
@@ -20,9 +20,6 @@ test: deps build
 
 deps:
 	scripts/install-deps.sh
-
-configure:
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
 
 # Configure and build: scripts/build.sh, the same command the Dockerfile runs.
 build:

@@ -175,12 +175,12 @@ BatcherObserver* ServingMetrics::ForModel(const std::string& model) {
 
 void ServingMetrics::OnProgress(const std::string& job_id, const std::string& model,
                                 const TrainProgress& progress) {
-  const prometheus::Labels job = {{"job", job_id}, {"model", model}};
+  const prometheus::Labels job = {{"job_id", job_id}, {"model", model}};
   train_epoch_.Add(job).Set(static_cast<double>(progress.epoch));
   train_rate_.Add(job).Set(progress.samples_per_second);
-  train_loss_.Add({{"job", job_id}, {"model", model}, {"split", "train"}}).Set(progress.train_loss);
+  train_loss_.Add({{"job_id", job_id}, {"model", model}, {"split", "train"}}).Set(progress.train_loss);
   if (progress.kind == TrainProgress::Kind::kEpoch && std::isfinite(progress.validation_loss)) {
-    train_loss_.Add({{"job", job_id}, {"model", model}, {"split", "validation"}})
+    train_loss_.Add({{"job_id", job_id}, {"model", model}, {"split", "validation"}})
         .Set(progress.validation_loss);
   }
   int64_t new_steps = 0;

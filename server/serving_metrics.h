@@ -9,8 +9,8 @@
 //   forecastd_model_load_failures_total{model}                         counter
 //   forecastd_queue_depth{model}, forecastd_models_loaded,
 //   forecastd_train_jobs_running                                       gauges read at scrape
-//   forecastd_train_loss{job,model,split}, forecastd_train_epoch{job,model},
-//   forecastd_train_samples_per_second{job,model}                      gauges
+//   forecastd_train_loss{job_id,model,split}, forecastd_train_epoch{job_id,model},
+//   forecastd_train_samples_per_second{job_id,model}                   gauges
 //   forecastd_train_steps_total{model}                                 counter
 // Thread-safe: every method may be called from any thread (prometheus-cpp is thread-safe and
 // the label caches are guarded).

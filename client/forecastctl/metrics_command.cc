@@ -32,7 +32,7 @@ struct MetricsArgs {
 // others in order of first appearance.
 std::vector<std::string> LabelKeys(const std::vector<MetricLabels>& series) {
   std::vector<std::string> keys;
-  for (const char* first : {"model", "job"}) {
+  for (const char* first : {"model", "job_id"}) {
     for (const MetricLabels& labels : series) {
       if (LabelValue(labels, first).empty()) continue;
       keys.push_back(first);

@@ -616,13 +616,13 @@ TEST_CASE("Train publishes and promotes a version that WatchTrainJob streams to 
   const std::string metrics = Metrics(*daemon);
   CAPTURE(metrics);
   REQUIRE(SumSamples(metrics, "forecastd_train_loss",
-                     {{"job", id}, {"model", "trained"}, {"split", "train"}})
+                     {{"job_id", id}, {"model", "trained"}, {"split", "train"}})
               .series == 1);
   REQUIRE(
-      SumSamples(metrics, "forecastd_train_loss", {{"job", id}, {"split", "validation"}}).series ==
+      SumSamples(metrics, "forecastd_train_loss", {{"job_id", id}, {"split", "validation"}}).series ==
       1);
   REQUIRE(SumSamples(metrics, "forecastd_train_steps_total", {{"model", "trained"}}).sum > 0);
-  REQUIRE(SumSamples(metrics, "forecastd_train_epoch", {{"job", id}}).sum == 3);
+  REQUIRE(SumSamples(metrics, "forecastd_train_epoch", {{"job_id", id}}).sum == 3);
 
   v1::ServerStatus server;
   REQUIRE(daemon->admin().GetServerStatus(Context().get(), {}, &server).ok());

@@ -91,7 +91,8 @@ TEST_CASE("AttentionForward and AttentionBackward match the reference", "[gpu]")
       {1, 19, 96, 1, true, false},    // hs = 96: key groups of uneven size
       {1, 9, 768, 2, false, true},    // hs = 384 > block size
       {1, 6, 768, 1, true, true},     // hs = 768: the key pass needs > 48 KB shared memory
-      {2, 70, 192, 3, false, false},  // hs = 64, more keys than threads
+      {2, 70, 192, 3, false, false},  // hs = 64
+      {1, 300, 64, 2, true, true},    // more queries and keys than threads in a block
   };
   for (const Case& c : cases) CheckAttention(c);
 }
