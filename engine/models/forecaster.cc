@@ -1,5 +1,6 @@
 #include "engine/models/forecaster.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "absl/strings/match.h"
@@ -12,21 +13,63 @@
 
 namespace forecastd {
 
-void Workspace::Reserve(int64_t n) {
-  if (static_cast<int64_t>(buffer_.size()) < n) buffer_.resize(static_cast<size_t>(n));
+absl::Status Workspace::Reserve(int64_t n) {
+  if (n <= capacity()) return absl::OkStatus();
+  if (external_ != nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "workspace needs ", n, " floats; its external memory holds ", external_floats_));
+  }
+  buffer_.resize(static_cast<size_t>(n));
+  return absl::OkStatus();
 }
 
 float* Workspace::Alloc(int64_t n) {
-  if (used_ + n > static_cast<int64_t>(buffer_.size())) {
+  if (used_ + n > capacity()) {
     // A model asked for more than its WorkspaceFloats() promised: a bug, not bad input.
     spdlog::critical("Workspace::Alloc: {} floats requested with {} of {} used", n, used_,
-                     buffer_.size());
+                     capacity());
     std::abort();
   }
-  float* p = buffer_.data() + used_;
+  float* p = data() + used_;
   // Keep every allocation 64-byte aligned for vectorised kernels.
   used_ += (n + 15) / 16 * 16;
   return p;
+}
+
+namespace {
+
+class HostDataOps final : public ForwardDataOps {
+ public:
+  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
+                           int64_t R, int64_t F) override {
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t f = 0; f < F; ++f) out[i * F + f] = (inp[i * F + f] - mean[f]) / std[f];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
+                             int64_t R, int64_t C, int64_t c0, int64_t W) override {
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t c = c0; c < c0 + W; ++c) out[i * C + c] = y[i * C + c] * std[0] + mean[0];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                          int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) std::copy(inp + r * stride, inp + r * stride + W, out + r * W);
+    return absl::OkStatus();
+  }
+  absl::Status Copy(float* out, const float* inp, int64_t n) override {
+    std::copy(inp, inp + n, out);
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+ForwardDataOps& HostForwardDataOps() {
+  static HostDataOps* const ops = new HostDataOps();
+  return *ops;
 }
 
 float* TrainingTape::Alloc(int64_t n) {
@@ -92,43 +135,33 @@ int64_t Forecaster::WorkspaceFloats(int64_t B) const {
 }
 
 absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp, int64_t B,
-                                 Workspace& workspace) const {
+                                 Workspace& workspace, const ForwardPlacement& placement) const {
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
   const int64_t T = lookback(), F = num_features_, P = horizon(), K = num_targets_,
                 Q = num_quantiles_;
-  workspace.Reserve(WorkspaceFloats(B));
+  RETURN_IF_ERROR(workspace.Reserve(WorkspaceFloats(B)));
   workspace.Reset();
+  const ParameterView p(parameters_,
+                        placement.weights != nullptr ? placement.weights : parameters_.data());
+  ForwardDataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostForwardDataOps();
 
   const float* xn = inp;
   if (standardized()) {
-    const float* mean = parameters_.at("normalizer.mean");
-    const float* std = parameters_.at("normalizer.std");
     float* scaled = workspace.Alloc(B * T * F);
-    for (int64_t i = 0; i < B * T; ++i) {
-      for (int64_t f = 0; f < F; ++f) {
-        scaled[i * F + f] = (inp[i * F + f] - mean[f]) / std[f];
-      }
-    }
+    RETURN_IF_ERROR(
+        data.Standardize(scaled, inp, p.at("normalizer.mean"), p.at("normalizer.std"), B * T, F));
     xn = scaled;
   }
 
   float* y = workspace.Alloc(B * P * K * Q);
-  RETURN_IF_ERROR(ForwardStandardized(backend, y, xn, B, workspace));
+  RETURN_IF_ERROR(ForwardStandardized(backend, p, data, y, xn, B, workspace));
 
-  if (!standardized()) {
-    std::copy(y, y + B * P * K * Q, out);
-    return absl::OkStatus();
-  }
-  const float* mean = parameters_.at("normalizer.mean");
-  const float* std = parameters_.at("normalizer.std");
-  for (int64_t i = 0; i < B * P; ++i) {
-    for (int64_t k = 0; k < K; ++k) {
-      const int f = target_features_[static_cast<size_t>(k)];
-      for (int64_t q = 0; q < Q; ++q) {
-        const int64_t at = (i * K + k) * Q + q;
-        out[at] = y[at] * std[f] + mean[f];
-      }
-    }
+  if (!standardized()) return data.Copy(out, y, B * P * K * Q);
+  const float* mean = p.at("normalizer.mean");
+  const float* std = p.at("normalizer.std");
+  for (int64_t k = 0; k < K; ++k) {
+    const int f = target_features_[static_cast<size_t>(k)];
+    RETURN_IF_ERROR(data.Destandardize(out, y, mean + f, std + f, B * P, K * Q, k * Q, Q));
   }
   return absl::OkStatus();
 }

@@ -2,7 +2,9 @@
 // from raw input windows (B, T, F) to raw forecasts (B, P, targets), written once against
 // the Backend op set. Inputs are standardised per feature with the mean and std stored in
 // the weights (`normalizer.mean`, `normalizer.std`), and forecasts are de-standardised with
-// the targets' statistics, so callers send and receive raw values.
+// the targets' statistics, so callers send and receive raw values. Forward runs on host
+// memory by default; with a ForwardPlacement it reads a device copy of the arena and moves data
+// with device kernels, so the whole forecast runs on a GPU backend.
 // Thread-safety: Forward() is const and may run concurrently, each call with its own
 // Workspace; changing parameters needs exclusive access.
 #ifndef FORECASTD_ENGINE_MODELS_FORECASTER_H_
@@ -13,7 +15,9 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "backends/backend.h"
 #include "engine/models/model_config.h"
 #include "engine/models/parameters.h"
@@ -21,19 +25,85 @@
 namespace forecastd {
 
 // Scratch memory for one forward call; grows to the largest request and is then reused.
-// Owned by one thread at a time.
+// Owned by one thread at a time. The default one owns host memory; one made over external
+// memory (a GPU caller's device buffer) hands that out instead and never grows.
 class Workspace {
  public:
+  Workspace() = default;
+  // Hands out `external` (n floats, 64-byte aligned, any memory space; borrowed, must outlive
+  // the workspace) instead of memory of its own.
+  Workspace(float* external, int64_t n) : external_(external), external_floats_(n) {}
+
   // Forgets earlier allocations (keeps the memory).
   void Reset() { used_ = 0; }
   // `n` floats, valid until the next Reset(). Growing invalidates nothing handed out since the
   // last Reset() because memory is reserved up front by Reserve().
   float* Alloc(int64_t n);
-  void Reserve(int64_t n);
+  // Makes room for `n` floats: grows owned memory; RESOURCE_EXHAUSTED when external memory
+  // is smaller.
+  absl::Status Reserve(int64_t n);
+  int64_t capacity() const {
+    return external_ != nullptr ? external_floats_ : static_cast<int64_t>(buffer_.size());
+  }
 
  private:
+  float* data() { return external_ != nullptr ? external_ : buffer_.data(); }
+
+  float* external_ = nullptr;
+  int64_t external_floats_ = 0;
   std::vector<float> buffer_;
   int64_t used_ = 0;
+};
+
+// The steps of a forward pass that the Backend op set leaves out: standardising the input,
+// de-standardising the forecast, and copying rows between buffers. The default,
+// HostForwardDataOps(), runs them as loops on host memory; a caller whose buffers are device
+// memory passes its device's version (e.g. kernels/cuda/normalize.h on the backend's stream),
+// whose work must be ordered with the backend's ops. Used by one forward call at a time.
+class ForwardDataOps {
+ public:
+  virtual ~ForwardDataOps() = default;
+  // out (R, F) = (inp (R, F) - mean (F)) / std (F), column by column.
+  virtual absl::Status Standardize(float* out, const float* inp, const float* mean,
+                                   const float* std, int64_t R, int64_t F) = 0;
+  // For each row r < R of the (R, C) matrices y and out, columns [c0, c0 + W):
+  // out[r, c] = y[r, c] * std[0] + mean[0] (one target's statistics; other columns untouched).
+  virtual absl::Status Destandardize(float* out, const float* y, const float* mean,
+                                     const float* std, int64_t R, int64_t C, int64_t c0,
+                                     int64_t W) = 0;
+  // out (R, W) = rows of inp: out[r, :] = inp[r * stride, r * stride + W).
+  virtual absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                  int64_t W) = 0;
+  // out[i] = inp[i] for i < n.
+  virtual absl::Status Copy(float* out, const float* inp, int64_t n) = 0;
+};
+
+// The host loops; stateless, shared by every host forward call.
+ForwardDataOps& HostForwardDataOps();
+
+// Named read access to a copy of a ParameterArena's data with the arena's layout: the arena's
+// own floats, or a device copy of them (same offsets). Cheap to copy; the arena must outlive it.
+class ParameterView {
+ public:
+  ParameterView(const ParameterArena& arena, const float* base) : arena_(&arena), base_(base) {}
+  // The parameter's first float in this copy; the name must be declared.
+  const float* at(absl::string_view name) const {
+    return base_ + (arena_->at(name) - arena_->data());
+  }
+
+ private:
+  const ParameterArena* arena_;
+  const float* base_;
+};
+
+// Where one Forward call finds its weights and how it moves data; the defaults are the
+// model's own (host) arena and HostForwardDataOps().
+struct ForwardPlacement {
+  // A copy of parameters().data() (parameters().size() floats, same layout), e.g. uploaded to
+  // the backend's device; nullptr: the arena itself.
+  const float* weights = nullptr;
+  // nullptr: HostForwardDataOps().
+  ForwardDataOps* data_ops = nullptr;
 };
 
 // The activations one training step keeps from its forward pass to its backward pass, plus the
@@ -91,9 +161,16 @@ class Forecaster {
   ParameterArena& parameters() { return parameters_; }
   const ParameterArena& parameters() const { return parameters_; }
 
-  // out (B, P, targets[, Q]) raw forecasts from inp (B, T, F) raw windows.
+  // out (B, P, targets[, Q]) raw forecasts from inp (B, T, F) raw windows, all host memory.
   absl::Status Forward(Backend& backend, float* out, const float* inp, int64_t B,
-                       Workspace& workspace) const;
+                       Workspace& workspace) const {
+    return Forward(backend, out, inp, B, workspace, ForwardPlacement{});
+  }
+  // The same on other memory: out, inp, the workspace's memory and placement.weights are
+  // memory of the backend's device, and placement.data_ops works on it. Asynchronous when the
+  // backend's ops are: out is complete once the backend's work is.
+  absl::Status Forward(Backend& backend, float* out, const float* inp, int64_t B,
+                       Workspace& workspace, const ForwardPlacement& placement) const;
 
   // Training. The training step works in standardised units: xn (B, T, F) are standardised
   // windows and out (B, num_outputs()) the standardised forecasts, before de-standardisation.
@@ -120,9 +197,11 @@ class Forecaster {
 
   // Declares the architecture's parameters, in state_dict order.
   virtual void DeclareParameters(ParameterArena& arena) const = 0;
-  // out (B, P*targets) standardised forecasts from xn (B, T, F) standardised windows.
-  virtual absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
-                                           Workspace& workspace) const = 0;
+  // out (B, P*targets) standardised forecasts from xn (B, T, F) standardised windows, with
+  // the weights of `p` and the data movement of `data`.
+  virtual absl::Status ForwardStandardized(Backend& backend, const ParameterView& p,
+                                           ForwardDataOps& data, float* out, const float* xn,
+                                           int64_t B, Workspace& workspace) const = 0;
   virtual int64_t BodyWorkspaceFloats(int64_t B) const = 0;
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,

@@ -44,8 +44,8 @@ int64_t RecurrentForecaster::BodyWorkspaceFloats(int64_t B) const {
   return 2 * (B * T * directions_ * H + 16) + (B * directions_ * H + 16);
 }
 
-void RecurrentForecaster::LayerWeights(int l, RecurrentDirectionWeights* weights) const {
-  const ParameterArena& p = parameters();
+void RecurrentForecaster::LayerWeights(const ParameterView& p, int l,
+                                       RecurrentDirectionWeights* weights) const {
   for (int d = 0; d < directions_; ++d) {
     const std::string s = Suffix(l, d);
     weights[d] = {p.at("rnn.weight_ih" + s), p.at("rnn.weight_hh" + s), p.at("rnn.bias_ih" + s),
@@ -61,11 +61,11 @@ void RecurrentForecaster::LayerGrads(int l, float* dparams, RecurrentDirectionGr
   }
 }
 
-absl::Status RecurrentForecaster::RunLayer(Backend& backend, int l, float* out, const float* inp,
-                                           int64_t B) const {
+absl::Status RecurrentForecaster::RunLayer(Backend& backend, const ParameterView& p, int l,
+                                           float* out, const float* inp, int64_t B) const {
   const int64_t H = rnn_.hidden_size(), ND = directions_;
   RecurrentDirectionWeights weights[2];
-  LayerWeights(l, weights);
+  LayerWeights(p, l, weights);
   const RecurrentDims dims{B, lookback(), l == 0 ? int64_t{num_features()} : ND * H, H, ND};
   if (is_lstm_) {
     return backend.LstmLayer(out, nullptr, nullptr, inp, nullptr, nullptr, weights, dims);
@@ -73,24 +73,22 @@ absl::Status RecurrentForecaster::RunLayer(Backend& backend, int l, float* out, 
   return backend.GruLayer(out, nullptr, inp, nullptr, weights, dims);
 }
 
-absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, float* out, const float* xn,
-                                                      int64_t B, Workspace& workspace) const {
+absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
+                                                      ForwardDataOps& data, float* out,
+                                                      const float* xn, int64_t B,
+                                                      Workspace& workspace) const {
   const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
-  const ParameterArena& p = parameters();
   float* layer_out[2] = {workspace.Alloc(B * T * ND * H), workspace.Alloc(B * T * ND * H)};
   const float* layer_in = xn;
   float* result = nullptr;
   for (int l = 0; l < rnn_.num_layers(); ++l) {
     result = layer_out[l % 2];
-    RETURN_IF_ERROR(RunLayer(backend, l, result, layer_in, B));
+    RETURN_IF_ERROR(RunLayer(backend, p, l, result, layer_in, B));
     layer_in = result;
   }
   // The head reads the last time step of the top layer, both directions side by side.
   float* last = workspace.Alloc(B * ND * H);
-  for (int64_t b = 0; b < B; ++b) {
-    const float* src = result + (b * T + (T - 1)) * ND * H;
-    std::copy(src, src + ND * H, last + b * ND * H);
-  }
+  RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));
   return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
                         num_outputs());
 }
@@ -109,7 +107,7 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
   tape.saved.push_back(const_cast<float*>(xn));
   for (int l = 0; l < L; ++l) {
     float* layer_out = tape.Alloc(B * T * ND * H);
-    RETURN_IF_ERROR(RunLayer(backend, l, layer_out, tape.saved.back(), B));
+    RETURN_IF_ERROR(RunLayer(backend, HostParameters(), l, layer_out, tape.saved.back(), B));
     if (l + 1 < L) {
       // In place: the backward pass recomputes layer l from its input and never reads its
       // undropped output.
@@ -153,7 +151,7 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     float* dl_in = l > 0 ? dlayer[(L - l) % 2] : nullptr;
     RecurrentDirectionWeights weights[2];
     RecurrentDirectionGrads grads[2];
-    LayerWeights(l, weights);
+    LayerWeights(HostParameters(), l, weights);
     LayerGrads(l, dparams, grads);
     const RecurrentDims dims{B, T, l == 0 ? int64_t{num_features()} : ND * H, H, ND};
     const float* inp = tape.saved[static_cast<size_t>(l)];

@@ -15,7 +15,8 @@ class RecurrentForecaster final : public Forecaster {
 
  private:
   void DeclareParameters(ParameterArena& arena) const override;
-  absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
+  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, ForwardDataOps& data,
+                                   float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
@@ -23,10 +24,13 @@ class RecurrentForecaster final : public Forecaster {
   absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                             TrainingTape& tape) const override;
 
-  // Layer l's weights, and where their gradients go in a dparams array.
-  void LayerWeights(int l, RecurrentDirectionWeights* weights) const;
+  // Layer l's weights in `p`, and where their gradients go in a dparams array.
+  void LayerWeights(const ParameterView& p, int l, RecurrentDirectionWeights* weights) const;
   void LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const;
-  absl::Status RunLayer(Backend& backend, int l, float* out, const float* inp, int64_t B) const;
+  absl::Status RunLayer(Backend& backend, const ParameterView& p, int l, float* out,
+                        const float* inp, int64_t B) const;
+  // The model's own (host) arena.
+  ParameterView HostParameters() const { return ParameterView(parameters(), parameters().data()); }
 
   const bool is_lstm_;
   const v1::RecurrentConfig rnn_;

@@ -60,10 +60,10 @@ absl::Status TransformerForecaster::Activation(Backend& backend, float* x, int64
   }
 }
 
-absl::Status TransformerForecaster::FinishLayer(Backend& backend, int k, float* x, float* sa,
-                                                float* tmp, float* ff, int64_t N) const {
+absl::Status TransformerForecaster::FinishLayer(Backend& backend, const ParameterView& p, int k,
+                                                float* x, float* sa, float* tmp, float* ff,
+                                                int64_t N) const {
   const int64_t D = tf_.d_model(), FF = tf_.dim_feedforward();
-  const ParameterArena& p = parameters();
   const float* n1w = p.at(Layer(k, "norm1.weight"));
   const float* n1b = p.at(Layer(k, "norm1.bias"));
   const float* n2w = p.at(Layer(k, "norm2.weight"));
@@ -95,12 +95,12 @@ absl::Status TransformerForecaster::FinishLayer(Backend& backend, int k, float* 
   return absl::OkStatus();
 }
 
-absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float* out,
+absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
+                                                        ForwardDataOps& data, float* out,
                                                         const float* xn, int64_t B,
                                                         Workspace& workspace) const {
   const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t BT = B * T, L = tf_.num_layers();
-  const ParameterArena& p = parameters();
   float* x = workspace.Alloc(BT * D);     // the residual stream
   float* tmp = workspace.Alloc(BT * D);   // normalised input or pre-norm sum
   float* attn = workspace.Alloc(BT * D);  // attention output, then projected
@@ -129,7 +129,7 @@ absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float*
     RETURN_IF_ERROR(backend.Linear(tmp, attn, p.at(Layer(k, "self_attn.out_proj.weight")),
                                    p.at(Layer(k, "self_attn.out_proj.bias")), BT, D, D));
     std::swap(tmp, attn);  // attn: projected attention; tmp: free
-    RETURN_IF_ERROR(FinishLayer(backend, k, x, attn, tmp, ff, BT));
+    RETURN_IF_ERROR(FinishLayer(backend, p, k, x, attn, tmp, ff, BT));
   }
 
   // The head reads position T-1 only, and in the last layer nothing else depends on the other
@@ -137,10 +137,7 @@ absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float*
   // runs on the B last rows. Same result as the full layer, at about 1/3 of its work.
   float* last = workspace.Alloc(B * D);
   const auto gather_last = [&](float* dst, const float* src) {
-    for (int64_t b = 0; b < B; ++b) {
-      const float* row = src + (b * T + (T - 1)) * D;
-      std::copy(row, row + D, dst + b * D);
-    }
+    return data.GatherRows(dst, src + (T - 1) * D, B, T * D, D);
   };
   if (L > 0) {
     const int k = static_cast<int>(L - 1);
@@ -153,15 +150,15 @@ absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, float*
     float* q = workspace.Alloc(B * D);
     float* att_last = workspace.Alloc(B * D);
     float* sa = workspace.Alloc(B * D);
-    gather_last(sa_last, sa_in);
+    RETURN_IF_ERROR(gather_last(sa_last, sa_in));
     RETURN_IF_ERROR(backend.Linear(q, sa_last, in_w, in_b, B, D, D));
     RETURN_IF_ERROR(backend.AttentionLastQuery(att_last, q, kv, B, T, D, NH));
     RETURN_IF_ERROR(backend.Linear(sa, att_last, p.at(Layer(k, "self_attn.out_proj.weight")),
                                    p.at(Layer(k, "self_attn.out_proj.bias")), B, D, D));
-    gather_last(last, x);
-    RETURN_IF_ERROR(FinishLayer(backend, k, last, sa, /*tmp=*/sa_last, ff, B));
+    RETURN_IF_ERROR(gather_last(last, x));
+    RETURN_IF_ERROR(FinishLayer(backend, p, k, last, sa, /*tmp=*/sa_last, ff, B));
   } else {
-    gather_last(last, x);
+    RETURN_IF_ERROR(gather_last(last, x));
   }
   if (tf_.norm_first()) {
     float* normed = workspace.Alloc(B * D);

@@ -19,7 +19,8 @@ class TransformerForecaster final : public Forecaster {
 
  private:
   void DeclareParameters(ParameterArena& arena) const override;
-  absl::Status ForwardStandardized(Backend& backend, float* out, const float* xn, int64_t B,
+  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, ForwardDataOps& data,
+                                   float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
 
@@ -42,11 +43,11 @@ class TransformerForecaster final : public Forecaster {
   absl::Status Activation(Backend& backend, float* x, int64_t n) const;
   absl::Status ActivationBackward(Backend& backend, float* dinp, const float* dout,
                                   const float* inp, int64_t n) const;
-  // Encoder layer k after its self-attention, on N rows: x (N, D) holds the layer's input
-  // rows and sa (N, D) their projected attention; x ends as the layer's output. tmp (N, D)
-  // and ff (N, d_ff) are scratch; sa is overwritten.
-  absl::Status FinishLayer(Backend& backend, int k, float* x, float* sa, float* tmp, float* ff,
-                           int64_t N) const;
+  // Encoder layer k (weights in `p`) after its self-attention, on N rows: x (N, D) holds the
+  // layer's input rows and sa (N, D) their projected attention; x ends as the layer's output. tmp
+  // (N, D) and ff (N, d_ff) are scratch; sa is overwritten.
+  absl::Status FinishLayer(Backend& backend, const ParameterView& p, int k, float* x, float* sa,
+                           float* tmp, float* ff, int64_t N) const;
 
   const v1::TransformerConfig tf_;
   const float eps_;

@@ -1,0 +1,375 @@
+// gpu_bench: forecast_bench on a GPU. Loads `--model DIR` version `--version`, uploads its
+// parameter arena to the device once, and runs the forward pass on a CudaBackend (one stream of
+// a StreamPool), reading that device copy of the weights (Forecaster::Forward with a
+// ForwardPlacement) and standardising / de-standardising with kernels/cuda/normalize.h, so the
+// whole forecast runs on the GPU. Inputs are the first `--batch` windows of tensor `input` of
+// `--io FILE`, or seeded N(0, 1) values without one.
+//
+// What one timed call covers: (B, T, F) raw windows already on the device to (B, P, targets)
+// raw forecasts on the device, as a PyTorch module called on a CUDA tensor; no host copies.
+// Each call is timed alone between two cudaEvents on the backend's stream, the host waiting for
+// the second before the next call, so host launch overhead counts whenever it exceeds the GPU
+// time. After `--warmup` calls (which also build the cuDNN plans and grow the backend's
+// scratch) come `--iters` timed eager calls; then, unless `--no-graph`, the forward is captured
+// once into a CUDA graph on the backend's stream (global capture mode, so any cudaMalloc or
+// synchronisation inside would fail the capture rather than pass unnoticed) and `--iters`
+// replays are timed the same way. A capture that fails is reported (`graph_error`) and the run
+// still succeeds; a replay whose forecast differs from the eager one by more than 1e-6 fails it.
+//
+// Writes the eager forecast as tensor `output` of `--output FILE` (safetensors) and prints one
+// JSON line:
+//   {"backend":"cuda","device":...,"batch":...,"iters":...,"median_us":...,"p90_us":...,
+//    "mean_us":...,"min_us":...,"graph":{"median_us":...,...} or null,"graph_error":...}
+// p90 is the nearest-rank 90th percentile. Exit codes: 0 success, 1 a failure while loading or
+// running, 2 bad arguments.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/stream_pool.h"
+#include "engine/models/model_files.h"
+#include "engine/safetensors.h"
+#include "kernels/base/status.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/normalize.h"
+
+namespace forecastd {
+namespace {
+
+struct Flags {
+  std::string model;
+  int64_t version = 1;
+  std::string io;
+  uint64_t seed = 1;
+  int64_t batch = 1;
+  int64_t warmup = 20;
+  int64_t iters = 100;
+  int device = 0;
+  bool tf32 = false;
+  bool no_graph = false;
+  std::string output;
+};
+
+// ForwardDataOps on device memory, queued on one stream (the backend's, so ordered with its
+// ops). Row copies are strided cudaMemcpy2DAsync calls, which graph capture records as copy
+// nodes.
+class CudaDataOps final : public ForwardDataOps {
+ public:
+  explicit CudaDataOps(cudaStream_t stream) : stream_(stream) {}
+
+  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
+                           int64_t R, int64_t F) override {
+    return cuda::StandardizeLaunch(out, inp, mean, std, R, F, stream_);
+  }
+  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
+                             int64_t R, int64_t C, int64_t c0, int64_t W) override {
+    return cuda::DestandardizeLaunch(out, y, mean, std, R, C, c0, W, stream_);
+  }
+  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                          int64_t W) override {
+    if (R == 0 || W == 0) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+        out, static_cast<size_t>(W) * sizeof(float), inp,
+        static_cast<size_t>(stride) * sizeof(float), static_cast<size_t>(W) * sizeof(float),
+        static_cast<size_t>(R), cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+  absl::Status Copy(float* out, const float* inp, int64_t n) override {
+    if (n == 0) return absl::OkStatus();
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, stream_));
+    return absl::OkStatus();
+  }
+
+ private:
+  const cudaStream_t stream_;
+};
+
+struct Timing {
+  double median_us, p90_us, mean_us, min_us;
+};
+
+Timing Summarize(std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  const size_t n = us.size();
+  const double median = n % 2 == 1 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
+  const size_t p90 = static_cast<size_t>(std::max<double>(0.0, std::ceil(0.9 * n) - 1));
+  return Timing{median, us[p90], std::accumulate(us.begin(), us.end(), 0.0) / n, us[0]};
+}
+
+std::string TimingJson(const Timing& t) {
+  return absl::StrFormat(R"("median_us":%.3f,"p90_us":%.3f,"mean_us":%.3f,"min_us":%.3f)",
+                         t.median_us, t.p90_us, t.mean_us, t.min_us);
+}
+
+// JSON string literal of s (quotes, backslashes and control characters escaped).
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// Two events on one stream; destroyed with the object.
+class EventPair {
+ public:
+  static absl::StatusOr<EventPair> Create() {
+    EventPair pair;
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&pair.start_));
+    CUDA_RETURN_IF_ERROR(cudaEventCreate(&pair.stop_));
+    return pair;
+  }
+  EventPair(EventPair&& other) noexcept
+      : start_(std::exchange(other.start_, nullptr)), stop_(std::exchange(other.stop_, nullptr)) {}
+  EventPair& operator=(EventPair&&) = delete;
+  ~EventPair() {
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+  }
+
+  // Microseconds taken by what `body` queues on `stream`, waiting for it to finish.
+  template <typename Body>
+  absl::StatusOr<double> Time(cudaStream_t stream, Body body) {
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(start_, stream));
+    RETURN_IF_ERROR(body());
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(stop_, stream));
+    CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop_));
+    float ms = 0.0f;
+    CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start_, stop_));
+    return 1e3 * static_cast<double>(ms);
+  }
+
+ private:
+  EventPair() = default;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+absl::StatusOr<std::vector<float>> ReadInput(const Flags& flags, const Forecaster& model) {
+  const int64_t T = model.lookback(), F = model.num_features(), B = flags.batch;
+  if (flags.io.empty()) {
+    std::mt19937_64 rng(flags.seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> input(static_cast<size_t>(B * T * F));
+    for (float& v : input) v = normal(rng);
+    return input;
+  }
+  ASSIGN_OR_RETURN(const SafetensorsFile io, SafetensorsFile::Read(flags.io));
+  ASSIGN_OR_RETURN(const TensorInfo* info, io.Find("input"));
+  if (info->shape.size() != 3 || info->shape[1] != T || info->shape[2] != F) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.io, ": input must be (B, ", T, ", ", F, ") for this model"));
+  }
+  if (B > info->shape[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--batch ", B, " but ", flags.io, " holds only ", info->shape[0], " windows"));
+  }
+  ASSIGN_OR_RETURN(const std::vector<float> all, io.ReadF32("input", info->shape));
+  return std::vector<float>(all.begin(), all.begin() + B * T * F);
+}
+
+// A CUDA graph of one forward call and its executable form; destroyed with the object.
+struct CapturedForward {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~CapturedForward() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+
+// Captures `forward` on `stream`. An error means the forward cannot be captured as it is
+// (an API call capture forbids, or a failing op); the stream is out of capture mode after.
+template <typename Forward>
+absl::Status Capture(cudaStream_t stream, Forward forward, CapturedForward& captured) {
+  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const absl::Status queued = forward();
+  const cudaError_t ended = cudaStreamEndCapture(stream, &captured.graph);
+  RETURN_IF_ERROR(queued);
+  CUDA_RETURN_IF_ERROR(ended);
+  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&captured.exec, captured.graph, 0));
+  return absl::OkStatus();
+}
+
+absl::Status Bench(const Flags& flags) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
+  ASSIGN_OR_RETURN(const std::vector<float> input, ReadInput(flags, *model));
+  const int64_t B = flags.batch, P = model->horizon(), K = model->num_targets(),
+                Q = model->num_quantiles();
+  const int64_t out_floats = B * P * K * Q;
+
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(flags.device));
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, flags.device));
+  CudaAllocator::Options allocator_options;
+  allocator_options.device = flags.device;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator,
+                   CudaAllocator::Create(allocator_options));
+  StreamPool::Options pool_options;
+  pool_options.device = flags.device;
+  pool_options.streams_per_gpu = 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<StreamPool> pool,
+                   StreamPool::Create(pool_options, allocator.get()));
+  CudaBackend::Options backend_options;
+  backend_options.allow_tf32 = flags.tf32;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(pool->Lease(), allocator.get(), backend_options));
+  const cudaStream_t stream = backend->stream();
+
+  // The arena, the input, the output and the workspace, all on the device; the buffers are
+  // declared after the backend's allocator and destroyed before it.
+  const ParameterArena& arena = model->parameters();
+  ASSIGN_OR_RETURN(DeviceBuffer weights, allocator->Allocate(arena.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer inp, allocator->Allocate(input.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(DeviceBuffer out, allocator->Allocate(out_floats * sizeof(float)));
+  const int64_t workspace_floats = model->WorkspaceFloats(B);
+  ASSIGN_OR_RETURN(DeviceBuffer scratch, allocator->Allocate(workspace_floats * sizeof(float)));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(weights.data(), arena.data(), arena.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(inp.data(), input.data(), input.size() * sizeof(float), cudaMemcpyHostToDevice));
+  // NaN everywhere, so an element the forward never writes cannot pass the check.
+  CUDA_RETURN_IF_ERROR(cudaMemset(out.data(), 0xff, out_floats * sizeof(float)));
+
+  Workspace workspace(static_cast<float*>(scratch.data()), workspace_floats);
+  CudaDataOps data(stream);
+  const ForwardPlacement placement{static_cast<const float*>(weights.data()), &data};
+  float* const out_ptr = static_cast<float*>(out.data());
+  const float* const inp_ptr = static_cast<const float*>(inp.data());
+  const auto forward = [&]() -> absl::Status {
+    return model->Forward(*backend, out_ptr, inp_ptr, B, workspace, placement);
+  };
+
+  for (int64_t i = 0; i < flags.warmup; ++i) RETURN_IF_ERROR(forward());
+  RETURN_IF_ERROR(backend->Synchronize());
+
+  ASSIGN_OR_RETURN(EventPair events, EventPair::Create());
+  std::vector<double> eager_us;
+  eager_us.reserve(flags.iters);
+  for (int64_t i = 0; i < flags.iters; ++i) {
+    ASSIGN_OR_RETURN(const double us, events.Time(stream, forward));
+    eager_us.push_back(us);
+  }
+  RETURN_IF_ERROR(backend->Synchronize());
+  std::vector<float> output(static_cast<size_t>(out_floats));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(output.data(), out_ptr, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
+
+  std::optional<Timing> graph_timing;
+  std::string graph_error;
+  if (!flags.no_graph) {
+    CapturedForward captured;
+    const absl::Status captured_status = Capture(stream, forward, captured);
+    if (!captured_status.ok()) {
+      graph_error = captured_status.ToString();
+      cudaGetLastError();  // a failed capture's error is not sticky; clear it
+    } else {
+      CUDA_RETURN_IF_ERROR(cudaMemset(out.data(), 0xff, out_floats * sizeof(float)));
+      const auto replay = [&]() -> absl::Status {
+        CUDA_RETURN_IF_ERROR(cudaGraphLaunch(captured.exec, stream));
+        return absl::OkStatus();
+      };
+      for (int64_t i = 0; i < std::max<int64_t>(flags.warmup, 3); ++i) RETURN_IF_ERROR(replay());
+      std::vector<double> graph_us;
+      graph_us.reserve(flags.iters);
+      for (int64_t i = 0; i < flags.iters; ++i) {
+        ASSIGN_OR_RETURN(const double us, events.Time(stream, replay));
+        graph_us.push_back(us);
+      }
+      RETURN_IF_ERROR(backend->Synchronize());
+      std::vector<float> replayed(static_cast<size_t>(out_floats));
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpy(replayed.data(), out_ptr, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
+      double worst = 0.0;
+      for (size_t i = 0; i < output.size(); ++i) {
+        const double err = std::abs(static_cast<double>(replayed[i]) - output[i]) /
+                           std::max(1.0, std::abs(static_cast<double>(output[i])));
+        worst = std::isnan(err) ? INFINITY : std::max(worst, err);
+      }
+      if (!(worst <= 1e-6)) {
+        return absl::InternalError(absl::StrCat(
+            "the CUDA graph's forecast differs from the eager one by ", worst, " (max rel)"));
+      }
+      graph_timing = Summarize(std::move(graph_us));
+    }
+  }
+
+  if (!flags.output.empty()) {
+    RETURN_IF_ERROR(WriteSafetensors(
+        flags.output,
+        {{"output", Q > 1 ? std::vector<int64_t>{B, P, K, Q} : std::vector<int64_t>{B, P, K},
+          output}},
+        {{"generator", "gpu_bench"}}));
+  }
+  const CudaBackend::Stats stats = backend->stats();
+  std::printf(
+      "%s\n",
+      absl::StrCat(
+          "{\"backend\":\"cuda\",\"device\":", JsonString(prop.name), ",\"batch\":", B,
+          ",\"iters\":", flags.iters, ",\"tf32\":", flags.tf32 ? "true" : "false", ",",
+          TimingJson(Summarize(std::move(eager_us))),
+          ",\"graph\":", graph_timing ? absl::StrCat("{", TimingJson(*graph_timing), "}") : "null",
+          ",\"graph_error\":", graph_error.empty() ? "null" : JsonString(graph_error),
+          ",\"workspace_bytes\":", workspace_floats * 4, ",\"scratch_bytes\":", stats.scratch_bytes,
+          ",\"rnn_plans_built\":", stats.rnn_plans_built, "}")
+          .c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace forecastd
+
+int main(int argc, char** argv) {
+  forecastd::Flags flags;
+  CLI::App app{"Times forecastd's forward pass on a CUDA GPU; prints one JSON line."};
+  app.add_option("--model", flags.model, "model directory (holds config.json)")->required();
+  app.add_option("--version", flags.version, "version subdirectory")->check(CLI::PositiveNumber);
+  app.add_option("--io", flags.io,
+                 "safetensors file with tensor 'input' (B, T, F); "
+                 "without it, seeded N(0,1) inputs");
+  app.add_option("--seed", flags.seed, "seed of the inputs without --io");
+  app.add_option("--batch", flags.batch, "windows per forecast")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", flags.warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
+  app.add_option("--iters", flags.iters, "timed calls (and graph replays)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--device", flags.device, "CUDA device ordinal")->check(CLI::NonNegativeNumber);
+  app.add_flag("--tf32", flags.tf32, "let GEMMs and RNNs round fp32 to TF32 (default: off)");
+  app.add_flag("--no-graph", flags.no_graph, "time eager calls only");
+  app.add_option("--output", flags.output, "write the eager forecast here (safetensors)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  const absl::Status status = forecastd::Bench(flags);
+  if (!status.ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Everything the GPU host does in one call: unpack the bundle that bench/make_gpu_bundle.sh
+# built (.gpu/bundle.tgz, carried with the working tree), run every GPU test binary in it
+# (one line each: pass / fail / skipped, with Catch2's summary), then bench/run_gpu.sh (forecastd
+# vs PyTorch on the same GPU), and print a short table last.
+#
+#   OUT=/some/dir bash bench/gpu_session.sh [run_gpu.sh arguments...]
+#
+# Writes under $OUT (default /tmp/forecastd-gpu-session): session.log (everything printed),
+# gpu_tests.log (the tests' full output), gpu_bench.txt and gpu_bench.json (run_gpu.py's table and
+# JSON line). Meant to finish inside one 10-minute device call: each test binary gets
+# FORECASTD_GPU_TEST_TIMEOUT_S (default 150 s) and the benchmark skips the pairs it has no time
+# left for (FORECASTD_GPU_SESSION_BUDGET_S, default 540 s for the whole session).
+# Exit status: 0 when every test passed (or was skipped) and the benchmark succeeded.
+set -uo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "${repo}" || exit 2
+start_s=${SECONDS}
+budget_s=${FORECASTD_GPU_SESSION_BUDGET_S:-540}
+test_timeout_s=${FORECASTD_GPU_TEST_TIMEOUT_S:-150}
+out="${OUT:-/tmp/forecastd-gpu-session}"
+mkdir -p "${out}"
+exec > >(tee "${out}/session.log") 2>&1
+
+if [[ ! -f .gpu/bundle.tgz ]]; then
+  echo "gpu_session.sh: .gpu/bundle.tgz missing: run bench/make_gpu_bundle.sh here first and" \
+       "carry .gpu to the GPU host" >&2
+  exit 2
+fi
+rm -rf /tmp/bundle
+tar xzf .gpu/bundle.tgz -C /tmp || exit 2
+# shellcheck disable=SC1091
+source /tmp/bundle/env.sh
+nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu \
+  --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
+
+# --- GPU tests
+summary=()
+tests_ok=1
+: > "${out}/gpu_tests.log"
+for t in /tmp/bundle/bin/*_gpu_test; do
+  [[ -x "${t}" ]] || continue
+  name="$(basename "${t}")"
+  t0=${SECONDS}
+  echo "=== ${name}" >> "${out}/gpu_tests.log"
+  timeout "${test_timeout_s}" "${t}" >> "${out}/gpu_tests.log" 2>&1
+  rc=$?
+  took=$((SECONDS - t0))
+  # Catch2's last summary line: "All tests passed (...)" or "test cases: N | P passed | F failed".
+  line="$(sed -n '/=== '"${name}"'$/,$p' "${out}/gpu_tests.log" |
+          grep -E '^(All tests passed|test cases:)' | tail -1)"
+  case "${rc}" in
+    0) verdict="pass" ;;
+    77) verdict="skipped" ;;
+    124) verdict="TIMEOUT (${test_timeout_s} s)"; tests_ok=0 ;;
+    *) verdict="FAIL (exit ${rc})"; tests_ok=0 ;;
+  esac
+  summary+=("$(printf '%-26s %-22s %4ss  %s' "${name}" "${verdict}" "${took}" "${line}")")
+  echo "${name}: ${verdict} in ${took}s ${line}"
+done
+if [[ ${#summary[@]} == 0 ]]; then
+  summary+=("(no *_gpu_test in the bundle)")
+  tests_ok=0
+fi
+# The failing tests' own lines, so they come back in the output's tail too.
+if [[ ${tests_ok} == 0 ]]; then
+  grep -nE 'FAILED|REQUIRE|CHECK|with expansion|error' "${out}/gpu_tests.log" | head -40
+fi
+
+# --- forecastd vs PyTorch
+left_s=$((budget_s - (SECONDS - start_s)))
+echo
+echo "=== bench/run_gpu.sh (${left_s} s left)"
+bash bench/run_gpu.sh --bin-dir /tmp/bundle/bin --out "${out}" --budget-s "$((left_s > 60 ? left_s : 60))" "$@"
+bench_rc=$?
+
+echo
+echo "==================== summary ($((SECONDS - start_s)) s) ===================="
+echo "GPU tests:"
+printf '  %s\n' "${summary[@]}"
+echo "forecastd vs PyTorch (run_gpu.sh exit ${bench_rc}; full JSON in ${out}/gpu_bench.json):"
+if [[ -f "${out}/gpu_bench.txt" ]]; then
+  sed 's/^/  /' "${out}/gpu_bench.txt"
+else
+  echo "  (no table: run_gpu.sh failed before writing one)"
+fi
+[[ ${tests_ok} == 1 && ${bench_rc} == 0 ]]
