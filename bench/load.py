@@ -278,8 +278,9 @@ def table(points, forward, levels):
                          f"{p['client_cpu_cores']:.2f}", str(p["errors"])])
         if c == min(levels):
             echo = next(p for p in points if p["concurrency"] == c and p["target"] == "echo")
-            body.append([str(c), "echo + forward B=1", fmt_us(echo["p50_us"] + forward["median_us"]),
-                         "-", "-", "-", "1", fmt_us(forward["median_us"]), "-", "-"])
+            floor = echo["p50_us"] + forward["median_us"]
+            body.append([str(c), "echo + forward B=1", fmt_us(floor), "-", "-", "-", "1",
+                         fmt_us(forward["median_us"]), "-", "-"])
     return head, body
 
 
