@@ -73,7 +73,8 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--log-format", log_format, "text or json (one JSON object per line)")
       ->capture_default_str();
   app.add_option("--shutdown-grace-seconds", shutdown_grace_seconds,
-                 "after the drain on SIGTERM/SIGINT, how long open calls and client connections may take to close")
+                 "after the drain on SIGTERM/SIGINT, how long open calls and client connections "
+                 "may take to close")
       ->capture_default_str();
   double drain_timeout_seconds = absl::ToDoubleSeconds(options.drain_timeout);
   app.add_option("--drain-timeout", drain_timeout_seconds,

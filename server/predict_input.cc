@@ -33,9 +33,9 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
         absl::StrCat("inputs are empty: the batch dimension is ", B, "; send at least one window"));
   }
   if (limits.max_batch_rows > 0 && B > limits.max_batch_rows) {
-    return absl::InvalidArgumentError(absl::StrCat("batch of ", B, " windows is above the max_batch_size ",
-                                                   limits.max_batch_rows, " of model '",
-                                                   model.config().name(), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", B, " windows is above the max_batch_size ", limits.max_batch_rows,
+                     " of model '", model.config().name(), "'"));
   }
   const int64_t n = B * T * F;
   if (!raw.empty() && !values.empty()) {

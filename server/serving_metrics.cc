@@ -178,7 +178,8 @@ void ServingMetrics::OnProgress(const std::string& job_id, const std::string& mo
   const prometheus::Labels job = {{"job_id", job_id}, {"model", model}};
   train_epoch_.Add(job).Set(static_cast<double>(progress.epoch));
   train_rate_.Add(job).Set(progress.samples_per_second);
-  train_loss_.Add({{"job_id", job_id}, {"model", model}, {"split", "train"}}).Set(progress.train_loss);
+  train_loss_.Add({{"job_id", job_id}, {"model", model}, {"split", "train"}})
+      .Set(progress.train_loss);
   if (progress.kind == TrainProgress::Kind::kEpoch && std::isfinite(progress.validation_loss)) {
     train_loss_.Add({{"job_id", job_id}, {"model", model}, {"split", "validation"}})
         .Set(progress.validation_loss);

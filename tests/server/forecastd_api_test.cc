@@ -618,9 +618,8 @@ TEST_CASE("Train publishes and promotes a version that WatchTrainJob streams to 
   REQUIRE(SumSamples(metrics, "forecastd_train_loss",
                      {{"job_id", id}, {"model", "trained"}, {"split", "train"}})
               .series == 1);
-  REQUIRE(
-      SumSamples(metrics, "forecastd_train_loss", {{"job_id", id}, {"split", "validation"}}).series ==
-      1);
+  REQUIRE(SumSamples(metrics, "forecastd_train_loss", {{"job_id", id}, {"split", "validation"}})
+              .series == 1);
   REQUIRE(SumSamples(metrics, "forecastd_train_steps_total", {{"model", "trained"}}).sum > 0);
   REQUIRE(SumSamples(metrics, "forecastd_train_epoch", {{"job_id", id}}).sum == 3);
 
