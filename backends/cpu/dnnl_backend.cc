@@ -1,5 +1,7 @@
 #include "backends/cpu/dnnl_backend.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -130,6 +132,10 @@ void MaskFuture(float* scores, int64_t rows, int64_t T) {
 }
 
 }  // namespace
+
+void DnnlBackend::SetThreadsForCallingThread(int threads) {
+  omp_set_num_threads(std::max(1, threads));
+}
 
 absl::StatusOr<std::unique_ptr<DnnlBackend>> DnnlBackend::Create(const Options& options) {
   if (options.primitive_cache_capacity == 0) {

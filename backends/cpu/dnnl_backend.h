@@ -38,6 +38,11 @@ class DnnlBackend final : public Backend {
 
   static absl::StatusOr<std::unique_ptr<DnnlBackend>> Create(const Options& options);
 
+  // How many threads the calls made from the calling thread may fan out to (OpenMP's
+  // per-thread setting, which oneDNN follows too); at least 1. A server with one worker
+  // thread per core gives each worker 1, so that workers never compete for cores.
+  static void SetThreadsForCallingThread(int threads);
+
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;
 

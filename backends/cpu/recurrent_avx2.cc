@@ -82,32 +82,42 @@ template <int NB, int NR>
 FD_AVX2 inline void DotTile(const float* w, int64_t K, const float* const* h, float* const* y,
                             int64_t j0) {
   __m256 acc[NB][NR];
+#pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_setzero_ps();
   }
   const float* row = w + j0 * K;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
     __m256 wv[NR];
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) wv[r] = _mm256_loadu_ps(row + r * K + k);
+#pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const __m256 hv = _mm256_loadu_ps(h[b] + k);
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_fmadd_ps(wv[r], hv, acc[b][r]);
     }
   }
   if (k < K) {
     const __m256i mask = TailMask(K - k);
     __m256 wv[NR];
+#pragma GCC unroll 16
     for (int r = 0; r < NR; ++r) wv[r] = _mm256_maskload_ps(row + r * K + k, mask);
+#pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const __m256 hv = _mm256_maskload_ps(h[b] + k, mask);
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) acc[b][r] = _mm256_fmadd_ps(wv[r], hv, acc[b][r]);
     }
   }
+#pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
     if constexpr (NR == 8) {
       _mm256_storeu_ps(y[b] + j0, HorizontalSums8(acc[b]));
     } else {
+#pragma GCC unroll 16
       for (int r = 0; r < NR; ++r) y[b][j0 + r] = HorizontalSum(acc[b][r]);
     }
   }
@@ -136,6 +146,86 @@ FD_AVX2 void MatVec(const float* w, int64_t rows, int64_t K, const float* const*
       break;
     case 1:
       MatVecRows<1, 8>(w, rows, K, h + b, y + b);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---- The batched path: W_hh^T packed into panels of 8 columns, Wp[p][k][c] = W[8p + c][k]
+// (zero past the G*H rows), so that y[b][8p..8p+7] is a sum over k of h[b][k] times one
+// contiguous vector: broadcasts and FMAs into MB x NJ accumulators, no horizontal sums.
+
+constexpr int64_t kPanel = 8;
+
+int64_t NumPanels(int64_t rows) { return (rows + kPanel - 1) / kPanel; }
+
+// Packs `rows` x K row-major W into NumPanels(rows) panels of K x 8 at `wp`.
+void PackPanels(const float* w, int64_t rows, int64_t K, float* wp) {
+  for (int64_t p = 0; p < NumPanels(rows); ++p) {
+    float* panel = wp + p * K * kPanel;
+    for (int64_t c = 0; c < kPanel; ++c) {
+      const int64_t j = p * kPanel + c;
+      for (int64_t k = 0; k < K; ++k) panel[k * kPanel + c] = j < rows ? w[j * K + k] : 0.0f;
+    }
+  }
+}
+
+// y[b][8p0 .. 8(p0 + NJ)) for MB batch rows.
+template <int MB, int NJ>
+FD_AVX2 inline void PanelTile(const float* wp, int64_t K, const float* const* h, float* const* y,
+                              int64_t p0) {
+  // The unroll pragmas keep every accumulator in a register: without them GCC 12 writes the
+  // array back to the stack on every k.
+  __m256 acc[MB][NJ];
+#pragma GCC unroll 16
+  for (int b = 0; b < MB; ++b) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NJ; ++j) acc[b][j] = _mm256_setzero_ps();
+  }
+  const float* panel = wp + p0 * K * kPanel;
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 wv[NJ];
+#pragma GCC unroll 16
+    for (int j = 0; j < NJ; ++j) wv[j] = _mm256_loadu_ps(panel + (j * K + k) * kPanel);
+#pragma GCC unroll 16
+    for (int b = 0; b < MB; ++b) {
+      const __m256 hv = _mm256_broadcast_ss(h[b] + k);
+#pragma GCC unroll 16
+      for (int j = 0; j < NJ; ++j) acc[b][j] = _mm256_fmadd_ps(wv[j], hv, acc[b][j]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int b = 0; b < MB; ++b) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NJ; ++j) _mm256_storeu_ps(y[b] + (p0 + j) * kPanel, acc[b][j]);
+  }
+}
+
+// All panels for MB batch rows: NJ at a time, then one at a time.
+template <int MB, int NJ>
+FD_AVX2 void PanelRows(const float* wp, int64_t panels, int64_t K, const float* const* h,
+                       float* const* y) {
+  int64_t p = 0;
+  for (; p + NJ <= panels; p += NJ) PanelTile<MB, NJ>(wp, K, h, y, p);
+  for (; p < panels; ++p) PanelTile<MB, 1>(wp, K, h, y, p);
+}
+
+// y[b] = W h[b] (8 * panels values, the padding included) for nb batch rows, four at a time;
+// 12 accumulators per tile whatever the rows, so that a few rows still keep the FMA units busy.
+FD_AVX2 void PanelMatVec(const float* wp, int64_t panels, int64_t K, const float* const* h,
+                         float* const* y, int64_t nb) {
+  int64_t b = 0;
+  for (; b + 4 <= nb; b += 4) PanelRows<4, 3>(wp, panels, K, h + b, y + b);
+  switch (nb - b) {
+    case 3:
+      PanelRows<3, 4>(wp, panels, K, h + b, y + b);
+      break;
+    case 2:
+      PanelRows<2, 6>(wp, panels, K, h + b, y + b);
+      break;
+    case 1:
+      PanelRows<1, 12>(wp, panels, K, h + b, y + b);
       break;
     default:
       break;
@@ -195,14 +285,16 @@ FD_AVX2 void GruCell(const float* gx, int64_t gx_stride, const float* gh, int64_
 }
 
 // One thread's share of one direction: batch rows [b0, b1) and hidden units [j0, j1).
+// With `w_panels` (W_hh packed by PackPanels), the task owns every unit of its rows.
 struct Task {
   int direction;
   int64_t b0, b1, j0, j1;
+  const float* w_panels = nullptr;
 };
 
 // Scratch of one task, allocated by the caller (outside any AVX2 code).
 struct TaskScratch {
-  float* gates_h;        // (nb, G, units)
+  float* gates_h;        // (nb, G, units); packed: (nb, 8 * NumPanels(G * H))
   float* c;              // (nb, units), LSTM
   const float** h_prev;  // (nb)
   float** gates_h_rows;  // (nb)
@@ -230,7 +322,22 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
                     : a.h_0 != nullptr ? a.h_0 + b * H
                                        : s.zeros;
     }
-    if (units > 0) {
+    if (task.w_panels != nullptr) {
+      const int64_t panels = NumPanels(GH), row_floats = panels * kPanel;
+      for (int64_t i = 0; i < nb; ++i) s.gates_h_rows[i] = s.gates_h + i * row_floats;
+      PanelMatVec(task.w_panels, panels, H, s.h_prev, s.gates_h_rows, nb);
+      for (int64_t i = 0; i < nb; ++i) {
+        const int64_t b = b0 + i;
+        const float* gx = a.gates_x + (b * a.T + t) * GH;
+        const float* gh = s.gates_h + i * row_floats;
+        float* h = a.out + (b * a.T + t) * a.out_stride;
+        if (a.cell == Cell::kLstm) {
+          LstmCell(gx, H, gh, H, s.c + i * H, h, H);
+        } else {
+          GruCell(gx, H, gh, H, a.b_hn, s.h_prev[i], h, H);
+        }
+      }
+    } else if (units > 0) {
       for (int64_t g = 0; g < G; ++g) {
         for (int64_t i = 0; i < nb; ++i) s.gates_h_rows[i] = s.gates_h + (i * G + g) * units;
         MatVec(a.w_hh + (g * H + j0) * H, units, H, s.h_prev, s.gates_h_rows, nb);
@@ -266,7 +373,8 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
 void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
   const int64_t nb = task.b1 - task.b0, units = task.j1 - task.j0;
   const int64_t G = a.cell == Cell::kLstm ? 4 : 3;
-  std::vector<float> gates_h(nb * G * units), c(nb * units), zeros(a.H, 0.0f);
+  const int64_t row_floats = task.w_panels != nullptr ? NumPanels(G * a.H) * kPanel : G * units;
+  std::vector<float> gates_h(nb * row_floats), c(nb * units), zeros(a.H, 0.0f);
   std::vector<const float*> h_prev(nb);
   std::vector<float*> gates_h_rows(nb);
   RunTask(a, task,
@@ -299,14 +407,29 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
     return;
   }
   // Otherwise directions first, then batch rows, so that each thread gets one piece of its
-  // own and never waits for another; a piece has at least one full 4-row tile.
+  // own and never waits for another; a piece has at least one full 4-row tile. From
+  // kMinPackedBatch rows on, W_hh is packed into panels first (G*H*H floats, a fraction 1/(B*T)
+  // of the work that follows), for the broadcast kernel that needs no horizontal sums.
+  constexpr int64_t kMinPackedBatch = 2;
   const int64_t splits =
       std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+  const int64_t G = args[0].cell == Cell::kLstm ? 4 : 3,
+                panel_floats = NumPanels(G * H) * kPanel * H;
+  thread_local std::vector<float> panels;
+  const bool packed = B >= kMinPackedBatch;
+  if (packed) {
+    if (panels.size() < static_cast<size_t>(n * panel_floats)) panels.resize(n * panel_floats);
+    for (int d = 0; d < n; ++d)
+      PackPanels(args[d].w_hh, G * H, H, panels.data() + d * panel_floats);
+  }
   std::vector<Task> tasks;
   for (int d = 0; d < n; ++d) {
     for (int64_t p = 0; p < splits; ++p) {
       const int64_t b0 = B * p / splits, b1 = B * (p + 1) / splits;
-      if (b1 > b0) tasks.push_back({d, b0, b1, 0, args[d].H});
+      if (b1 > b0) {
+        tasks.push_back(
+            {d, b0, b1, 0, args[d].H, packed ? panels.data() + d * panel_floats : nullptr});
+      }
     }
   }
   const int num_tasks = static_cast<int>(tasks.size());

@@ -29,7 +29,12 @@ class DeviceScheduler::Impl {
         busy_(static_cast<size_t>(options.num_workers), false),
         leased_(static_cast<size_t>(options.num_workers), false) {
     threads_.reserve(static_cast<size_t>(num_workers_));
-    for (int w = 0; w < num_workers_; ++w) threads_.emplace_back([this, w] { WorkerLoop(w); });
+    for (int w = 0; w < num_workers_; ++w) {
+      threads_.emplace_back([this, w, start = options.on_worker_start] {
+        if (start) start(w);
+        WorkerLoop(w);
+      });
+    }
   }
 
   ~Impl() {

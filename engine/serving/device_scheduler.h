@@ -29,6 +29,9 @@ class DeviceScheduler {
     // Not owned; nullptr: the real clock. AcquireTrainingLease waits on it, so a test with a
     // FakeClock sees a blocked acquirer as a waiter (FakeClock::BlockUntilWaiters).
     Clock* clock = nullptr;
+    // Runs first on each worker thread, before it takes any work; for per-thread setup such
+    // as how many threads the backend may fan a call out to. Empty: none.
+    std::function<void(int worker)> on_worker_start;
   };
 
   // INVALID_ARGUMENT for bad options. Starts the workers.

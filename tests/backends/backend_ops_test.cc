@@ -261,6 +261,10 @@ const std::vector<RecurrentDims>& RecurrentShapes() {
       {9, 4, 5, 19, 2},
       {7, 3, 6, 17, 1},
       {1, 12, 4, 33, 2},
+      // Batched rows over more gate rows than one tile of panels holds, each row tail.
+      {5, 3, 4, 40, 1},
+      {6, 2, 3, 41, 2},
+      {7, 2, 3, 33, 1},
   };
   return *shapes;
 }

@@ -89,6 +89,43 @@ TEST_CASE("DeviceScheduler::Create validates num_workers", "[unit][device_schedu
   REQUIRE((*scheduler)->num_workers() == 3);
 }
 
+TEST_CASE("on_worker_start runs once on each worker thread before its first work",
+          "[unit][device_scheduler]") {
+  absl::Mutex mu;
+  std::vector<std::pair<int, std::thread::id>> started;  // guarded by mu
+  DeviceScheduler::Options options;
+  options.num_workers = 3;
+  options.on_worker_start = [&](int worker) {
+    absl::MutexLock lock(&mu);
+    started.emplace_back(worker, std::this_thread::get_id());
+  };
+  auto scheduler = *DeviceScheduler::Create(options);
+  Recorder recorder;
+  std::vector<std::thread::id> ran_on(3);
+  for (int i = 0; i < 6; ++i) {
+    scheduler->Submit(1, absl::InfiniteFuture(), [&, i](int worker, bool) {
+      {
+        absl::MutexLock lock(&mu);
+        ran_on[static_cast<size_t>(worker)] = std::this_thread::get_id();
+      }
+      recorder.Record(i, worker);
+    });
+  }
+  REQUIRE(recorder.WaitForRecords(6));
+  scheduler.reset();  // joins the workers
+
+  REQUIRE(started.size() == 3);
+  std::vector<int> workers;
+  for (const auto& [worker, thread] : started) {
+    workers.push_back(worker);
+    // Work that ran on a worker ran on the thread its start hook ran on.
+    const std::thread::id ran = ran_on[static_cast<size_t>(worker)];
+    if (ran != std::thread::id()) REQUIRE(ran == thread);
+  }
+  std::sort(workers.begin(), workers.end());
+  REQUIRE(workers == std::vector<int>{0, 1, 2});
+}
+
 TEST_CASE("Work runs by priority - then deadline - then submission order",
           "[unit][device_scheduler]") {
   Recorder recorder;
