@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
 #include <new>
 #include <utility>
 
@@ -49,8 +51,8 @@ absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) 
 // Everything between creating the temp file and renaming it; the caller removes it on error.
 absl::Status FillAndRename(ScopedFd& fd, const std::string& tmp, const std::string& path,
                            absl::Span<const absl::string_view> pieces) {
-  // mkstemp makes 0600; model files are not secret, and the server may run as another user.
-  if (fchmod(fd.get(), 0644) != 0) return ErrnoError("cannot chmod", tmp);
+  // mkstemp makes 0600; the daemon's group (a backup job, a sidecar) may read what it wrote.
+  if (fchmod(fd.get(), kFileMode) != 0) return ErrnoError("cannot chmod", tmp);
   for (absl::string_view piece : pieces) RETURN_IF_ERROR(WriteAll(fd.get(), piece, tmp));
   if (fsync(fd.get()) != 0) return ErrnoError("cannot fsync", tmp);
   if (close(fd.Release()) != 0) return ErrnoError("cannot close", tmp);
@@ -120,12 +122,51 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::Status CreateDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("cannot create a directory with no name");
+  // Each prefix ending before a '/', then the whole path; mkdir of an existing one is fine.
+  for (size_t end = dir.find('/', 1);; end = dir.find('/', end + 1)) {
+    const std::string prefix = dir.substr(0, end);
+    if (mkdir(prefix.c_str(), kDirectoryMode) != 0 && errno != EEXIST) {
+      return ErrnoError("cannot create directory", prefix);
+    }
+    if (end == std::string::npos) break;
+  }
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return ErrnoError("cannot stat", dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, " exists and is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ResolveInside(const std::string& root, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const fs::path base = fs::canonical(root, error);
+  if (error) {
+    return absl::NotFoundError(absl::StrCat("cannot resolve ", root, ": ", error.message()));
+  }
+  const fs::path full = fs::weakly_canonical(path, error);
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot resolve ", path, ": ", error.message()));
+  }
+  // `full` has no symlinks left; it must still be below `base`, component by component.
+  const auto [base_end, full_rest] =
+      std::mismatch(base.begin(), base.end(), full.begin(), full.end());
+  if (base_end != base.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(path, " leads outside ", root, " (to ", full.string(), ")"));
+  }
+  return full.string();
+}
+
 absl::StatusOr<std::string> MakeStagingDirectory(const std::string& parent,
                                                  absl::string_view prefix) {
   std::string path = absl::StrCat(parent, "/.", prefix, ".XXXXXX");
   if (mkdtemp(path.data()) == nullptr)
     return ErrnoError("cannot create a staging directory in", parent);
-  if (chmod(path.c_str(), 0755) != 0) return ErrnoError("cannot chmod", path);
+  if (chmod(path.c_str(), kDirectoryMode) != 0) return ErrnoError("cannot chmod", path);
   return path;
 }
 

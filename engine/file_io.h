@@ -21,7 +21,12 @@ namespace forecastd {
 // ("model config", "safetensors file").
 absl::StatusOr<std::string> ReadFileBytes(const std::string& path, absl::string_view what);
 
-// Writes the concatenation of `pieces` to `path` atomically, mode 0644. The directory must
+// What forecastd writes is readable by its owner and group only: model weights and training
+// checkpoints are the operator's property, and nothing else on the host needs them.
+inline constexpr int kFileMode = 0640;
+inline constexpr int kDirectoryMode = 0750;
+
+// Writes the concatenation of `pieces` to `path` atomically, mode kFileMode. The directory must
 // exist. On error the temp file is removed and `path` is untouched; the error names the
 // step (create, write, fsync, rename) and the path.
 absl::Status WriteFileAtomically(const std::string& path,
@@ -34,7 +39,18 @@ inline absl::Status WriteFileAtomically(const std::string& path, absl::string_vi
 // fsyncs the directory `dir`, making renames and creations inside it durable.
 absl::Status SyncDirectory(const std::string& dir);
 
-// Creates a fresh hidden directory `<parent>/.<prefix>.XXXXXX` (mode 0755) for staging a
+// Creates `dir` and any missing parents, each new one with mode kDirectoryMode; existing ones
+// are left as they are. PERMISSION_DENIED (or the errno's code) naming the directory.
+absl::Status CreateDirectories(const std::string& dir);
+
+// `path` with every symlink, "." and ".." resolved, when it lies inside the directory `root`
+// (resolved the same way; `path` itself need not exist yet, its existing prefix is resolved).
+// NOT_FOUND when `root` cannot be resolved, INVALID_ARGUMENT when `path` cannot be, and
+// PERMISSION_DENIED "<path> leads outside <root>" when the resolved path is not below it: how
+// a symlink out of the model repository or the data directory is refused.
+absl::StatusOr<std::string> ResolveInside(const std::string& root, const std::string& path);
+
+// Creates a fresh hidden directory `<parent>/.<prefix>.XXXXXX` (mode kDirectoryMode) for staging a
 // whole directory's contents before PublishDirectory. Returns its path.
 absl::StatusOr<std::string> MakeStagingDirectory(const std::string& parent,
                                                  absl::string_view prefix);

@@ -77,11 +77,7 @@ absl::StatusOr<std::unique_ptr<Forecaster>> LoadForecaster(const std::string& mo
 absl::Status SaveForecaster(const Forecaster& model, const std::string& model_dir,
                             int64_t version) {
   const std::string dir = VersionDir(model_dir, version);
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", dir, ": ", error.message()));
-  }
+  RETURN_IF_ERROR(CreateDirectories(dir));
   ASSIGN_OR_RETURN(const std::string json, ModelConfigToJson(model.config()));
   RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(model_dir, "/", kModelConfigFile), json));
   return SaveWeights(model, absl::StrCat(dir, "/", kWeightsFile));
@@ -90,12 +86,8 @@ absl::Status SaveForecaster(const Forecaster& model, const std::string& model_di
 absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir,
                             int64_t version) {
   if (version <= 0) return absl::InvalidArgumentError(absl::StrCat("version ", version, " <= 0"));
+  RETURN_IF_ERROR(CreateDirectories(model_dir));
   std::error_code error;
-  std::filesystem::create_directories(model_dir, error);
-  if (error) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", model_dir, ": ", error.message()));
-  }
   const std::string target = VersionDir(model_dir, version);
   if (std::filesystem::exists(target, error)) {
     return absl::AlreadyExistsError(absl::StrCat(target, " already exists"));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/file_io.h"
 #include "engine/models/model_files.h"
 #include "kernels/base/status.h"
 
@@ -75,8 +76,20 @@ std::vector<int64_t> ModelRepository::ListVersions(absl::string_view name) const
   return forecastd::ListVersions(ModelDir(name));
 }
 
+absl::StatusOr<std::string> ModelRepository::PathInside(absl::string_view name,
+                                                        absl::string_view relative) const {
+  RETURN_IF_ERROR(ValidateModelName(name));
+  const std::string path = absl::StrCat(ModelDir(name), "/", relative);
+  absl::StatusOr<std::string> resolved = ResolveInside(root_, path);
+  if (!resolved.ok()) {
+    return absl::Status(resolved.status().code(),
+                        absl::StrCat("model '", name, "': ", resolved.status().message()));
+  }
+  return path;
+}
+
 absl::StatusOr<ModelConfig> ModelRepository::ReadConfig(absl::string_view name) const {
-  const std::string path = absl::StrCat(ModelDir(name), "/", kModelConfigFile);
+  ASSIGN_OR_RETURN(const std::string path, PathInside(name, kModelConfigFile));
   ASSIGN_OR_RETURN(ModelConfig config, ReadModelConfig(path));
   if (config.name() != name) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": name is '", config.name(),
@@ -92,8 +105,11 @@ absl::StatusOr<ModelConfig> ModelRepository::ReadConfig(absl::string_view name) 
 absl::StatusOr<std::unique_ptr<Forecaster>> ModelRepository::LoadVersion(const ModelConfig& config,
                                                                          int64_t version) const {
   ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, Forecaster::Create(config));
-  const std::string path = absl::StrCat(ModelDir(config.name()), "/", version, "/", kWeightsFile);
-  if (absl::Status status = LoadWeights(path, *model); !status.ok()) {
+  absl::StatusOr<std::string> path =
+      PathInside(config.name(), absl::StrCat(version, "/", kWeightsFile));
+  absl::Status status = path.status();
+  if (status.ok()) status = LoadWeights(*path, *model);
+  if (!status.ok()) {
     return absl::Status(status.code(), absl::StrCat("model '", config.name(), "' version ", version,
                                                     ": ", status.message()));
   }

@@ -49,15 +49,21 @@ class ModelRepository {
   std::vector<int64_t> ListVersions(absl::string_view name) const;
 
   // Reads and validates `<name>/config.json`. Errors name the file; INVALID_ARGUMENT when
-  // the config's `name` is not the directory's.
+  // the config's `name` is not the directory's; PERMISSION_DENIED when the model directory or
+  // its config is a symlink leading outside the repository.
   absl::StatusOr<ModelConfig> ReadConfig(absl::string_view name) const;
 
   // A Forecaster for `config` (as ReadConfig returned it) with version `version`'s weights.
-  // Errors name the model, the version and the file.
+  // Errors name the model, the version and the file; PERMISSION_DENIED for weights that a
+  // symlink places outside the repository.
   absl::StatusOr<std::unique_ptr<Forecaster>> LoadVersion(const ModelConfig& config,
                                                           int64_t version) const;
 
  private:
+  // `<root>/<name>/<relative>`, after checking that with symlinks resolved it stays inside
+  // the repository (symlinks within it, say one version to another, are fine).
+  absl::StatusOr<std::string> PathInside(absl::string_view name, absl::string_view relative) const;
+
   const std::string root_;
 };
 

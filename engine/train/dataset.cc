@@ -517,20 +517,23 @@ absl::StatusOr<fs::path> ResolveDataPath(const fs::path& data_dir,
   for (const fs::path& component : relative) {
     if (component == "..") return invalid("may not contain a '..' component");
   }
-  std::error_code ec;
-  const fs::path base = fs::canonical(data_dir, ec);
-  if (ec) {
+  absl::StatusOr<std::string> full =
+      ResolveInside(data_dir.string(), (data_dir / relative).string());
+  if (absl::IsNotFound(full.status())) {
     return absl::NotFoundError(absl::StrCat("data directory ", Quote(data_dir.string()),
-                                            " is not usable: ", ec.message()));
+                                            " is not usable: ", full.status().message()));
   }
-  const fs::path full = fs::weakly_canonical(base / relative, ec);
-  if (ec) return invalid(absl::StrCat("cannot be resolved: ", ec.message()));
-  // `full` has no symlinks left; it must still be below `base`, component by component.
-  const auto [base_end, full_rest] =
-      std::mismatch(base.begin(), base.end(), full.begin(), full.end());
-  if (base_end != base.end()) return invalid("leads outside the data directory (via a symlink)");
-  if (full_rest == full.end()) return invalid("names the data directory itself, not a file");
-  return full;
+  if (!full.ok()) {
+    // Never the server's absolute paths: the message goes back to the client.
+    return invalid(absl::IsPermissionDenied(full.status())
+                       ? "leads outside the data directory (via a symlink)"
+                       : "cannot be resolved");
+  }
+  std::error_code ec;
+  if (fs::equivalent(*full, data_dir, ec)) {
+    return invalid("names the data directory itself, not a file");
+  }
+  return fs::path(*full);
 }
 
 absl::StatusOr<Series> SeriesFromInline(const v1::InlineSeries& inline_series,

@@ -446,7 +446,7 @@ TEST_CASE("safetensors writes atomically and replaces an existing file", "[unit]
   auto file = SafetensorsFile::Read(path.string());
   REQUIRE(file.ok());
   CHECK(*file->ReadF32("x", {2}) == v1);
-  CHECK((fs::status(path).permissions() & fs::perms::others_read) != fs::perms::none);
+  CHECK((fs::status(path).permissions() & fs::perms::others_all) == fs::perms::none);
 
   const std::vector<float> v2 = {3, 4, 5};
   REQUIRE(WriteSafetensors(path.string(), {{"y", {3}, v2}}, {{"k", "v"}}).ok());

@@ -129,7 +129,9 @@ class CountingObserver : public RegistryObserver {
 struct Env {
   Env() : root(dir.path() + "/models") {
     fs::create_directories(root);
-    scheduler = DeviceScheduler::Create({.num_workers = 2, .clock = nullptr}).value();
+    DeviceScheduler::Options scheduler_options;
+    scheduler_options.num_workers = 2;
+    scheduler = DeviceScheduler::Create(scheduler_options).value();
   }
 
   std::string ModelDir(const std::string& name) const { return root + "/" + name; }
@@ -254,6 +256,39 @@ TEST_CASE("Start loads the good models and records each bad one as FAILED with i
   const PredictResult result = Predict(registry, "good", 0, input, 2);
   REQUIRE(result.status.ok());
   REQUIRE(Near(result.output, testing::ReferenceForward(*good, input, 2)));
+}
+
+TEST_CASE("Models reached through a symlink out of the repository fail to load",
+          "[unit][registry]") {
+  Env env;
+  // Outside the repository: a whole model, and the weights of another.
+  const std::string outside = env.dir.path() + "/outside";
+  REQUIRE(PublishVersion(*testing::RandomModel(SmallConfig("escaped"), 1), outside + "/escaped", 1)
+              .ok());
+  fs::create_directory_symlink(outside + "/escaped", env.ModelDir("escaped"));
+
+  env.WriteConfig("stolen_weights", SmallConfig("stolen_weights"));
+  fs::create_directories(env.ModelDir("stolen_weights") + "/1");
+  fs::create_symlink(outside + "/escaped/1/model.safetensors",
+                     env.ModelDir("stolen_weights") + "/1/model.safetensors");
+
+  // Inside the repository, a symlink is fine: version 2 is version 1.
+  const auto linked = testing::RandomModel(SmallConfig("linked"), 2);
+  env.Publish(*linked, 1);
+  fs::create_directory_symlink(env.ModelDir("linked") + "/1", env.ModelDir("linked") + "/2");
+
+  ModelRegistry& registry = env.Start();
+  for (const std::string name : {"escaped", "stolen_weights"}) {
+    const ModelStatus s = env.Status(name);
+    INFO(name << ": " << s.last_error.ToString());
+    REQUIRE(s.state == ModelState::kFailed);
+    REQUIRE(s.last_error.code() == absl::StatusCode::kPermissionDenied);
+    REQUIRE(absl::StrContains(s.last_error.message(), "leads outside"));
+  }
+  const ModelStatus ok = env.Status("linked");
+  REQUIRE(ok.state == ModelState::kReady);
+  REQUIRE(ok.serving_version == 2);
+  REQUIRE(registry.loaded_model_count() == 1);
 }
 
 TEST_CASE("Start refuses a missing repository and honours models_to_load", "[unit][registry]") {
