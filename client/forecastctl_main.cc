@@ -43,6 +43,7 @@ int Main(int argc, char** argv) {
       "  forecastctl predict demo_lstm --csv models/sample_input.csv\n"
       "  forecastctl train my_model --inline-csv series.csv --epochs 20 --promote\n"
       "  forecastctl --address 10.0.0.5:8001 jobs list --json\n"
+      "  forecastctl --address fd.example:8001 --tls-ca ca.pem --token-file ~/.fd-token status\n"
       "\n"
       "Run 'forecastctl COMMAND --help' for a command's flags and an example.\n"
       "Exit codes: 0 success, 1 server error, 2 usage error.");
@@ -61,6 +62,17 @@ int Main(int argc, char** argv) {
       ->check([](const std::string& v) { return v.empty() ? "the address is empty" : ""; });
   app.add_flag("--json", flags.json,
                "machine-readable JSON output (protobuf JSON for RPC results)");
+  app.add_flag("--tls", flags.tls.enabled,
+               "connect with TLS, trusting the system's CAs (implied by --tls-ca and --tls-cert)");
+  app.add_option("--tls-ca", flags.tls.ca_path,
+                 "PEM CA certificates to verify forecastd's certificate with");
+  app.add_option("--tls-cert", flags.tls.cert_path,
+                 "PEM client certificate, for a forecastd started with --tls-client-ca");
+  app.add_option("--tls-key", flags.tls.key_path, "PEM private key of --tls-cert");
+  app.add_option("--token-file", flags.token_file,
+                 "file holding the bearer token to send (default: the token in env "
+                 "FORECASTD_TOKEN, if set)")
+      ->envname("FORECASTD_TOKEN_FILE");
 
   AddAdminCommands(app, context);
   AddPredictCommand(app, context);

@@ -45,16 +45,25 @@ ForecastdClient::ForecastdClient(const Options& options) : options_(options) {
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(options_.max_message_bytes);
   arguments.SetMaxSendMessageSize(options_.max_message_bytes);
-  channel_ =
-      grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), arguments);
+  channel_ = grpc::CreateCustomChannel(
+      options_.address,
+      options_.credentials != nullptr ? options_.credentials : grpc::InsecureChannelCredentials(),
+      arguments);
   forecaster_ = v1::Forecaster::NewStub(channel_);
   admin_ = v1::Admin::NewStub(channel_);
+}
+
+void ForecastdClient::AddToken(grpc::ClientContext& context) const {
+  if (!options_.bearer_token.empty()) {
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", options_.bearer_token));
+  }
 }
 
 std::unique_ptr<grpc::ClientContext> ForecastdClient::UnaryContext(absl::Duration extra) {
   auto context = std::make_unique<grpc::ClientContext>();
   context->set_deadline(std::chrono::system_clock::now() +
                         absl::ToChronoMilliseconds(options_.timeout + extra));
+  AddToken(*context);
   return context;
 }
 
@@ -157,6 +166,7 @@ absl::StatusOr<v1::TrainJobInfo> ForecastdClient::WatchTrainJob(
     const std::function<void(const v1::TrainProgressEvent&)>& on_progress) {
   v1::WatchTrainJobRequest request;
   request.set_job_id(job_id);
+  AddToken(context);
   std::unique_ptr<grpc::ClientReader<v1::TrainJobEvent>> reader =
       forecaster_->WatchTrainJob(&context, request);
   v1::TrainJobEvent event;

@@ -32,6 +32,11 @@ class ForecastdClient {
     absl::Duration timeout = absl::Seconds(30);
     // Largest message sent or received; the daemon's --max-message-bytes default.
     int max_message_bytes = 64 << 20;
+    // How the channel is secured (MakeChannelCredentials in client/client_security.h);
+    // nullptr: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    // Sent as `authorization: Bearer <token>` with every call; "": none.
+    std::string bearer_token;
   };
 
   // INVALID_ARGUMENT for an empty address or a non-positive timeout. Connects lazily: an
@@ -61,7 +66,7 @@ class ForecastdClient {
   // Streams the job's progress (earlier events replayed first) to `on_progress` and returns
   // its final state once it has ended. No deadline: it lasts as long as the job. Another
   // thread may end it early with `context.TryCancel()`, which makes it return CANCELLED.
-  // `context` must be fresh (a ClientContext serves one call).
+  // `context` must be fresh (a ClientContext serves one call); the token is added to it.
   absl::StatusOr<v1::TrainJobInfo> WatchTrainJob(
       const std::string& job_id, grpc::ClientContext& context,
       const std::function<void(const v1::TrainProgressEvent&)>& on_progress);
@@ -70,6 +75,7 @@ class ForecastdClient {
   explicit ForecastdClient(const Options& options);
   // A context whose deadline is `timeout` (plus `extra`) from now.
   std::unique_ptr<grpc::ClientContext> UnaryContext(absl::Duration extra = absl::ZeroDuration());
+  void AddToken(grpc::ClientContext& context) const;
 
   const Options options_;
   std::shared_ptr<grpc::Channel> channel_;

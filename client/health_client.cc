@@ -6,8 +6,10 @@
 namespace forecastd {
 
 absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> CheckHealth(
-    const std::string& address, const std::string& service, absl::Duration timeout) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    const std::string& address, const std::string& service, absl::Duration timeout,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  auto channel = grpc::CreateChannel(
+      address, credentials != nullptr ? credentials : grpc::InsecureChannelCredentials());
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));

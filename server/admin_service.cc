@@ -43,9 +43,10 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string&
   return out;
 }
 
-grpc::Status AdminService::ListModels(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::ListModels(grpc::ServerContext* context,
                                       const v1::ListModelsRequest* /*request*/,
                                       v1::ListModelsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   for (const ModelStatus& status : options_.registry->ListModels()) {
     *response->add_models() = ToModelStatusProto(status, options_.device_name);
   }
@@ -61,27 +62,31 @@ grpc::Status AdminService::Reply(const std::string& model, const absl::Status& d
   return grpc::Status::OK;
 }
 
-grpc::Status AdminService::GetModel(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::GetModel(grpc::ServerContext* context,
                                     const v1::GetModelRequest* request, v1::ModelStatus* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   return Reply(request->name(), absl::OkStatus(), response);
 }
 
-grpc::Status AdminService::LoadModel(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::LoadModel(grpc::ServerContext* context,
                                      const v1::LoadModelRequest* request,
                                      v1::ModelStatus* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
   return Reply(request->name(), options_.registry->Load(request->name()), response);
 }
 
-grpc::Status AdminService::UnloadModel(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::UnloadModel(grpc::ServerContext* context,
                                        const v1::UnloadModelRequest* request,
                                        v1::ModelStatus* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   return Reply(request->name(), options_.registry->Unload(request->name()), response);
 }
 
-grpc::Status AdminService::SetServingVersion(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::SetServingVersion(grpc::ServerContext* context,
                                              const v1::SetServingVersionRequest* request,
                                              v1::ModelStatus* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
   if (request->version() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError("version must be >= 0 (0: the config's rule)"));
@@ -90,9 +95,10 @@ grpc::Status AdminService::SetServingVersion(grpc::ServerContext* /*context*/,
                options_.registry->SetServingVersion(request->name(), request->version()), response);
 }
 
-grpc::Status AdminService::GetServerStatus(grpc::ServerContext* /*context*/,
+grpc::Status AdminService::GetServerStatus(grpc::ServerContext* context,
                                            const v1::GetServerStatusRequest* /*request*/,
                                            v1::ServerStatus* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (options_.server_status) *response = options_.server_status();
   return grpc::Status::OK;
 }

@@ -6,7 +6,10 @@
 #define FORECASTD_SERVER_ADMIN_SERVICE_H_
 
 #include <functional>
+#include <string>
+#include <utility>
 
+#include "absl/status/status.h"
 #include "engine/serving/model_registry.h"
 #include "forecastd/v1/admin.grpc.pb.h"
 
@@ -20,6 +23,9 @@ class AdminService final : public v1::Admin::Service {
     // The server's live state for GetServerStatus.
     std::function<v1::ServerStatus()> server_status;
     std::function<bool()> accepting;  // false while draining: Load and promote refused
+    // Called first by every handler; a call it refuses gets its status. Empty: every call is
+    // allowed. (CheckAuthorized when tokens are on.)
+    std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;
   };
 
   explicit AdminService(Options options) : options_(std::move(options)) {}
@@ -43,6 +49,9 @@ class AdminService final : public v1::Admin::Service {
   // Fills `response` with the model's status after an operation that returned `done`.
   grpc::Status Reply(const std::string& model, const absl::Status& done, v1::ModelStatus* response);
   bool accepting() const { return !options_.accepting || options_.accepting(); }
+  absl::Status Authorize(const grpc::ServerContextBase& context) const {
+    return options_.authorize ? options_.authorize(context) : absl::OkStatus();
+  }
 
   const Options options_;
 };

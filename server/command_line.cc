@@ -100,6 +100,35 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_flag("--allow-non-finite-inputs", options.allow_non_finite_inputs,
                "accept NaN and Inf in Predict inputs (refused by default)");
 
+  // Security. The metrics port is covered by neither TLS nor tokens.
+  app.add_option("--tls-cert", options.tls.cert_path,
+                 "PEM certificate chain for the gRPC port; with --tls-key it serves TLS only "
+                 "(default: plaintext). The metrics port stays plaintext HTTP");
+  app.add_option("--tls-key", options.tls.key_path, "PEM private key of --tls-cert (unencrypted)");
+  app.add_option("--tls-client-ca", options.tls.client_ca_path,
+                 "PEM CA bundle: clients must present a certificate signed by it (mutual TLS)");
+  app.add_option("--token-file", options.token_file,
+                 "bearer tokens and their roles, one '<roles> <token> [name]' per line (roles: "
+                 "predict, train, admin, comma-separated; chmod 600), re-read on SIGHUP. "
+                 "Without it there is no authentication: every gRPC call is allowed");
+
+  // Limits on one request.
+  app.add_option("--max-batch-rows", options.max_batch_rows,
+                 "windows one Predict/ModelInfer request may hold, whatever the model's "
+                 "max_batch_size")
+      ->capture_default_str();
+  app.add_option("--max-request-memory-bytes", options.max_request_memory_bytes,
+                 "estimated memory one Predict/ModelInfer request may need (inputs, forecasts, "
+                 "activations); checked before allocating, RESOURCE_EXHAUSTED above it")
+      ->capture_default_str();
+  app.add_option("--max-train-series-rows", options.max_train_series_rows,
+                 "rows a training series (inline or CSV) may have")
+      ->capture_default_str();
+  app.add_option("--max-queue-per-model", options.max_queue_per_model,
+                 "requests a model version may hold queued per priority level; caps the "
+                 "models' max_queue_size (0: no cap)")
+      ->capture_default_str();
+
   std::vector<const char*> argv;
   argv.reserve(args.size());
   for (const std::string& arg : args) argv.push_back(arg.c_str());
@@ -149,6 +178,17 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--cpu-workers must be between 0 and 1024");
   }
   if (options.max_message_bytes < 1024) return UsageError("--max-message-bytes must be >= 1024");
+  if (options.tls.key_path.empty() != options.tls.cert_path.empty()) {
+    return UsageError("--tls-cert and --tls-key go together");
+  }
+  if (options.tls.mutual() && !options.tls.enabled()) {
+    return UsageError("--tls-client-ca needs --tls-cert and --tls-key");
+  }
+  if (options.max_batch_rows < 1) return UsageError("--max-batch-rows must be >= 1");
+  if (options.max_request_memory_bytes < 1024) {
+    return UsageError("--max-request-memory-bytes must be >= 1024");
+  }
+  if (options.max_train_series_rows < 1) return UsageError("--max-train-series-rows must be >= 1");
   return result;
 }
 

@@ -95,6 +95,10 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
                                                      const v1::PredictRequest* request,
                                                      v1::PredictResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   Clock* clock = options_.clock != nullptr ? options_.clock : Clock::Real();
   const absl::Time arrival = clock->Now();
   const std::string model_name = request->model();
@@ -124,6 +128,8 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   absl::StatusOr<std::vector<float>> windows =
       DecodeWindows(model, inputs.shape(), inputs.raw(), inputs.values(),
                     {.max_batch_rows = batching->max_batch_size,
+                     .server_max_batch_rows = options_.max_batch_rows,
+                     .max_request_bytes = options_.max_request_memory_bytes,
                      .allow_non_finite = options_.allow_non_finite_inputs});
   if (!windows.ok()) return fail(windows.status());
 
@@ -182,9 +188,9 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   return reactor;
 }
 
-grpc::Status ForecasterService::Train(grpc::ServerContext* /*context*/,
-                                      const v1::TrainRequest* request,
+grpc::Status ForecasterService::Train(grpc::ServerContext* context, const v1::TrainRequest* request,
                                       v1::TrainResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
   TrainJobManager::StartRequest start;
   start.model = request->model();
@@ -200,6 +206,7 @@ grpc::Status ForecasterService::Train(grpc::ServerContext* /*context*/,
 grpc::Status ForecasterService::WatchTrainJob(grpc::ServerContext* context,
                                               const v1::WatchTrainJobRequest* request,
                                               grpc::ServerWriter<v1::TrainJobEvent>* writer) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<JobSnapshot> last = options_.jobs->Watch(
       request->job_id(),
       [writer](const TrainProgress& progress) {
@@ -215,27 +222,30 @@ grpc::Status ForecasterService::WatchTrainJob(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ForecasterService::GetTrainJob(grpc::ServerContext* /*context*/,
+grpc::Status ForecasterService::GetTrainJob(grpc::ServerContext* context,
                                             const v1::GetTrainJobRequest* request,
                                             v1::TrainJobInfo* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<JobSnapshot> job = options_.jobs->Get(request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = ToTrainJobInfo(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status ForecasterService::ListTrainJobs(grpc::ServerContext* /*context*/,
+grpc::Status ForecasterService::ListTrainJobs(grpc::ServerContext* context,
                                               const v1::ListTrainJobsRequest* request,
                                               v1::ListTrainJobsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   for (const JobSnapshot& job : options_.jobs->List(request->model())) {
     *response->add_jobs() = ToTrainJobInfo(job);
   }
   return grpc::Status::OK;
 }
 
-grpc::Status ForecasterService::CancelTrainJob(grpc::ServerContext* /*context*/,
+grpc::Status ForecasterService::CancelTrainJob(grpc::ServerContext* context,
                                                const v1::CancelTrainJobRequest* request,
                                                v1::TrainJobInfo* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (absl::Status s = options_.jobs->Cancel(request->job_id()); !s.ok()) return ToGrpcStatus(s);
   absl::StatusOr<JobSnapshot> job = options_.jobs->Get(request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -246,6 +256,7 @@ grpc::Status ForecasterService::CancelTrainJob(grpc::ServerContext* /*context*/,
 grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
                                           const v1::BenchmarkRequest* request,
                                           v1::BenchmarkResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
   absl::StatusOr<LoadedModel> loaded =
       options_.registry->GetLoadedModel(request->model(), request->version());
@@ -261,6 +272,11 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
     if (b < 1 || b > batching->max_batch_size) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
           "batch size ", b, " is outside [1, ", batching->max_batch_size, "] for this model")));
+    }
+    if (options_.max_batch_rows > 0 && b > options_.max_batch_rows) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("batch size ", b, " is above this server's limit of ",
+                       options_.max_batch_rows, " (--max-batch-rows)")));
     }
   }
   for (int64_t c : concurrency) {

@@ -29,6 +29,13 @@ class ForecasterService final
     // False once the server drains: new Predict, Train and Benchmark calls get UNAVAILABLE.
     std::function<bool()> accepting;
     std::string device_name = "cpu";
+    // Called first by every handler; a call it refuses gets its status and is not counted in
+    // the request metrics. Empty: every call is allowed. (CheckAuthorized when tokens are on.)
+    std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;
+    // The server's limits on one Predict (WindowLimits); 0: none. max_batch_rows also bounds
+    // Benchmark's batch sizes.
+    int64_t max_batch_rows = 0;
+    int64_t max_request_memory_bytes = 0;
   };
 
   explicit ForecasterService(Options options);
@@ -52,6 +59,9 @@ class ForecasterService final
 
  private:
   bool accepting() const { return !options_.accepting || options_.accepting(); }
+  absl::Status Authorize(const grpc::ServerContextBase& context) const {
+    return options_.authorize ? options_.authorize(context) : absl::OkStatus();
+  }
 
   const Options options_;
 };

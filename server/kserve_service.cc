@@ -478,23 +478,26 @@ absl::StatusOr<std::unique_ptr<KServeService>> KServeService::Create(Options opt
 KServeService::KServeService(Options options, Clock* clock)
     : options_(std::move(options)), clock_(clock), statistics_(std::make_shared<Statistics>()) {}
 
-grpc::Status KServeService::ServerLive(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest* /*request*/,
                                        inference::ServerLiveResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   response->set_live(true);
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::ServerReady(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ServerReady(grpc::ServerContext* context,
                                         const inference::ServerReadyRequest* /*request*/,
                                         inference::ServerReadyResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   response->set_ready(ready());
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::ModelReady(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
                                        const inference::ModelReadyRequest* request,
                                        inference::ModelReadyResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<int64_t> version = ParseVersion(request->version());
   if (!version.ok()) return ToGrpcStatus(version.status());
   // An unknown model is simply not ready, as Triton answers.
@@ -502,9 +505,10 @@ grpc::Status KServeService::ModelReady(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::ServerMetadata(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
                                            const inference::ServerMetadataRequest* /*request*/,
                                            inference::ServerMetadataResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   response->set_name("forecastd");
   response->set_version(kForecastdVersion);
   for (const char* extension :
@@ -514,9 +518,10 @@ grpc::Status KServeService::ServerMetadata(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::ModelMetadata(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<int64_t> version = ParseVersion(request->version());
   if (!version.ok()) return ToGrpcStatus(version.status());
   absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(request->name(), *version);
@@ -544,6 +549,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
                                                     const inference::ModelInferRequest* request,
                                                     inference::ModelInferResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) {
+    reactor->Finish(ToGrpcStatus(allowed));
+    return reactor;
+  }
   Clock* clock = clock_;
   ServingMetrics* metrics = options_.metrics;
   const absl::Time arrival = clock->Now();
@@ -579,6 +588,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   absl::StatusOr<std::vector<float>> windows =
       ReadInput(*request, model,
                 {.max_batch_rows = batching->max_batch_size,
+                 .server_max_batch_rows = options_.max_batch_rows,
+                 .max_request_bytes = options_.max_request_memory_bytes,
                  .allow_non_finite = options_.allow_non_finite_inputs});
   if (!windows.ok()) return fail(windows.status());
   if (absl::Status status = CheckRequestedOutputs(*request); !status.ok()) return fail(status);
@@ -631,9 +642,10 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::Status KServeService::ModelConfig(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ModelConfig(grpc::ServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<int64_t> version = ParseVersion(request->version());
   if (!version.ok()) return ToGrpcStatus(version.status());
   absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(request->name(), *version);
@@ -654,9 +666,10 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::ModelStatistics(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::ModelStatistics(grpc::ServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   absl::StatusOr<int64_t> version = ParseVersion(request->version());
   if (!version.ok()) return ToGrpcStatus(version.status());
   std::vector<ModelStatus> models;
@@ -688,9 +701,10 @@ grpc::Status KServeService::ModelStatistics(grpc::ServerContext* /*context*/,
   return grpc::Status::OK;
 }
 
-grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* /*context*/,
+grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
     return ToGrpcStatus(status);
   }
@@ -719,8 +733,9 @@ grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* /*context*/,
 }
 
 grpc::Status KServeService::RepositoryModelLoad(
-    grpc::ServerContext* /*context*/, const inference::RepositoryModelLoadRequest* request,
+    grpc::ServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* /*response*/) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
     return ToGrpcStatus(status);
   }
@@ -733,8 +748,9 @@ grpc::Status KServeService::RepositoryModelLoad(
 }
 
 grpc::Status KServeService::RepositoryModelUnload(
-    grpc::ServerContext* /*context*/, const inference::RepositoryModelUnloadRequest* request,
+    grpc::ServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* /*response*/) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
     return ToGrpcStatus(status);
   }

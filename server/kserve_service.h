@@ -60,6 +60,13 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
     std::function<bool()> ready;
     // Accept NaN and infinite input values (refused with INVALID_ARGUMENT by default).
     bool allow_non_finite_inputs = false;
+    // Called first by every handler; a call it refuses gets its status and is counted neither
+    // in the statistics nor in the request metrics. Empty: every call is allowed.
+    // (CheckAuthorized when tokens are on.)
+    std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;
+    // The server's limits on one ModelInfer (WindowLimits in server/predict_input.h); 0: none.
+    int64_t max_batch_rows = 0;
+    int64_t max_request_memory_bytes = 0;
   };
 
   // INVALID_ARGUMENT without a registry.
@@ -102,6 +109,9 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
 
   KServeService(Options options, Clock* clock);
   bool ready() const { return !options_.ready || options_.ready(); }
+  absl::Status Authorize(const grpc::ServerContextBase& context) const {
+    return options_.authorize ? options_.authorize(context) : absl::OkStatus();
+  }
 
   // Constant after construction.
   const Options options_;

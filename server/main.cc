@@ -1,4 +1,5 @@
-// forecastd: flags in, options out, serve until SIGTERM or SIGINT.
+// forecastd: flags in, options out, serve until SIGTERM or SIGINT; SIGHUP re-reads the token
+// file.
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -20,13 +21,14 @@ int main(int argc, char** argv) {
   }
   forecastd::ConfigureLogging(command_line.options.log);
 
-  // Block the termination signals before any thread starts, so every thread inherits the
-  // mask and only sigwait() below sees them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the signals handled here before any thread starts, so every thread inherits the
+  // mask and only sigwait() below sees them. A SIGHUP during the start waits until then.
+  sigset_t handled_signals;
+  sigemptyset(&handled_signals);
+  sigaddset(&handled_signals, SIGTERM);
+  sigaddset(&handled_signals, SIGINT);
+  sigaddset(&handled_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &handled_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   absl::StatusOr<std::unique_ptr<forecastd::Server>> server =
@@ -37,9 +39,15 @@ int main(int argc, char** argv) {
   }
 
   int signal_number = 0;
-  if (sigwait(&stop_signals, &signal_number) != 0) {
-    spdlog::critical("sigwait failed: {}", std::strerror(errno));
-    return forecastd::kExitRuntimeError;
+  for (;;) {
+    if (sigwait(&handled_signals, &signal_number) != 0) {
+      spdlog::critical("sigwait failed: {}", std::strerror(errno));
+      return forecastd::kExitRuntimeError;
+    }
+    if (signal_number != SIGHUP) break;
+    spdlog::info("received SIGHUP, reloading the token file");
+    // The outcome is logged; a bad file leaves the old tokens in force.
+    (*server)->ReloadTokens().IgnoreError();
   }
   spdlog::info("received SIG{}, shutting down", sigabbrev_np(signal_number));
   (*server)->Shutdown();

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
@@ -37,6 +38,25 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
         absl::StrCat("batch of ", B, " windows is above the max_batch_size ", limits.max_batch_rows,
                      " of model '", model.config().name(), "'"));
   }
+  if (limits.server_max_batch_rows > 0 && B > limits.server_max_batch_rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", B, " windows is above this server's limit of ",
+                     limits.server_max_batch_rows, " per request (--max-batch-rows)"));
+  }
+  if (limits.max_request_bytes > 0) {
+    // Guards the estimate's arithmetic when neither row limit is set.
+    constexpr int64_t kMaxEstimatedRows = int64_t{1} << 31;
+    const int64_t bytes = B > kMaxEstimatedRows ? std::numeric_limits<int64_t>::max()
+                                                : EstimatePredictBytes(model, B);
+    if (bytes > limits.max_request_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("batch of ", B, " windows needs an estimated ", bytes,
+                       " bytes of memory (inputs, forecasts and activations), above this "
+                       "server's limit of ",
+                       limits.max_request_bytes,
+                       " per request (--max-request-memory-bytes); send fewer windows"));
+    }
+  }
   const int64_t n = B * T * F;
   if (!raw.empty() && !values.empty()) {
     return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
@@ -68,6 +88,12 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
     }
   }
   return out;
+}
+
+int64_t EstimatePredictBytes(const Forecaster& model, int64_t B) {
+  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t floats = B * T * F + 2 * B * model.num_outputs() + model.WorkspaceFloats(B);
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 std::string EncodeFloats(absl::Span<const float> values) {

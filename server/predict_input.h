@@ -1,5 +1,6 @@
 // Turns a request's window tensor into the (B, T, F) floats a model takes, checking it
-// against the model: rank, lookback, features, batch bounds, byte size and finiteness. Shared
+// against the model and the server's limits: rank, lookback, features, batch bounds, the
+// request's estimated memory (before anything is allocated), byte size and finiteness. Shared
 // by the Forecaster and the KServe services so both refuse the same inputs with the same
 // messages. Stateless; thread-safe.
 #ifndef FORECASTD_SERVER_PREDICT_INPUT_H_
@@ -18,11 +19,24 @@ namespace forecastd {
 
 struct WindowLimits {
   int64_t max_batch_rows = 0;  // the model's max_batch_size
+  // The server's --max-batch-rows: windows per request whatever the model; 0: none.
+  int64_t server_max_batch_rows = 0;
+  // The server's --max-request-memory-bytes, against EstimatePredictBytes; 0: none.
+  int64_t max_request_bytes = 0;
   bool allow_non_finite = false;
 };
 
+// What serving B windows of `model` in one request takes at most, in bytes: the decoded inputs
+// (B, T, F), the forecasts twice (the engine's result and the encoded reply) and the model's
+// forward-pass workspace for B rows (Forecaster::WorkspaceFloats), all float32. The request
+// message itself is bounded by --max-message-bytes before it is parsed. B must be >= 0 and
+// small enough that the product fits in int64 (callers check the batch bounds first).
+int64_t EstimatePredictBytes(const Forecaster& model, int64_t B);
+
 // Exactly one of `raw` (little-endian float32 bytes) and `values` may be non-empty.
-// INVALID_ARGUMENT naming what is wrong: "inputs must have shape [B, 48, 3] ...".
+// INVALID_ARGUMENT naming what is wrong: "inputs must have shape [B, 48, 3] ..."; batches above
+// the model's or the server's row limit are INVALID_ARGUMENT, a request above the memory limit
+// RESOURCE_EXHAUSTED, each checked before the windows are allocated.
 absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
                                                  absl::Span<const int64_t> shape,
                                                  absl::string_view raw,

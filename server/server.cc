@@ -1,22 +1,30 @@
 #include "server/server.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
 #include "server/kserve_service.h"
+#include "server/tls_credentials.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
@@ -41,6 +49,13 @@ int64_t ResidentBytes() {
   int64_t pages = 0, resident = 0;
   if (!(statm >> pages >> resident)) return 0;
   return resident * sysconf(_SC_PAGESIZE);
+}
+
+// Whether `address` (host:port, as ValidateHostPort accepts it) only accepts local callers.
+bool IsLoopback(const std::string& address) {
+  absl::string_view host = absl::string_view(address).substr(0, address.rfind(':'));
+  if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
 }
 
 int64_t TotalMemoryBytes() {
@@ -84,6 +99,19 @@ class Server::RegistryMetrics final : public RegistryObserver {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& options) {
   RETURN_IF_ERROR(CheckModelRepository(options.model_repository));
+  // Credentials first: a bad certificate or token file stops the start before any model loads.
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(options.tls));
+  std::unique_ptr<TokenStore> tokens;
+  if (!options.token_file.empty()) {
+    ASSIGN_OR_RETURN(tokens, TokenStore::Create({.path = options.token_file}));
+    if (tokens->size() == 0) {
+      spdlog::warn(
+          "token file '{}' holds no tokens: every call but health and reflection will "
+          "be refused",
+          options.token_file);
+    }
+  }
 
   const DeviceRegistry device_registry = DeviceRegistry::Discover();
   ASSIGN_OR_RETURN(std::vector<Device> devices, device_registry.Resolve(options.devices));
@@ -98,14 +126,39 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   std::unique_ptr<Server> server(new Server(options, std::move(devices), std::move(metrics)));
   Server& s = *server;
   s.serving_metrics_ = std::make_unique<ServingMetrics>(s.metrics_->registry());
+  if (tokens != nullptr) {
+    s.tokens_ = std::move(tokens);
+    s.authenticator_ = std::make_unique<CallAuthenticator>(
+        CallAuthenticator::Options{.tokens = s.tokens_.get(), .registry = &s.metrics_->registry()});
+  }
+  std::function<absl::Status(const grpc::ServerContextBase&)> authorize;
+  if (s.authenticator_ != nullptr) authorize = CheckAuthorized;
 
   // The CPU runs every model: the CUDA backend serves from the GPU issue on.
   ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
   s.backend_ = std::move(dnnl);
-  const int workers = options.cpu_workers > 0
-                          ? options.cpu_workers
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  ASSIGN_OR_RETURN(s.scheduler_, DeviceScheduler::Create({.num_workers = workers}));
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int workers = options.cpu_workers > 0 ? options.cpu_workers : cores;
+  // Cores shared out between the workers, so that a worker's OpenMP threads never compete
+  // with another worker's. Workers also run a few nice levels below the gRPC threads: when
+  // the cores are saturated, admitting, refusing and health-checking requests goes first, so
+  // overload is refused at once instead of every call waiting behind the compute.
+  const int threads_per_worker = std::max(1, cores / workers);
+  constexpr int kWorkerNiceIncrement = 5;
+  ASSIGN_OR_RETURN(s.scheduler_,
+                   DeviceScheduler::Create(
+                       {.num_workers = workers, .on_worker_start = [=](int worker) {
+                          DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                          // Linux: the nice value is per thread (a tid names the thread).
+                          const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+                          errno = 0;
+                          const int nice = getpriority(PRIO_PROCESS, tid);
+                          if ((nice == -1 && errno != 0) ||
+                              setpriority(PRIO_PROCESS, tid, nice + kWorkerNiceIncrement) != 0) {
+                            spdlog::warn("worker {}: cannot lower its priority: {}", worker,
+                                         std::strerror(errno));
+                          }
+                        }}));
 
   s.registry_metrics_ = std::make_unique<RegistryMetrics>(s.serving_metrics_.get());
   ModelRegistry::Options registry_options;
@@ -117,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // One batch waiting per model at most: while the workers are busy the queue grows and the
   // next batch is larger, which is what dynamic batching is for.
   registry_options.max_enqueued_batches = 1;
+  registry_options.max_queue_size = options.max_queue_per_model;
   registry_options.observer = s.registry_metrics_.get();
   ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));
   RETURN_IF_ERROR(s.registry_->Start());
@@ -130,6 +184,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   job_options.backend = s.backend_.get();
   job_options.scheduler = s.scheduler_.get();
   job_options.max_running_jobs = options.max_training_jobs;
+  job_options.max_series_rows = options.max_train_series_rows;
   ModelRegistry* registry = s.registry_.get();
   job_options.on_published = [registry](const std::string& model, int64_t version, bool promote) {
     return registry->OnVersionPublished(model, version, promote);
@@ -163,13 +218,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                  .clock = nullptr,
                                  .allow_non_finite_inputs = options.allow_non_finite_inputs,
                                  .accepting = is_accepting,
-                                 .device_name = device});
+                                 .device_name = device,
+                                 .authorize = authorize,
+                                 .max_batch_rows = options.max_batch_rows,
+                                 .max_request_memory_bytes = options.max_request_memory_bytes});
   Server* self = server.get();
   s.admin_ = std::make_unique<AdminService>(
       AdminService::Options{.registry = registry,
                             .device_name = device,
                             .server_status = [self]() { return self->Status(); },
-                            .accepting = is_accepting});
+                            .accepting = is_accepting,
+                            .authorize = authorize});
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<KServeService> kserve,
@@ -177,7 +236,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                              .metrics = s.serving_metrics_.get(),
                              .clock = nullptr,
                              .ready = is_accepting,
-                             .allow_non_finite_inputs = options.allow_non_finite_inputs}));
+                             .allow_non_finite_inputs = options.allow_non_finite_inputs,
+                             .authorize = authorize,
+                             .max_batch_rows = options.max_batch_rows,
+                             .max_request_memory_bytes = options.max_request_memory_bytes}));
   s.kserve_ = std::move(kserve);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -190,7 +252,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.AddListeningPort(options.grpc_address, grpc::InsecureServerCredentials(), &s.grpc_port_);
+  if (s.authenticator_ != nullptr) {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> creators;
+    creators.push_back(s.authenticator_->NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(creators));
+  }
+  builder.AddListeningPort(options.grpc_address, credentials, &s.grpc_port_);
   s.grpc_server_ = builder.BuildAndStart();
   if (s.grpc_server_ == nullptr || s.grpc_port_ == 0) {
     return absl::UnavailableError(
@@ -205,6 +272,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       "model repository '{}' ({} models ready), {} CPU workers",
       kForecastdVersion, options.grpc_address, s.grpc_port_, options.metrics_address,
       options.model_repository, registry->loaded_model_count(), workers);
+  spdlog::info("gRPC security: {}, {}",
+               !options.tls.enabled() ? "plaintext"
+               : options.tls.mutual() ? "mutual TLS (client certificates required)"
+                                      : "TLS",
+               s.tokens_ != nullptr ? absl::StrCat("bearer tokens from '", options.token_file,
+                                                   "' (", s.tokens_->size(), " tokens)")
+                                    : std::string("no authentication"));
+  if (!IsLoopback(options.grpc_address)) {
+    if (s.tokens_ == nullptr && !options.tls.mutual()) {
+      spdlog::warn(
+          "gRPC on {} accepts calls from the network without authentication: anyone "
+          "who reaches the port may predict, train, load and unload; set --token-file "
+          "(and TLS)",
+          options.grpc_address);
+    } else if (s.tokens_ != nullptr && !options.tls.enabled()) {
+      spdlog::warn(
+          "gRPC on {} is plaintext: bearer tokens cross the network readable by "
+          "anyone on the path; set --tls-cert and --tls-key",
+          options.grpc_address);
+    }
+  }
+  if (!IsLoopback(options.metrics_address)) {
+    spdlog::info("metrics on {} are plaintext HTTP without authentication",
+                 options.metrics_address);
+  }
   return server;
 }
 
@@ -243,6 +335,20 @@ v1::ServerStatus Server::Status() const {
     status.set_train_jobs_total(jobs_->total_jobs());
   }
   return status;
+}
+
+absl::Status Server::ReloadTokens() {
+  if (tokens_ == nullptr) {
+    spdlog::info("nothing to reload: forecastd runs without --token-file");
+    return absl::FailedPreconditionError("forecastd runs without --token-file");
+  }
+  if (absl::Status status = tokens_->Reload(); !status.ok()) {
+    spdlog::error("token reload failed, the {} tokens read before stay in force: {}",
+                  tokens_->size(), status.ToString());
+    return status;
+  }
+  spdlog::info("token file '{}' reloaded: {} tokens", tokens_->path(), tokens_->size());
+  return absl::OkStatus();
 }
 
 void Server::Shutdown() {

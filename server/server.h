@@ -1,9 +1,11 @@
 // The forecastd daemon as one object: the CPU backend and its device scheduler, the model
 // registry over the repository, the training-job manager, Prometheus metrics, and the gRPC
 // services (forecastd.v1.Forecaster and Admin, KServe v2 inference.GRPCInferenceService,
-// grpc.health.v1, server reflection) on one port; and their orderly shutdown. main() creates
-// one; integration tests may create their own.
-// Thread-safe: Shutdown() may be called from any thread, more than once.
+// grpc.health.v1, server reflection) on one port, with TLS and bearer-token authentication
+// when configured; and their orderly shutdown. main() creates one; integration tests may
+// create their own.
+// Thread-safe: Shutdown() and ReloadTokens() may be called from any thread, Shutdown() more
+// than once.
 #ifndef FORECASTD_SERVER_SERVER_H_
 #define FORECASTD_SERVER_SERVER_H_
 
@@ -23,11 +25,13 @@
 #include "forecastd/v1/admin.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "server/admin_service.h"
+#include "server/auth_interceptor.h"
 #include "server/forecaster_service.h"
 #include "server/health_service.h"
 #include "server/metrics.h"
 #include "server/server_options.h"
 #include "server/serving_metrics.h"
+#include "server/token_store.h"
 
 namespace forecastd {
 
@@ -45,6 +49,10 @@ class Server {
   // cancelled (their checkpoints stay); then the gRPC and metrics endpoints stop, giving
   // streaming calls shutdown_grace. Idempotent.
   void Shutdown();
+
+  // Re-reads --token-file (main() calls it on SIGHUP) and logs the outcome. On an error the
+  // tokens read before stay in force. FAILED_PRECONDITION when the server has no token file.
+  absl::Status ReloadTokens();
 
   int grpc_port() const { return grpc_port_; }
   int metrics_port() const { return metrics_->port(); }
@@ -73,6 +81,9 @@ class Server {
   std::unique_ptr<ForecasterService> forecaster_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Service> kserve_;
+  // Both null without --token-file; declared before grpc_server_, so they outlive its calls.
+  std::unique_ptr<TokenStore> tokens_;
+  std::unique_ptr<CallAuthenticator> authenticator_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
 

@@ -4,12 +4,14 @@
 #ifndef FORECASTD_SERVER_SERVER_OPTIONS_H_
 #define FORECASTD_SERVER_SERVER_OPTIONS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "backends/device.h"
 #include "server/logging.h"
+#include "server/tls_credentials.h"
 
 namespace forecastd {
 
@@ -53,6 +55,32 @@ struct ServerOptions {
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).
   bool allow_non_finite_inputs = false;
+
+  // --- Security. The metrics endpoint is not covered by either: it stays plaintext HTTP
+  // without authentication, so bind it where only the scraper reaches it.
+
+  // TLS or mutual TLS for the gRPC port; by default plaintext.
+  TlsOptions tls;
+  // The bearer tokens and their roles (server/token_store.h), re-read on SIGHUP; "": no
+  // authentication, every gRPC call is allowed.
+  std::string token_file;
+
+  // --- Limits on what one request may ask for (max_message_bytes and max_training_jobs above
+  // are limits too). Each refusal names the flag.
+
+  // Windows in one Predict or ModelInfer request, on top of each model's max_batch_size
+  // (INVALID_ARGUMENT above it). Also bounds Benchmark's batch sizes.
+  int64_t max_batch_rows = 1024;
+  // The memory one Predict or ModelInfer request is estimated to need (its decoded inputs, its
+  // forecasts twice and the model's activations for its windows; EstimatePredictBytes in
+  // server/predict_input.h), checked before anything is allocated: RESOURCE_EXHAUSTED above.
+  int64_t max_request_memory_bytes = int64_t{512} << 20;
+  // Rows of one training series, inline or CSV (INVALID_ARGUMENT above it).
+  int64_t max_train_series_rows = 10'000'000;
+  // Requests one model version holds queued per priority level: caps max_queue_size of every
+  // queue policy in the models' BatchingConfig (a model's own smaller size stays);
+  // RESOURCE_EXHAUSTED when full. 0: no cap from the server.
+  uint32_t max_queue_per_model = 1024;
 };
 
 }  // namespace forecastd

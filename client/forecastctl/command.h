@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "client/client_security.h"
 #include "client/forecastd_client.h"
 
 namespace forecastd::ctl {
@@ -25,6 +26,10 @@ struct GlobalFlags {
   double timeout_seconds = 30.0;                         // --timeout, per unary call
   std::string metrics_address = kDefaultMetricsAddress;  // --metrics-address
   bool json = false;                                     // --json: machine-readable output
+  // --tls, --tls-ca, --tls-cert, --tls-key: how the gRPC channel is secured.
+  ClientTlsFiles tls;
+  // --token-file / FORECASTD_TOKEN_FILE; when empty, the token is FORECASTD_TOKEN's value.
+  std::string token_file;
 };
 
 class Context {
@@ -33,7 +38,7 @@ class Context {
   // Set by the callback of the subcommand that was parsed; returns the exit code.
   std::function<int()> action;
 
-  // The client for --address and --timeout, made on first use.
+  // The client for --address, --timeout, the TLS files and the token, made on first use.
   absl::StatusOr<ForecastdClient*> Client();
 
  private:

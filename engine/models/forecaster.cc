@@ -110,6 +110,11 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
     model->parameters_.Add("normalizer.std", {model->num_features_});
   }
   model->DeclareParameters(model->parameters_);
+  if (model->parameters_.size() > kMaxParameters) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model config '", config.name(), "': ", model->parameters_.size(),
+                     " parameters; at most ", kMaxParameters, " are supported"));
+  }
   model->parameters_.Allocate();
   if (model->standardized()) {
     // Identity standardisation until real statistics are loaded.

@@ -143,7 +143,13 @@ class TrainingTape {
 
 class Forecaster {
  public:
+  // The most parameters a model may have: 512 MiB of float32 weights (training keeps about
+  // four times that). The config's per-field bounds multiply to far more; a config above this
+  // is refused before anything is allocated, so a Train request cannot exhaust memory.
+  static constexpr int64_t kMaxParameters = int64_t{1} << 27;
+
   // Validates `config` and lays out the parameters (zero until loaded or initialised).
+  // INVALID_ARGUMENT for an invalid config or one with more than kMaxParameters parameters.
   static absl::StatusOr<std::unique_ptr<Forecaster>> Create(const ModelConfig& config);
   virtual ~Forecaster() = default;
 

@@ -411,6 +411,13 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
   batcher_options->scheduler = options_.scheduler;
   batcher_options->clock = options_.clock;
   batcher_options->max_enqueued_batches = options_.max_enqueued_batches;
+  if (const uint32_t cap = options_.max_queue_size; cap > 0) {
+    const auto apply_cap = [cap](PriorityQueue::Policy& policy) {
+      if (policy.max_queue_size == 0 || policy.max_queue_size > cap) policy.max_queue_size = cap;
+    };
+    apply_cap(batcher_options->queue.default_policy);
+    for (auto& [level, policy] : batcher_options->queue.level_policies) apply_cap(policy);
+  }
   batcher_options->observer = loaded->observer.get();
   // The batcher is a member of `loaded`, destroyed before the rest, so the raw pointer
   // outlives every batch it runs.

@@ -115,6 +115,9 @@ class ModelRegistry {
     // Batcher::Options::max_enqueued_batches of every version (0: unbounded); the scheduler's
     // num_workers lets batches grow while every worker is busy.
     int64_t max_enqueued_batches = 0;
+    // Caps the max_queue_size of every priority level's queue policy of every version (a
+    // config's own smaller, nonzero size stays; 0 in a config becomes this). 0: no cap.
+    uint32_t max_queue_size = 0;
     // The models Start loads; empty: every model of the repository. The others are listed
     // as UNAVAILABLE until Load asks for them.
     std::vector<std::string> models_to_load;

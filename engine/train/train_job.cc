@@ -88,7 +88,20 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   } else {
     InitializeParameters(model, config.seed());
   }
+  const auto check_rows = [&o](int64_t rows) {
+    if (o.max_series_rows > 0 && rows > o.max_series_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the training series has ", rows, " rows; this server takes at most ",
+                       o.max_series_rows, " (--max-train-series-rows)"));
+    }
+    return absl::OkStatus();
+  };
+  // Inline rows are checked before they are copied, CSV rows once the file is parsed.
+  if (config.data().has_inline_series()) {
+    RETURN_IF_ERROR(check_rows(config.data().inline_series().rows()));
+  }
   ASSIGN_OR_RETURN(Series series, LoadSeries(config.data(), o.model, o.data_dir));
+  RETURN_IF_ERROR(check_rows(series.rows));
   ASSIGN_OR_RETURN(job->dataset_, WindowedDataset::Create(std::move(series), data_options));
   if (model.standardized() && config.base_version() == 0) {
     const std::vector<float>& mean = job->dataset_->mean();

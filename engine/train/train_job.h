@@ -71,6 +71,9 @@ struct TrainJobOptions {
   Clock* clock = nullptr;  // not owned; nullptr: the real clock
 
   int64_t progress_every_steps = 10;  // > 0
+  // Rows the training series (inline or CSV) may have at most; more: INVALID_ARGUMENT before
+  // any window is built. 0: no limit.
+  int64_t max_series_rows = 0;
   // Called on the thread running Run(); must not call back into the job except Cancel().
   std::function<void(const TrainProgress&)> on_progress;
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/file_io.h"
 #include "engine/models/model_files.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -68,11 +69,8 @@ absl::StatusOr<std::unique_ptr<TrainJobManager>> TrainJobManager::Create(Options
   if (options.max_running_jobs < 1)
     return absl::InvalidArgumentError("max_running_jobs must be >= 1");
   if (!options.checkpoint_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(options.checkpoint_dir, error);
-    if (error) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "cannot create checkpoint directory ", options.checkpoint_dir, ": ", error.message()));
+    if (absl::Status status = CreateDirectories(options.checkpoint_dir); !status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("checkpoint directory: ", status.message()));
     }
   }
   return std::unique_ptr<TrainJobManager>(new TrainJobManager(std::move(options)));
@@ -148,6 +146,7 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
   o.scheduler = options_.scheduler;
   o.clock = options_.clock;
   o.progress_every_steps = options_.progress_every_steps;
+  o.max_series_rows = options_.max_series_rows;
   o.on_progress = [this, raw](const TrainProgress& progress) {
     std::string id;
     {

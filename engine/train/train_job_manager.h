@@ -60,6 +60,7 @@ class TrainJobManager {
     Clock* clock = nullptr;                // not owned; nullptr: real clock
     int max_running_jobs = 2;              // more at once: RESOURCE_EXHAUSTED
     int64_t progress_every_steps = 10;
+    int64_t max_series_rows = 0;  // TrainJobOptions::max_series_rows of every job
     // A job published `version` of `model`; `promote` as the request asked. Called on the
     // job's thread; its status is recorded as the job's (a failed promotion fails the job,
     // the version stays published).

@@ -41,6 +41,41 @@ TEST_CASE("Every flag lands in the options", "[unit][flags]") {
   REQUIRE(cl.options.shutdown_grace == absl::Milliseconds(2500));
 }
 
+TEST_CASE("Security and limit flags land in the options, with sane defaults", "[unit][flags]") {
+  const CommandLine defaults = Parse({});
+  REQUIRE_FALSE(defaults.options.tls.enabled());
+  REQUIRE(defaults.options.token_file.empty());
+  REQUIRE(defaults.options.max_batch_rows == 1024);
+  REQUIRE(defaults.options.max_request_memory_bytes == int64_t{512} << 20);
+  REQUIRE(defaults.options.max_train_series_rows == 10'000'000);
+  REQUIRE(defaults.options.max_queue_per_model == 1024);
+
+  const CommandLine cl = Parse({"--tls-cert", "server.crt", "--tls-key", "server.key",
+                                "--tls-client-ca", "ca.crt", "--token-file", "/etc/fd/tokens",
+                                "--max-batch-rows", "64", "--max-request-memory-bytes", "1048576",
+                                "--max-train-series-rows", "5000", "--max-queue-per-model", "0"});
+  CAPTURE(cl.message);
+  REQUIRE_FALSE(cl.should_exit);
+  REQUIRE(cl.options.tls.cert_path == "server.crt");
+  REQUIRE(cl.options.tls.key_path == "server.key");
+  REQUIRE(cl.options.tls.client_ca_path == "ca.crt");
+  REQUIRE(cl.options.tls.mutual());
+  REQUIRE(cl.options.token_file == "/etc/fd/tokens");
+  REQUIRE(cl.options.max_batch_rows == 64);
+  REQUIRE(cl.options.max_request_memory_bytes == 1048576);
+  REQUIRE(cl.options.max_train_series_rows == 5000);
+  REQUIRE(cl.options.max_queue_per_model == 0);
+
+  const CommandLine help = Parse({"--help"});
+  for (const char* flag :
+       {"--tls-cert", "--tls-key", "--tls-client-ca", "--token-file", "no authentication", "SIGHUP",
+        "--max-batch-rows", "--max-request-memory-bytes", "--max-train-series-rows",
+        "--max-queue-per-model"}) {
+    CAPTURE(flag);
+    REQUIRE(help.message.find(flag) != std::string::npos);
+  }
+}
+
 TEST_CASE("--help and --version print and exit 0", "[unit][flags]") {
   const CommandLine help = Parse({"--help"});
   REQUIRE(help.should_exit);
@@ -74,6 +109,13 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--shutdown-grace-seconds", "soon"}, "--shutdown-grace-seconds"},
       {{"--model-repository", ""}, "--model-repository is empty"},
       {{"stray-argument"}, "stray-argument"},
+      {{"--tls-cert", "server.crt"}, "--tls-cert and --tls-key go together"},
+      {{"--tls-key", "server.key"}, "--tls-cert and --tls-key go together"},
+      {{"--tls-client-ca", "ca.crt"}, "--tls-client-ca needs --tls-cert and --tls-key"},
+      {{"--max-batch-rows", "0"}, "--max-batch-rows must be >= 1"},
+      {{"--max-request-memory-bytes", "100"}, "--max-request-memory-bytes must be >= 1024"},
+      {{"--max-train-series-rows", "0"}, "--max-train-series-rows must be >= 1"},
+      {{"--max-queue-per-model", "-1"}, "--max-queue-per-model"},
   };
   for (const Case& c : cases) {
     const CommandLine cl = Parse(c.flags);

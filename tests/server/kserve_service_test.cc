@@ -119,7 +119,9 @@ struct Env {
     REQUIRE(PublishVersion(*gru_v2, root + "/gru", 2).ok());
     REQUIRE(PublishVersion(*quant, root + "/quant", 1).ok());
 
-    scheduler = DeviceScheduler::Create({.num_workers = 2, .clock = nullptr}).value();
+    DeviceScheduler::Options scheduler_options;
+    scheduler_options.num_workers = 2;
+    scheduler = DeviceScheduler::Create(scheduler_options).value();
     ModelRegistry::Options registry_options;
     registry_options.repository_path = root;
     registry_options.backend = &backend;

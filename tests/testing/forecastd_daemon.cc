@@ -7,11 +7,14 @@
 
 namespace forecastd::testing {
 
-ForecastdDaemon::ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port)
+ForecastdDaemon::ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port,
+                                 const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : process_(std::move(process)),
       grpc_address_(std::move(grpc_address)),
       metrics_port_(metrics_port),
-      channel_(grpc::CreateChannel(grpc_address_, grpc::InsecureChannelCredentials())),
+      channel_(grpc::CreateChannel(grpc_address_, credentials != nullptr
+                                                      ? credentials
+                                                      : grpc::InsecureChannelCredentials())),
       forecaster_(v1::Forecaster::NewStub(channel_)),
       admin_(v1::Admin::NewStub(channel_)) {}
 
@@ -35,7 +38,7 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::Start(const Op
   absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv);
   if (!process.ok()) return process.status();
   std::unique_ptr<ForecastdDaemon> daemon(
-      new ForecastdDaemon(*std::move(process), grpc_address, metrics_port));
+      new ForecastdDaemon(*std::move(process), grpc_address, metrics_port, options.credentials));
 
   const absl::Time give_up = absl::Now() + options.start_bound;
   absl::Status last = absl::UnavailableError("not asked yet");
@@ -45,7 +48,7 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::Start(const Op
           absl::StrCat("forecastd exited while starting:\n", daemon->process_.Output()));
     }
     const absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> health =
-        CheckHealth(grpc_address, "", absl::Seconds(2));
+        CheckHealth(grpc_address, "", absl::Seconds(2), options.credentials);
     if (health.ok() && *health == grpc::health::v1::HealthCheckResponse::SERVING) return daemon;
     last = health.ok() ? absl::UnavailableError(absl::StrCat("health status ", *health))
                        : health.status();

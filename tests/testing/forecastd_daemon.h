@@ -1,5 +1,6 @@
-// A forecastd binary started by a test on free loopback ports, with a gRPC channel and
-// stubs for its Forecaster and Admin services and a reader for its Prometheus endpoint.
+// A forecastd binary started by a test on free loopback ports, with a gRPC channel (plaintext,
+// or TLS with the credentials the test gives) and stubs for its Forecaster and Admin services
+// and a reader for its Prometheus endpoint.
 // Used by the API integration tests. Owned by one test thread; the stubs themselves are
 // thread-safe, so several client threads may share them.
 #ifndef FORECASTD_TESTS_TESTING_FORECASTD_DAEMON_H_
@@ -28,6 +29,8 @@ class ForecastdDaemon {
     // A safety bound on start-up, not a measurement: the daemon must report SERVING on
     // grpc.health.v1 within it.
     absl::Duration start_bound = absl::Seconds(60);
+    // What the health probe and channel() connect with; nullptr: plaintext.
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
   };
 
   // Starts the daemon and waits until its health service says SERVING. The error carries
@@ -45,7 +48,8 @@ class ForecastdDaemon {
   absl::StatusOr<std::string> Metrics() const;
 
  private:
-  ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port);
+  ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port,
+                  const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
   ChildProcess process_;
   const std::string grpc_address_;

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "backends/reference_backend.h"
 #include "tests/testing/catch.h"
@@ -43,6 +44,23 @@ TEST_CASE("Recurrent forecasters lay out PyTorch's parameter names and shapes", 
   REQUIRE(p.Find("rnn.weight_ih_l2").status().code() == absl::StatusCode::kNotFound);
   // nn.LSTM(3, 5, 2, bidirectional) has 2*(20*3+20*5+40) + 2*(20*10+20*5+40) parameters.
   REQUIRE(p.size() == 2 * (60 + 100 + 40) + 2 * (200 + 100 + 40) + 8 * 10 + 8 + 3 + 3);
+}
+
+TEST_CASE("Create refuses a valid config with more than kMaxParameters parameters",
+          "[unit][model]") {
+  // Each field is within its bound, but together they ask for about 3.3e12 parameters (13 TB),
+  // which a Train request could otherwise make the daemon try to allocate.
+  ModelConfig c = Base(3, 7, 4);
+  c.mutable_lstm()->set_hidden_size(32768);
+  c.mutable_lstm()->set_num_layers(128);
+  c.mutable_lstm()->set_bidirectional(true);
+  REQUIRE(ValidateModelConfig(c).ok());
+  const auto model = Forecaster::Create(c);
+  REQUIRE(model.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(absl::StrContains(model.status().message(), "parameters; at most 134217728"));
+  c.mutable_lstm()->set_hidden_size(64);
+  c.mutable_lstm()->set_num_layers(2);
+  CHECK(Forecaster::Create(c).ok());
 }
 
 TEST_CASE("Forward de-standardises the targets it forecasts", "[unit][model]") {
