@@ -34,6 +34,13 @@ class RoleSet {
   bool Has(Role role) const { return (bits_ & static_cast<uint8_t>(role)) != 0; }
   bool empty() const { return bits_ == 0; }
   bool operator==(const RoleSet& other) const { return bits_ == other.bits_; }
+  // As one small number, for passing a caller's roles along with its call.
+  uint8_t bits() const { return bits_; }
+  static RoleSet FromBits(uint8_t bits) {
+    RoleSet set;
+    set.bits_ = bits;
+    return set;
+  }
 
  private:
   uint8_t bits_ = 0;

@@ -41,7 +41,7 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
       for (auto it = metadata->begin(); it != metadata->end();) {
         const absl::string_view key = View(it->first);
         if (key == kAuthorizationKey) authorization.push_back(View(it->second));
-        if (key == kAuthorizationKey || key == kAuthVerdictKey) {
+        if (key == kAuthorizationKey || key == kAuthVerdictKey || key == kAuthRolesKey) {
           it = metadata->erase(it);
         } else {
           ++it;
@@ -51,9 +51,12 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
       const std::string peer =
           info_->server_context() != nullptr ? info_->server_context()->peer() : "";
       // The token is still in the call's metadata array, which nothing of ours reads.
-      const absl::Status verdict = authenticator_->Decide(method, authorization, peer);
+      RoleSet roles;
+      const absl::Status verdict = authenticator_->Decide(method, authorization, peer, &roles);
       verdict_ = absl::StrCat(static_cast<int>(verdict.code()), " ", verdict.message());
+      roles_ = absl::StrCat(roles.bits());
       metadata->emplace(grpc::string_ref(kAuthVerdictKey), grpc::string_ref(verdict_));
+      metadata->emplace(grpc::string_ref(kAuthRolesKey), grpc::string_ref(roles_));
     }
     methods->Proceed();
   }
@@ -61,8 +64,9 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
  private:
   CallAuthenticator* const authenticator_;
   grpc::experimental::ServerRpcInfo* const info_;
-  // Referenced from the call's metadata map: lives as long as the call.
+  // Referenced from the call's metadata map: live as long as the call.
   std::string verdict_;
+  std::string roles_;
 };
 
 class CallAuthenticator::Factory final
@@ -98,7 +102,7 @@ CallAuthenticator::NewInterceptorFactory() {
 
 absl::Status CallAuthenticator::Decide(absl::string_view full_method,
                                        absl::Span<const absl::string_view> authorization,
-                                       absl::string_view peer) {
+                                       absl::string_view peer, RoleSet* roles) {
   const MethodAccess access = AccessFor(full_method);
   if (access.kind == MethodAccess::Kind::kOpen) return absl::OkStatus();
   if (access.kind == MethodAccess::Kind::kUnknown) {
@@ -133,6 +137,7 @@ absl::Status CallAuthenticator::Decide(absl::string_view full_method,
                                                     RoleName(access.role),
                                                     "', which this token does not have"));
   }
+  if (roles != nullptr) *roles = identity->roles;
   return absl::OkStatus();
 }
 
@@ -171,6 +176,18 @@ absl::Status CheckAuthorized(const grpc::ServerContextBase& context) {
   }
   if (code == 0) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(code), verdict.substr(space + 1));
+}
+
+absl::Status CheckRole(const grpc::ServerContextBase& context, Role role, absl::string_view what) {
+  const auto& metadata = context.client_metadata();
+  const auto range = metadata.equal_range(grpc::string_ref(kAuthRolesKey));
+  int bits = 0;
+  const bool found = range.first != range.second && std::next(range.first) == range.second &&
+                     absl::SimpleAtoi(View(range.first->second), &bits) && bits >= 0 &&
+                     bits <= 0xff;
+  if (found && RoleSet::FromBits(static_cast<uint8_t>(bits)).Has(role)) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat(what, " needs the role '", RoleName(role), "', which this token does not have"));
 }
 
 }  // namespace forecastd

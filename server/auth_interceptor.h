@@ -32,6 +32,8 @@ namespace forecastd {
 
 // The metadata key of the interceptor's verdict ("<code> <message>").
 inline constexpr char kAuthVerdictKey[] = "x-forecastd-auth-verdict";
+// The metadata key of the caller's roles (RoleSet::bits() in decimal), set with the verdict.
+inline constexpr char kAuthRolesKey[] = "x-forecastd-auth-roles";
 
 class CallAuthenticator {
  public:
@@ -51,9 +53,11 @@ class CallAuthenticator {
   // The verdict on a call of `full_method` that carried these `authorization` values:
   // OK for an open method or a token with the method's role; UNAUTHENTICATED for no token,
   // a malformed header or an unknown token; PERMISSION_DENIED for a token without the role
-  // and for a method the access table does not know. Counts and logs refusals.
+  // and for a method the access table does not know. Counts and logs refusals. `roles`, when
+  // not nullptr, receives the roles of a valid token (none for an open method).
   absl::Status Decide(absl::string_view full_method,
-                      absl::Span<const absl::string_view> authorization, absl::string_view peer);
+                      absl::Span<const absl::string_view> authorization, absl::string_view peer,
+                      RoleSet* roles = nullptr);
 
  private:
   class Interceptor;
@@ -74,6 +78,11 @@ class CallAuthenticator {
 // The verdict the interceptor left on this call; UNAUTHENTICATED when there is none (the
 // interceptor is not installed: a wiring bug, refused rather than let through).
 absl::Status CheckAuthorized(const grpc::ServerContextBase& context);
+
+// For what one method does only for some callers (Train with promote): PERMISSION_DENIED
+// "<what> needs the role '<role>'" unless the call's token, as the interceptor found it, has
+// `role`.
+absl::Status CheckRole(const grpc::ServerContextBase& context, Role role, absl::string_view what);
 
 }  // namespace forecastd
 

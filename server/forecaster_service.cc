@@ -191,6 +191,11 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
 grpc::Status ForecasterService::Train(grpc::ServerContext* context, const v1::TrainRequest* request,
                                       v1::TrainResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  if (request->promote() && options_.authorize_promote) {
+    if (absl::Status allowed = options_.authorize_promote(*context); !allowed.ok()) {
+      return ToGrpcStatus(allowed);
+    }
+  }
   if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
   TrainJobManager::StartRequest start;
   start.model = request->model();

@@ -32,6 +32,9 @@ class ForecasterService final
     // Called first by every handler; a call it refuses gets its status and is not counted in
     // the request metrics. Empty: every call is allowed. (CheckAuthorized when tokens are on.)
     std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;
+    // Called for a Train with promote set, after `authorize`: promoting changes what serves,
+    // which is the admin role's. Empty: allowed. (CheckRole(.., kAdmin, ..) when tokens are on.)
+    std::function<absl::Status(const grpc::ServerContextBase&)> authorize_promote = nullptr;
     // The server's limits on one Predict (WindowLimits); 0: none. max_batch_rows also bounds
     // Benchmark's batch sizes.
     int64_t max_batch_rows = 0;

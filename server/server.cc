@@ -132,7 +132,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
         CallAuthenticator::Options{.tokens = s.tokens_.get(), .registry = &s.metrics_->registry()});
   }
   std::function<absl::Status(const grpc::ServerContextBase&)> authorize;
-  if (s.authenticator_ != nullptr) authorize = CheckAuthorized;
+  std::function<absl::Status(const grpc::ServerContextBase&)> authorize_promote;
+  if (s.authenticator_ != nullptr) {
+    authorize = CheckAuthorized;
+    authorize_promote = [](const grpc::ServerContextBase& context) {
+      return CheckRole(context, Role::kAdmin, "Train with promote");
+    };
+  }
 
   // The CPU runs every model: the CUDA backend serves from the GPU issue on.
   ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
@@ -220,6 +226,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                  .accepting = is_accepting,
                                  .device_name = device,
                                  .authorize = authorize,
+                                 .authorize_promote = authorize_promote,
                                  .max_batch_rows = options.max_batch_rows,
                                  .max_request_memory_bytes = options.max_request_memory_bytes});
   Server* self = server.get();

@@ -47,6 +47,7 @@ using HealthResponse = grpc::health::v1::HealthCheckResponse;
 constexpr char kPredictToken[] = "predict-2c1d8a0f5e7b4c39";
 constexpr char kTrainToken[] = "train-9f3e6b2a7d1c4e80aa";
 constexpr char kAdminToken[] = "admin-5b8e1f4a2c7d9e36bb";
+constexpr char kTrainAdminToken[] = "release-3e9a7c1b5d2f8a40cc";
 constexpr char kWrongToken[] = "wrong-0a1b2c3d4e5f6a7b8c";
 
 // Safety bound only: a reload shows within milliseconds.
@@ -74,7 +75,8 @@ void WriteTokenFile(const std::string& path, const std::string& text) {
 
 std::string StandardTokens() {
   return absl::StrCat("# roles token name\n", "predict ", kPredictToken, " dashboards\n", "train ",
-                      kTrainToken, " trainer\n", "admin ", kAdminToken, " operator\n");
+                      kTrainToken, " trainer\n", "admin ", kAdminToken, " operator\n",
+                      "train,admin ", kTrainAdminToken, " release\n");
 }
 
 std::unique_ptr<ForecastdDaemon> StartSecured(
@@ -398,6 +400,15 @@ TEST_CASE("Tokens: every method needs its role, health and reflection stay open"
   RequireError(daemon->forecaster().Train(TokenContext(kPredictToken).get(),
                                           TrainRequest("fresh2", &config, Training(1)), &train),
                grpc::StatusCode::PERMISSION_DENIED, "needs the role 'train'");
+  // Promoting the result changes what serves: that is the admin role's.
+  const ModelConfig promoted_config = TrainedConfig("fresh3");
+  v1::TrainRequest promoting = TrainRequest("fresh3", &promoted_config, Training(1));
+  promoting.set_promote(true);
+  RequireError(daemon->forecaster().Train(TokenContext(kTrainToken).get(), promoting, &train),
+               grpc::StatusCode::PERMISSION_DENIED, "Train with promote needs the role 'admin'");
+  status = daemon->forecaster().Train(TokenContext(kTrainAdminToken).get(), promoting, &train);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
 
   v1::UnloadModelRequest unload;
   unload.set_name("quant");
