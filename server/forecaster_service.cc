@@ -141,7 +141,8 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   task->timeout_override = absl::Microseconds(static_cast<int64_t>(request->timeout_us()));
   const bool raw = !inputs.raw().empty();
   task->done = [reactor, response, metrics, clock, arrival, model_name, priority, raw,
-                forecaster = loaded->model, rows = task->rows](PredictResult result) {
+                counts = counts_, forecaster = loaded->model,
+                rows = task->rows](PredictResult result) {
     const int64_t per_row = forecaster->num_outputs();
     if (result.status.ok() && static_cast<int64_t>(result.output.size()) != rows * per_row) {
       result.status = absl::InternalError(absl::StrCat("version ", result.version, " returned ",
@@ -181,10 +182,17 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
       metrics->ObserveRequest(model_name, result.version, "Predict", priority, status.error_code(),
                               now - arrival, result.queue_time, result.compute_time);
     }
+    counts->answered.fetch_add(1);
     reactor->Finish(status);
   };
+  // Counted before Enqueue, since the callback may run before Enqueue returns; taken back
+  // when the task was not taken.
+  counts_->accepted.fetch_add(1);
   const absl::Status enqueued = options_.registry->Enqueue(model_name, request->version(), task);
-  if (!enqueued.ok()) return fail(enqueued);  // the task was not taken; its callback never runs
+  if (!enqueued.ok()) {
+    counts_->accepted.fetch_sub(1);
+    return fail(enqueued);  // the task was not taken; its callback never runs
+  }
   return reactor;
 }
 

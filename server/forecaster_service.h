@@ -6,7 +6,9 @@
 #ifndef FORECASTD_SERVER_FORECASTER_SERVICE_H_
 #define FORECASTD_SERVER_FORECASTER_SERVICE_H_
 
+#include <atomic>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "engine/clock.h"
@@ -60,13 +62,30 @@ class ForecasterService final
   grpc::Status Benchmark(grpc::ServerContext* context, const v1::BenchmarkRequest* request,
                          v1::BenchmarkResponse* response) override;
 
+  // Predict calls taken into a model's queue so far, and those of them answered (with a
+  // forecast or an error); equal once the server has drained. The shutdown log reports both.
+  struct PredictCounts {
+    int64_t accepted = 0;
+    int64_t answered = 0;
+  };
+  PredictCounts predict_counts() const {
+    return {counts_->accepted.load(), counts_->answered.load()};
+  }
+
  private:
+  struct Counters {
+    std::atomic<int64_t> accepted{0};
+    std::atomic<int64_t> answered{0};
+  };
+
   bool accepting() const { return !options_.accepting || options_.accepting(); }
   absl::Status Authorize(const grpc::ServerContextBase& context) const {
     return options_.authorize ? options_.authorize(context) : absl::OkStatus();
   }
 
   const Options options_;
+  // Shared with the callbacks of queued work, which may outlive a handler's return.
+  const std::shared_ptr<Counters> counts_ = std::make_shared<Counters>();
 };
 
 // The job as the API reports it.

@@ -379,6 +379,10 @@ void Server::Shutdown() {
     grpc_server_->Shutdown(deadline);
     grpc_server_->Wait();
   }
+  if (forecaster_ != nullptr) {
+    const ForecasterService::PredictCounts counts = forecaster_->predict_counts();
+    spdlog::info("Predict: {} calls accepted, {} answered", counts.accepted, counts.answered);
+  }
   if (scheduler_ != nullptr) scheduler_->Shutdown();
   spdlog::info("forecastd stopped");
 }
