@@ -1,13 +1,17 @@
 // forecastd-health: a grpc.health.v1 probe for the container's HEALTHCHECK (and for scripts).
 // Asks the server at --address for the status of --service ("" is the server as a whole) and
 // exits 0 when it is SERVING, 1 when it answers anything else or cannot be reached, 2 on a
-// usage error. Prints one line saying what it saw.
+// usage error. Prints one line saying what it saw. Speaks TLS (and presents a client
+// certificate) for a daemon started with --tls-cert (and --tls-client-ca); health needs no
+// token.
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client/client_security.h"
 #include "client/health_client.h"
 #include "grpc/health/v1/health.pb.h"
 
@@ -31,6 +35,13 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-ms", timeout_ms, "deadline for the Check call in milliseconds")
       ->capture_default_str()
       ->check(CLI::Range(1, 600000));
+  forecastd::ClientTlsFiles tls;
+  app.add_flag("--tls", tls.enabled, "connect with TLS, trusting the system's CAs");
+  app.add_option("--tls-ca", tls.ca_path, "PEM CA certificates to verify the server with")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-cert", tls.cert_path, "PEM client certificate (mutual TLS)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", tls.key_path, "PEM key of --tls-cert")->check(CLI::ExistingFile);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -41,8 +52,14 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  const absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      forecastd::MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    std::cerr << "forecastd-health: " << credentials.status().message() << "\n";
+    return kExitUsage;
+  }
   const absl::StatusOr<grpc::health::v1::HealthCheckResponse::ServingStatus> status =
-      forecastd::CheckHealth(address, service, absl::Milliseconds(timeout_ms));
+      forecastd::CheckHealth(address, service, absl::Milliseconds(timeout_ms), *credentials);
   const std::string what = service.empty() ? address : address + " (" + service + ")";
   if (!status.ok()) {
     std::cout << what << ": " << status.status().ToString() << "\n";

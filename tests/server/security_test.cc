@@ -252,6 +252,23 @@ TEST_CASE("mTLS: only clients with a certificate from the client CA connect",
         Context(absl::Seconds(10)).get(), ToyRequest(1, 203), &response);
     REQUIRE(predict.error_code() == grpc::StatusCode::UNAVAILABLE);
   }
+
+  // The container's health probe speaks mutual TLS when given the files, and fails without.
+  const std::vector<std::string> probe = {FORECASTD_HEALTH_BINARY, "--address",
+                                          daemon->grpc_address(), "--timeout-ms", "10000"};
+  std::vector<std::string> with_certs = probe;
+  with_certs.insert(with_certs.end(), {"--tls-ca", certs.ca_cert, "--tls-cert", certs.client_cert,
+                                       "--tls-key", certs.client_key});
+  absl::StatusOr<testing::RunResult> run = testing::Run(with_certs);
+  REQUIRE(run.ok());
+  INFO(run->output);
+  REQUIRE(run->exit_code == 0);
+  REQUIRE(run->output.find("SERVING") != std::string::npos);
+  std::vector<std::string> without_cert = probe;
+  without_cert.insert(without_cert.end(), {"--tls-ca", certs.ca_cert});
+  run = testing::Run(without_cert);
+  REQUIRE(run.ok());
+  REQUIRE(run->exit_code == 1);
 }
 
 TEST_CASE("Bad certificate and token files stop the start and name the file",
