@@ -10,13 +10,7 @@ set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "${repo}"
 
-FORECASTD_BENCH_COMMAND="bench/fault.sh"
-for arg in "$@"; do
-  if [[ "${arg}" =~ ^[A-Za-z0-9_./:=,+-]+$ ]]; then
-    FORECASTD_BENCH_COMMAND+=" ${arg}"
-  else
-    FORECASTD_BENCH_COMMAND+=" $(printf '%q' "${arg}")"
-  fi
-done
-export FORECASTD_BENCH_COMMAND
+# The Python driver records this command line as what produced the figures.
+source "${repo}/bench/bench_command.sh"
+export_bench_command bench/fault.sh "$@"
 exec python3 bench/fault.py "$@"

@@ -82,10 +82,7 @@ if [[ -z "${python}" ]]; then
   fi
 fi
 
-# run_cpu.py records this, not its own argv, as the command that produced the figures.
-FORECASTD_BENCH_COMMAND="bench/run_cpu.sh"
-for arg in "$@"; do
-  FORECASTD_BENCH_COMMAND+=" $(printf '%q' "${arg}")"
-done
-export FORECASTD_BENCH_COMMAND
+# The Python driver records this command line as what produced the figures.
+source "${repo}/bench/bench_command.sh"
+export_bench_command bench/run_cpu.sh "$@"
 exec "${python}" bench/run_cpu.py "$@"

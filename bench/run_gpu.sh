@@ -65,10 +65,8 @@ if [[ -z "${python}" ]]; then
   exit 2
 fi
 
-FORECASTD_BENCH_COMMAND="bench/run_gpu.sh"
-for arg in "$@"; do
-  FORECASTD_BENCH_COMMAND+=" $(printf '%q' "${arg}")"
-done
-export FORECASTD_BENCH_COMMAND
+# The Python driver records this command line as what produced the figures.
+source "${repo}/bench/bench_command.sh"
+export_bench_command bench/run_gpu.sh "$@"
 export PYTHONUNBUFFERED=1
 exec "${python}" bench/run_gpu.py "$@"

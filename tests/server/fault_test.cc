@@ -35,6 +35,7 @@
 #include "forecastd/v1/forecaster.grpc.pb.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "server/grpc_status.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/forecastd_api_fixture.h"
 #include "tests/testing/forecastd_daemon.h"
@@ -154,26 +155,7 @@ class Replies {
     return out;
   }
 
-  static std::string CodeName(grpc::StatusCode code) {
-    switch (code) {
-      case grpc::StatusCode::OK:
-        return "OK";
-      case grpc::StatusCode::CANCELLED:
-        return "CANCELLED";
-      case grpc::StatusCode::INVALID_ARGUMENT:
-        return "INVALID_ARGUMENT";
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        return "DEADLINE_EXCEEDED";
-      case grpc::StatusCode::RESOURCE_EXHAUSTED:
-        return "RESOURCE_EXHAUSTED";
-      case grpc::StatusCode::UNAVAILABLE:
-        return "UNAVAILABLE";
-      case grpc::StatusCode::INTERNAL:
-        return "INTERNAL";
-      default:
-        return absl::StrCat("CODE_", static_cast<int>(code));
-    }
-  }
+  static std::string CodeName(grpc::StatusCode code) { return GrpcCodeName(code); }
 
  private:
   struct Entry {
@@ -602,6 +584,18 @@ TEST_CASE("Clients that disconnect mid-stream or mid-call do no harm", "[slow][f
                       ", \"rss_after_mib\": ", std::round(after.rss_bytes / kMiB), "}"));
 }
 
+// Starts `request` as a job and opens its progress stream on `context`.
+std::unique_ptr<grpc::ClientReader<v1::TrainJobEvent>> StartAndWatch(
+    ForecastdDaemon& daemon, const v1::TrainRequest& request, grpc::ClientContext* context) {
+  std::string id;
+  const grpc::Status started = Train(daemon, request, &id);
+  INFO(started.error_message());
+  REQUIRE(started.ok());
+  v1::WatchTrainJobRequest watch;
+  watch.set_job_id(id);
+  return daemon.forecaster().WatchTrainJob(context, watch);
+}
+
 // The model directories and version folders a repository holds, hidden entries included.
 std::vector<std::string> Tree(const std::string& root) {
   std::vector<std::string> entries;
@@ -632,12 +626,8 @@ TEST_CASE(
   int64_t killed_in_epoch = 0;
   {
     std::unique_ptr<ForecastdDaemon> daemon = StartDaemon(repository.path(), flags);
-    std::string id;
-    REQUIRE(Train(*daemon, request, &id).ok());
-    v1::WatchTrainJobRequest watch;
-    watch.set_job_id(id);
     auto context = Context();
-    auto reader = daemon->forecaster().WatchTrainJob(context.get(), watch);
+    auto reader = StartAndWatch(*daemon, request, context.get());
     v1::TrainJobEvent event;
     // Past the second epoch's checkpoint: the kill lands in epoch 3 or later.
     while (reader->Read(&event)) {
@@ -668,12 +658,8 @@ TEST_CASE(
   std::unique_ptr<ForecastdDaemon> daemon = StartDaemon(repository.path(), flags);
   v1::PredictResponse response;
   REQUIRE(Predict(*daemon, ToyRequest(1, 3), &response).ok());
-  std::string id;
-  REQUIRE(Train(*daemon, request, &id).ok());
-  v1::WatchTrainJobRequest watch;
-  watch.set_job_id(id);
   auto context = Context();
-  auto reader = daemon->forecaster().WatchTrainJob(context.get(), watch);
+  auto reader = StartAndWatch(*daemon, request, context.get());
   v1::TrainJobEvent event;
   int64_t first_epoch = 0;
   v1::TrainJobInfo finished;
