@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "server/command_line.h"
 #include "server/logging.h"
 #include "server/server.h"
@@ -20,6 +21,10 @@ int main(int argc, char** argv) {
     return command_line.exit_code;
   }
   forecastd::ConfigureLogging(command_line.options.log);
+  // Debian's abseil is built without NDEBUG, so every absl::Mutex acquisition would also record
+  // a stack trace into a lock-order graph: a few per cent of the daemon's CPU under load. The
+  // tests (built in-process against the same abseil) keep the detection on.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   // Block the signals handled here before any thread starts, so every thread inherits the
   // mask and only sigwait() below sees them. A SIGHUP during the start waits until then.
