@@ -191,21 +191,25 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
       CUDNN_RNN_DOUBLE_BIAS, ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
       CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I),
       static_cast<int32_t>(H), /*projSize=*/static_cast<int32_t>(H), /*numLayers=*/1, dropout,
-      // The unpacked (padded) data layouts are accepted only with padded I/O enabled.
-      CUDNN_RNN_PADDED_IO_ENABLED));
+      // The unpacked (padded) batch-major layout is accepted only with padded I/O enabled. One
+      // row in batch-major order is already time-major and packed, the layout cuDNN runs
+      // without padding support (measurably less work per call).
+      B == 1 ? CUDNN_RNN_PADDED_IO_DISABLED : CUDNN_RNN_PADDED_IO_ENABLED));
 
   const std::vector<int> seq_lengths(B, static_cast<int>(T));
+  const cudnnRNNDataLayout_t layout =
+      B == 1 ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED : CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED;
   cudnnRNNDataDescriptor_t x = nullptr, y = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&x));
   plan->x.reset(x);
   CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&y));
   plan->y.reset(y);
-  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(
-      x, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, static_cast<int>(T),
-      static_cast<int>(B), static_cast<int>(I), seq_lengths.data(), /*paddingFill=*/nullptr));
-  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(
-      y, CUDNN_DATA_FLOAT, CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED, static_cast<int>(T),
-      static_cast<int>(B), static_cast<int>(ND * H), seq_lengths.data(), /*paddingFill=*/nullptr));
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(x, CUDNN_DATA_FLOAT, layout, static_cast<int>(T),
+                                                  static_cast<int>(B), static_cast<int>(I),
+                                                  seq_lengths.data(), /*paddingFill=*/nullptr));
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(y, CUDNN_DATA_FLOAT, layout, static_cast<int>(T),
+                                                  static_cast<int>(B), static_cast<int>(ND * H),
+                                                  seq_lengths.data(), /*paddingFill=*/nullptr));
 
   cudnnTensorDescriptor_t h = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&h));
