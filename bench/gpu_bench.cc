@@ -1,7 +1,7 @@
 // gpu_bench: forecast_bench on a GPU. Loads `--model DIR` version `--version`, uploads its
 // parameter arena to the device once, and runs the forward pass on a CudaBackend (one stream of
 // a StreamPool), reading that device copy of the weights (Forecaster::Forward with a
-// ForwardPlacement) and standardising / de-standardising with kernels/cuda/normalize.h, so the
+// ForwardPlacement) and standardising / de-standardising with engine/models/cuda_data_ops.h, so the
 // whole forecast runs on the GPU. Inputs are the first `--batch` windows of tensor `input` of
 // `--io FILE`, or seeded N(0, 1) values without one.
 //
@@ -44,11 +44,11 @@
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/stream_pool.h"
+#include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/normalize.h"
 
 namespace forecastd {
 namespace {
@@ -65,41 +65,6 @@ struct Flags {
   bool tf32 = false;
   bool no_graph = false;
   std::string output;
-};
-
-// ForwardDataOps on device memory, queued on one stream (the backend's, so ordered with its
-// ops). Row copies are strided cudaMemcpy2DAsync calls, which graph capture records as copy
-// nodes.
-class CudaDataOps final : public ForwardDataOps {
- public:
-  explicit CudaDataOps(cudaStream_t stream) : stream_(stream) {}
-
-  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
-                           int64_t R, int64_t F) override {
-    return cuda::StandardizeLaunch(out, inp, mean, std, R, F, stream_);
-  }
-  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
-                             int64_t R, int64_t C, int64_t c0, int64_t W) override {
-    return cuda::DestandardizeLaunch(out, y, mean, std, R, C, c0, W, stream_);
-  }
-  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
-                          int64_t W) override {
-    if (R == 0 || W == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        out, static_cast<size_t>(W) * sizeof(float), inp,
-        static_cast<size_t>(stride) * sizeof(float), static_cast<size_t>(W) * sizeof(float),
-        static_cast<size_t>(R), cudaMemcpyDeviceToDevice, stream_));
-    return absl::OkStatus();
-  }
-  absl::Status Copy(float* out, const float* inp, int64_t n) override {
-    if (n == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, stream_));
-    return absl::OkStatus();
-  }
-
- private:
-  const cudaStream_t stream_;
 };
 
 struct Timing {

@@ -58,8 +58,8 @@ class Workspace {
 // The steps of a forward pass that the Backend op set leaves out: standardising the input,
 // de-standardising the forecast, and copying rows between buffers. The default,
 // HostForwardDataOps(), runs them as loops on host memory; a caller whose buffers are device
-// memory passes its device's version (e.g. kernels/cuda/normalize.h on the backend's stream),
-// whose work must be ordered with the backend's ops. Used by one forward call at a time.
+// memory passes its device's version (CudaDataOps, engine/models/cuda_data_ops.h, on the backend's
+// stream), whose work must be ordered with the backend's ops. Used by one forward call at a time.
 class ForwardDataOps {
  public:
   virtual ~ForwardDataOps() = default;

@@ -42,12 +42,12 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/stream_pool.h"
 #include "backends/reference_backend.h"
+#include "engine/models/cuda_data_ops.h"
 #include "engine/models/forecaster.h"
 #include "engine/models/model_config.h"
 #include "engine/train/initializer.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/normalize.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -212,38 +212,6 @@ class DeviceMemory {
 
  private:
   std::vector<DeviceBuffer> buffers_;
-};
-
-// ForwardDataOps on device memory, on the backend's stream (as bench/gpu_bench.cc's).
-class CudaDataOps final : public ForwardDataOps {
- public:
-  explicit CudaDataOps(cudaStream_t stream) : stream_(stream) {}
-  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
-                           int64_t R, int64_t F) override {
-    return cuda::StandardizeLaunch(out, inp, mean, std, R, F, stream_);
-  }
-  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
-                             int64_t R, int64_t C, int64_t c0, int64_t W) override {
-    return cuda::DestandardizeLaunch(out, y, mean, std, R, C, c0, W, stream_);
-  }
-  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
-                          int64_t W) override {
-    if (R == 0 || W == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
-        out, static_cast<size_t>(W) * sizeof(float), inp,
-        static_cast<size_t>(stride) * sizeof(float), static_cast<size_t>(W) * sizeof(float),
-        static_cast<size_t>(R), cudaMemcpyDeviceToDevice, stream_));
-    return absl::OkStatus();
-  }
-  absl::Status Copy(float* out, const float* inp, int64_t n) override {
-    if (n == 0) return absl::OkStatus();
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
-                                         cudaMemcpyDeviceToDevice, stream_));
-    return absl::OkStatus();
-  }
-
- private:
-  const cudaStream_t stream_;
 };
 
 // ------------------------------------------------------------------------------------------

@@ -1,0 +1,36 @@
+#include "engine/models/cuda_data_ops.h"
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/normalize.h"
+
+namespace forecastd {
+
+absl::Status CudaDataOps::Standardize(float* out, const float* inp, const float* mean,
+                                      const float* std, int64_t R, int64_t F) {
+  return cuda::StandardizeLaunch(out, inp, mean, std, R, F, stream_);
+}
+
+absl::Status CudaDataOps::Destandardize(float* out, const float* y, const float* mean,
+                                        const float* std, int64_t R, int64_t C, int64_t c0,
+                                        int64_t W) {
+  return cuda::DestandardizeLaunch(out, y, mean, std, R, C, c0, W, stream_);
+}
+
+absl::Status CudaDataOps::GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                     int64_t W) {
+  if (R == 0 || W == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      out, static_cast<size_t>(W) * sizeof(float), inp, static_cast<size_t>(stride) * sizeof(float),
+      static_cast<size_t>(W) * sizeof(float), static_cast<size_t>(R), cudaMemcpyDeviceToDevice,
+      stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::Copy(float* out, const float* inp, int64_t n) {
+  if (n == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream_));
+  return absl::OkStatus();
+}
+
+}  // namespace forecastd

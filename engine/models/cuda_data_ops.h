@@ -1,0 +1,36 @@
+// The Forecaster's data movement (standardise, de-standardise, gather rows, copy) on device
+// memory, for a forward pass whose weights and activations live on a CUDA GPU
+// (ForwardPlacement). Every call is queued on one stream, the backend's, so it is ordered with
+// the backend's ops; row copies are strided cudaMemcpy2DAsync calls, which graph capture
+// records as copy nodes. Built only with CUDA. Thread-compatible (one per stream).
+#ifndef FORECASTD_ENGINE_MODELS_CUDA_DATA_OPS_H_
+#define FORECASTD_ENGINE_MODELS_CUDA_DATA_OPS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "engine/models/forecaster.h"
+
+namespace forecastd {
+
+class CudaDataOps final : public ForwardDataOps {
+ public:
+  explicit CudaDataOps(cudaStream_t stream) : stream_(stream) {}
+
+  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
+                           int64_t R, int64_t F) override;
+  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
+                             int64_t R, int64_t C, int64_t c0, int64_t W) override;
+  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                          int64_t W) override;
+  absl::Status Copy(float* out, const float* inp, int64_t n) override;
+
+ private:
+  const cudaStream_t stream_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_MODELS_CUDA_DATA_OPS_H_
