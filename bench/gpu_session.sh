@@ -68,6 +68,19 @@ if [[ ${tests_ok} == 0 ]]; then
   grep -nE 'FAILED|REQUIRE|CHECK|with expansion|error' "${out}/gpu_tests.log" | head -40
 fi
 
+# --- the daemon on the GPU: its per-GPU metrics (NVML)
+echo
+echo "=== forecastd --devices cpu,cuda:0: per-GPU metrics"
+if [[ -x /tmp/bundle/bin/forecastd ]]; then
+  python3 bench/gpu_metrics_check.py /tmp/bundle/bin/forecastd
+  metrics_rc=$?
+else
+  echo "  (no forecastd in the bundle)"
+  metrics_rc=1
+fi
+summary+=("$(printf '%-26s %-22s' "forecastd GPU metrics" "$([[ ${metrics_rc} == 0 ]] && echo pass || echo FAIL)")")
+[[ ${metrics_rc} == 0 ]] || tests_ok=0
+
 # --- forecastd vs PyTorch
 left_s=$((budget_s - (SECONDS - start_s)))
 echo

@@ -20,6 +20,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "backends/cpu/dnnl_backend.h"
+#if FORECASTD_WITH_CUDA
+#include "backends/cuda/nvml.h"
+#endif
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
@@ -61,6 +64,40 @@ bool IsLoopback(const std::string& address) {
 int64_t TotalMemoryBytes() {
   const long pages = sysconf(_SC_PHYS_PAGES);
   return pages > 0 ? static_cast<int64_t>(pages) * sysconf(_SC_PAGESIZE) : 0;
+}
+
+// The scrape-time reader of the GPUs among `devices`, through NVML; empty when there are none,
+// when this build has no CUDA, or when NVML cannot be loaded (said once, at start). A GPU that
+// NVML cannot answer for at a scrape is left out of that scrape.
+std::function<std::vector<ServingMetrics::GpuReading>()> GpuReadings(
+    const std::vector<Device>& devices) {
+  std::vector<int> gpus;
+  for (const Device& d : devices) {
+    if (d.kind == DeviceKind::kCuda) gpus.push_back(d.index);
+  }
+  if (gpus.empty()) return nullptr;
+#if FORECASTD_WITH_CUDA
+  absl::StatusOr<std::unique_ptr<Nvml>> loaded = Nvml::Load();
+  if (!loaded.ok()) {
+    spdlog::warn("no GPU memory or utilisation metrics: {}", loaded.status().ToString());
+    return nullptr;
+  }
+  std::shared_ptr<Nvml> nvml = *std::move(loaded);
+  return [nvml, gpus]() {
+    std::vector<ServingMetrics::GpuReading> readings;
+    for (const int gpu : gpus) {
+      const absl::StatusOr<GpuUsage> usage = nvml->Usage(gpu);
+      if (!usage.ok()) continue;
+      readings.push_back({.gpu = absl::StrCat(gpu),
+                          .memory_used_bytes = usage->memory_used_bytes,
+                          .memory_total_bytes = usage->memory_total_bytes,
+                          .utilization_ratio = usage->utilization_percent / 100.0});
+    }
+    return readings;
+  };
+#else
+  return nullptr;
+#endif
 }
 
 }  // namespace
@@ -211,6 +248,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   probes.models_loaded = [registry]() { return int64_t{registry->loaded_model_count()}; };
   TrainJobManager* jobs = s.jobs_.get();
   probes.train_jobs_running = [jobs]() { return jobs->running_jobs(); };
+  probes.gpus = GpuReadings(s.devices_);
   s.state_metrics_ = s.serving_metrics_->MakeStateCollectable(std::move(probes));
   s.metrics_->AddCollectable(s.state_metrics_);
 

@@ -63,6 +63,27 @@ class StateCollectable final : public prometheus::Collectable {
       scalar("forecastd_train_jobs_running", "Training jobs running now.",
              static_cast<double>(probes_.train_jobs_running()));
     }
+    if (probes_.gpus) {
+      const std::vector<ServingMetrics::GpuReading> gpus = probes_.gpus();
+      const auto per_gpu = [&](const char* name, const char* help, auto value) {
+        prometheus::MetricFamily f{name, help, prometheus::MetricType::Gauge, {}};
+        for (const ServingMetrics::GpuReading& gpu : gpus) {
+          prometheus::ClientMetric m;
+          m.label = {{"gpu", gpu.gpu}};
+          m.gauge.value = value(gpu);
+          f.metric.push_back(m);
+        }
+        if (!f.metric.empty()) families.push_back(std::move(f));
+      };
+      using Reading = ServingMetrics::GpuReading;
+      per_gpu("forecastd_gpu_memory_used_bytes", "Device memory in use on the GPU (NVML).",
+              [](const Reading& g) { return static_cast<double>(g.memory_used_bytes); });
+      per_gpu("forecastd_gpu_memory_total_bytes", "Device memory of the GPU (NVML).",
+              [](const Reading& g) { return static_cast<double>(g.memory_total_bytes); });
+      per_gpu("forecastd_gpu_utilization_ratio",
+              "Share of the last sample period in which a kernel ran on the GPU (NVML).",
+              [](const Reading& g) { return g.utilization_ratio; });
+    }
     return families;
   }
 

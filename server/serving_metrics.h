@@ -12,6 +12,9 @@
 //   forecastd_train_loss{job_id,model,split}, forecastd_train_epoch{job_id,model},
 //   forecastd_train_samples_per_second{job_id,model}                   gauges
 //   forecastd_train_steps_total{model}                                 counter
+//   forecastd_gpu_memory_used_bytes{gpu}, forecastd_gpu_memory_total_bytes{gpu},
+//   forecastd_gpu_utilization_ratio{gpu}                               gauges read at scrape
+//                                                                      (NVML; GPUs only)
 // Thread-safe: every method may be called from any thread (prometheus-cpp is thread-safe and
 // the label caches are guarded).
 #ifndef FORECASTD_SERVER_SERVING_METRICS_H_
@@ -43,10 +46,20 @@ namespace forecastd {
 class ServingMetrics : public TrainJobObserver {
  public:
   // What the scrape-time gauges read: called on the exposer's thread at every scrape.
+  // One GPU as a scrape sees it (forecastd_gpu_*{gpu="<CUDA ordinal>"}).
+  struct GpuReading {
+    std::string gpu;
+    int64_t memory_used_bytes = 0;
+    int64_t memory_total_bytes = 0;
+    double utilization_ratio = 0;  // of the last sample period, in [0, 1]
+  };
+
   struct Probes {
     std::function<std::vector<std::pair<std::string, int64_t>>()> queue_depth_by_model;
     std::function<int64_t()> models_loaded;
     std::function<int64_t()> train_jobs_running;
+    // The GPUs the server uses, read at each scrape; empty (or unset): no GPU series.
+    std::function<std::vector<GpuReading>()> gpus;
   };
 
   // Registers the families in `registry`; returns the collectable for the scrape-time gauges,

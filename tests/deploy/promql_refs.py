@@ -1,19 +1,11 @@
 """What PromQL expressions refer to, and which metrics and labels forecastd exports.
 
 Used by the deploy checks to hold the Grafana dashboard and the alert rules to the metrics that
-forecastd really exports (a live /metrics scrape), those server/serving_metrics.h documents, and
-the GPU series that are allowed before they exist (FUTURE_METRICS).
+forecastd really exports (a live /metrics scrape) and those server/serving_metrics.h documents
+(the per-GPU series among them, which a CPU-only daemon does not export).
 """
 
 import re
-
-# Series the GPU issue will export (per-GPU memory and utilisation read through NVML). The
-# dashboard and the alert rules use them already; nothing exports them yet.
-FUTURE_METRICS = {
-    "forecastd_gpu_memory_used_bytes": {"gpu"},
-    "forecastd_gpu_memory_total_bytes": {"gpu"},
-    "forecastd_gpu_utilization_ratio": {"gpu"},
-}
 
 # Series Prometheus itself makes for every target.
 PROMETHEUS_METRICS = {"up": set(), "scrape_duration_seconds": set()}
@@ -95,13 +87,13 @@ def references(expr):
 
 
 class MetricCatalogue:
-    """The series an expression may use: live, documented, future and Prometheus' own."""
+    """The series an expression may use: live, documented and Prometheus' own."""
 
     def __init__(self, live, documented):
         self.families = {}
         self.sources = {}
         for source, table in (("live", live), ("documented", documented),
-                              ("future", FUTURE_METRICS), ("prometheus", PROMETHEUS_METRICS)):
+                              ("prometheus", PROMETHEUS_METRICS)):
             for name, labels in table.items():
                 self.families.setdefault(name, set()).update(labels)
                 self.sources.setdefault(name, source)
