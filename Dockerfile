@@ -1,48 +1,40 @@
 # forecastd's container image: two variants from this one file.
 #
 #   docker build -t forecastd:cuda .                          CUDA 13, cuDNN 9, NCCL (the default)
-#   docker build --build-arg VARIANT=cpu -t forecastd:cpu .    CPU only (oneDNN), Debian 12 slim
+#   docker build --build-arg VARIANT=cpu -t forecastd:cpu .    CPU only (oneDNN)
 #
 #   docker run --rm --gpus all --stop-timeout 45 -p 8001:8001 -p 8002:8002 forecastd:cuda
 #
 # Both variants build forecastd exactly as `make build` and CI do: scripts/install-deps.sh, then
 # scripts/build.sh (here with -DBUILD_TESTING=OFF). Needs BuildKit, the default builder since
-# Docker 23. Build arguments: VARIANT (cuda|cpu), CUDA_VERSION / CUDA_SERIES (the NVIDIA image to
-# take the CUDA SDK from), CUDA_ARCHITECTURES (FORECASTD_CUDA_ARCHITECTURES, default
-# "90-real;90-virtual"), JOBS (build parallelism, default: every core).
+# Docker 23. Build arguments: VARIANT (cuda|cpu), CUDA_VERSION (the tag of NVIDIA's images),
+# CUDA_ARCHITECTURES (FORECASTD_CUDA_ARCHITECTURES, default "90-real;90-virtual"), JOBS (build
+# parallelism, default: every core).
 #
-# Why the CUDA variant builds on Debian 12 and not on the Ubuntu 24.04 CUDA image itself:
-# forecastd is written against oneDNN's 2.x API (Debian 12 ships 2.6), which oneDNN 3.0 removed,
-# and Ubuntu 24.04 ships oneDNN 3.1. So the CUDA toolkit, cuDNN and NCCL are taken from NVIDIA's
-# official cudnn-devel image (the cuda-sdk stage) into a Debian 12 build stage, the same layout
-# as the project's own CUDA build machines, and the runtime image carries the CUDA, cuDNN and
-# NCCL libraries forecastd loads on top of Debian 12 slim (the NVIDIA container toolkit mounts
-# the driver, as it does for NVIDIA's runtime images, by the NVIDIA_* variables below).
+# Each variant builds and runs on one distribution release, so that the runtime stage can
+# apt-install the very packages whose libraries the build linked (deploy/docker/stage-runtime.sh
+# lists them, whatever their per-release names):
+#   cpu   debian:12 -> debian:12-slim, with Debian's oneDNN 2.6.
+#   cuda  nvidia/cuda:<CUDA_VERSION>-cudnn-devel-ubuntu24.04 -> ...-cudnn-runtime-ubuntu24.04,
+#         NVIDIA's official images, with Ubuntu's oneDNN 3.1 (backends/cpu/dnnl_compat.h builds
+#         forecastd against oneDNN 2 and 3 alike). The toolkit, cuDNN and NCCL are NVIDIA's
+#         packages in both images; the NVIDIA container toolkit mounts the driver, as the
+#         images' own NVIDIA_* variables ask.
 #
 # Docker stops a container 10 s after SIGTERM unless told otherwise; forecastd may need
 # --drain-timeout (30 s) + --shutdown-grace-seconds (10 s) to drain, hence --stop-timeout 45.
 
 ARG VARIANT=cuda
 ARG CUDA_VERSION=13.0.1
-ARG CUDA_SERIES=13.0
-
-# ---- CUDA SDK: NVIDIA's toolkit with cuDNN and NCCL gathered into /usr/local/cuda-<series>.
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04 AS cuda-sdk
-COPY deploy/docker/gather-cuda-sdk.sh /usr/local/bin/gather-cuda-sdk.sh
-RUN bash /usr/local/bin/gather-cuda-sdk.sh
 
 # ---- Build stages: one base per variant, then the common build.
 FROM debian:12 AS build-cpu
 ENV FORECASTD_CMAKE_FLAGS="-DFORECASTD_CUDA=OFF"
 
-FROM debian:12 AS build-cuda
-ARG CUDA_SERIES
-COPY --from=cuda-sdk /usr/local/cuda-${CUDA_SERIES} /usr/local/cuda-${CUDA_SERIES}
-RUN ln -s cuda-${CUDA_SERIES} /usr/local/cuda \
- && echo /usr/local/cuda/lib64 > /etc/ld.so.conf.d/cuda.conf \
- && ldconfig
-ENV PATH=/usr/local/cuda/bin:${PATH} \
-    FORECASTD_CMAKE_FLAGS="-DFORECASTD_CUDA=ON"
+# nvcc is /usr/local/cuda/bin/nvcc; cuDNN's and NCCL's headers and libraries are in /usr/include
+# and /usr/lib/<triplet>, where scripts/cmake/ForecastdCuda.cmake looks.
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04 AS build-cuda
+ENV FORECASTD_CMAKE_FLAGS="-DFORECASTD_CUDA=ON"
 
 FROM build-${VARIANT} AS build
 ARG CUDA_ARCHITECTURES=""
@@ -66,26 +58,34 @@ RUN --mount=type=cache,target=/ccache \
 # ---- Runtime stages: one base per variant, then the common image.
 FROM debian:12-slim AS runtime-cpu
 
-FROM debian:12-slim AS runtime-cuda
-# The NVIDIA container toolkit reads these to expose the GPUs and mount the driver's libraries
-# (libcuda, libnvidia-ml) into the container.
-ENV NVIDIA_VISIBLE_DEVICES=all \
-    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
-    NVIDIA_REQUIRE_CUDA="cuda>=13.0"
+# NVIDIA's runtime image of the build's tag: the CUDA runtime, cuBLAS and cuDNN forecastd loads,
+# at the build's versions (held by NVIDIA), and NCCL's runtime package, libnccl2 (the stage
+# below installs it from NVIDIA's repository, which the image configures, should a tag lack it).
+# The image sets NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=compute,utility.
+FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu24.04 AS runtime-cuda
 
 FROM runtime-${VARIANT} AS runtime
 ARG VARIANT
-# The packages owning the libraries forecastd links (the build stage's ldd + dpkg; same release),
-# and a non-root user whose numeric id Kubernetes' runAsNonRoot can check.
+# The packages owning the libraries forecastd links (the build stage's ldd + dpkg; same release:
+# grpc++, protobuf, abseil, spdlog, fmt, prometheus-cpp, oneDNN, OpenMP, and for CUDA NVIDIA's
+# cudart, cuBLAS, cuDNN and NCCL), those the base image lacks, so that NVIDIA's held packages
+# are left as they are; and a non-root user whose numeric id Kubernetes' runAsNonRoot can check.
 COPY --from=build /opt/runtime/packages.txt /tmp/forecastd-packages.txt
 RUN apt-get update \
- && xargs -r -a /tmp/forecastd-packages.txt \
-      env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+ && missing=$(while read -r pkg; do \
+      dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' \
+        || echo "$pkg"; \
+    done < /tmp/forecastd-packages.txt) \
+ && echo "forecastd runtime: installing ${missing:-nothing}" \
+ && if [ -n "$missing" ]; then \
+      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $missing; \
+    fi \
  && rm -rf /var/lib/apt/lists/* /tmp/forecastd-packages.txt \
  && groupadd --system --gid 10001 forecastd \
  && useradd --system --uid 10001 --gid 10001 --home-dir /models --no-create-home \
       --shell /usr/sbin/nologin forecastd
-# Libraries no package owns (CUDA, cuDNN, NCCL; empty for the CPU variant).
+# Libraries no package owns (none for either variant as built here: stage-runtime.sh copies any
+# it finds, such as a toolkit installed by hand).
 COPY --from=build /opt/runtime/lib/ /opt/forecastd/lib/
 RUN echo /opt/forecastd/lib > /etc/ld.so.conf.d/forecastd.conf && ldconfig
 # forecastd, forecastd-health and whatever else the build installs (forecastctl).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every package forecastd needs to build and test, with apt-get. Idempotent: when
 # everything is already installed it changes nothing and touches no network.
-# Debian 12 (bookworm) is the reference platform; Ubuntu 24.04 (noble) is supported too.
+# Debian 12 (bookworm) is the reference platform; Ubuntu 24.04 (noble) is supported too, with
+# the few package names that differ there in the case statement below.
 # CUDA, cuDNN and NCCL are not Debian packages: the build uses them when they are present.
 # --build-only: only what building forecastd needs (configure with -DBUILD_TESTING=OFF), as
 # the Dockerfile's build stage does; without it, everything the tests need as well.
@@ -34,14 +35,46 @@ if [[ $build_only -eq 0 ]]; then
   packages+=("${test_packages[@]}")
 fi
 
+# The names above are Debian 12's; `replace` maps those another release names differently (to
+# nothing where it has no such package).
+declare -A replace=()
+torch_note=0
 if [[ -r /etc/os-release ]]; then
   # shellcheck disable=SC1091
   . /etc/os-release
   case "${ID:-}:${VERSION_ID:-}" in
-    debian:12 | ubuntu:24.04) ;;
+    debian:12) ;;
+    ubuntu:24.04)
+      # Ubuntu 24.04 packages no PyTorch. Only golden_test's check that forecastd-written models
+      # load into PyTorch needs it; python3-venv lets a venv add it (the note at the end).
+      replace[python3-torch]=python3-venv
+      torch_note=1
+      ;;
     *) echo "install-deps: ${PRETTY_NAME:-this system} is untested; trying the Debian 12 package names" >&2 ;;
   esac
 fi
+wanted=()
+for pkg in "${packages[@]}"; do
+  if [[ ! -v "replace[$pkg]" ]]; then
+    wanted+=("$pkg")
+  elif [[ -n ${replace[$pkg]} ]]; then
+    wanted+=("${replace[$pkg]}")
+  fi
+done
+packages=("${wanted[@]}")
+
+note_torch() {
+  [[ $build_only -eq 0 && $torch_note -eq 1 ]] || return 0
+  python3 -c 'import torch' >/dev/null 2>&1 && return 0
+  cat >&2 <<'NOTE'
+install-deps: this release packages no PyTorch, which the test that loads forecastd's models into
+PyTorch (golden_test) needs. Install it with pip into a venv that sees the system's packages
+(PyTorch's CPU-only build is enough) and point the tests at that interpreter:
+  python3 -m venv --system-site-packages ~/.venvs/forecastd
+  ~/.venvs/forecastd/bin/pip install torch
+  make test CMAKE_FLAGS=-DFORECASTD_TEST_PYTHON=$HOME/.venvs/forecastd/bin/python3
+NOTE
+}
 
 missing=()
 for pkg in "${packages[@]}"; do
@@ -52,6 +85,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
+  note_torch
   exit 0
 fi
 
@@ -69,3 +103,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+note_torch

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
@@ -21,13 +22,23 @@ namespace {
 using dnnl_internal::Args;
 using dnnl_internal::AttentionMds;
 using dnnl_internal::AttentionScale;
+using dnnl_internal::BinaryPd;
 using dnnl_internal::DnnlPrimitive;
+using dnnl_internal::EltwiseForwardPd;
+using dnnl_internal::EltwiseFwd;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
+using dnnl_internal::GeluErfForwardIsAccurate;
+using dnnl_internal::LayerNormForwardPd;
+using dnnl_internal::LayerNormFwd;
 using dnnl_internal::LayerNormMds;
 using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MakeLayerNormMds;
+using dnnl_internal::MatmulPd;
+using dnnl_internal::SetOutputScale;
+using dnnl_internal::SoftmaxForwardPd;
+using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
@@ -46,51 +57,45 @@ LinearMds MakeLinearMds(int64_t N, int64_t IN, int64_t OUT) {
 std::shared_ptr<DnnlPrimitive> BuildLinear(const dnnl::engine& engine, int64_t N, int64_t IN,
                                            int64_t OUT, bool has_bias) {
   const LinearMds md = MakeLinearMds(N, IN, OUT);
-  const dnnl::matmul::desc desc = has_bias ? dnnl::matmul::desc(md.src, md.weights, md.bias, md.dst)
-                                           : dnnl::matmul::desc(md.src, md.weights, md.dst);
+  const dnnl::primitive_attr attr = UserScratchpadAttr();
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::matmul>(
-      dnnl::matmul::primitive_desc(desc, UserScratchpadAttr(), engine)));
+      has_bias ? MatmulPd(engine, md.src, md.weights, md.bias, md.dst, attr)
+               : MatmulPd(engine, md.src, md.weights, md.dst, attr)));
 }
 
 // --- LayerNorm: forward_training when the statistics are wanted, since only it returns them.
 
 std::shared_ptr<DnnlPrimitive> BuildLayerNorm(const dnnl::engine& engine, int64_t N, int64_t C,
                                               float eps, bool with_stats) {
-  using LayerNormFwd = dnnl::layer_normalization_forward;
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   const LayerNormMds md = MakeLayerNormMds(N, C);
-  const LayerNormFwd::desc desc =
-      with_stats
-          ? LayerNormFwd::desc(dnnl::prop_kind::forward_training, md.data, md.stat, eps, flags)
-          : LayerNormFwd::desc(dnnl::prop_kind::forward_inference, md.data, eps, flags);
+  const dnnl::primitive_attr attr = UserScratchpadAttr();
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<LayerNormFwd>(
-      LayerNormFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+      with_stats ? LayerNormForwardPd(engine, dnnl::prop_kind::forward_training, md.data, md.stat,
+                                      eps, flags, attr)
+                 : LayerNormForwardPd(engine, dnnl::prop_kind::forward_inference, md.data, eps,
+                                      flags, attr)));
 }
 
 // --- Element-wise and row-wise ops on dense 1-D / 2-D tensors.
 
 std::shared_ptr<DnnlPrimitive> BuildEltwise(const dnnl::engine& engine, dnnl::algorithm algorithm,
                                             int64_t n) {
-  using EltwiseFwd = dnnl::eltwise_forward;
-  const EltwiseFwd::desc desc(dnnl::prop_kind::forward_inference, algorithm, F32({n}, Tag::a),
-                              /*alpha=*/0.0f, /*beta=*/0.0f);
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<EltwiseFwd>(
-      EltwiseFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+      EltwiseForwardPd(engine, dnnl::prop_kind::forward_inference, algorithm, F32({n}, Tag::a),
+                       /*alpha=*/0.0f, /*beta=*/0.0f, UserScratchpadAttr())));
 }
 
 std::shared_ptr<DnnlPrimitive> BuildSoftmax(const dnnl::engine& engine, int64_t R, int64_t C) {
-  using SoftmaxFwd = dnnl::softmax_forward;
-  const SoftmaxFwd::desc desc(dnnl::prop_kind::forward_inference, F32({R, C}, Tag::ab),
-                              /*softmax_axis=*/1);
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<SoftmaxFwd>(
-      SoftmaxFwd::primitive_desc(desc, UserScratchpadAttr(), engine)));
+      SoftmaxForwardPd(engine, dnnl::prop_kind::forward_inference, F32({R, C}, Tag::ab),
+                       /*axis=*/1, UserScratchpadAttr())));
 }
 
 std::shared_ptr<DnnlPrimitive> BuildBinaryAdd(const dnnl::engine& engine, int64_t n) {
   const dnnl::memory::desc md = F32({n}, Tag::a);
-  const dnnl::binary::desc desc(dnnl::algorithm::binary_add, md, md, md);
   return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::binary>(
-      dnnl::binary::primitive_desc(desc, UserScratchpadAttr(), engine)));
+      BinaryPd(engine, dnnl::algorithm::binary_add, md, md, md, UserScratchpadAttr())));
 }
 
 // --- Attention: scores = (Q K^T) * scale, causal mask, softmax over keys, out = att V (or
@@ -98,7 +103,7 @@ std::shared_ptr<DnnlPrimitive> BuildBinaryAdd(const dnnl::engine& engine, int64_
 // AttentionMds.
 
 struct AttentionPrimitive {
-  DnnlPrimitive scores;   // matmul with the 1/sqrt(hs) scale as an output scale
+  DnnlPrimitive scores;   // matmul with the 1/sqrt(hs) scale as an output scale (SetOutputScale)
   DnnlPrimitive softmax;  // in place on the scores
   DnnlPrimitive context;  // matmul
 };
@@ -108,15 +113,13 @@ std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, i
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
   auto p = std::make_shared<AttentionPrimitive>();
   dnnl::primitive_attr scores_attr = UserScratchpadAttr();
-  scores_attr.set_output_scales(0, {AttentionScale(D, NH)});
-  p->scores = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(md.head, md.head_t, md.att), scores_attr, engine));
-  using SoftmaxFwd = dnnl::softmax_forward;
-  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxFwd::primitive_desc(
-      SoftmaxFwd::desc(dnnl::prop_kind::forward_inference, md.att, /*softmax_axis=*/3),
-      UserScratchpadAttr(), engine));
-  p->context = MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
-      dnnl::matmul::desc(md.att, md.head, md.out), UserScratchpadAttr(), engine));
+  SetOutputScale(scores_attr, AttentionScale(D, NH));
+  p->scores =
+      MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, md.head, md.head_t, md.att, scores_attr));
+  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxForwardPd(
+      engine, dnnl::prop_kind::forward_inference, md.att, /*axis=*/3, UserScratchpadAttr()));
+  p->context = MakeDnnlPrimitive<dnnl::matmul>(
+      MatmulPd(engine, md.att, md.head, md.out, UserScratchpadAttr()));
   return p;
 }
 
@@ -289,6 +292,11 @@ absl::StatusOr<bool> DnnlBackend::TryEltwise(float* out, const float* inp, int64
 }
 
 absl::Status DnnlBackend::Gelu(float* out, const float* inp, int64_t n, GeluForm form) {
+  // oneDNN 3.1's is inaccurate (dnnl_compat.h): the reference runs instead, by choice rather
+  // than because oneDNN rejected the shape, so it counts as no fallback.
+  if (form == GeluForm::kErf && !GeluErfForwardIsAccurate()) {
+    return reference_.Gelu(out, inp, n, form);
+  }
   const dnnl::algorithm algorithm = form == GeluForm::kErf ? dnnl::algorithm::eltwise_gelu_erf
                                                            : dnnl::algorithm::eltwise_gelu_tanh;
   ASSIGN_OR_RETURN(const bool native, TryEltwise(out, inp, n, algorithm));

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
@@ -22,12 +23,26 @@ namespace {
 using dnnl_internal::AttentionMds;
 using dnnl_internal::AttentionScale;
 using dnnl_internal::DnnlPrimitive;
+using dnnl_internal::EltwiseBackwardPd;
+using dnnl_internal::EltwiseBwd;
+using dnnl_internal::EltwiseForwardPd;
+using dnnl_internal::EltwiseFwd;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
+using dnnl_internal::LayerNormBackwardPd;
+using dnnl_internal::LayerNormBwd;
+using dnnl_internal::LayerNormForwardPd;
+using dnnl_internal::LayerNormFwd;
 using dnnl_internal::LayerNormMds;
 using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MakeLayerNormMds;
+using dnnl_internal::MatmulPd;
+using dnnl_internal::SetOutputScale;
+using dnnl_internal::SoftmaxBackwardPd;
+using dnnl_internal::SoftmaxBwd;
+using dnnl_internal::SoftmaxForwardPd;
+using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
@@ -63,8 +78,8 @@ std::shared_ptr<LinearBackwardPrimitive> BuildLinearBackward(const dnnl::engine&
   const LinearBackwardMds md = MakeLinearBackwardMds(N, IN, OUT);
   auto matmul = [&engine](const dnnl::memory::desc& src, const dnnl::memory::desc& weights,
                           const dnnl::memory::desc& dst) {
-    return MakeDnnlPrimitive<dnnl::matmul>(dnnl::matmul::primitive_desc(
-        dnnl::matmul::desc(src, weights, dst), UserScratchpadAttr(), engine));
+    return MakeDnnlPrimitive<dnnl::matmul>(
+        MatmulPd(engine, src, weights, dst, UserScratchpadAttr()));
   };
   auto p = std::make_shared<LinearBackwardPrimitive>();
   p->dinp = matmul(md.dout, md.weight, md.dinp);
@@ -85,19 +100,16 @@ struct LayerNormBackwardPrimitive {
 std::shared_ptr<LayerNormBackwardPrimitive> BuildLayerNormBackward(const dnnl::engine& engine,
                                                                    int64_t N, int64_t C,
                                                                    float eps) {
-  using LayerNormFwd = dnnl::layer_normalization_forward;
-  using LayerNormBwd = dnnl::layer_normalization_backward;
   const LayerNormMds md = MakeLayerNormMds(N, C);
-  const LayerNormFwd::primitive_desc fwd_pd(
-      LayerNormFwd::desc(dnnl::prop_kind::forward_training, md.data, md.stat, eps,
-                         dnnl::normalization_flags::none),
-      UserScratchpadAttr(), engine);
+  const LayerNormFwd::primitive_desc fwd_pd =
+      LayerNormForwardPd(engine, dnnl::prop_kind::forward_training, md.data, md.stat, eps,
+                         dnnl::normalization_flags::none, UserScratchpadAttr());
   const auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   auto p = std::make_shared<LayerNormBackwardPrimitive>();
   p->stats = MakeDnnlPrimitive<LayerNormFwd>(fwd_pd);
-  p->backward = MakeDnnlPrimitive<LayerNormBwd>(LayerNormBwd::primitive_desc(
-      LayerNormBwd::desc(dnnl::prop_kind::backward, md.data, md.data, md.stat, eps, flags),
-      UserScratchpadAttr(), engine, fwd_pd));
+  p->backward = MakeDnnlPrimitive<LayerNormBwd>(
+      LayerNormBackwardPd(engine, dnnl::prop_kind::backward, md.data, md.stat, eps, flags, fwd_pd,
+                          UserScratchpadAttr()));
   return p;
 }
 
@@ -106,32 +118,26 @@ std::shared_ptr<LayerNormBackwardPrimitive> BuildLayerNormBackward(const dnnl::e
 
 std::shared_ptr<DnnlPrimitive> BuildEltwiseBackward(const dnnl::engine& engine,
                                                     dnnl::algorithm algorithm, int64_t n) {
-  using EltwiseFwd = dnnl::eltwise_forward;
-  using EltwiseBwd = dnnl::eltwise_backward;
   const dnnl::memory::desc md = F32({n}, Tag::a);
-  const EltwiseFwd::primitive_desc fwd_pd(
-      EltwiseFwd::desc(dnnl::prop_kind::forward_training, algorithm, md, /*alpha=*/0.0f,
-                       /*beta=*/0.0f),
-      UserScratchpadAttr(), engine);
-  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<EltwiseBwd>(
-      EltwiseBwd::primitive_desc(EltwiseBwd::desc(algorithm, md, md, /*alpha=*/0.0f, /*beta=*/0.0f),
-                                 UserScratchpadAttr(), engine, fwd_pd)));
+  const EltwiseFwd::primitive_desc fwd_pd =
+      EltwiseForwardPd(engine, dnnl::prop_kind::forward_training, algorithm, md, /*alpha=*/0.0f,
+                       /*beta=*/0.0f, UserScratchpadAttr());
+  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<EltwiseBwd>(EltwiseBackwardPd(
+      engine, algorithm, md, /*alpha=*/0.0f, /*beta=*/0.0f, fwd_pd, UserScratchpadAttr())));
 }
 
-dnnl::softmax_backward::primitive_desc SoftmaxBackwardPd(const dnnl::engine& engine,
-                                                         const dnnl::memory::desc& md, int axis) {
-  using SoftmaxFwd = dnnl::softmax_forward;
-  using SoftmaxBwd = dnnl::softmax_backward;
-  const SoftmaxFwd::primitive_desc fwd_pd(
-      SoftmaxFwd::desc(dnnl::prop_kind::forward_training, md, axis), UserScratchpadAttr(), engine);
-  return SoftmaxBwd::primitive_desc(SoftmaxBwd::desc(md, md, axis), UserScratchpadAttr(), engine,
-                                    fwd_pd);
+DnnlPrimitive MakeSoftmaxBackward(const dnnl::engine& engine, const dnnl::memory::desc& md,
+                                  int axis) {
+  const SoftmaxFwd::primitive_desc fwd_pd =
+      SoftmaxForwardPd(engine, dnnl::prop_kind::forward_training, md, axis, UserScratchpadAttr());
+  return MakeDnnlPrimitive<SoftmaxBwd>(
+      SoftmaxBackwardPd(engine, md, axis, fwd_pd, UserScratchpadAttr()));
 }
 
 std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, int64_t R,
                                                     int64_t C) {
-  return std::make_shared<DnnlPrimitive>(MakeDnnlPrimitive<dnnl::softmax_backward>(
-      SoftmaxBackwardPd(engine, F32({R, C}, Tag::ab), /*axis=*/1)));
+  return std::make_shared<DnnlPrimitive>(
+      MakeSoftmaxBackward(engine, F32({R, C}, Tag::ab), /*axis=*/1));
 }
 
 // --- Attention: with scale = 1/sqrt(hs) and per batch and head,
@@ -147,8 +153,8 @@ struct AttentionBackwardPrimitive {
   DnnlPrimitive dv;       // matmul
   DnnlPrimitive datt;     // matmul
   DnnlPrimitive softmax;  // softmax_backward
-  DnnlPrimitive dq;       // matmul with the scale as an output scale
-  DnnlPrimitive dk;       // matmul with the scale as an output scale
+  DnnlPrimitive dq;       // matmul with the scale as an output scale (SetOutputScale)
+  DnnlPrimitive dk;       // matmul with the scale as an output scale (SetOutputScale)
 };
 
 std::shared_ptr<AttentionBackwardPrimitive> BuildAttentionBackward(const dnnl::engine& engine,
@@ -157,16 +163,14 @@ std::shared_ptr<AttentionBackwardPrimitive> BuildAttentionBackward(const dnnl::e
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
   auto matmul = [&engine](const dnnl::memory::desc& src, const dnnl::memory::desc& weights,
                           const dnnl::memory::desc& dst, const dnnl::primitive_attr& attr) {
-    return MakeDnnlPrimitive<dnnl::matmul>(
-        dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, weights, dst), attr, engine));
+    return MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, src, weights, dst, attr));
   };
   dnnl::primitive_attr scaled = UserScratchpadAttr();
-  scaled.set_output_scales(0, {AttentionScale(D, NH)});
+  SetOutputScale(scaled, AttentionScale(D, NH));
   auto p = std::make_shared<AttentionBackwardPrimitive>();
   p->dv = matmul(md.att_t, md.out, md.head, UserScratchpadAttr());
   p->datt = matmul(md.out, md.head_t, md.att, UserScratchpadAttr());
-  p->softmax =
-      MakeDnnlPrimitive<dnnl::softmax_backward>(SoftmaxBackwardPd(engine, md.att, /*axis=*/3));
+  p->softmax = MakeSoftmaxBackward(engine, md.att, /*axis=*/3);
   p->dq = matmul(md.att, md.head, md.head, scaled);
   p->dk = matmul(md.att_t, md.head, md.head, scaled);
   return p;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_recurrent_layout.h"
 #include "backends/cpu/dnnl_status.h"
@@ -21,11 +22,14 @@ using dnnl_internal::Args;
 using dnnl_internal::BiasAt;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
+using dnnl_internal::LbrGruForwardPd;
+using dnnl_internal::LstmForwardPd;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MaybeReorder;
 using dnnl_internal::OneDnnWeights;
 using dnnl_internal::RecurrentLayout;
 using dnnl_internal::Reordered;
+using dnnl_internal::RnnMds;
 using dnnl_internal::Tag;
 using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
@@ -47,8 +51,7 @@ struct RecurrentShape : RecurrentLayout {
 
 template <typename RnnFwd>
 std::shared_ptr<RecurrentPrimitive> FinishBuild(const dnnl::engine& engine, const RecurrentShape& s,
-                                                const typename RnnFwd::desc& desc) {
-  const typename RnnFwd::primitive_desc pd(desc, UserScratchpadAttr(), engine);
+                                                const typename RnnFwd::primitive_desc& pd) {
   auto p = std::make_shared<RecurrentPrimitive>();
   p->rnn = MakeDnnlPrimitive<RnnFwd>(pd);
   p->weights_layer_md = pd.weights_layer_desc();
@@ -65,17 +68,22 @@ std::shared_ptr<RecurrentPrimitive> BuildRecurrent(const dnnl::engine& engine,
   // A zero descriptor tells oneDNN to start from zeros / not to write the final state.
   const dnnl::memory::desc src_iter = s.has_initial ? s.State() : dnnl::memory::desc();
   const dnnl::memory::desc dst_iter = s.has_final ? s.State() : dnnl::memory::desc();
+  const RnnMds md{.src_layer = s.SrcLayer(),
+                  .src_iter = src_iter,
+                  .src_iter_c = src_iter,
+                  .weights_layer = s.WeightsLayer(Tag::any),
+                  .weights_iter = s.WeightsIter(Tag::any),
+                  .bias = s.Bias(),
+                  .dst_layer = s.DstLayer(),
+                  .dst_iter = dst_iter,
+                  .dst_iter_c = dst_iter};
   const auto prop = dnnl::prop_kind::forward_inference;
   if (s.lstm) {
-    const dnnl::lstm_forward::desc desc(prop, direction, s.SrcLayer(), src_iter, src_iter,
-                                        s.WeightsLayer(Tag::any), s.WeightsIter(Tag::any), s.Bias(),
-                                        s.DstLayer(), dst_iter, dst_iter);
-    return FinishBuild<dnnl::lstm_forward>(engine, s, desc);
+    return FinishBuild<dnnl::lstm_forward>(
+        engine, s, LstmForwardPd(engine, prop, direction, md, UserScratchpadAttr()));
   }
-  const dnnl::lbr_gru_forward::desc desc(prop, direction, s.SrcLayer(), src_iter,
-                                         s.WeightsLayer(Tag::any), s.WeightsIter(Tag::any),
-                                         s.Bias(), s.DstLayer(), dst_iter);
-  return FinishBuild<dnnl::lbr_gru_forward>(engine, s, desc);
+  return FinishBuild<dnnl::lbr_gru_forward>(
+      engine, s, LbrGruForwardPd(engine, prop, direction, md, UserScratchpadAttr()));
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 // place like inp and out; the weights in ldgoi are reordered into the layouts the forward and
 // the backward primitives ask for (they differ); the weight gradients come out in the
 // backward's layout (ldigo), are reordered to ldgoi and go back through FromOneDnnGrads.
-// oneDNN 2.6 accumulates into the weight gradients, so they are zeroed before each call.
+// oneDNN accumulates into the weight gradients (2.x always, 3.x by default), so they are zeroed
+// before each call.
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_recurrent_layout.h"
 #include "backends/cpu/dnnl_status.h"
@@ -26,11 +28,16 @@ using dnnl_internal::Args;
 using dnnl_internal::DnnlPrimitive;
 using dnnl_internal::Execute;
 using dnnl_internal::FromOneDnnGrads;
+using dnnl_internal::LbrGruBackwardPd;
+using dnnl_internal::LbrGruForwardPd;
+using dnnl_internal::LstmBackwardPd;
+using dnnl_internal::LstmForwardPd;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MaybeReorder;
 using dnnl_internal::OneDnnWeights;
 using dnnl_internal::RecurrentLayout;
 using dnnl_internal::Reordered;
+using dnnl_internal::RnnMds;
 using dnnl_internal::Tag;
 using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
@@ -53,12 +60,9 @@ struct RecurrentBackwardPrimitive {
 };
 
 template <typename RnnFwd, typename RnnBwd>
-std::shared_ptr<RecurrentBackwardPrimitive> FinishBuild(const dnnl::engine& engine,
-                                                        const RecurrentLayout& s,
-                                                        const typename RnnFwd::desc& fwd_desc,
-                                                        const typename RnnBwd::desc& bwd_desc) {
-  const typename RnnFwd::primitive_desc fwd_pd(fwd_desc, UserScratchpadAttr(), engine);
-  const typename RnnBwd::primitive_desc bwd_pd(bwd_desc, UserScratchpadAttr(), engine, fwd_pd);
+std::shared_ptr<RecurrentBackwardPrimitive> FinishBuild(
+    const dnnl::engine& engine, const RecurrentLayout& s,
+    const typename RnnFwd::primitive_desc& fwd_pd, const typename RnnBwd::primitive_desc& bwd_pd) {
   auto p = std::make_shared<RecurrentBackwardPrimitive>();
   p->forward = MakeDnnlPrimitive<RnnFwd>(fwd_pd);
   p->backward = MakeDnnlPrimitive<RnnBwd>(bwd_pd);
@@ -90,28 +94,27 @@ std::shared_ptr<RecurrentBackwardPrimitive> BuildRecurrentBackward(const dnnl::e
   // and their gradients (scratch: they reach no caller) are always given, as zeros when the
   // caller has none: with a zero descriptor instead, oneDNN 2.6's LSTM backward gets dW_hh
   // wrong for one row of one step (nonzero, where h_0 = 0 makes it 0).
-  const dnnl::memory::desc none;
+  // The gradients have the same layouts as their values, so one set of descriptors serves both.
   const dnnl::memory::desc state = s.State();
-  const dnnl::memory::desc weights_layer = s.WeightsLayer(Tag::any);
-  const dnnl::memory::desc weights_iter = s.WeightsIter(Tag::any);
+  const RnnMds md{.src_layer = s.SrcLayer(),
+                  .src_iter = state,
+                  .src_iter_c = state,
+                  .weights_layer = s.WeightsLayer(Tag::any),
+                  .weights_iter = s.WeightsIter(Tag::any),
+                  .bias = s.Bias(),
+                  .dst_layer = s.DstLayer(),
+                  .dst_iter = dnnl::memory::desc(),
+                  .dst_iter_c = dnnl::memory::desc()};
   const auto fwd_prop = dnnl::prop_kind::forward_training;
-  const auto bwd_prop = dnnl::prop_kind::backward;
+  const dnnl::primitive_attr attr = UserScratchpadAttr();
   if (s.lstm) {
-    const dnnl::lstm_forward::desc fwd(fwd_prop, direction, s.SrcLayer(), state, state,
-                                       weights_layer, weights_iter, s.Bias(), s.DstLayer(), none,
-                                       none);
-    const dnnl::lstm_backward::desc bwd(bwd_prop, direction, s.SrcLayer(), state, state,
-                                        weights_layer, weights_iter, s.Bias(), s.DstLayer(), none,
-                                        none, s.SrcLayer(), state, state, weights_layer,
-                                        weights_iter, s.Bias(), s.DstLayer(), none, none);
-    return FinishBuild<dnnl::lstm_forward, dnnl::lstm_backward>(engine, s, fwd, bwd);
+    const auto fwd_pd = LstmForwardPd(engine, fwd_prop, direction, md, attr);
+    return FinishBuild<dnnl::lstm_forward, dnnl::lstm_backward>(
+        engine, s, fwd_pd, LstmBackwardPd(engine, direction, md, md, fwd_pd, attr));
   }
-  const dnnl::lbr_gru_forward::desc fwd(fwd_prop, direction, s.SrcLayer(), state, weights_layer,
-                                        weights_iter, s.Bias(), s.DstLayer(), none);
-  const dnnl::lbr_gru_backward::desc bwd(
-      bwd_prop, direction, s.SrcLayer(), state, weights_layer, weights_iter, s.Bias(), s.DstLayer(),
-      none, s.SrcLayer(), state, weights_layer, weights_iter, s.Bias(), s.DstLayer(), none);
-  return FinishBuild<dnnl::lbr_gru_forward, dnnl::lbr_gru_backward>(engine, s, fwd, bwd);
+  const auto fwd_pd = LbrGruForwardPd(engine, fwd_prop, direction, md, attr);
+  return FinishBuild<dnnl::lbr_gru_forward, dnnl::lbr_gru_backward>(
+      engine, s, fwd_pd, LbrGruBackwardPd(engine, direction, md, md, fwd_pd, attr));
 }
 
 // Runs `reorder` from `from` into `to`; with no reorder they are the same layout and the data
