@@ -4,9 +4,10 @@
 #   OUT/packages.txt  the distribution packages owning those libraries, one per line, which the
 #                     runtime stage (same distribution and release) apt-installs, whatever their
 #                     per-release names (libgrpc++1.51, libprotobuf32, libdnnl2, ...)
-#   OUT/lib/          the libraries no package owns (CUDA's, cuDNN's and NCCL's, copied from the
-#                     NVIDIA image into /usr/local/cuda), copied under their sonames; with
-#                     libcudnn.so.N come the cuDNN sub-libraries and NVRTC, which cuDNN dlopens.
+#   OUT/lib/          the libraries no package owns (on a toolkit installed outside the package
+#                     manager), copied under their sonames; with libcudnn.so.N come the cuDNN
+#                     sub-libraries and NVRTC, which cuDNN dlopens. In NVIDIA's images the
+#                     toolkit, cuDNN and NCCL are packages, so they land in packages.txt.
 # The driver's libraries (libcuda.so.1, libnvidia-ml.so.1), which the NVIDIA container toolkit
 # mounts from the host at run time, may be missing here; any other missing library is an error.
 # Usage: stage-runtime.sh OUT EXECUTABLE...   (STAGE_RUNTIME_LINK_ONLY=1: link, do not copy)

@@ -11,8 +11,8 @@ dockerfile: the Dockerfile's stages for both variants (cpu builds on debian:12 a
   13.0 tag; each build runs scripts/install-deps.sh and scripts/build.sh; the runtime runs as
   non-root, has a grpc.health.v1 HEALTHCHECK, exposes 8001 and 8002, keeps /models as a volume,
   listens on 0.0.0.0 with flags forecastd knows), what
-  it copies exists and is not .dockerignore'd, and its helper scripts work here: stage-runtime.sh
-  on the built binaries, gather-cuda-sdk.sh on a tree laid out as NVIDIA's .debs lay it out.
+  it copies exists and is not .dockerignore'd, and its helper script works here: stage-runtime.sh
+  on the built binaries.
 k8s: every YAML file parses; kustomizations name files that exist; both variants, rendered by
   `kubectl kustomize` where kubectl is installed, agree with themselves (flags from the ConfigMap,
   probe and container ports, Service ports, grace period >= preStop + drain + grace, non-root,
@@ -278,11 +278,9 @@ def check_dockerfile(args):
             print(f"stage-runtime.sh: a {'CUDA' if cuda_build else 'CPU'} build; unpackaged: "
                   f"{' '.join(sorted(unowned)) or 'none'}")
         check_stage_runtime_cuda(source, work)
-        check_gather_cuda_sdk(source, work)
 
     shellcheck = shutil.which("shellcheck")
-    scripts = [os.path.join(source, p) for p in ("scripts/build.sh", "deploy/docker/stage-runtime.sh",
-                                                 "deploy/docker/gather-cuda-sdk.sh")]
+    scripts = [os.path.join(source, p) for p in ("scripts/build.sh", "deploy/docker/stage-runtime.sh")]
     if shellcheck:
         run = subprocess.run([shellcheck, "-S", "warning"] + scripts, capture_output=True, text=True)
         check(run.returncode == 0, f"shellcheck:\n{run.stdout}{run.stderr}")
@@ -317,53 +315,6 @@ def check_stage_runtime_cuda(source, work):
               f"stage-runtime.sh: no {lib}* among the CUDA libraries it copied: {sorted(copied)}")
     print(f"stage-runtime.sh on a CUDA-linked program copies {len(copied)} libraries: "
           f"{' '.join(sorted(copied))}")
-
-
-def check_gather_cuda_sdk(source, work):
-    """gather-cuda-sdk.sh on a tree laid out as nvidia/cuda's cudnn-devel images lay it out."""
-    root = os.path.join(work, "root")
-    triplet = f"{os.uname().machine}-linux-gnu"
-    cuda = os.path.join(root, "usr/local/cuda-13.0")
-    target = os.path.join(cuda, f"targets/{os.uname().machine}-linux")
-    for d in (f"{target}/include", f"{target}/lib", f"{root}/usr/include/{triplet}",
-              f"{root}/usr/lib/{triplet}", f"{root}/etc/alternatives"):
-        os.makedirs(d)
-    os.symlink(f"targets/{os.uname().machine}-linux/include", f"{cuda}/include")
-    os.symlink(f"targets/{os.uname().machine}-linux/lib", f"{cuda}/lib64")
-    os.symlink("cuda-13.0", f"{root}/usr/local/cuda")
-    inc, lib = f"{root}/usr/include", f"{root}/usr/lib/{triplet}"
-    for header in ("cudnn", "cudnn_version", "cudnn_graph"):  # cuDNN 9: versioned + alternatives
-        with open(f"{inc}/{triplet}/{header}_v9.h", "w") as f:
-            f.write(f"// {header}\n")
-        os.symlink(f"{inc}/{triplet}/{header}_v9.h", f"{root}/etc/alternatives/{header}")
-        os.symlink(f"{root}/etc/alternatives/{header}", f"{inc}/{header}.h")
-    with open(f"{inc}/nccl.h", "w") as f:
-        f.write("// nccl\n")
-    os.makedirs(f"{inc}/nccl_device")
-    with open(f"{inc}/nccl_device/core.h", "w") as f:
-        f.write("// nccl device\n")
-    for name, real in (("libcudnn", "libcudnn.so.9.13.0"), ("libcudnn_ops", "libcudnn_ops.so.9.13.0"),
-                       ("libnccl", "libnccl.so.2.27.7")):
-        with open(f"{lib}/{real}", "w") as f:
-            f.write(name)
-        os.symlink(real, f"{lib}/{real.rsplit('.', 2)[0]}")  # libcudnn.so.9
-    os.symlink(f"{root}/etc/alternatives/libcudnn_so", f"{lib}/libcudnn.so")
-    os.symlink(f"{lib}/libcudnn.so.9.13.0", f"{root}/etc/alternatives/libcudnn_so")
-    os.symlink("libnccl.so.2", f"{lib}/libnccl.so")
-    run = subprocess.run(["bash", os.path.join(source, "deploy/docker/gather-cuda-sdk.sh")],
-                         env=dict(os.environ, ROOT=root), capture_output=True, text=True)
-    if not check(run.returncode == 0, f"gather-cuda-sdk.sh failed:\n{run.stdout}{run.stderr}"):
-        return
-    for header in ("cudnn.h", "cudnn_version.h", "cudnn_graph.h", "nccl.h", "nccl_device/core.h"):
-        path = f"{target}/include/{header}"
-        check(os.path.isfile(path) and not os.path.islink(path),
-              f"gather-cuda-sdk.sh: {header} is not a file in the toolkit")
-    for link, real in (("libcudnn.so", "libcudnn.so.9.13.0"), ("libcudnn.so.9", "libcudnn.so.9.13.0"),
-                       ("libnccl.so", "libnccl.so.2.27.7"), ("libcudnn_ops.so.9", "libcudnn_ops.so.9.13.0")):
-        path = f"{target}/lib/{link}"
-        check(os.path.islink(path) and os.readlink(path) == real,
-              f"gather-cuda-sdk.sh: {link} should link to {real}")
-        check(os.path.isfile(f"{target}/lib/{real}"), f"gather-cuda-sdk.sh: {real} not copied")
 
 
 # --------------------------------------------------------------------------------------------
