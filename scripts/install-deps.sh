@@ -45,8 +45,8 @@ if [[ -r /etc/os-release ]]; then
   case "${ID:-}:${VERSION_ID:-}" in
     debian:12) ;;
     ubuntu:24.04)
-      # Ubuntu 24.04 packages no PyTorch. Only golden_test's check that forecastd-written models
-      # load into PyTorch needs it; python3-venv lets a venv add it (the note at the end).
+      # Ubuntu 24.04 packages no PyTorch, which golden_test's check that forecastd-written
+      # models load into PyTorch needs: python3-venv, and torch_venv below adds it from pip.
       replace[python3-torch]=python3-venv
       torch_note=1
       ;;
@@ -63,17 +63,20 @@ for pkg in "${packages[@]}"; do
 done
 packages=("${wanted[@]}")
 
-note_torch() {
+# Where a release packages no PyTorch: a venv beside the sources (.venv-test, git-ignored) that
+# sees the system's packages and adds PyTorch's CPU build from pip; tests/CMakeLists.txt uses
+# its interpreter when it exists. Idempotent like the rest.
+torch_venv() {
   [[ $build_only -eq 0 && $torch_note -eq 1 ]] || return 0
+  local repo venv
+  repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+  venv="${repo}/.venv-test"
+  [[ -x "${venv}/bin/python3" ]] && "${venv}/bin/python3" -c 'import torch' >/dev/null 2>&1 && return 0
   python3 -c 'import torch' >/dev/null 2>&1 && return 0
-  cat >&2 <<'NOTE'
-install-deps: this release packages no PyTorch, which the test that loads forecastd's models into
-PyTorch (golden_test) needs. Install it with pip into a venv that sees the system's packages
-(PyTorch's CPU-only build is enough) and point the tests at that interpreter:
-  python3 -m venv --system-site-packages ~/.venvs/forecastd
-  ~/.venvs/forecastd/bin/pip install torch
-  make test CMAKE_FLAGS=-DFORECASTD_TEST_PYTHON=$HOME/.venvs/forecastd/bin/python3
-NOTE
+  echo "install-deps: this release packages no PyTorch; installing its CPU build into ${venv}"
+  python3 -m venv --system-site-packages "${venv}"
+  "${venv}/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+    "${venv}/bin/pip" install -q torch
 }
 
 missing=()
@@ -85,7 +88,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
-  note_torch
+  torch_venv
   exit 0
 fi
 
@@ -103,4 +106,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-note_torch
+torch_venv
