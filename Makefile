@@ -8,7 +8,7 @@ GRPC_ADDRESS ?= 127.0.0.1:8001
 METRICS_ADDRESS ?= 127.0.0.1:8002
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: run test deps build format lint clean
+.PHONY: run test deps build format lint clean fuzz sanitize
 
 run: deps build
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
@@ -25,6 +25,18 @@ deps:
 build:
 	BUILD_DIR='$(BUILD_DIR)' BUILD_TYPE='$(BUILD_TYPE)' JOBS='$(JOBS)' CMAKE_FLAGS='$(CMAKE_FLAGS)' \
 	  bash scripts/build.sh
+
+# Robustness checks, outside `make test` (and CI): each builds in a directory of its own.
+# `make fuzz`: the libFuzzer targets of tests/fuzz (clang), FUZZ_SECONDS each from the committed
+# seed corpus (scripts/fuzz.sh). `make sanitize`: the unit and integration tests built with
+# ASan+UBSan (build-asan) and with TSan (build-tsan) (scripts/sanitize.sh).
+FUZZ_SECONDS ?= 60
+
+fuzz: deps
+	FUZZ_SECONDS='$(FUZZ_SECONDS)' JOBS='$(JOBS)' bash scripts/fuzz.sh
+
+sanitize: deps
+	JOBS='$(JOBS)' bash scripts/sanitize.sh
 
 FORMATTED = $(shell git ls-files '*.h' '*.cc' '*.cu' '*.cuh' '*.proto')
 

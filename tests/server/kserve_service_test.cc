@@ -84,13 +84,14 @@ ModelConfig QuantileConfig() {
 
 std::string Bytes(const std::vector<float>& values) {
   std::string bytes(values.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), values.data(), bytes.size());
+  // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
 }
 
 std::vector<float> Floats(const std::string& bytes) {
   std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
   return values;
 }
 
