@@ -124,6 +124,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--max-train-series-rows", options.max_train_series_rows,
                  "rows a training series (inline or CSV) may have")
       ->capture_default_str();
+  app.add_option("--max-train-memory-bytes", options.max_train_memory_bytes,
+                 "estimated memory one training step may need (weights, gradients, optimiser "
+                 "state, activations); a Train request above it gets RESOURCE_EXHAUSTED")
+      ->capture_default_str();
   app.add_option("--max-queue-per-model", options.max_queue_per_model,
                  "requests a model version may hold queued per priority level; caps the "
                  "models' max_queue_size (0: no cap)")
@@ -189,6 +193,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--max-request-memory-bytes must be >= 1024");
   }
   if (options.max_train_series_rows < 1) return UsageError("--max-train-series-rows must be >= 1");
+  if (options.max_train_memory_bytes < 1) {
+    return UsageError("--max-train-memory-bytes must be >= 1");
+  }
   return result;
 }
 

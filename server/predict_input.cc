@@ -98,7 +98,7 @@ int64_t EstimatePredictBytes(const Forecaster& model, int64_t B) {
 
 std::string EncodeFloats(absl::Span<const float> values) {
   std::string bytes(values.size() * sizeof(float), '\0');
-  std::memcpy(bytes.data(), values.data(), bytes.size());
+  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
   return bytes;
 }
 

@@ -228,6 +228,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   job_options.scheduler = s.scheduler_.get();
   job_options.max_running_jobs = options.max_training_jobs;
   job_options.max_series_rows = options.max_train_series_rows;
+  job_options.max_step_bytes = options.max_train_memory_bytes;
   ModelRegistry* registry = s.registry_.get();
   job_options.on_published = [registry](const std::string& model, int64_t version, bool promote) {
     return registry->OnVersionPublished(model, version, promote);

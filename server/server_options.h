@@ -77,6 +77,10 @@ struct ServerOptions {
   int64_t max_request_memory_bytes = int64_t{512} << 20;
   // Rows of one training series, inline or CSV (INVALID_ARGUMENT above it).
   int64_t max_train_series_rows = 10'000'000;
+  // Estimated memory of one training step (weights, gradients, optimiser moments, saved
+  // activations; EstimateTrainStepBytes in engine/train/train_job.h), checked when a Train
+  // request arrives: RESOURCE_EXHAUSTED above it.
+  int64_t max_train_memory_bytes = int64_t{8} << 30;
   // Requests one model version holds queued per priority level: caps max_queue_size of every
   // queue policy in the models' BatchingConfig (a model's own smaller size stays);
   // RESOURCE_EXHAUSTED when full. 0: no cap from the server.

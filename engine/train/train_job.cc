@@ -64,6 +64,15 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   job->batch_size_ = batch_size;
   ASSIGN_OR_RETURN(job->model_, Forecaster::Create(o.model));
   Forecaster& model = *job->model_;
+  if (o.max_step_bytes > 0) {
+    const int64_t bytes = EstimateTrainStepBytes(model, batch_size);
+    if (bytes > o.max_step_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a training step of this model at batch_size ", batch_size, " needs an estimated ", bytes,
+          " bytes; this server allows ", o.max_step_bytes,
+          " (--max-train-memory-bytes): use a smaller batch, lookback or model"));
+    }
+  }
 
   ASSIGN_OR_RETURN(WindowedDatasetOptions data_options, OptionsFromConfig(config.data(), o.model));
   if (config.base_version() > 0) {
@@ -343,6 +352,22 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
     }
   }
   return result;
+}
+
+int64_t EstimateTrainStepBytes(const Forecaster& model, int64_t batch) {
+  const ModelConfig& c = model.config();
+  const int64_t layers = c.has_transformer() ? c.transformer().num_layers()
+                         : c.has_gru()       ? c.gru().num_layers()
+                                             : c.lstm().num_layers();
+  int64_t floats = 4 * model.parameters().size() +
+                   (std::max<int64_t>(layers, 1) + 2) * model.WorkspaceFloats(batch);
+  if (c.has_transformer()) {
+    // Training attends from every step, not only the last as forecasting does: each layer
+    // keeps its (B, NH, T, T) attention weights, their dropout mask and their gradient.
+    const int64_t T = model.lookback();
+    floats += 3 * layers * batch * c.transformer().num_heads() * T * T;
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 }  // namespace forecastd

@@ -74,6 +74,9 @@ struct TrainJobOptions {
   // Rows the training series (inline or CSV) may have at most; more: INVALID_ARGUMENT before
   // any window is built. 0: no limit.
   int64_t max_series_rows = 0;
+  // Estimated memory of one training step (EstimateTrainStepBytes) at most; more:
+  // RESOURCE_EXHAUSTED before the series is read. 0: no limit.
+  int64_t max_step_bytes = 0;
   // Called on the thread running Run(); must not call back into the job except Cancel().
   std::function<void(const TrainProgress&)> on_progress;
 };
@@ -128,6 +131,17 @@ class TrainJob {
 
   std::atomic<bool> cancelled_{false};
 };
+
+}  // namespace forecastd
+
+namespace forecastd {
+
+// What one optimiser step of `model` on `batch` windows may hold, in bytes: the weights with
+// their gradients and two optimiser moments; per layer plus the head and the loss, a forward
+// workspace's worth of saved activations and backward scratch; and for a transformer each
+// layer's full (B, NH, T, T) attention weights, mask and gradient. An upper-side estimate for
+// refusing requests before they allocate, not an accounting.
+int64_t EstimateTrainStepBytes(const Forecaster& model, int64_t batch);
 
 }  // namespace forecastd
 

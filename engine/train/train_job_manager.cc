@@ -147,6 +147,7 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
   o.clock = options_.clock;
   o.progress_every_steps = options_.progress_every_steps;
   o.max_series_rows = options_.max_series_rows;
+  o.max_step_bytes = options_.max_step_bytes;
   o.on_progress = [this, raw](const TrainProgress& progress) {
     std::string id;
     {

@@ -61,6 +61,7 @@ class TrainJobManager {
     int max_running_jobs = 2;              // more at once: RESOURCE_EXHAUSTED
     int64_t progress_every_steps = 10;
     int64_t max_series_rows = 0;  // TrainJobOptions::max_series_rows of every job
+    int64_t max_step_bytes = 0;   // TrainJobOptions::max_step_bytes of every job
     // A job published `version` of `model`; `promote` as the request asked. Called on the
     // job's thread; its status is recorded as the job's (a failed promotion fails the job,
     // the version stays published).

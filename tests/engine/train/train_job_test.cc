@@ -105,6 +105,36 @@ std::vector<float> Weights(const TrainJobOptions& options, int64_t version) {
   return std::vector<float>(p.data(), p.data() + p.size());
 }
 
+TEST_CASE("A job whose training step would need more memory than allowed is refused first",
+          "[unit][train]") {
+  ScratchDir dir;
+  ReferenceBackend backend;
+  // A small transformer over a long lookback: few weights, but attention over T*T per head.
+  ModelConfig big = Lstm();
+  big.clear_lstm();
+  big.set_lookback(4096);
+  big.mutable_transformer()->set_d_model(16);
+  big.mutable_transformer()->set_num_heads(2);
+  big.mutable_transformer()->set_num_layers(2);
+  big.mutable_transformer()->set_dim_feedforward(32);
+  TrainJobOptions options = Options(&backend, dir.path(), big);
+  options.training.set_batch_size(64);
+  auto model = Forecaster::Create(big);
+  REQUIRE(model.ok());
+  const int64_t needed = EstimateTrainStepBytes(**model, 64);
+  // At least the attention scores of one layer: B * NH * T * T floats.
+  REQUIRE(needed >= int64_t{64} * 2 * 4096 * 4096 * 4);
+  options.max_step_bytes = needed - 1;
+  const auto refused = TrainJob::Create(options);
+  REQUIRE(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(refused.status().message().find("--max-train-memory-bytes") != std::string::npos);
+
+  // The same limit lets a model that fits through.
+  TrainJobOptions small = Options(&backend, dir.path(), Lstm());
+  small.max_step_bytes = needed - 1;
+  REQUIRE(TrainJob::Create(small).ok());
+}
+
 TEST_CASE("A job learns the series and publishes a loadable version", "[unit][train]") {
   ScratchDir dir;
   ReferenceBackend backend;
