@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/reference_backend.h"
+#include "bench/bench_timing.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "kernels/base/status.h"
@@ -49,18 +50,6 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", name, "'; expected dnnl or reference"));
-}
-
-struct Timing {
-  double median_us, p90_us, mean_us, min_us;
-};
-
-Timing Summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  const size_t n = us.size();
-  const double median = n % 2 == 1 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
-  const size_t p90 = static_cast<size_t>(std::max<double>(0.0, std::ceil(0.9 * n) - 1));
-  return Timing{median, us[p90], std::accumulate(us.begin(), us.end(), 0.0) / n, us[0]};
 }
 
 absl::Status Bench(const Flags& flags) {
@@ -102,12 +91,9 @@ absl::Status Bench(const Flags& flags) {
           output}},
         {{"generator", "forecast_bench"}}));
   }
-  const Timing t = Summarize(std::move(samples_us));
-  std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"batch\":%d,\"iters\":%d,"
-                                      "\"median_us\":%.3f,\"p90_us\":%.3f,\"mean_us\":%.3f,"
-                                      "\"min_us\":%.3f}",
-                                      backend->name(), B, flags.iters, t.median_us, t.p90_us,
-                                      t.mean_us, t.min_us)
+  std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"batch\":%d,\"iters\":%d,%s}",
+                                      backend->name(), B, flags.iters,
+                                      bench::TimingJson(bench::Summarize(std::move(samples_us))))
                           .c_str());
   return absl::OkStatus();
 }

@@ -44,6 +44,7 @@
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/stream_pool.h"
+#include "bench/bench_timing.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
@@ -66,23 +67,6 @@ struct Flags {
   bool no_graph = false;
   std::string output;
 };
-
-struct Timing {
-  double median_us, p90_us, mean_us, min_us;
-};
-
-Timing Summarize(std::vector<double> us) {
-  std::sort(us.begin(), us.end());
-  const size_t n = us.size();
-  const double median = n % 2 == 1 ? us[n / 2] : 0.5 * (us[n / 2 - 1] + us[n / 2]);
-  const size_t p90 = static_cast<size_t>(std::max<double>(0.0, std::ceil(0.9 * n) - 1));
-  return Timing{median, us[p90], std::accumulate(us.begin(), us.end(), 0.0) / n, us[0]};
-}
-
-std::string TimingJson(const Timing& t) {
-  return absl::StrFormat(R"("median_us":%.3f,"p90_us":%.3f,"mean_us":%.3f,"min_us":%.3f)",
-                         t.median_us, t.p90_us, t.mean_us, t.min_us);
-}
 
 // JSON string literal of s (quotes, backslashes and control characters escaped).
 std::string JsonString(const std::string& s) {
@@ -245,7 +229,7 @@ absl::Status Bench(const Flags& flags) {
   CUDA_RETURN_IF_ERROR(
       cudaMemcpy(output.data(), out_ptr, out_floats * sizeof(float), cudaMemcpyDeviceToHost));
 
-  std::optional<Timing> graph_timing;
+  std::optional<bench::Timing> graph_timing;
   std::string graph_error;
   if (!flags.no_graph) {
     CapturedForward captured;
@@ -280,7 +264,7 @@ absl::Status Bench(const Flags& flags) {
         return absl::InternalError(absl::StrCat(
             "the CUDA graph's forecast differs from the eager one by ", worst, " (max rel)"));
       }
-      graph_timing = Summarize(std::move(graph_us));
+      graph_timing = bench::Summarize(std::move(graph_us));
     }
   }
 
@@ -294,14 +278,13 @@ absl::Status Bench(const Flags& flags) {
   const CudaBackend::Stats stats = backend->stats();
   std::printf(
       "%s\n",
-      absl::StrCat(
-          "{\"backend\":\"cuda\",\"device\":", JsonString(prop.name), ",\"batch\":", B,
-          ",\"iters\":", flags.iters, ",\"tf32\":", flags.tf32 ? "true" : "false", ",",
-          TimingJson(Summarize(std::move(eager_us))),
-          ",\"graph\":", graph_timing ? absl::StrCat("{", TimingJson(*graph_timing), "}") : "null",
-          ",\"graph_error\":", graph_error.empty() ? "null" : JsonString(graph_error),
-          ",\"workspace_bytes\":", workspace_floats * 4, ",\"scratch_bytes\":", stats.scratch_bytes,
-          ",\"rnn_plans_built\":", stats.rnn_plans_built, "}")
+      absl::StrCat("{\"backend\":\"cuda\",\"device\":", JsonString(prop.name), ",\"batch\":", B,
+                   ",\"iters\":", flags.iters, ",\"tf32\":", flags.tf32 ? "true" : "false", ",",
+                   bench::TimingJson(bench::Summarize(std::move(eager_us))), ",\"graph\":",
+                   graph_timing ? absl::StrCat("{", bench::TimingJson(*graph_timing), "}") : "null",
+                   ",\"graph_error\":", graph_error.empty() ? "null" : JsonString(graph_error),
+                   ",\"workspace_bytes\":", workspace_floats * 4, ",\"scratch_bytes\":",
+                   stats.scratch_bytes, ",\"rnn_plans_built\":", stats.rnn_plans_built, "}")
           .c_str());
   return absl::OkStatus();
 }
