@@ -31,35 +31,13 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/nvml.h"
 #include "backends/cuda/stream_pool.h"
+#include "tests/testing/gpu_env.h"
 
 namespace forecastd {
 namespace {
 
-// One allocator and one stream pool for the whole binary, never destroyed (tearing CUDA state
-// down during static destruction races the runtime's own teardown).
-struct GpuEnv {
-  std::unique_ptr<CudaAllocator> allocator;
-  std::unique_ptr<StreamPool> pool;
-};
-
-GpuEnv& Env() {
-  static GpuEnv* const env = [] {
-    auto* e = new GpuEnv;
-    absl::StatusOr<std::unique_ptr<CudaAllocator>> allocator = CudaAllocator::Create({});
-    if (!allocator.ok()) {
-      FAIL("CudaAllocator::Create: " << allocator.status().ToString());
-    }
-    e->allocator = std::move(*allocator);
-    StreamPool::Options options;
-    options.streams_per_gpu = 4;
-    absl::StatusOr<std::unique_ptr<StreamPool>> pool =
-        StreamPool::Create(options, e->allocator.get());
-    if (!pool.ok()) FAIL("StreamPool::Create: " << pool.status().ToString());
-    e->pool = std::move(*pool);
-    return e;
-  }();
-  return *env;
-}
+using testing::GpuEnv;
+GpuEnv& Env() { return testing::SharedGpuEnv(); }
 
 void RequireCuda(cudaError_t error, const char* what) {
   INFO(what << ": " << cudaGetErrorString(error));

@@ -49,6 +49,7 @@
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "tests/testing/catch.h"
+#include "tests/testing/gpu_env.h"
 
 namespace forecastd {
 namespace {
@@ -132,23 +133,12 @@ void Record(const std::string& what, const Err& e) {
 // ------------------------------------------------------------------------------------------
 // The GPU: one allocator and stream pool for the binary (never destroyed), device buffers.
 
-struct GpuEnv {
-  std::unique_ptr<CudaAllocator> allocator;
-  std::unique_ptr<StreamPool> pool;
-};
+using testing::GpuEnv;
 
+// The binary's shared GPU state; the first call also prints which device the results are from.
 GpuEnv& Env() {
-  static GpuEnv* const env = [] {
-    auto* e = new GpuEnv;
-    absl::StatusOr<std::unique_ptr<CudaAllocator>> allocator = CudaAllocator::Create({});
-    if (!allocator.ok()) FAIL("CudaAllocator::Create: " << allocator.status().ToString());
-    e->allocator = std::move(*allocator);
-    StreamPool::Options options;
-    options.streams_per_gpu = 4;
-    absl::StatusOr<std::unique_ptr<StreamPool>> pool =
-        StreamPool::Create(options, e->allocator.get());
-    if (!pool.ok()) FAIL("StreamPool::Create: " << pool.status().ToString());
-    e->pool = std::move(*pool);
+  static GpuEnv& env = []() -> GpuEnv& {
+    GpuEnv& e = testing::SharedGpuEnv();
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
       std::printf("[forecaster_gpu_test] device: %s (sm_%d%d)\n", prop.name, prop.major,
@@ -156,7 +146,7 @@ GpuEnv& Env() {
     }
     return e;
   }();
-  return *env;
+  return env;
 }
 
 std::unique_ptr<CudaBackend> MakeCuda() {
