@@ -11,7 +11,7 @@
 // the second before the next call, so host launch overhead counts whenever it exceeds the GPU
 // time. After `--warmup` calls (which also build the cuDNN plans and grow the backend's
 // scratch) come `--iters` timed eager calls; then, unless `--no-graph`, the forward is captured
-// once into a CUDA graph on the backend's stream (global capture mode, so any cudaMalloc or
+// once into a CUDA graph on the backend's stream (backends/cuda/cuda_graph.h: any cudaMalloc or
 // synchronisation inside would fail the capture rather than pass unnoticed) and `--iters`
 // replays are timed the same way. A capture that fails is reported (`graph_error`) and the run
 // still succeeds; a replay whose forecast differs from the eager one by more than 1e-6 fails it.
@@ -43,6 +43,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_graph.h"
 #include "backends/cuda/stream_pool.h"
 #include "bench/bench_timing.h"
 #include "engine/models/cuda_data_ops.h"
@@ -142,29 +143,6 @@ absl::StatusOr<std::vector<float>> ReadInput(const Flags& flags, const Forecaste
   return std::vector<float>(all.begin(), all.begin() + B * T * F);
 }
 
-// A CUDA graph of one forward call and its executable form; destroyed with the object.
-struct CapturedForward {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ~CapturedForward() {
-    if (exec != nullptr) cudaGraphExecDestroy(exec);
-    if (graph != nullptr) cudaGraphDestroy(graph);
-  }
-};
-
-// Captures `forward` on `stream`. An error means the forward cannot be captured as it is
-// (an API call capture forbids, or a failing op); the stream is out of capture mode after.
-template <typename Forward>
-absl::Status Capture(cudaStream_t stream, Forward forward, CapturedForward& captured) {
-  CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  const absl::Status queued = forward();
-  const cudaError_t ended = cudaStreamEndCapture(stream, &captured.graph);
-  RETURN_IF_ERROR(queued);
-  CUDA_RETURN_IF_ERROR(ended);
-  CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&captured.exec, captured.graph, 0));
-  return absl::OkStatus();
-}
-
 absl::Status Bench(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
   ASSIGN_OR_RETURN(const std::vector<float> input, ReadInput(flags, *model));
@@ -232,17 +210,12 @@ absl::Status Bench(const Flags& flags) {
   std::optional<bench::Timing> graph_timing;
   std::string graph_error;
   if (!flags.no_graph) {
-    CapturedForward captured;
-    const absl::Status captured_status = Capture(stream, forward, captured);
-    if (!captured_status.ok()) {
-      graph_error = captured_status.ToString();
-      cudaGetLastError();  // a failed capture's error is not sticky; clear it
+    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(stream, forward);
+    if (!captured.ok()) {
+      graph_error = captured.status().ToString();
     } else {
       CUDA_RETURN_IF_ERROR(cudaMemset(out.data(), 0xff, out_floats * sizeof(float)));
-      const auto replay = [&]() -> absl::Status {
-        CUDA_RETURN_IF_ERROR(cudaGraphLaunch(captured.exec, stream));
-        return absl::OkStatus();
-      };
+      const auto replay = [&]() -> absl::Status { return captured->Launch(stream); };
       for (int64_t i = 0; i < std::max<int64_t>(flags.warmup, 3); ++i) RETURN_IF_ERROR(replay());
       std::vector<double> graph_us;
       graph_us.reserve(flags.iters);

@@ -68,18 +68,18 @@ if [[ ${tests_ok} == 0 ]]; then
   grep -nE 'FAILED|REQUIRE|CHECK|with expansion|error' "${out}/gpu_tests.log" | head -40
 fi
 
-# --- the daemon on the GPU: its per-GPU metrics (NVML)
+# --- the daemon serving on the GPU: forecasts against a CPU daemon's, per-GPU metrics (NVML)
 echo
-echo "=== forecastd --devices cpu,cuda:0: per-GPU metrics"
-if [[ -x /tmp/bundle/bin/forecastd ]]; then
-  python3 bench/gpu_metrics_check.py /tmp/bundle/bin/forecastd
-  metrics_rc=$?
+echo "=== forecastd --devices cuda:0,cpu: models on the GPU, forecasts, per-GPU metrics"
+if [[ -x /tmp/bundle/bin/forecastd && -x /tmp/bundle/bin/forecastctl ]]; then
+  python3 bench/gpu_daemon_check.py /tmp/bundle/bin
+  daemon_rc=$?
 else
-  echo "  (no forecastd in the bundle)"
-  metrics_rc=1
+  echo "  (no forecastd or forecastctl in the bundle)"
+  daemon_rc=1
 fi
-summary+=("$(printf '%-26s %-22s' "forecastd GPU metrics" "$([[ ${metrics_rc} == 0 ]] && echo pass || echo FAIL)")")
-[[ ${metrics_rc} == 0 ]] || tests_ok=0
+summary+=("$(printf '%-26s %-22s' "forecastd on the GPU" "$([[ ${daemon_rc} == 0 ]] && echo pass || echo FAIL)")")
+[[ ${daemon_rc} == 0 ]] || tests_ok=0
 
 # --- forecastd vs PyTorch
 left_s=$((budget_s - (SECONDS - start_s)))

@@ -24,7 +24,7 @@ v1::ModelState ToProto(ModelState state) {
 
 }  // namespace
 
-v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string& device) {
+v1::ModelStatus ToModelStatusProto(const ModelStatus& status) {
   v1::ModelStatus out;
   out.set_name(status.name);
   out.set_state(ToProto(status.state));
@@ -36,10 +36,11 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string&
     l->set_serving(loaded.serving);
     l->set_in_flight(loaded.in_flight_tasks);
     l->set_queued(loaded.queued_tasks);
+    l->set_device(loaded.device);
   }
   if (!status.last_error.ok()) out.set_last_error(status.last_error.ToString());
   if (status.config.has_value()) *out.mutable_config() = *status.config;
-  if (!status.loaded.empty()) out.set_device(device);
+  if (!status.loaded.empty()) out.set_device(status.loaded.front().device);
   return out;
 }
 
@@ -48,7 +49,7 @@ grpc::Status AdminService::ListModels(grpc::ServerContext* context,
                                       v1::ListModelsResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   for (const ModelStatus& status : options_.registry->ListModels()) {
-    *response->add_models() = ToModelStatusProto(status, options_.device_name);
+    *response->add_models() = ToModelStatusProto(status);
   }
   return grpc::Status::OK;
 }
@@ -58,7 +59,7 @@ grpc::Status AdminService::Reply(const std::string& model, const absl::Status& d
   if (!done.ok()) return ToGrpcStatus(done);
   absl::StatusOr<ModelStatus> status = options_.registry->GetModel(model);
   if (!status.ok()) return ToGrpcStatus(status.status());
-  *response = ToModelStatusProto(*status, options_.device_name);
+  *response = ToModelStatusProto(*status);
   return grpc::Status::OK;
 }
 

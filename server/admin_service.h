@@ -19,7 +19,6 @@ class AdminService final : public v1::Admin::Service {
  public:
   struct Options {
     ModelRegistry* registry = nullptr;  // not owned
-    std::string device_name = "cpu";
     // The server's live state for GetServerStatus.
     std::function<v1::ServerStatus()> server_status;
     std::function<bool()> accepting;  // false while draining: Load and promote refused
@@ -56,7 +55,7 @@ class AdminService final : public v1::Admin::Service {
   const Options options_;
 };
 
-v1::ModelStatus ToModelStatusProto(const ModelStatus& status, const std::string& device);
+v1::ModelStatus ToModelStatusProto(const ModelStatus& status);
 
 }  // namespace forecastd
 

@@ -66,7 +66,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--model-repository", options.model_repository,
                  "directory with one sub-directory per model")
       ->capture_default_str();
-  app.add_option("--devices", devices, "devices to use: cpu, cuda, cuda:<i>, all (comma-separated)")
+  app.add_option("--devices", devices,
+                 "devices to use: cpu, cuda, cuda:<i>, all (comma-separated); a model whose config "
+                 "names no devices serves on the first GPU, else on the CPU")
       ->capture_default_str();
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
@@ -94,6 +96,11 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--cpu-workers", options.cpu_workers,
                  "CPU worker threads running batches (0: one per core)")
       ->capture_default_str();
+  app.add_option("--gpu-instances", options.gpu_instances,
+                 "instances of every model per GPU, each on its own stream")
+      ->capture_default_str();
+  app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
+               "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest gRPC message accepted or sent")
       ->capture_default_str();
@@ -180,6 +187,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");
+  }
+  if (options.gpu_instances < 1 || options.gpu_instances > 64) {
+    return UsageError("--gpu-instances must be between 1 and 64");
   }
   if (options.max_message_bytes < 1024) return UsageError("--max-message-bytes must be >= 1024");
   if (options.tls.key_path.empty() != options.tls.cert_path.empty()) {

@@ -324,7 +324,7 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
 
   response->set_model(request->model());
   response->set_version(loaded->version);
-  response->set_device(options_.device_name);
+  response->set_device(loaded->device);
   for (int64_t b : batch_sizes) {
     for (int64_t c : concurrency) {
       if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");

@@ -30,7 +30,6 @@ class ForecasterService final
     bool allow_non_finite_inputs = false;
     // False once the server drains: new Predict, Train and Benchmark calls get UNAVAILABLE.
     std::function<bool()> accepting;
-    std::string device_name = "cpu";
     // Called first by every handler; a call it refuses gets its status and is not counted in
     // the request metrics. Empty: every call is allowed. (CheckAuthorized when tokens are on.)
     std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;

@@ -22,6 +22,7 @@
 #include "backends/cpu/dnnl_backend.h"
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nvml.h"
+#include "engine/serving/cuda_execution_device.h"
 #endif
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
@@ -203,9 +204,40 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                           }
                         }}));
 
+  // Models serve on the --devices, GPUs first: a model whose config names no devices serves on
+  // the first GPU, or on the CPU when there is none. Training runs on the CPU.
+  std::vector<Device> serving_order = s.devices_;
+  std::stable_partition(serving_order.begin(), serving_order.end(),
+                        [](const Device& d) { return d.kind == DeviceKind::kCuda; });
+  for (const Device& d : serving_order) {
+    if (d.kind == DeviceKind::kCpu) {
+      s.execution_devices_.push_back(
+          std::make_unique<CpuExecutionDevice>(s.backend_.get(), s.scheduler_.get()));
+      continue;
+    }
+#if FORECASTD_WITH_CUDA
+    CudaExecutionDevice::Options gpu;
+    gpu.device = d.index;
+    gpu.instances_per_model = options.gpu_instances;
+    gpu.use_graphs = options.gpu_graphs;
+    absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> cuda = CudaExecutionDevice::Create(gpu);
+    if (!cuda.ok()) {
+      return absl::Status(cuda.status().code(),
+                          absl::StrCat(d.Id(), ": ", cuda.status().message()));
+    }
+    s.execution_devices_.push_back(*std::move(cuda));
+#else
+    return absl::FailedPreconditionError(
+        absl::StrCat(d.Id(), ": this forecastd was built without CUDA"));
+#endif
+  }
+
   s.registry_metrics_ = std::make_unique<RegistryMetrics>(s.serving_metrics_.get());
   ModelRegistry::Options registry_options;
   registry_options.repository_path = options.model_repository;
+  for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
+    registry_options.devices.push_back(d.get());
+  }
   registry_options.backend = s.backend_.get();
   registry_options.scheduler = s.scheduler_.get();
   registry_options.models_to_load = options.load_models;
@@ -253,7 +285,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   s.state_metrics_ = s.serving_metrics_->MakeStateCollectable(std::move(probes));
   s.metrics_->AddCollectable(s.state_metrics_);
 
-  const std::string device = s.devices_.empty() ? "cpu" : s.devices_.front().Id();
   std::atomic<bool>* accepting = &s.accepting_;
   const auto is_accepting = [accepting]() { return accepting->load(); };
   s.forecaster_ = std::make_unique<ForecasterService>(
@@ -263,7 +294,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                  .clock = nullptr,
                                  .allow_non_finite_inputs = options.allow_non_finite_inputs,
                                  .accepting = is_accepting,
-                                 .device_name = device,
                                  .authorize = authorize,
                                  .authorize_promote = authorize_promote,
                                  .max_batch_rows = options.max_batch_rows,
@@ -271,7 +301,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   Server* self = server.get();
   s.admin_ = std::make_unique<AdminService>(
       AdminService::Options{.registry = registry,
-                            .device_name = device,
                             .server_status = [self]() { return self->Status(); },
                             .accepting = is_accepting,
                             .authorize = authorize});
@@ -365,9 +394,12 @@ v1::ServerStatus Server::Status() const {
     v1::DeviceStatus* d = status.add_devices();
     d->set_id(device.Id());
     d->set_name(device.name);
-    if (device.Id() == "cpu" && scheduler_ != nullptr) {
-      d->set_workers(scheduler_->num_workers());
-      d->set_busy_workers(static_cast<int32_t>(scheduler_->busy_workers()));
+    for (const std::unique_ptr<ExecutionDevice>& serving : execution_devices_) {
+      if (serving->id() != device.Id()) continue;
+      d->set_workers(serving->scheduler().num_workers());
+      d->set_busy_workers(static_cast<int32_t>(serving->scheduler().busy_workers()));
+    }
+    if (device.kind == DeviceKind::kCpu) {
       d->set_memory_total_bytes(TotalMemoryBytes());
       d->set_memory_used_bytes(ResidentBytes());
     }
@@ -422,6 +454,7 @@ void Server::Shutdown() {
     const ForecasterService::PredictCounts counts = forecaster_->predict_counts();
     spdlog::info("Predict: {} calls accepted, {} answered", counts.accepted, counts.answered);
   }
+  for (const std::unique_ptr<ExecutionDevice>& d : execution_devices_) d->scheduler().Shutdown();
   if (scheduler_ != nullptr) scheduler_->Shutdown();
   spdlog::info("forecastd stopped");
 }

@@ -74,6 +74,9 @@ class Server {
   std::shared_ptr<prometheus::Collectable> state_metrics_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<DeviceScheduler> scheduler_;
+  // The devices models serve on, in --devices order; declared before registry_, so they
+  // outlive its instances. The CPU's wraps backend_ and scheduler_.
+  std::vector<std::unique_ptr<ExecutionDevice>> execution_devices_;
   std::unique_ptr<RegistryMetrics> registry_metrics_;
   std::unique_ptr<ModelRegistry> registry_;
   std::unique_ptr<TrainJobManager> jobs_;

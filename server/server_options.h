@@ -51,6 +51,11 @@ struct ServerOptions {
 
   // CPU worker slots running batches; 0: one per core.
   int cpu_workers = 0;
+  // Instances of every model on each GPU of `devices` (each with its own stream), >= 1.
+  int gpu_instances = 2;
+  // Capture a CUDA graph of each GPU instance's forward pass per batch size at load (batches
+  // are padded to the next captured size); false: GPU batches run eagerly.
+  bool gpu_graphs = true;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

@@ -139,6 +139,16 @@ int64_t Forecaster::WorkspaceFloats(int64_t B) const {
   return (B * T * F + pad) + (B * P * num_targets_ * num_quantiles_ + pad) + BodyWorkspaceFloats(B);
 }
 
+std::vector<float> Forecaster::NeutralWindows(int64_t B) const {
+  const int64_t T = lookback(), F = num_features_;
+  std::vector<float> windows(static_cast<size_t>(B * T * F), 0.0f);
+  if (standardized()) {
+    const float* mean = parameters_.at("normalizer.mean");
+    for (int64_t i = 0; i < B * T; ++i) std::copy(mean, mean + F, windows.begin() + i * F);
+  }
+  return windows;
+}
+
 absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp, int64_t B,
                                  Workspace& workspace, const ForwardPlacement& placement) const {
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));

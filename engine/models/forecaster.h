@@ -197,6 +197,10 @@ class Forecaster {
 
   // Floats of scratch one Forward with batch B needs.
   int64_t WorkspaceFloats(int64_t B) const;
+  // B raw windows (B, T, F) at the normaliser's mean (zeros for a model without one): they
+  // standardise to zeros, so a forecast from them is finite whenever the weights are. For
+  // warm-up and padding.
+  std::vector<float> NeutralWindows(int64_t B) const;
 
  protected:
   explicit Forecaster(const ModelConfig& config);

@@ -136,10 +136,11 @@ struct ModelRegistry::LoadedVersion {
   int64_t version = 0;
   std::shared_ptr<const Forecaster> model;
   int64_t max_batch_size = 0;
-  // One per scheduler worker; workspaces[w] is used only by the batch running on worker w
-  // (the scheduler runs one item per worker at a time), or by the loading thread before the
-  // batcher exists.
-  std::vector<Workspace> workspaces;
+  ExecutionDevice* device = nullptr;
+  // One per worker of the device's scheduler; instances[w] is used only by the batch running
+  // on worker w (the scheduler runs one item per worker at a time), or by the loading thread
+  // before the batcher exists.
+  std::vector<std::unique_ptr<ModelInstance>> instances;
   std::unique_ptr<BatcherObserver> observer;
   // Set, under the entry's mu, before the version stops taking requests (replaced or
   // unloaded); a request that then meets its draining batcher looks the model up again.
@@ -173,12 +174,17 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Create(const Optio
   if (options.repository_path.empty()) {
     return absl::InvalidArgumentError("ModelRegistry: repository_path is empty");
   }
-  if (options.backend == nullptr) return absl::InvalidArgumentError("ModelRegistry: no backend");
-  if (options.scheduler == nullptr) {
-    return absl::InvalidArgumentError("ModelRegistry: no scheduler");
+  for (const ExecutionDevice* device : options.devices) {
+    if (device == nullptr) return absl::InvalidArgumentError("ModelRegistry: a null device");
   }
-  if (options.num_workers < 0 ||
-      (options.num_workers > 0 && options.num_workers < options.scheduler->num_workers())) {
+  if (options.devices.empty() && options.backend == nullptr) {
+    return absl::InvalidArgumentError("ModelRegistry: no devices and no backend");
+  }
+  if (options.devices.empty() && options.scheduler == nullptr) {
+    return absl::InvalidArgumentError("ModelRegistry: no devices and no scheduler");
+  }
+  if (options.num_workers < 0 || (options.num_workers > 0 && options.scheduler != nullptr &&
+                                  options.num_workers < options.scheduler->num_workers())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ModelRegistry: num_workers is ", options.num_workers,
         "; it must be 0 or at least the scheduler's ", options.scheduler->num_workers()));
@@ -200,8 +206,12 @@ absl::StatusOr<std::unique_ptr<ModelRegistry>> ModelRegistry::Create(const Optio
 ModelRegistry::ModelRegistry(const Options& options)
     : options_(options),
       repository_(options.repository_path),
-      num_workers_(options.num_workers > 0 ? options.num_workers
-                                           : options.scheduler->num_workers()) {}
+      own_cpu_device_(options.devices.empty()
+                          ? std::make_unique<CpuExecutionDevice>(options.backend, options.scheduler,
+                                                                 options.num_workers)
+                          : nullptr),
+      devices_(options.devices.empty() ? std::vector<ExecutionDevice*>{own_cpu_device_.get()}
+                                       : options.devices) {}
 
 ModelRegistry::~ModelRegistry() { Shutdown(options_.drain_timeout); }
 
@@ -351,25 +361,19 @@ absl::Status ModelRegistry::Enqueue(const std::string& model, int64_t version,
 absl::StatusOr<LoadedModel> ModelRegistry::GetLoadedModel(const std::string& model,
                                                           int64_t version) const {
   ASSIGN_OR_RETURN(const std::shared_ptr<LoadedVersion> loaded, FindVersion(model, version));
-  return LoadedModel{loaded->model, loaded->version};
+  return LoadedModel{loaded->model, loaded->version, loaded->device->id()};
 }
 
 // --- Loading
 
 absl::Status ModelRegistry::WarmUp(LoadedVersion& loaded) const {
   const Forecaster& model = *loaded.model;
-  const int64_t T = model.lookback(), F = model.num_features(), B = loaded.max_batch_size;
-  // Windows at the normaliser's mean standardise to zeros: finite whatever the statistics.
-  std::vector<float> input(static_cast<size_t>(B * T * F), 0.0f);
-  if (model.standardized()) {
-    const float* mean = model.parameters().at("normalizer.mean");
-    for (int64_t i = 0; i < B * T; ++i) std::copy(mean, mean + F, input.begin() + i * F);
-  }
+  const int64_t B = loaded.max_batch_size;
+  const std::vector<float> input = model.NeutralWindows(B);
   std::vector<float> output(static_cast<size_t>(B * model.num_outputs()));
-  for (Workspace& workspace : loaded.workspaces) {
+  for (const std::unique_ptr<ModelInstance>& instance : loaded.instances) {
     for (const int64_t rows : {int64_t{1}, B}) {
-      RETURN_IF_ERROR(
-          model.Forward(*options_.backend, output.data(), input.data(), rows, workspace));
+      RETURN_IF_ERROR(instance->Run(input.data(), rows, output.data()));
       const auto end = output.begin() + rows * model.num_outputs();
       if (!std::all_of(output.begin(), end, [](float x) { return std::isfinite(x); })) {
         return absl::InvalidArgumentError(
@@ -393,7 +397,18 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
   loaded->version = version;
   loaded->model = std::move(model);
   loaded->max_batch_size = batcher_options->max_batch_size;
-  loaded->workspaces.resize(static_cast<size_t>(num_workers_));
+  absl::StatusOr<ExecutionDevice*> device = DeviceFor(config);
+  if (!device.ok()) return WithContext(device.status(), context);
+  loaded->device = *device;
+  ExecutionDevice::InstanceOptions instance_options;
+  instance_options.max_batch_size = batcher_options->max_batch_size;
+  instance_options.preferred_batch_sizes = batcher_options->preferred_batch_sizes;
+  absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> instances =
+      loaded->device->CreateInstances(loaded->model, instance_options);
+  if (!instances.ok()) {
+    return WithContext(instances.status(), absl::StrCat(context, " on ", loaded->device->id()));
+  }
+  loaded->instances = *std::move(instances);
   if (options_.warm_up) {
     if (absl::Status status = WarmUp(*loaded); !status.ok()) {
       return WithContext(status, absl::StrCat(context, ": warm-up"));
@@ -408,7 +423,7 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
       int64_t{forecaster.lookback()} * forecaster.num_features();
   batcher_options->output_floats_per_row = forecaster.num_outputs();
   batcher_options->version = version;
-  batcher_options->scheduler = options_.scheduler;
+  batcher_options->scheduler = &loaded->device->scheduler();
   batcher_options->clock = options_.clock;
   batcher_options->max_enqueued_batches = options_.max_enqueued_batches;
   if (const uint32_t cap = options_.max_queue_size; cap > 0) {
@@ -422,20 +437,32 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
   // The batcher is a member of `loaded`, destroyed before the rest, so the raw pointer
   // outlives every batch it runs.
   LoadedVersion* raw = loaded.get();
-  Backend* backend = options_.backend;
-  batcher_options->run_batch = [raw, backend](const float* input, int64_t rows, float* output,
-                                              int worker) -> absl::Status {
-    if (worker < 0 || worker >= static_cast<int>(raw->workspaces.size())) {
-      return absl::InternalError(absl::StrCat("worker ", worker, " has no workspace (",
-                                              raw->workspaces.size(), " workers)"));
+  batcher_options->run_batch = [raw](const float* input, int64_t rows, float* output,
+                                     int worker) -> absl::Status {
+    if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) {
+      return absl::InternalError(absl::StrCat("worker ", worker, " has no instance (",
+                                              raw->instances.size(), " instances)"));
     }
-    return raw->model->Forward(*backend, output, input, rows,
-                               raw->workspaces[static_cast<size_t>(worker)]);
+    return raw->instances[static_cast<size_t>(worker)]->Run(input, rows, output);
   };
   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(*std::move(batcher_options));
   if (!batcher.ok()) return WithContext(batcher.status(), context);
   loaded->batcher = *std::move(batcher);
   return loaded;
+}
+
+absl::StatusOr<ExecutionDevice*> ModelRegistry::DeviceFor(const ModelConfig& config) const {
+  if (config.instances().devices().empty()) return devices_.front();
+  for (const std::string& wanted : config.instances().devices()) {
+    for (ExecutionDevice* device : devices_) {
+      if (device->id() == wanted) return device;
+    }
+  }
+  std::vector<std::string> ours;
+  for (const ExecutionDevice* device : devices_) ours.push_back(device->id());
+  return absl::FailedPreconditionError(absl::StrCat(
+      "config.json asks for instances on [", absl::StrJoin(config.instances().devices(), ", "),
+      "] but this server runs on [", absl::StrJoin(ours, ", "), "] (--devices)"));
 }
 
 absl::Status ModelRegistry::RecordLoadFailure(ModelEntry& entry, int64_t version,
@@ -674,6 +701,7 @@ ModelStatus ModelRegistry::StatusOf(const ModelEntry& entry) const {
   auto report = [&status](const LoadedVersion& loaded, bool serving) {
     LoadedVersionStatus version;
     version.version = loaded.version;
+    version.device = loaded.device->id();
     version.serving = serving;
     version.draining = !serving;
     version.in_flight_tasks = loaded.batcher->in_flight_tasks();

@@ -1,7 +1,7 @@
 // What is loaded and serving. The registry owns, per model of the repository, its state and
-// its loaded versions; each loaded version owns its Forecaster, one Workspace per scheduler
-// worker and its Batcher. The server calls Enqueue (predict path), GetLoadedModel (input
-// validation, metadata, benchmark) and the admin methods; training jobs call
+// its loaded versions; each loaded version owns its Forecaster, one ModelInstance per worker
+// of the device it runs on, and its Batcher. The server calls Enqueue (predict path),
+// GetLoadedModel (input validation, metadata, benchmark) and the admin methods; training jobs call
 // OnVersionPublished. Thread-safe: every method may be called from any thread; admin
 // operations on one model are serialised, on different models they run concurrently.
 #ifndef FORECASTD_ENGINE_SERVING_MODEL_REGISTRY_H_
@@ -26,6 +26,7 @@
 #include "engine/models/model_config.h"
 #include "engine/serving/batcher.h"
 #include "engine/serving/device_scheduler.h"
+#include "engine/serving/model_instance.h"
 #include "engine/serving/model_repository.h"
 #include "engine/serving/predict_task.h"
 
@@ -73,6 +74,7 @@ class RegistryObserver {
 // One loaded version, as the admin API reports it.
 struct LoadedVersionStatus {
   int64_t version = 0;
+  std::string device;     // where its instances run: "cpu", "cuda:0", ...
   bool serving = false;   // requests for version 0 go here
   bool draining = false;  // replaced or being unloaded; in-flight work finishing
   int64_t in_flight_tasks = 0;
@@ -95,6 +97,7 @@ struct ModelStatus {
 struct LoadedModel {
   std::shared_ptr<const Forecaster> model;
   int64_t version = 0;
+  std::string device;  // where it runs: "cpu", "cuda:0", ...
 };
 
 class ModelRegistry {
@@ -102,13 +105,20 @@ class ModelRegistry {
   struct Options {
     // The repository's root directory.
     std::string repository_path;
-    // Runs every forward pass. Not owned; must outlive the registry.
+    // The devices versions run on. A version runs on the first device of its config's
+    // instances.devices that is here (none of them here: the load fails with
+    // FAILED_PRECONDITION), or on devices[0] when its config names none. Not owned; each
+    // must outlive the registry (shut the registry down before the devices). Empty: the CPU,
+    // with `backend` and `scheduler` below.
+    std::vector<ExecutionDevice*> devices;
+    // Without `devices`: runs every forward pass on the CPU. Not owned; must outlive the
+    // registry.
     Backend* backend = nullptr;
-    // Where the batchers send their batches. Not owned; must outlive the registry (shut the
-    // registry down before the scheduler).
+    // Without `devices`: where the batchers send their batches. Not owned; must outlive the
+    // registry (shut the registry down before the scheduler).
     DeviceScheduler* scheduler = nullptr;
-    // Workspaces per loaded version, one per scheduler worker; 0: scheduler->num_workers().
-    // When set, it must be at least that.
+    // Without `devices`: instances (CPU workspaces) per loaded version, one per scheduler
+    // worker; 0: scheduler->num_workers(). When set, it must be at least that.
     int num_workers = 0;
     // Not owned; nullptr: the real clock. Passed to every Batcher.
     Clock* clock = nullptr;
@@ -121,7 +131,7 @@ class ModelRegistry {
     // The models Start loads; empty: every model of the repository. The others are listed
     // as UNAVAILABLE until Load asks for them.
     std::vector<std::string> models_to_load;
-    // Before a version serves, run one forward pass per worker at batch sizes 1 and
+    // Before a version serves, run one forward pass per instance at batch sizes 1 and
     // max_batch_size (inputs at the normaliser's mean), so workspaces are allocated and a
     // version whose weights give non-finite forecasts fails to load instead of serving them.
     bool warm_up = true;
@@ -132,8 +142,9 @@ class ModelRegistry {
     RegistryObserver* observer = nullptr;
   };
 
-  // INVALID_ARGUMENT for missing pointers, a bad name in models_to_load, num_workers below
-  // the scheduler's or a negative drain_timeout. Reads nothing from disk; see Start.
+  // INVALID_ARGUMENT for missing pointers (neither devices nor backend and scheduler), a bad
+  // name in models_to_load, num_workers below the scheduler's or a negative drain_timeout. Reads
+  // nothing from disk; see Start.
   static absl::StatusOr<std::unique_ptr<ModelRegistry>> Create(const Options& options);
   // Shutdown(options.drain_timeout) unless done.
   ~ModelRegistry();
@@ -233,6 +244,8 @@ class ModelRegistry {
   absl::Status LoadAndSwitch(ModelEntry& entry, int64_t pin);
   absl::StatusOr<std::shared_ptr<LoadedVersion>> LoadVersion(const ModelConfig& config,
                                                              int64_t version) const;
+  // The device a version of `config` runs on (see Options::devices).
+  absl::StatusOr<ExecutionDevice*> DeviceFor(const ModelConfig& config) const;
   absl::Status WarmUp(LoadedVersion& loaded) const;
   absl::Status RecordLoadFailure(ModelEntry& entry, int64_t version, absl::Status error);
   // Drains `retired` (already unreachable for new requests) and forgets it.
@@ -242,7 +255,10 @@ class ModelRegistry {
   // Constant after construction.
   const Options options_;
   const ModelRepository repository_;
-  const int num_workers_;
+  // The CPU device made of options.backend and options.scheduler when options.devices is
+  // empty; devices_ is options.devices or that one.
+  const std::unique_ptr<CpuExecutionDevice> own_cpu_device_;
+  const std::vector<ExecutionDevice*> devices_;
 
   // Serialises Start and Shutdown.
   absl::Mutex lifecycle_mu_;

@@ -666,6 +666,108 @@ TEST_CASE("Shutdown drains everything and then refuses requests and admin calls"
   registry.Shutdown(absl::Seconds(1));  // idempotent
 }
 
+// A second device for routing tests: CPU instances under another id and a scheduler of its
+// own, counting the instances it makes and the batches they run.
+class CountingDevice final : public ExecutionDevice {
+ public:
+  CountingDevice(std::string id, Backend* backend)
+      : id_(std::move(id)),
+        scheduler_(DeviceScheduler::Create(DeviceScheduler::Options{}).value()),
+        cpu_(backend, scheduler_.get()) {}
+  ~CountingDevice() override { scheduler_->Shutdown(); }
+
+  const std::string& id() const override { return id_; }
+  DeviceScheduler& scheduler() override { return *scheduler_; }
+  absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CreateInstances(
+      std::shared_ptr<const Forecaster> model, const InstanceOptions& options) override {
+    ++instances_made;
+    return cpu_.CreateInstances(std::move(model), options);
+  }
+
+  std::atomic<int> instances_made{0};
+
+ private:
+  const std::string id_;
+  std::unique_ptr<DeviceScheduler> scheduler_;
+  CpuExecutionDevice cpu_;
+};
+
+TEST_CASE("Each version runs on the first device its config names that the server has",
+          "[unit][registry]") {
+  Env env;
+  CpuExecutionDevice cpu(&env.backend, env.scheduler.get());
+  CountingDevice gpu("cuda:1", &env.backend);
+
+  ModelConfig on_gpu = SmallConfig("on_gpu");
+  on_gpu.mutable_instances()->add_devices("cuda:0");  // not here: the next one is used
+  on_gpu.mutable_instances()->add_devices("cuda:1");
+  const auto on_gpu_model = testing::RandomModel(on_gpu, 21);
+  env.Publish(*on_gpu_model, 1);
+  const auto anywhere = testing::RandomModel(SmallConfig("anywhere"), 22);
+  env.Publish(*anywhere, 1);
+  ModelConfig missing = SmallConfig("missing");
+  missing.mutable_instances()->add_devices("cuda:7");
+  env.Publish(*testing::RandomModel(missing, 23), 1);
+
+  ModelRegistry::Options options = env.Options();
+  options.devices = {&cpu, &gpu};
+  ModelRegistry& registry = env.Start(options);
+
+  REQUIRE(gpu.instances_made == 1);
+  REQUIRE(registry.GetLoadedModel("on_gpu").value().device == "cuda:1");
+  REQUIRE(env.Status("on_gpu").loaded.at(0).device == "cuda:1");
+  // No devices in the config: the first of the server's.
+  REQUIRE(registry.GetLoadedModel("anywhere").value().device == "cpu");
+  REQUIRE(env.Status("anywhere").loaded.at(0).device == "cpu");
+
+  const ModelStatus failed = env.Status("missing");
+  REQUIRE(failed.state == ModelState::kFailed);
+  REQUIRE(failed.last_error.code() == absl::StatusCode::kFailedPrecondition);
+  INFO(failed.last_error.ToString());
+  REQUIRE(absl::StrContains(failed.last_error.message(), "[cuda:7]"));
+  REQUIRE(absl::StrContains(failed.last_error.message(), "[cpu, cuda:1]"));
+
+  // Both compute what the reference computes, each on its own device's scheduler.
+  const std::vector<float> input = testing::RandomWindows(3, kLookback, 5);
+  REQUIRE(Near(Predict(registry, "on_gpu", 0, input, 3).output,
+               testing::ReferenceForward(*on_gpu_model, input, 3)));
+  REQUIRE(Near(Predict(registry, "anywhere", 0, input, 3).output,
+               testing::ReferenceForward(*anywhere, input, 3)));
+  env.registry.reset();  // before the devices its versions run on
+}
+
+TEST_CASE("FixedBatchSizes: powers of two below the maximum, the preferred sizes, the maximum",
+          "[unit][registry]") {
+  ExecutionDevice::InstanceOptions o;
+  o.max_batch_size = 1;
+  REQUIRE(FixedBatchSizes(o) == std::vector<int64_t>{1});
+  o.max_batch_size = 32;
+  REQUIRE(FixedBatchSizes(o) == std::vector<int64_t>{1, 2, 4, 8, 16, 32});
+  o.max_batch_size = 48;
+  o.preferred_batch_sizes = {24, 4, 48};
+  REQUIRE(FixedBatchSizes(o) == std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 48});
+}
+
+TEST_CASE("A CPU instance refuses batches outside [1, max_batch_size]", "[unit][registry]") {
+  Env env;
+  CpuExecutionDevice cpu(&env.backend, env.scheduler.get(), 3);
+  std::shared_ptr<const Forecaster> model = testing::RandomModel(SmallConfig("m"), 31);
+  ExecutionDevice::InstanceOptions o;
+  o.max_batch_size = 2;
+  std::vector<std::unique_ptr<ModelInstance>> instances = cpu.CreateInstances(model, o).value();
+  REQUIRE(instances.size() == 3);  // as asked, above the scheduler's 2 workers
+  const std::vector<float> input = testing::RandomWindows(3, kLookback, 6);
+  std::vector<float> output(3 * kOutputs);
+  REQUIRE(instances[0]->Run(input.data(), 3, output.data()).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(instances[0]->Run(input.data(), 0, output.data()).code() ==
+          absl::StatusCode::kInvalidArgument);
+  REQUIRE(instances[2]->Run(input.data(), 2, output.data()).ok());
+  output.resize(2 * kOutputs);
+  REQUIRE(Near(output, testing::ReferenceForward(*model, input, 2)));
+  REQUIRE(instances[2]->ComputedRows(2) == 2);
+}
+
 TEST_CASE("Create validates its options", "[unit][registry]") {
   Env env;
   ModelRegistry::Options o = env.Options();
@@ -679,6 +781,9 @@ TEST_CASE("Create validates its options", "[unit][registry]") {
   REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
   o = env.Options();
   o.models_to_load = {"a/b"};
+  REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
+  o = env.Options();
+  o.devices = {nullptr};
   REQUIRE(ModelRegistry::Create(o).status().code() == absl::StatusCode::kInvalidArgument);
   o = env.Options();
   o.repository_path.clear();

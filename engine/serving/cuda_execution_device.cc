@@ -1,0 +1,252 @@
+#include "engine/serving/cuda_execution_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_devices.h"
+#include "backends/cuda/cuda_graph.h"
+#include "backends/cuda/stream_pool.h"
+#include "engine/models/cuda_data_ops.h"
+#include "kernels/base/status.h"
+#include "kernels/cuda/cuda_status.h"
+#include "spdlog/spdlog.h"
+
+namespace forecastd {
+
+namespace {
+
+// One instance: a stream of its own, a backend on it, device buffers for max_batch_size rows
+// and a graph per fixed batch size. Only its worker runs it once made.
+class CudaModelInstance final : public ModelInstance {
+ public:
+  struct Options {
+    int64_t max_batch_size = 1;
+    // Sizes to capture, ascending; empty: eager only.
+    std::vector<int64_t> graph_batch_sizes;
+    bool allow_tf32 = false;
+    int64_t workspace_bytes = 0;
+  };
+
+  static absl::StatusOr<std::unique_ptr<CudaModelInstance>> Create(
+      std::shared_ptr<const Forecaster> model, std::shared_ptr<const DeviceBuffer> weights,
+      CudaAllocator* allocator, const Options& options);
+
+  ~CudaModelInstance() override {
+    // Buffers go back to the allocator below; nothing queued may still read them.
+    if (lease_.has_value()) lease_->Synchronize().IgnoreError();
+  }
+
+  absl::Status Run(const float* input, int64_t rows, float* output) override;
+
+  int64_t ComputedRows(int64_t rows) const override {
+    const auto graph = graphs_.lower_bound(rows);
+    return graph != graphs_.end() ? graph->first : rows;
+  }
+
+ private:
+  CudaModelInstance(std::shared_ptr<const Forecaster> model,
+                    std::shared_ptr<const DeviceBuffer> weights, int64_t max_batch_size)
+      : model_(std::move(model)), weights_(std::move(weights)), max_batch_size_(max_batch_size) {}
+
+  // Forecaster::Forward on the device buffers at `rows` rows, queued on the stream.
+  absl::Status QueueForward(int64_t rows);
+
+  const std::shared_ptr<const Forecaster> model_;
+  const std::shared_ptr<const DeviceBuffer> weights_;  // the version's, shared per GPU
+  const int64_t max_batch_size_;
+
+  // Declared in the order they are made; destroyed in reverse (the stream outlives all else).
+  std::unique_ptr<StreamPool> pool_;  // this instance's one stream
+  std::optional<StreamLease> lease_;
+  DeviceBuffer input_;   // (max_batch_size, T, F)
+  DeviceBuffer output_;  // (max_batch_size, num_outputs)
+  DeviceBuffer scratch_;
+  std::unique_ptr<CudaBackend> backend_;
+  std::unique_ptr<CudaDataOps> data_ops_;
+  std::optional<Workspace> workspace_;
+  void* staging_input_ = nullptr;   // pinned, max_batch_size rows
+  void* staging_output_ = nullptr;  // pinned, max_batch_size rows
+  std::map<int64_t, CudaGraph> graphs_;
+};
+
+absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
+    std::shared_ptr<const Forecaster> model, std::shared_ptr<const DeviceBuffer> weights,
+    CudaAllocator* allocator, const Options& options) {
+  const Forecaster& m = *model;
+  const int64_t B = options.max_batch_size;
+  const int64_t in_floats = int64_t{m.lookback()} * m.num_features();
+  const int64_t out_floats = m.num_outputs();
+  std::unique_ptr<CudaModelInstance> instance(
+      new CudaModelInstance(std::move(model), std::move(weights), B));
+  CudaModelInstance& s = *instance;
+
+  StreamPool::Options pool_options;
+  pool_options.device = allocator->device();
+  pool_options.streams_per_gpu = 1;
+  pool_options.workspace_bytes = options.workspace_bytes;
+  pool_options.staging_bytes = B * std::max(in_floats, out_floats) * int64_t{sizeof(float)};
+  ASSIGN_OR_RETURN(s.pool_, StreamPool::Create(pool_options, allocator));
+  s.lease_.emplace(s.pool_->Lease());
+  ASSIGN_OR_RETURN(s.staging_input_, s.lease_->HostStaging(StreamLease::Staging::kInput,
+                                                           B * in_floats * int64_t{sizeof(float)}));
+  ASSIGN_OR_RETURN(s.staging_output_,
+                   s.lease_->HostStaging(StreamLease::Staging::kOutput,
+                                         B * out_floats * int64_t{sizeof(float)}));
+
+  ASSIGN_OR_RETURN(s.input_, allocator->Allocate(B * in_floats * int64_t{sizeof(float)}));
+  ASSIGN_OR_RETURN(s.output_, allocator->Allocate(B * out_floats * int64_t{sizeof(float)}));
+  const int64_t workspace_floats = m.WorkspaceFloats(B);
+  ASSIGN_OR_RETURN(s.scratch_, allocator->Allocate(workspace_floats * int64_t{sizeof(float)}));
+  s.workspace_.emplace(s.scratch_.as<float>(), workspace_floats);
+
+  CudaBackend::Options backend_options;
+  backend_options.allow_tf32 = options.allow_tf32;
+  ASSIGN_OR_RETURN(s.backend_,
+                   CudaBackend::Create(s.lease_->context(), allocator, backend_options));
+  s.data_ops_ = std::make_unique<CudaDataOps>(s.lease_->stream());
+
+  // Every row of the input starts as a neutral window, so rows a padded batch computes but
+  // never returns hold finite values from the start (later, earlier batches' windows).
+  const ScopedCudaDevice scoped(allocator->device());
+  RETURN_IF_ERROR(scoped.status());
+  const std::vector<float> neutral = m.NeutralWindows(B);
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(s.input_.data(), neutral.data(), neutral.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+
+  // One eager pass at every size first, largest first, so the backend's scratch and cuDNN
+  // plans exist at their final addresses before any graph records them.
+  std::vector<int64_t> sizes = options.graph_batch_sizes;
+  std::sort(sizes.rbegin(), sizes.rend());
+  for (const int64_t rows : sizes) RETURN_IF_ERROR(s.QueueForward(rows));
+  RETURN_IF_ERROR(s.lease_->Synchronize());
+  for (const int64_t rows : sizes) {
+    absl::StatusOr<CudaGraph> graph =
+        CudaGraph::Capture(s.lease_->stream(), [&s, rows]() { return s.QueueForward(rows); });
+    if (!graph.ok()) {
+      // Eager calls still serve this size: slower, never wrong.
+      spdlog::warn("model '{}': no CUDA graph at batch size {}, running it eagerly: {}",
+                   m.config().name(), rows, graph.status().ToString());
+      continue;
+    }
+    s.graphs_.emplace(rows, *std::move(graph));
+  }
+  return instance;
+}
+
+absl::Status CudaModelInstance::QueueForward(int64_t rows) {
+  const ForwardPlacement placement{weights_->as<const float>(), data_ops_.get()};
+  return model_->Forward(*backend_, output_.as<float>(), input_.as<const float>(), rows,
+                         *workspace_, placement);
+}
+
+absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* output) {
+  if (rows < 1 || rows > max_batch_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", rows, " rows; this instance takes 1 to ", max_batch_size_));
+  }
+  const int64_t in_bytes =
+      rows * model_->lookback() * model_->num_features() * int64_t{sizeof(float)};
+  const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
+  const cudaStream_t stream = lease_->stream();
+  const ScopedCudaDevice scoped(lease_->device());
+  RETURN_IF_ERROR(scoped.status());
+
+  std::memcpy(staging_input_, input, static_cast<size_t>(in_bytes));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.data(), staging_input_, static_cast<size_t>(in_bytes),
+                                       cudaMemcpyHostToDevice, stream));
+  const auto graph = graphs_.lower_bound(rows);
+  if (graph != graphs_.end()) {
+    RETURN_IF_ERROR(graph->second.Launch(stream));
+  } else {
+    RETURN_IF_ERROR(QueueForward(rows));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, output_.data(),
+                                       static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
+                                       stream));
+  RETURN_IF_ERROR(lease_->Synchronize());
+  std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> CudaExecutionDevice::Create(
+    const Options& options) {
+  if (options.instances_per_model < 1) {
+    return absl::InvalidArgumentError("CudaExecutionDevice: instances_per_model must be >= 1");
+  }
+  if (options.workspace_bytes_per_instance < 0 || options.memory_limit_bytes < 0) {
+    return absl::InvalidArgumentError("CudaExecutionDevice: negative byte count");
+  }
+  CudaAllocator::Options allocator_options;
+  allocator_options.device = options.device;
+  allocator_options.limit_bytes = options.memory_limit_bytes;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator,
+                   CudaAllocator::Create(allocator_options));
+  DeviceScheduler::Options scheduler_options;
+  scheduler_options.num_workers = options.instances_per_model;
+  const int device = options.device;
+  scheduler_options.on_worker_start = [device](int worker) {
+    if (const cudaError_t error = cudaSetDevice(device); error != cudaSuccess) {
+      spdlog::error("cuda:{} worker {}: cudaSetDevice failed: {}", device, worker,
+                    cudaGetErrorString(error));
+    }
+  };
+  ASSIGN_OR_RETURN(std::unique_ptr<DeviceScheduler> scheduler,
+                   DeviceScheduler::Create(scheduler_options));
+  return std::unique_ptr<CudaExecutionDevice>(
+      new CudaExecutionDevice(options, std::move(allocator), std::move(scheduler)));
+}
+
+CudaExecutionDevice::CudaExecutionDevice(const Options& options,
+                                         std::unique_ptr<CudaAllocator> allocator,
+                                         std::unique_ptr<DeviceScheduler> scheduler)
+    : options_(options),
+      id_(absl::StrCat("cuda:", options.device)),
+      allocator_(std::move(allocator)),
+      scheduler_(std::move(scheduler)) {}
+
+CudaExecutionDevice::~CudaExecutionDevice() { scheduler_->Shutdown(); }
+
+absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice::CreateInstances(
+    std::shared_ptr<const Forecaster> model, const InstanceOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateInstances: no model");
+  if (options.max_batch_size < 1) {
+    return absl::InvalidArgumentError("CreateInstances: max_batch_size must be >= 1");
+  }
+  const ScopedCudaDevice scoped(options_.device);
+  RETURN_IF_ERROR(scoped.status());
+  const ParameterArena& arena = model->parameters();
+  ASSIGN_OR_RETURN(DeviceBuffer weights,
+                   allocator_->Allocate(arena.size() * int64_t{sizeof(float)}));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(weights.data(), arena.data(), arena.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+  const auto shared_weights = std::make_shared<const DeviceBuffer>(std::move(weights));
+
+  CudaModelInstance::Options instance_options;
+  instance_options.max_batch_size = options.max_batch_size;
+  if (options_.use_graphs) instance_options.graph_batch_sizes = FixedBatchSizes(options);
+  instance_options.allow_tf32 = options_.allow_tf32;
+  instance_options.workspace_bytes = options_.workspace_bytes_per_instance;
+  std::vector<std::unique_ptr<ModelInstance>> instances;
+  for (int i = 0; i < options_.instances_per_model; ++i) {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<CudaModelInstance> instance,
+        CudaModelInstance::Create(model, shared_weights, allocator_.get(), instance_options));
+    instances.push_back(std::move(instance));
+  }
+  spdlog::info("model '{}' on {}: {} instances, CUDA graphs at batch sizes [{}]",
+               model->config().name(), id_, instances.size(),
+               absl::StrJoin(instance_options.graph_batch_sizes, ", "));
+  return instances;
+}
+
+}  // namespace forecastd

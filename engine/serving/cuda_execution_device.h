@@ -1,0 +1,74 @@
+// One GPU as a serving device: its caching allocator, a DeviceScheduler whose workers (one
+// per instance slot, each thread bound to the GPU) run the batches, and the factory of CUDA
+// model instances. A version's weights are uploaded once per GPU and shared by its instances.
+// Each instance owns a stream (with its cuBLAS and cuDNN handles, workspace and pinned staging
+// buffers), a CudaBackend on it, device buffers for max_batch_size rows and, unless graphs are
+// off, one CUDA graph of the whole forward pass per size of FixedBatchSizes(): a batch of r
+// rows is copied in through the pinned buffer, runs the graph of the smallest captured size
+// >= r (the padding rows hold earlier, finite windows and are never copied out), and its r
+// forecasts come back the same way. After an instance is made, its batches allocate no
+// device memory. Built with CUDA only. Thread-safe.
+#ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
+#define FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/cuda/cuda_allocator.h"
+#include "engine/serving/device_scheduler.h"
+#include "engine/serving/model_instance.h"
+
+namespace forecastd {
+
+class CudaExecutionDevice final : public ExecutionDevice {
+ public:
+  struct Options {
+    // The CUDA ordinal.
+    int device = 0;
+    // Instances of every version on this GPU, and so the scheduler's workers: batches of one
+    // model that run at once. Two let one batch's copies overlap another's kernels. >= 1.
+    int instances_per_model = 2;
+    // Capture a CUDA graph per batch size at load; false: every batch runs the forward pass
+    // eagerly at its own size (no padding).
+    bool use_graphs = true;
+    // Let GEMMs and recurrent layers round fp32 to TF32 on tensor cores (CudaBackend's
+    // allow_tf32); off: fp32 within a few ulp of the reference.
+    bool allow_tf32 = false;
+    // Device workspace of each instance's stream (cuBLAS's and cuDNN's). >= 0.
+    int64_t workspace_bytes_per_instance = int64_t{32} << 20;
+    // Bytes the GPU's allocator may hold (CudaAllocator::Options::limit_bytes); 0: no limit.
+    int64_t memory_limit_bytes = 0;
+  };
+
+  // INVALID_ARGUMENT for bad options; the CUDA error when the GPU cannot be used.
+  static absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> Create(const Options& options);
+  // Shuts the scheduler down (running batches finish). Every instance must be gone before.
+  ~CudaExecutionDevice() override;
+
+  const std::string& id() const override { return id_; }
+  DeviceScheduler& scheduler() override { return *scheduler_; }
+  // Uploads the weights once, then makes the instances (streams, buffers, warm-up at every
+  // batch size, graph capture). RESOURCE_EXHAUSTED when the GPU's memory runs out.
+  absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CreateInstances(
+      std::shared_ptr<const Forecaster> model, const InstanceOptions& options) override;
+
+  // For tests and metrics: the GPU's allocator.
+  const CudaAllocator& allocator() const { return *allocator_; }
+
+ private:
+  CudaExecutionDevice(const Options& options, std::unique_ptr<CudaAllocator> allocator,
+                      std::unique_ptr<DeviceScheduler> scheduler);
+
+  // Constant after construction; the scheduler is declared last, so destroyed first.
+  const Options options_;
+  const std::string id_;
+  const std::unique_ptr<CudaAllocator> allocator_;
+  const std::unique_ptr<DeviceScheduler> scheduler_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_

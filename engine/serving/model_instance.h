@@ -1,0 +1,90 @@
+// Where a loaded model version runs. A ModelInstance is one replica of one version on one
+// device: it turns a batch of raw host windows into raw host forecasts, with whatever memory,
+// streams and captured graphs that device needs. An ExecutionDevice is a device the registry
+// serves on: its DeviceScheduler (one worker per instance slot) and the factory that makes a
+// version's instances, one per worker, so that the batch running on worker w uses instance w.
+// The CPU's device is CpuExecutionDevice (below); a GPU's is CudaExecutionDevice
+// (engine/serving/cuda_execution_device.h, CUDA builds only).
+// Thread-safety: an instance is thread-compatible (its worker runs one batch at a time); an
+// ExecutionDevice is thread-safe.
+#ifndef FORECASTD_ENGINE_SERVING_MODEL_INSTANCE_H_
+#define FORECASTD_ENGINE_SERVING_MODEL_INSTANCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/models/forecaster.h"
+#include "engine/serving/device_scheduler.h"
+
+namespace forecastd {
+
+class ModelInstance {
+ public:
+  virtual ~ModelInstance() = default;
+  // output (rows, num_outputs()) raw forecasts from input (rows, T * F) raw windows, both host
+  // memory; rows in [1, the max_batch_size the instance was made for] (INVALID_ARGUMENT
+  // otherwise). Returns once output is written.
+  virtual absl::Status Run(const float* input, int64_t rows, float* output) = 0;
+  // The batch size the device actually computes for `rows` rows: rows itself, or the captured
+  // size a GPU instance pads it to.
+  virtual int64_t ComputedRows(int64_t rows) const { return rows; }
+};
+
+class ExecutionDevice {
+ public:
+  struct InstanceOptions {
+    // Rows in one batch at most, >= 1.
+    int64_t max_batch_size = 1;
+    // The batcher's preferred batch sizes, each in [1, max_batch_size]; a device that
+    // computes fixed batch sizes (captured CUDA graphs) includes them among its sizes.
+    std::vector<int64_t> preferred_batch_sizes;
+  };
+
+  virtual ~ExecutionDevice() = default;
+  // "cpu" or "cuda:<index>", as `--devices` and a config's instances.devices spell it.
+  virtual const std::string& id() const = 0;
+  // Runs the batches of every version on this device. Lives as long as the device.
+  virtual DeviceScheduler& scheduler() = 0;
+  // scheduler().num_workers() instances of `model` (instances[w] for worker w), ready to run
+  // batches of up to options.max_batch_size rows. The instances keep `model` alive and must
+  // be destroyed before the device. RESOURCE_EXHAUSTED when the device's memory cannot hold
+  // them; INVALID_ARGUMENT for bad options.
+  virtual absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CreateInstances(
+      std::shared_ptr<const Forecaster> model, const InstanceOptions& options) = 0;
+};
+
+// The batch sizes a device that computes fixed sizes (captured CUDA graphs) prepares for
+// `options`: the powers of two below max_batch_size, the preferred sizes and max_batch_size,
+// ascending, each once. A batch of r rows then runs at the smallest of them >= r: fewer than
+// 2r rows.
+std::vector<int64_t> FixedBatchSizes(const ExecutionDevice::InstanceOptions& options);
+
+// The CPU: every instance runs Forecaster::Forward on host memory with one shared Backend and
+// a Workspace of its own.
+class CpuExecutionDevice final : public ExecutionDevice {
+ public:
+  // `backend` and `scheduler` are not owned and must outlive the device. `instances` per
+  // version: 0 means scheduler->num_workers(); otherwise at least that many (a caller that
+  // hands workers out itself may want more).
+  CpuExecutionDevice(Backend* backend, DeviceScheduler* scheduler, int instances = 0);
+
+  const std::string& id() const override { return id_; }
+  DeviceScheduler& scheduler() override { return *scheduler_; }
+  absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CreateInstances(
+      std::shared_ptr<const Forecaster> model, const InstanceOptions& options) override;
+
+ private:
+  const std::string id_ = "cpu";
+  Backend* const backend_;
+  DeviceScheduler* const scheduler_;
+  const int instances_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_MODEL_INSTANCE_H_
