@@ -20,6 +20,9 @@ enum class Op {
   kLinear,
   kLstmLayer,
   kGruLayer,
+  // A stack of recurrent layers as one primitive (RecurrentStack); without it the stack runs
+  // as LstmLayer / GruLayer calls, one per layer.
+  kRecurrentStack,
   kLayerNorm,
   kGelu,
   kRelu,
@@ -45,6 +48,8 @@ using ref::RecurrentDims;
 using ref::RecurrentDirectionGrads;
 using ref::RecurrentDirectionWeights;
 
+enum class RecurrentCell { kLstm, kGru };
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -65,6 +70,16 @@ class Backend {
   virtual absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
                                 const RecurrentDirectionWeights* weights,
                                 const RecurrentDims& dims) = 0;
+  // The inference forward of `num_layers` (>= 1) stacked LSTM or GRU layers with zero initial
+  // states, as nn.LSTM / nn.GRU with num_layers in eval mode: out (B, T, ND*H) is the top
+  // layer's output. weights[l * ND + d] holds layer l's direction d; layer 0 reads dims.I
+  // features, the others ND*H. `scratch` (B, T, ND*H) may hold the layers in between; it may
+  // be nullptr when num_layers is 1. The default runs LstmLayer / GruLayer once per layer; a
+  // backend that SupportsOp(kRecurrentStack) runs the stack as one primitive (cuDNN then
+  // overlaps consecutive layers' time steps).
+  virtual absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch,
+                                      const float* inp, const RecurrentDirectionWeights* weights,
+                                      const RecurrentDims& dims, int num_layers);
 
   // out (N, C) = LayerNorm(inp (N, C)) * gamma + beta; mean/rstd (N) or nullptr.
   virtual absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp,

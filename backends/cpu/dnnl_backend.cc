@@ -173,6 +173,7 @@ bool DnnlBackend::SupportsOp(Op op) const {
     case Op::kSoftmaxBackward:
     case Op::kAttentionBackward:
       return true;
+    case Op::kRecurrentStack:              // layer by layer, each on its oneDNN primitive
     case Op::kPositionalEncoding:          // a table add; the reference is already memory-bound
     case Op::kAttentionLastQueryBackward:  // B * NH rows of T: the reference loops serve
       return false;

@@ -215,7 +215,8 @@ absl::Status CudaBackend::LstmLayer(float* out, float* h_n, float* c_n, const fl
                                     const RecurrentDirectionWeights* weights,
                                     const RecurrentDims& dims) {
   return Run([&] {
-    return RecurrentForwardLocked(Cell::kLstm, out, h_n, c_n, inp, h_0, c_0, weights, dims);
+    return RecurrentForwardLocked(RecurrentCell::kLstm, out, h_n, c_n, inp, h_0, c_0, weights, dims,
+                                  /*num_layers=*/1);
   });
 }
 
@@ -223,8 +224,21 @@ absl::Status CudaBackend::GruLayer(float* out, float* h_n, const float* inp, con
                                    const RecurrentDirectionWeights* weights,
                                    const RecurrentDims& dims) {
   return Run([&] {
-    return RecurrentForwardLocked(Cell::kGru, out, h_n, /*c_n=*/nullptr, inp, h_0,
-                                  /*c_0=*/nullptr, weights, dims);
+    return RecurrentForwardLocked(RecurrentCell::kGru, out, h_n, /*c_n=*/nullptr, inp, h_0,
+                                  /*c_0=*/nullptr, weights, dims, /*num_layers=*/1);
+  });
+}
+
+absl::Status CudaBackend::RecurrentStack(RecurrentCell cell, float* out, float* /*scratch*/,
+                                         const float* inp, const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims, int num_layers) {
+  if (num_layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStack: num_layers is ", num_layers, "; it must be >= 1"));
+  }
+  return Run([&] {
+    return RecurrentForwardLocked(cell, out, /*h_n=*/nullptr, /*c_n=*/nullptr, inp,
+                                  /*h_0=*/nullptr, /*c_0=*/nullptr, weights, dims, num_layers);
   });
 }
 
@@ -234,7 +248,8 @@ absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectio
                                             const RecurrentDirectionWeights* weights,
                                             const RecurrentDims& dims) {
   return Run([&] {
-    return RecurrentBackwardLocked(Cell::kLstm, dinp, dweights, dout, inp, h_0, c_0, weights, dims);
+    return RecurrentBackwardLocked(RecurrentCell::kLstm, dinp, dweights, dout, inp, h_0, c_0,
+                                   weights, dims);
   });
 }
 
@@ -243,8 +258,8 @@ absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirection
                                            const RecurrentDirectionWeights* weights,
                                            const RecurrentDims& dims) {
   return Run([&] {
-    return RecurrentBackwardLocked(Cell::kGru, dinp, dweights, dout, inp, h_0, /*c_0=*/nullptr,
-                                   weights, dims);
+    return RecurrentBackwardLocked(RecurrentCell::kGru, dinp, dweights, dout, inp, h_0,
+                                   /*c_0=*/nullptr, weights, dims);
   });
 }
 

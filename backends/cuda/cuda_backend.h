@@ -83,6 +83,11 @@ class CudaBackend final : public Backend {
   absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
                         const RecurrentDirectionWeights* weights,
                         const RecurrentDims& dims) override;
+  // One cudnnRNNForward over all the layers (numLayers = num_layers), which pipelines them:
+  // layer l + 1 starts on a time step as soon as layer l has finished it. scratch is unused.
+  absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch, const float* inp,
+                              const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
+                              int num_layers) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                          const float* beta, int64_t N, int64_t C, float eps) override;
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
@@ -133,7 +138,6 @@ class CudaBackend final : public Backend {
   Stats stats() const;
 
  private:
-  enum class Cell { kLstm, kGru };
   // The backend's scratch buffers; several are live within one recurrent call.
   enum Scratch : int {
     kWeightSpace,   // cuDNN's packed weights
@@ -145,8 +149,8 @@ class CudaBackend final : public Backend {
     kScratchCount,
   };
   struct RnnPlan;  // cuda_recurrent.cc
-  // cell, B, T, I, H, ND
-  using RnnKey = std::array<int64_t, 6>;
+  // cell, B, T, I, H, ND, layers
+  using RnnKey = std::array<int64_t, 7>;
 
   CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
               CudaAllocator* allocator, const Options& options);
@@ -163,19 +167,24 @@ class CudaBackend final : public Backend {
   absl::StatusOr<void*> WorkspaceLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // cuda_recurrent.cc.
-  absl::Status RecurrentForwardLocked(Cell cell, float* out, float* h_n, float* c_n,
+  // `num_layers` stacked layers (weights[l * ND + d]); h_0, c_0, h_n and c_n are then
+  // (num_layers * ND, B, H).
+  absl::Status RecurrentForwardLocked(RecurrentCell cell, float* out, float* h_n, float* c_n,
                                       const float* inp, const float* h_0, const float* c_0,
                                       const RecurrentDirectionWeights* weights,
-                                      const RecurrentDims& dims) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status RecurrentBackwardLocked(Cell cell, float* dinp,
+                                      const RecurrentDims& dims, int num_layers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RecurrentBackwardLocked(RecurrentCell cell, float* dinp,
                                        const RecurrentDirectionGrads* dweights, const float* dout,
                                        const float* inp, const float* h_0, const float* c_0,
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<RnnPlan*> PlanLocked(Cell cell, const RecurrentDims& dims)
+  absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(Cell cell, const RecurrentDims& dims)
+  absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(RecurrentCell cell,
+                                                           const RecurrentDims& dims,
+                                                           int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
   // weight gradients out to the caller's buffers.

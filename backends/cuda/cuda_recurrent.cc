@@ -1,11 +1,13 @@
 // CudaBackend's LSTM and GRU layers on cuDNN's RNN API (cuDNN 9: cudnnRNNForward,
-// cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8), one layer per call as the Backend
-// interface has it.
+// cudnnRNNBackwardData_v8, cudnnRNNBackwardWeights_v8): one layer per call for LstmLayer /
+// GruLayer and the backward passes, and a whole stack of layers in one call for
+// RecurrentStack (inference).
 //
 // How PyTorch's parameters map onto cuDNN's (cudnnGetRNNWeightParams, cuDNN API reference, and
 // PyTorch's own aten/src/ATen/native/cudnn/RNN.cpp, which hands nn.LSTM / nn.GRU weights to
 // cuDNN by exactly this mapping):
-//   pseudoLayer = direction (one layer: 0 forward, 1 reverse with CUDNN_BIDIRECTIONAL)
+//   pseudoLayer = layer * ND + direction (direction 0 forward, 1 reverse with
+//                 CUDNN_BIDIRECTIONAL); layer 0's input width is I, the others' ND*H
 //   linLayerID g in [0, G)      the input-side matrix W_g (H x I, row-major) and bias b_W_g:
 //                               rows [g*H, (g+1)*H) of weight_ih, entries of bias_ih
 //   linLayerID G + g            the recurrent matrix R_g (H x H) and bias b_R_g: rows of
@@ -132,20 +134,22 @@ struct CudaBackend::RnnPlan {
   DropoutDescriptor dropout;
   RnnDescriptor rnn;
   RnnDataDescriptor x, y;  // (B, T, I) and (B, T, ND*H), batch-major, every sequence T long
-  TensorDescriptor h;      // (ND, B, H): h_0, h_n, and (same shape) c_0, c_n
+  TensorDescriptor h;      // (L*ND, B, H): h_0, h_n, and (same shape) c_0, c_n
   int64_t weight_space_bytes = 0;
   int64_t inference_work_bytes = 0;
   int64_t training_work_bytes = 0;
   int64_t reserve_bytes = 0;
   DeviceBuffer seq_lengths;  // int32 (B), all T, on the device: cuDNN reads it asynchronously
-  // runs[d][param]: where direction d's tensors sit in the weight space.
+  // runs[l * ND + d][param]: where layer l's direction d tensors sit in the weight space.
   std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
   uint64_t last_use = 0;
 };
 
-absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(Cell cell,
-                                                              const RecurrentDims& dims) {
-  const RnnKey key = {static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND};
+absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell,
+                                                              const RecurrentDims& dims,
+                                                              int num_layers) {
+  const RnnKey key = {
+      static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND, num_layers};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (static_cast<int>(plans_.size()) >= options_.rnn_plan_capacity) {
@@ -156,7 +160,7 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(Cell cell,
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
       plans_.erase(oldest);
     }
-    ASSIGN_OR_RETURN(std::shared_ptr<RnnPlan> plan, BuildPlanLocked(cell, dims));
+    ASSIGN_OR_RETURN(std::shared_ptr<RnnPlan> plan, BuildPlanLocked(cell, dims, num_layers));
     ++stats_.rnn_plans_built;
     it = plans_.emplace(key, std::move(plan)).first;
   }
@@ -165,14 +169,15 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(Cell cell,
 }
 
 absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLocked(
-    Cell cell, const RecurrentDims& dims) {
+    RecurrentCell cell, const RecurrentDims& dims, int num_layers) {
   const auto [B, T, I, H, ND] = dims;
-  const int64_t G = cell == Cell::kLstm ? 4 : 3;
+  const int64_t L = num_layers;
+  const int64_t G = cell == RecurrentCell::kLstm ? 4 : 3;
   const cudnnHandle_t handle = context_.cudnn;
   auto plan = std::make_shared<RnnPlan>();
 
-  // A single layer applies no dropout, but cuDNN wants a descriptor; with dropout 0 it needs
-  // no RNG states (PyTorch sets its no-dropout descriptor up the same way).
+  // Inference and single layers apply no dropout, but cuDNN wants a descriptor; with dropout 0
+  // it needs no RNG states (PyTorch sets its no-dropout descriptor up the same way).
   cudnnDropoutDescriptor_t dropout = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnCreateDropoutDescriptor(&dropout));
   plan->dropout.reset(dropout);
@@ -187,10 +192,11 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   // Ampere and later.
   const cudnnMathType_t math = options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
-      rnn, CUDNN_RNN_ALGO_STANDARD, cell == Cell::kLstm ? CUDNN_LSTM : CUDNN_GRU,
+      rnn, CUDNN_RNN_ALGO_STANDARD, cell == RecurrentCell::kLstm ? CUDNN_LSTM : CUDNN_GRU,
       CUDNN_RNN_DOUBLE_BIAS, ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
       CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I),
-      static_cast<int32_t>(H), /*projSize=*/static_cast<int32_t>(H), /*numLayers=*/1, dropout,
+      static_cast<int32_t>(H), /*projSize=*/static_cast<int32_t>(H), static_cast<int32_t>(L),
+      dropout,
       // The unpacked (padded) batch-major layout is accepted only with padded I/O enabled. One
       // row in batch-major order is already time-major and packed, the layout cuDNN runs
       // without padding support (measurably less work per call).
@@ -214,7 +220,7 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   cudnnTensorDescriptor_t h = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&h));
   plan->h.reset(h);
-  const int h_dims[3] = {static_cast<int>(ND), static_cast<int>(B), static_cast<int>(H)};
+  const int h_dims[3] = {static_cast<int>(L * ND), static_cast<int>(B), static_cast<int>(H)};
   const int h_strides[3] = {static_cast<int>(B * H), static_cast<int>(H), 1};
   CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(h, CUDNN_DATA_FLOAT, 3, h_dims, h_strides));
 
@@ -238,19 +244,19 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&b_desc));
   const TensorDescriptor b_owner(b_desc);
   const char* base = static_cast<const char*>(space);
-  plan->runs.resize(ND);
-  for (int64_t d = 0; d < ND; ++d) {
+  plan->runs.resize(L * ND);
+  for (int64_t pseudo = 0; pseudo < L * ND; ++pseudo) {
     for (int64_t id = 0; id < 2 * G; ++id) {
       const bool recurrent = id >= G;
       const int64_t g = recurrent ? id - G : id;
-      const int64_t cols = recurrent ? H : I;
+      const int64_t cols = recurrent ? H : (pseudo < ND ? I : ND * H);
       void* m_addr = nullptr;
       void* b_addr = nullptr;
-      CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightParams(handle, rnn, static_cast<int32_t>(d),
+      CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightParams(handle, rnn, static_cast<int32_t>(pseudo),
                                                     weight_space, space, static_cast<int32_t>(id),
                                                     m_desc, &m_addr, b_desc, &b_addr));
-      const std::string what =
-          absl::StrCat("direction ", d, " linLayerID ", id, recurrent ? " (recurrent)" : "");
+      const std::string what = absl::StrCat("layer ", pseudo / ND, " direction ", pseudo % ND,
+                                            " linLayerID ", id, recurrent ? " (recurrent)" : "");
       if (m_addr == nullptr || b_addr == nullptr) {
         return absl::InternalError(absl::StrCat("cuDNN reports no ", what, " matrix or bias"));
       }
@@ -280,7 +286,7 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
         }
         runs.push_back({space_offset, tensor_offset, count});
       };
-      auto& runs = plan->runs[d];
+      auto& runs = plan->runs[pseudo];
       add(runs[recurrent ? kWHh : kWIh], m_offset / kFloatBytes, g * H * cols, m_count);
       add(runs[recurrent ? kBHh : kBIh], b_offset / kFloatBytes, g * H, b_count);
     }
@@ -340,24 +346,26 @@ absl::Status CudaBackend::CopyGradientsOutLocked(const RnnPlan& plan, const floa
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::RecurrentForwardLocked(Cell cell, float* out, float* h_n, float* c_n,
-                                                 const float* inp, const float* h_0,
+absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out, float* h_n,
+                                                 float* c_n, const float* inp, const float* h_0,
                                                  const float* c_0,
                                                  const RecurrentDirectionWeights* weights,
-                                                 const RecurrentDims& dims) {
-  RETURN_IF_ERROR(CheckDims(dims, cell == Cell::kLstm ? "LstmLayer" : "GruLayer"));
+                                                 const RecurrentDims& dims, int num_layers) {
+  RETURN_IF_ERROR(CheckDims(dims, num_layers > 1                 ? "RecurrentStack"
+                                  : cell == RecurrentCell::kLstm ? "LstmLayer"
+                                                                 : "GruLayer"));
   const auto [B, T, I, H, ND] = dims;
   if (B == 0) return absl::OkStatus();
   const cudaStream_t stream = context_.stream;
   if (T == 0) {  // no steps: the final states are the initial ones
-    const int64_t n = ND * B * H;
+    const int64_t n = num_layers * ND * B * H;
     for (const auto& [dst, src] : {std::pair{h_n, h_0}, std::pair{c_n, c_0}}) {
       if (dst == nullptr) continue;
       RETURN_IF_ERROR(src != nullptr ? Copy(dst, src, n, stream) : Zero(dst, n, stream));
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
@@ -366,20 +374,20 @@ absl::Status CudaBackend::RecurrentForwardLocked(Cell cell, float* out, float* h
   CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
       plan->x.get(), inp, plan->y.get(), out, plan->h.get(), h_0, h_n, plan->h.get(),
-      cell == Cell::kLstm ? c_0 : nullptr, cell == Cell::kLstm ? c_n : nullptr,
+      cell == RecurrentCell::kLstm ? c_0 : nullptr, cell == RecurrentCell::kLstm ? c_n : nullptr,
       static_cast<size_t>(plan->weight_space_bytes), space,
       static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
       /*reserveSpace=*/nullptr));
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::RecurrentBackwardLocked(Cell cell, float* dinp,
+absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* dinp,
                                                   const RecurrentDirectionGrads* dweights,
                                                   const float* dout, const float* inp,
                                                   const float* h_0, const float* c_0,
                                                   const RecurrentDirectionWeights* weights,
                                                   const RecurrentDims& dims) {
-  const bool lstm = cell == Cell::kLstm;
+  const bool lstm = cell == RecurrentCell::kLstm;
   RETURN_IF_ERROR(CheckDims(dims, lstm ? "LstmLayerBackward" : "GruLayerBackward"));
   const auto [B, T, I, H, ND] = dims;
   const cudaStream_t stream = context_.stream;
@@ -395,7 +403,7 @@ absl::Status CudaBackend::RecurrentBackwardLocked(Cell cell, float* dinp,
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, /*num_layers=*/1));
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);

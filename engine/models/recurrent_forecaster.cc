@@ -78,14 +78,14 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
                                                       const float* xn, int64_t B,
                                                       Workspace& workspace) const {
   const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
-  float* layer_out[2] = {workspace.Alloc(B * T * ND * H), workspace.Alloc(B * T * ND * H)};
-  const float* layer_in = xn;
-  float* result = nullptr;
-  for (int l = 0; l < rnn_.num_layers(); ++l) {
-    result = layer_out[l % 2];
-    RETURN_IF_ERROR(RunLayer(backend, p, l, result, layer_in, B));
-    layer_in = result;
-  }
+  const int L = rnn_.num_layers();
+  float* result = workspace.Alloc(B * T * ND * H);
+  float* scratch = workspace.Alloc(B * T * ND * H);
+  std::vector<RecurrentDirectionWeights> weights(static_cast<size_t>(L * ND));
+  for (int l = 0; l < L; ++l) LayerWeights(p, l, weights.data() + l * ND);
+  const RecurrentDims dims{B, T, num_features(), H, ND};
+  RETURN_IF_ERROR(backend.RecurrentStack(is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru,
+                                         result, scratch, xn, weights.data(), dims, L));
   // The head reads the last time step of the top layer, both directions side by side.
   float* last = workspace.Alloc(B * ND * H);
   RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));

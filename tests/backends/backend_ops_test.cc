@@ -362,6 +362,72 @@ TEST_CASE("GruLayer matches the reference on every backend") {
   }
 }
 
+// RecurrentStack: L layers against the reference run layer by layer (layer l > 0 reads the
+// previous layer's ND*H outputs), zero initial states. A backend's native stack (cuDNN with
+// numLayers = L) and the default per-layer loop both meet the layers' tolerance.
+TEST_CASE("RecurrentStack matches the reference layers on every backend") {
+  // B, T, I, H, ND
+  const std::vector<RecurrentDims> shapes = {
+      {1, 7, 3, 5, 1}, {1, 6, 4, 8, 2}, {4, 5, 3, 6, 2}, {3, 9, 5, 12, 1}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const RecurrentDims& dims : shapes) {
+        for (const int L : {1, 2, 3}) {
+          const auto [B, T, I, H, ND] = dims;
+          std::mt19937 rng(static_cast<uint32_t>(7000 + L * 100 + B * 10 + H + ND));
+          std::vector<RecurrentWeightsHost> layers;
+          for (int l = 0; l < L; ++l) {
+            RecurrentDims layer_dims = dims;
+            if (l > 0) layer_dims.I = ND * H;
+            layers.emplace_back(rng, cell, layer_dims);
+          }
+          const std::vector<float> inp = Uniform(rng, B * T * I);
+          const int64_t out_n = B * T * ND * H;
+
+          std::vector<float> want(inp), next(out_n);
+          std::vector<RecurrentDirectionWeights> host_weights, dev_weights;
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          for (int l = 0; l < L; ++l) {
+            RecurrentDims layer_dims = dims;
+            if (l > 0) layer_dims.I = ND * H;
+            const std::vector<RecurrentDirectionWeights> h = layers[l].Host();
+            if (cell == Cell::kLstm) {
+              ref::LstmLayerForward(next.data(), nullptr, nullptr, want.data(), nullptr, nullptr,
+                                    h.data(), layer_dims);
+            } else {
+              ref::GruLayerForward(next.data(), nullptr, want.data(), nullptr, h.data(),
+                                   layer_dims);
+            }
+            want = next;
+            for (const RecurrentDirectionWeights& w : layers[l].Upload(*mem)) {
+              dev_weights.push_back(w);
+            }
+          }
+          float* out = mem->Output(out_n);
+          float* scratch = mem->Output(out_n);
+          const absl::Status status = backend->RecurrentStack(
+              cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, out, scratch,
+              mem->Upload(inp), dev_weights.data(), dims, L);
+          const std::string what = Describe(
+              under_test, cell == Cell::kLstm ? "RecurrentStack LSTM" : "RecurrentStack GRU",
+              DimsString(dims) + " L=" + std::to_string(L));
+          INFO(what << ": " << status.ToString());
+          REQUIRE(status.ok());
+          ExpectAllClose(what, mem->Download(out, out_n), want, kRecurrentAtol, kRecurrentRtol);
+        }
+      }
+    }
+    std::unique_ptr<TestMemory> mem = under_test.memory();
+    REQUIRE(backend
+                ->RecurrentStack(RecurrentCell::kLstm, mem->Output(8), nullptr,
+                                 mem->Upload(std::vector<float>(8, 0.5f)), nullptr,
+                                 RecurrentDims{1, 2, 4, 4, 1}, 0)
+                .code() == absl::StatusCode::kInvalidArgument);
+    RequireNoFallback(under_test, *backend, Op::kRecurrentStack);
+  }
+}
+
 // ------------------------------------------------------------------------------------------
 // LayerNorm. Mean and variance are fp32 sums of C <= 96 terms; with |x| <= 4 and rstd <= ~2
 // (C > 1) the output's error is a few 1e-7. The C = 1 row has zero variance, so rstd is
