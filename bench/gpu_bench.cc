@@ -65,6 +65,7 @@ struct Flags {
   int64_t iters = 100;
   int device = 0;
   bool tf32 = false;
+  std::string rnn_algo = "auto";
   bool no_graph = false;
   std::string output;
 };
@@ -164,6 +165,10 @@ absl::Status Bench(const Flags& flags) {
                    StreamPool::Create(pool_options, allocator.get()));
   CudaBackend::Options backend_options;
   backend_options.allow_tf32 = flags.tf32;
+  backend_options.rnn_algo = flags.rnn_algo == "standard" ? CudaBackend::Options::RnnAlgo::kStandard
+                             : flags.rnn_algo == "persist"
+                                 ? CudaBackend::Options::RnnAlgo::kPersistStatic
+                                 : CudaBackend::Options::RnnAlgo::kAuto;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                    CudaBackend::Create(pool->Lease(), allocator.get(), backend_options));
   const cudaStream_t stream = backend->stream();
@@ -281,6 +286,10 @@ int main(int argc, char** argv) {
   app.add_option("--device", flags.device, "CUDA device ordinal")->check(CLI::NonNegativeNumber);
   app.add_flag("--tf32", flags.tf32, "let GEMMs and RNNs round fp32 to TF32 (default: off)");
   app.add_flag("--no-graph", flags.no_graph, "time eager calls only");
+  app.add_option("--rnn-algo", flags.rnn_algo,
+                 "cuDNN RNN algorithm: auto (persistent where cuDNN takes the shape), standard, "
+                 "persist")
+      ->check(CLI::IsMember({"auto", "standard", "persist"}));
   app.add_option("--output", flags.output, "write the eager forecast here (safetensors)");
   try {
     app.parse(argc, argv);

@@ -45,6 +45,16 @@ class CudaBackend final : public Backend {
     // mantissa, ~1e-3 relative error, several times the throughput). Off: pedantic fp32 with
     // fp32 accumulation, within a few ulp of the reference.
     bool allow_tf32 = false;
+    // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto: the
+    // persistent kernel (CUDNN_RNN_ALGO_PERSIST_STATIC: one kernel keeps the recurrent weights
+    // on chip for all time steps) for batches of up to rnn_persist_max_batch rows where cuDNN
+    // accepts the shape, else the standard algorithm (a GEMM and an element-wise kernel per
+    // time step). Backward passes always use the standard one.
+    enum class RnnAlgo { kAuto, kStandard, kPersistStatic };
+    RnnAlgo rnn_algo = RnnAlgo::kAuto;
+    // On an H100, LSTM H=128/256, L=2, T=100: the persistent kernel takes 3.1x less time than
+    // the standard algorithm at one row, 1.6x at two, the same at four and ever more beyond.
+    int64_t rnn_persist_max_batch = 2;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.
@@ -149,8 +159,8 @@ class CudaBackend final : public Backend {
     kScratchCount,
   };
   struct RnnPlan;  // cuda_recurrent.cc
-  // cell, B, T, I, H, ND, layers
-  using RnnKey = std::array<int64_t, 7>;
+  // cell, B, T, I, H, ND, layers, inference-only
+  using RnnKey = std::array<int64_t, 8>;
 
   CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
               CudaAllocator* allocator, const Options& options);
@@ -180,11 +190,12 @@ class CudaBackend final : public Backend {
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
+  absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers,
+                                      bool inference) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(RecurrentCell cell,
                                                            const RecurrentDims& dims,
-                                                           int num_layers)
+                                                           int num_layers, cudnnRNNAlgo_t algo)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
   // weight gradients out to the caller's buffers.

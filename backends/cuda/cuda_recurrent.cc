@@ -142,14 +142,16 @@ struct CudaBackend::RnnPlan {
   DeviceBuffer seq_lengths;  // int32 (B), all T, on the device: cuDNN reads it asynchronously
   // runs[l * ND + d][param]: where layer l's direction d tensors sit in the weight space.
   std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
+  cudnnRNNAlgo_t algo = CUDNN_RNN_ALGO_STANDARD;
   uint64_t last_use = 0;
 };
 
 absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell,
                                                               const RecurrentDims& dims,
-                                                              int num_layers) {
+                                                              int num_layers, bool inference) {
   const RnnKey key = {
-      static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND, num_layers};
+      static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND, num_layers,
+      inference ? 1 : 0};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (static_cast<int>(plans_.size()) >= options_.rnn_plan_capacity) {
@@ -160,21 +162,33 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
       plans_.erase(oldest);
     }
-    ASSIGN_OR_RETURN(std::shared_ptr<RnnPlan> plan, BuildPlanLocked(cell, dims, num_layers));
+    // The persistent kernel is one thread block's loop over the time steps per batch row: it
+    // wins at one or two rows and loses beyond (measured on an H100, bench/RESULTS.md).
+    const bool persist = inference && options_.rnn_algo != Options::RnnAlgo::kStandard &&
+                         (options_.rnn_algo == Options::RnnAlgo::kPersistStatic ||
+                          dims.B <= options_.rnn_persist_max_batch);
+    absl::StatusOr<std::shared_ptr<RnnPlan>> plan = BuildPlanLocked(
+        cell, dims, num_layers, persist ? CUDNN_RNN_ALGO_PERSIST_STATIC : CUDNN_RNN_ALGO_STANDARD);
+    if (!plan.ok() && persist && options_.rnn_algo == Options::RnnAlgo::kAuto) {
+      // cuDNN's persistent kernel does not take every shape: the standard algorithm does.
+      plan = BuildPlanLocked(cell, dims, num_layers, CUDNN_RNN_ALGO_STANDARD);
+    }
+    RETURN_IF_ERROR(plan.status());
     ++stats_.rnn_plans_built;
-    it = plans_.emplace(key, std::move(plan)).first;
+    it = plans_.emplace(key, *std::move(plan)).first;
   }
   it->second->last_use = ++plan_clock_;
   return it->second.get();
 }
 
 absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLocked(
-    RecurrentCell cell, const RecurrentDims& dims, int num_layers) {
+    RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo) {
   const auto [B, T, I, H, ND] = dims;
   const int64_t L = num_layers;
   const int64_t G = cell == RecurrentCell::kLstm ? 4 : 3;
   const cudnnHandle_t handle = context_.cudnn;
   auto plan = std::make_shared<RnnPlan>();
+  plan->algo = algo;
 
   // Inference and single layers apply no dropout, but cuDNN wants a descriptor; with dropout 0
   // it needs no RNG states (PyTorch sets its no-dropout descriptor up the same way).
@@ -192,11 +206,10 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   // Ampere and later.
   const cudnnMathType_t math = options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
   CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
-      rnn, CUDNN_RNN_ALGO_STANDARD, cell == RecurrentCell::kLstm ? CUDNN_LSTM : CUDNN_GRU,
-      CUDNN_RNN_DOUBLE_BIAS, ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
-      CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT, CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I),
-      static_cast<int32_t>(H), /*projSize=*/static_cast<int32_t>(H), static_cast<int32_t>(L),
-      dropout,
+      rnn, algo, cell == RecurrentCell::kLstm ? CUDNN_LSTM : CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS,
+      ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,
+      CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I), static_cast<int32_t>(H),
+      /*projSize=*/static_cast<int32_t>(H), static_cast<int32_t>(L), dropout,
       // The unpacked (padded) batch-major layout is accepted only with padded I/O enabled. One
       // row in batch-major order is already time-major and packed, the layout cuDNN runs
       // without padding support (measurably less work per call).
@@ -365,7 +378,7 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/true));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
@@ -403,7 +416,7 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, /*num_layers=*/1));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, /*num_layers=*/1, /*inference=*/false));
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);
