@@ -165,10 +165,11 @@ absl::Status Bench(const Flags& flags) {
                    StreamPool::Create(pool_options, allocator.get()));
   CudaBackend::Options backend_options;
   backend_options.allow_tf32 = flags.tf32;
-  backend_options.rnn_algo = flags.rnn_algo == "standard" ? CudaBackend::Options::RnnAlgo::kStandard
-                             : flags.rnn_algo == "persist"
-                                 ? CudaBackend::Options::RnnAlgo::kPersistStatic
-                                 : CudaBackend::Options::RnnAlgo::kAuto;
+  backend_options.rnn_algo =
+      flags.rnn_algo == "standard"  ? CudaBackend::Options::RnnAlgo::kStandard
+      : flags.rnn_algo == "persist" ? CudaBackend::Options::RnnAlgo::kPersistStatic
+      : flags.rnn_algo == "small-h" ? CudaBackend::Options::RnnAlgo::kPersistStaticSmallH
+                                    : CudaBackend::Options::RnnAlgo::kAuto;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                    CudaBackend::Create(pool->Lease(), allocator.get(), backend_options));
   const cudaStream_t stream = backend->stream();
@@ -287,9 +288,8 @@ int main(int argc, char** argv) {
   app.add_flag("--tf32", flags.tf32, "let GEMMs and RNNs round fp32 to TF32 (default: off)");
   app.add_flag("--no-graph", flags.no_graph, "time eager calls only");
   app.add_option("--rnn-algo", flags.rnn_algo,
-                 "cuDNN RNN algorithm: auto (persistent where cuDNN takes the shape), standard, "
-                 "persist")
-      ->check(CLI::IsMember({"auto", "standard", "persist"}));
+                 "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")
+      ->check(CLI::IsMember({"auto", "standard", "persist", "small-h"}));
   app.add_option("--output", flags.output, "write the eager forecast here (safetensors)");
   try {
     app.parse(argc, argv);

@@ -45,12 +45,14 @@ class CudaBackend final : public Backend {
     // mantissa, ~1e-3 relative error, several times the throughput). Off: pedantic fp32 with
     // fp32 accumulation, within a few ulp of the reference.
     bool allow_tf32 = false;
-    // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto: the
-    // persistent kernel (CUDNN_RNN_ALGO_PERSIST_STATIC: one kernel keeps the recurrent weights
-    // on chip for all time steps) for batches of up to rnn_persist_max_batch rows where cuDNN
-    // accepts the shape, else the standard algorithm (a GEMM and an element-wise kernel per
-    // time step). Backward passes always use the standard one.
-    enum class RnnAlgo { kAuto, kStandard, kPersistStatic };
+    // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto, the
+    // first cuDNN accepts of: the persistent kernel (CUDNN_RNN_ALGO_PERSIST_STATIC: one kernel
+    // keeps the recurrent weights on chip for all time steps) for batches of up to
+    // rnn_persist_max_batch rows; its small-hidden-size variant
+    // (CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H) for H <= 192, any batch, as PyTorch chooses it;
+    // the standard algorithm (a GEMM and an element-wise kernel per time step). Backward passes
+    // always use the standard one.
+    enum class RnnAlgo { kAuto, kStandard, kPersistStatic, kPersistStaticSmallH };
     RnnAlgo rnn_algo = RnnAlgo::kAuto;
     // On an H100, LSTM H=128/256, L=2, T=100: the persistent kernel takes 3.1x less time than
     // the standard algorithm at one row, 1.6x at two, the same at four and ever more beyond.

@@ -162,16 +162,37 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
       CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(context_.stream));
       plans_.erase(oldest);
     }
-    // The persistent kernel is one thread block's loop over the time steps per batch row: it
-    // wins at one or two rows and loses beyond (measured on an H100, bench/RESULTS.md).
-    const bool persist = inference && options_.rnn_algo != Options::RnnAlgo::kStandard &&
-                         (options_.rnn_algo == Options::RnnAlgo::kPersistStatic ||
-                          dims.B <= options_.rnn_persist_max_batch);
-    absl::StatusOr<std::shared_ptr<RnnPlan>> plan = BuildPlanLocked(
-        cell, dims, num_layers, persist ? CUDNN_RNN_ALGO_PERSIST_STATIC : CUDNN_RNN_ALGO_STANDARD);
-    if (!plan.ok() && persist && options_.rnn_algo == Options::RnnAlgo::kAuto) {
-      // cuDNN's persistent kernel does not take every shape: the standard algorithm does.
-      plan = BuildPlanLocked(cell, dims, num_layers, CUDNN_RNN_ALGO_STANDARD);
+    // Candidates in order of preference; the first cuDNN accepts is kept. The persistent
+    // kernel's time grows with the rows (it wins at one or two, measured on an H100,
+    // bench/RESULTS.md); the small-H variant covers every batch size where it applies.
+    using Algo = Options::RnnAlgo;
+    std::vector<cudnnRNNAlgo_t> candidates;
+    if (inference) {
+      switch (options_.rnn_algo) {
+        case Algo::kAuto:
+          if (dims.B <= options_.rnn_persist_max_batch) {
+            candidates.push_back(CUDNN_RNN_ALGO_PERSIST_STATIC);
+          }
+          if (dims.H <= 192) candidates.push_back(CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H);
+          candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
+          break;
+        case Algo::kPersistStatic:
+          candidates.push_back(CUDNN_RNN_ALGO_PERSIST_STATIC);
+          break;
+        case Algo::kPersistStaticSmallH:
+          candidates.push_back(CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H);
+          break;
+        case Algo::kStandard:
+          candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
+          break;
+      }
+    } else {
+      candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
+    }
+    absl::StatusOr<std::shared_ptr<RnnPlan>> plan = absl::InternalError("no RNN algorithm");
+    for (const cudnnRNNAlgo_t algo : candidates) {
+      plan = BuildPlanLocked(cell, dims, num_layers, algo);
+      if (plan.ok()) break;
     }
     RETURN_IF_ERROR(plan.status());
     ++stats_.rnn_plans_built;
