@@ -13,7 +13,8 @@ namespace {
 // --- kernels
 
 // A straightforward design: one block per (batch, head, row), where a row is a query (forward,
-// and the dq half of the backward pass), a key (the dk/dv half), or the one last query. A row's
+// and the dq half of the backward pass), a key (the dk/dv half), or the one last query (the
+// forward of inference with head sizes 8-64 streams instead: AttentionInferenceKernel). A row's
 // scores or weights live in shared memory; dot products over the head size hs are split over
 // the lanes of a warp, one key per warp at a time; weighted sums over keys split the hs output
 // dimensions over threads (and the keys over groups of threads when hs is small). Every sum
@@ -161,6 +162,85 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
   WeightedRowSum(out + (b * T + t) * D + h * hs, p, qkv_b + 2 * D + h * hs, D3, S, hs, red);
+}
+
+// Inference (no weights saved, no dropout) for head sizes up to 64: one thread per query, a
+// block of kStreamQueries queries of one (b, h). The head's keys and values stream through
+// shared memory in chunks that every thread of the block reads (a broadcast), and each query
+// keeps its scaled q and its output in registers with the online softmax (running maximum and
+// sum, rescaled when the maximum grows), so a key is read from global memory once per block
+// instead of once per query. Sums over keys run in key order per query: reproducible.
+constexpr int kStreamQueries = 64;
+
+template <int HS>
+__global__ void __launch_bounds__(kStreamQueries)
+    AttentionInferenceKernel(float* out, const float* qkv, int T, int D, int NH, bool causal,
+                             float scale) {
+  constexpr int kChunk = 4096 / HS;  // keys per chunk: 16 KiB of keys and 16 KiB of values
+  __shared__ float keys[kChunk][HS];
+  __shared__ float values[kChunk][HS];
+  const int64_t bh = blockIdx.y;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int t = static_cast<int>(blockIdx.x) * kStreamQueries + static_cast<int>(threadIdx.x);
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const float* qkv_b = qkv + b * T * D3;
+  const bool active = t < T;
+
+  float q[HS], acc[HS];
+#pragma unroll
+  for (int c = 0; c < HS; ++c) {
+    q[c] = active ? qkv_b[t * D3 + h * HS + c] * scale : 0.0f;
+    acc[c] = 0.0f;
+  }
+  float running_max = -INFINITY, sum = 0.0f;
+  const int last_query = min(T, static_cast<int>(blockIdx.x + 1) * kStreamQueries) - 1;
+  const int seen = causal ? last_query + 1 : T;  // keys any query of the block sees
+  for (int s0 = 0; s0 < seen; s0 += kChunk) {
+    const int n = min(kChunk, seen - s0);
+    __syncthreads();  // the previous chunk is no longer read
+    for (int i = threadIdx.x; i < n * HS; i += kStreamQueries) {
+      const int s = i / HS, c = i % HS;
+      const float* row = qkv_b + (s0 + s) * D3 + h * HS + c;
+      keys[s][c] = row[D];
+      values[s][c] = row[2 * D];
+    }
+    __syncthreads();
+    if (!active) continue;
+    const int end = causal ? min(n, t - s0 + 1) : n;
+    for (int s = 0; s < end; ++s) {
+      float x = 0.0f;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) x = fmaf(q[c], keys[s][c], x);
+      if (x > running_max) {
+        const float rescale = expf(running_max - x);  // 0 for the first key
+        sum *= rescale;
+#pragma unroll
+        for (int c = 0; c < HS; ++c) acc[c] *= rescale;
+        running_max = x;
+      }
+      const float p = expf(x - running_max);
+      sum += p;
+#pragma unroll
+      for (int c = 0; c < HS; ++c) acc[c] = fmaf(p, values[s][c], acc[c]);
+    }
+  }
+  if (!active) return;
+  const float inv = 1.0f / sum;
+  float* out_row = out + (b * T + t) * D + h * HS;
+#pragma unroll
+  for (int c = 0; c < HS; ++c) out_row[c] = acc[c] * inv;
+}
+
+template <int HS>
+absl::Status LaunchAttentionInference(float* out, const float* qkv, int64_t B, int64_t T, int64_t D,
+                                      int64_t NH, bool causal, float scale, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((T + kStreamQueries - 1) / kStreamQueries),
+                  static_cast<unsigned>(B * NH));
+  AttentionInferenceKernel<HS><<<grid, kStreamQueries, 0, stream>>>(
+      out, qkv, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH), causal, scale);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
 }
 
 // The query half of the backward pass, one block per (b, h, t) as the forward:
@@ -409,6 +489,23 @@ absl::Status AttentionForward(float* out, float* att, const float* qkv, const fl
     return absl::InvalidArgumentError("AttentionForward: null pointer");
   }
   const int64_t hs = D / NH;
+  // Inference of the common head sizes streams keys and values through shared memory; the
+  // rest (weights saved for training, dropout, other head sizes) runs one block per query.
+  // grid.y holds B * NH, at most 65535.
+  if (att == nullptr && dropout_mask == nullptr && B * NH <= 65535) {
+    switch (hs) {
+      case 8:
+        return LaunchAttentionInference<8>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+      case 16:
+        return LaunchAttentionInference<16>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+      case 32:
+        return LaunchAttentionInference<32>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+      case 64:
+        return LaunchAttentionInference<64>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+      default:
+        break;
+    }
+  }
   const size_t smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
   RETURN_IF_ERROR(AllowSharedMemory(AttentionForwardKernel<float>, smem));
   AttentionForwardKernel<<<static_cast<unsigned>(B * NH * T), kThreads, smem, stream>>>(

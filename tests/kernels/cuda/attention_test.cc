@@ -101,16 +101,32 @@ TEST_CASE("Attention matches the reference at transformer size (B=2 NH=12 T=512 
   CheckAttention({2, 512, 768, 12, true, true});
 }
 
+// Without saved weights or dropout (inference), head sizes 8-64 take the streaming kernel (keys
+// and values in shared-memory chunks, online softmax); the rest the per-query one. Shapes cross
+// the 64-query blocks and the key chunks (4096 / hs keys), causal and not.
 TEST_CASE("AttentionForward without saved weights writes only out", "[gpu]") {
-  constexpr int64_t B = 2, T = 33, D = 48, NH = 4;
-  std::mt19937 rng(3);
-  const std::vector<float> qkv = RandomVector(rng, B * T * 3 * D);
-  std::vector<float> out(B * T * D);
-  ref::AttentionForward(out.data(), nullptr, qkv.data(), nullptr, B, T, D, NH, false);
-  DeviceArray d_qkv(qkv), d_out(NanVector(B * T * D));
-  REQUIRE_OK(cuda::AttentionForward(d_out.get(), nullptr, d_qkv.get(), nullptr, B, T, D, NH, false,
-                                    nullptr));
-  ExpectNear("out", d_out.Download(), out, {B, T, D}, kAtol, kRtol);
+  struct Shape {
+    int64_t B, T, D, NH;
+    bool causal;
+  };
+  for (const Shape c : std::vector<Shape>{{2, 33, 48, 4, false},     // hs = 12: per-query kernel
+                                          {2, 33, 32, 4, true},      // hs = 8
+                                          {3, 100, 128, 8, false},   // hs = 16, the small model
+                                          {1, 300, 128, 8, true},    // hs = 16, > one key chunk
+                                          {2, 65, 64, 2, true},      // hs = 32
+                                          {1, 1, 64, 1, false},      // hs = 64, one query
+                                          {2, 130, 768, 12, false},  // hs = 64, > one chunk
+                                          {1, 512, 768, 12, true}}) {
+    CAPTURE(c.B, c.T, c.D, c.NH, c.causal);
+    std::mt19937 rng(static_cast<unsigned>(3 + c.T + c.D));
+    const std::vector<float> qkv = RandomVector(rng, c.B * c.T * 3 * c.D);
+    std::vector<float> out(c.B * c.T * c.D);
+    ref::AttentionForward(out.data(), nullptr, qkv.data(), nullptr, c.B, c.T, c.D, c.NH, c.causal);
+    DeviceArray d_qkv(qkv), d_out(NanVector(c.B * c.T * c.D));
+    REQUIRE_OK(cuda::AttentionForward(d_out.get(), nullptr, d_qkv.get(), nullptr, c.B, c.T, c.D,
+                                      c.NH, c.causal, nullptr));
+    ExpectNear("out", d_out.Download(), out, {c.B, c.T, c.D}, kAtol, kRtol);
+  }
 }
 
 void CheckLastQuery(int64_t B, int64_t T, int64_t D, int64_t NH) {
