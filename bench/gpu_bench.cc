@@ -64,7 +64,7 @@ struct Flags {
   int64_t warmup = 20;
   int64_t iters = 100;
   int device = 0;
-  bool tf32 = false;
+  std::string math = "fp32";
   std::string rnn_algo = "auto";
   bool no_graph = false;
   std::string output;
@@ -164,7 +164,10 @@ absl::Status Bench(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<StreamPool> pool,
                    StreamPool::Create(pool_options, allocator.get()));
   CudaBackend::Options backend_options;
-  backend_options.allow_tf32 = flags.tf32;
+  backend_options.math = flags.math == "tf32"   ? CudaBackend::Options::Math::kTf32
+                         : flags.math == "bf16" ? CudaBackend::Options::Math::kBf16
+                         : flags.math == "fp16" ? CudaBackend::Options::Math::kFp16
+                                                : CudaBackend::Options::Math::kFp32;
   backend_options.rnn_algo =
       flags.rnn_algo == "standard"  ? CudaBackend::Options::RnnAlgo::kStandard
       : flags.rnn_algo == "persist" ? CudaBackend::Options::RnnAlgo::kPersistStatic
@@ -258,7 +261,7 @@ absl::Status Bench(const Flags& flags) {
   std::printf(
       "%s\n",
       absl::StrCat("{\"backend\":\"cuda\",\"device\":", JsonString(prop.name), ",\"batch\":", B,
-                   ",\"iters\":", flags.iters, ",\"tf32\":", flags.tf32 ? "true" : "false", ",",
+                   ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
                    bench::TimingJson(bench::Summarize(std::move(eager_us))), ",\"graph\":",
                    graph_timing ? absl::StrCat("{", bench::TimingJson(*graph_timing), "}") : "null",
                    ",\"graph_error\":", graph_error.empty() ? "null" : JsonString(graph_error),
@@ -285,7 +288,9 @@ int main(int argc, char** argv) {
   app.add_option("--iters", flags.iters, "timed calls (and graph replays)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device", flags.device, "CUDA device ordinal")->check(CLI::NonNegativeNumber);
-  app.add_flag("--tf32", flags.tf32, "let GEMMs and RNNs round fp32 to TF32 (default: off)");
+  app.add_option("--math", flags.math,
+                 "GEMM input rounding: fp32 (none), tf32, bf16, fp16 (CudaBackend::Options::math)")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   app.add_flag("--no-graph", flags.no_graph, "time eager calls only");
   app.add_option("--rnn-algo", flags.rnn_algo,
                  "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")

@@ -13,6 +13,9 @@ as run_cpu.py does) and an input batch into a temporary directory, then:
    torch.cuda.graph (after a warm-up on a side stream) and its replays timed the same way;
 3. checks forecastd's forecast against PyTorch's eager one: max |a - b| / max(|b|, 1) must be
    <= --tolerance (1e-4);
+3b. unless --no-bf16, times bf16 as well: forecastd with the model precision BF16 (gpu_bench
+   --math bf16) against PyTorch under torch.autocast(bfloat16), eager, with both errors against
+   the float64 forecast (reported, not checked);
 4. prints a table, then one JSON line; with $OUT set (or --out DIR) writes both there too
    (gpu_bench.txt, gpu_bench.json).
 
@@ -157,12 +160,14 @@ def time_torch_graph(m, x, warmup, iters):
 # ----------------------------------------------------------------------------------------------
 
 
-def fd_cmd(args, w, batch, warmup, iters):
+def fd_cmd(args, w, batch, warmup, iters, math="fp32"):
     cmd = [args.fd_bin, "--model", w.model_dir, "--version", "1", "--io", w.io_path,
            "--batch", str(batch), "--warmup", str(warmup), "--iters", str(iters),
-           "--output", w.out_path(batch)]
+           "--output", w.out_path(batch, "" if math == "fp32" else "." + math)]
     if args.device == "cpu":
         return cmd + ["--backend", "dnnl"]
+    if math != "fp32":
+        cmd += ["--math", math]
     if args.no_graph:
         cmd.append("--no-graph")
     return cmd
@@ -251,7 +256,34 @@ def bench_pair(args, w, m, batch, device):
     row["ratio"] = row["torch"]["median_us"] / row["forecastd"]["median_us"]
     if row["forecastd_graph"] and row["torch_graph"]:
         row["graph_ratio"] = row["torch_graph"]["median_us"] / row["forecastd_graph"]["median_us"]
+    if device.type == "cuda" and not args.no_bf16:
+        bench_bf16(args, w, m, x, batch, iters, truth, row)
     return row
+
+
+def bench_bf16(args, w, m, x, batch, iters, truth, row):
+    """The bf16 columns: forecastd's model precision BF16 (gpu_bench --math bf16: GEMM inputs
+    rounded to bfloat16, fp32 accumulation and storage) against PyTorch under
+    torch.autocast(bfloat16) (bf16 activations and weights in matmuls and cuDNN's RNN). Both
+    eager; errors against the same float64 truth, reported, not checked."""
+    cmd = fd_cmd(args, w, batch, args.warmup, iters, math="bf16")
+    fd = run_fd(args, cmd)
+    row["forecastd_bf16"] = {k: float(fd[k]) for k in FIGURES}
+    row["forecastd_bf16_graph"] = ({k: float(fd["graph"][k]) for k in FIGURES}
+                                   if fd.get("graph") else None)
+    got = read_safetensors(w.out_path(batch, ".bf16"))[0]["output"]
+    row["forecastd_bf16_err"] = max_rel_err(got, truth)
+
+    def call():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return m(x)
+
+    enable_fastpath()
+    with torch.inference_mode():
+        row["torch_bf16"] = time_calls(call, x.device, args.warmup, iters)
+        y = call().float().cpu().numpy()
+    row["torch_bf16_err"] = max_rel_err(y, truth)
+    row["bf16_ratio"] = row["torch_bf16"]["median_us"] / row["forecastd_bf16"]["median_us"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -262,7 +294,8 @@ def bench_pair(args, w, m, batch, device):
 def table(rows):
     head = ["workload", "B", "forecastd us", "torch eager us", "eager ratio",
             "forecastd graph us", "torch graph us", "graph ratio", "forecastd err", "torch err",
-            "iters"]
+            "bf16 forecastd us", "bf16 torch us", "bf16 ratio", "bf16 forecastd err",
+            "bf16 torch err", "iters"]
     body = []
     for r in rows:
         fdg, ptg = r.get("forecastd_graph"), r.get("torch_graph")
@@ -272,7 +305,12 @@ def table(rows):
             fmt_us(fdg["median_us"]) if fdg else "-", fmt_us(ptg["median_us"]) if ptg else "-",
             f"{r['graph_ratio']:.2f}" if "graph_ratio" in r else "-",
             f"{r['max_rel_err']:.1e}" + ("" if r["ok"] else " FAIL"),
-            f"{r['torch_vs_float64']:.1e}", str(r["iters"])])
+            f"{r['torch_vs_float64']:.1e}",
+            fmt_us(r["forecastd_bf16"]["median_us"]) if "forecastd_bf16" in r else "-",
+            fmt_us(r["torch_bf16"]["median_us"]) if "torch_bf16" in r else "-",
+            f"{r['bf16_ratio']:.2f}" if "bf16_ratio" in r else "-",
+            f"{r['forecastd_bf16_err']:.1e}" if "forecastd_bf16_err" in r else "-",
+            f"{r['torch_bf16_err']:.1e}" if "torch_bf16_err" in r else "-", str(r["iters"])])
     return head, body
 
 
@@ -309,6 +347,8 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=0,
                     help="skip the pairs not started within this many seconds (default: none)")
     ap.add_argument("--no-graph", action="store_true", help="eager timings only")
+    ap.add_argument("--no-bf16", action="store_true",
+                    help="skip the bf16 columns (forecastd --math bf16 vs PyTorch autocast)")
     ap.add_argument("--math-sdpa", action="store_true",
                     help="PyTorch attention through its plain fp32 math kernel only (no flash, "
                          "memory-efficient or cuDNN scaled-dot-product attention)")

@@ -25,7 +25,7 @@ bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
 // out (M x N, column-major, ld ldc) = op(A) (M x K) @ op(B) (K x N), fp32 in and out.
 absl::Status Gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int64_t M,
                   int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                  float* C, int64_t ldc, bool allow_tf32) {
+                  float* C, int64_t ldc, CudaBackend::Options::Math math) {
   for (const int64_t v : {M, N, K, lda, ldb, ldc}) {
     if (!FitsInt(v)) {
       return absl::InvalidArgumentError(
@@ -34,9 +34,12 @@ absl::Status Gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation
   }
   const float alpha = 1.0f, beta = 0.0f;
   // CUBLAS_COMPUTE_32F keeps fp32 multiplies and accumulation whatever the handle's math mode;
-  // the TF32 variant lets cuBLAS round the inputs to TF32 for tensor cores.
-  const cublasComputeType_t compute =
-      allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // the fast variants let cuBLAS round the inputs for tensor cores and accumulate in fp32.
+  using Math = CudaBackend::Options::Math;
+  const cublasComputeType_t compute = math == Math::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                      : math == Math::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                      : math == Math::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
+                                                            : CUBLAS_COMPUTE_32F;
   CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
       handle, op_a, op_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), &alpha, A,
       CUDA_R_32F, static_cast<int>(lda), B, CUDA_R_32F, static_cast<int>(ldb), &beta, C, CUDA_R_32F,
@@ -169,7 +172,7 @@ absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weig
       RETURN_IF_ERROR(Zero(out, N * OUT, context_.stream));
     } else {
       RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, OUT, N, IN, weight, IN, inp,
-                           IN, out, OUT, options_.allow_tf32));
+                           IN, out, OUT, options_.math));
     }
     if (bias == nullptr) return absl::OkStatus();
     return cuda::AddBias(out, bias, N, OUT, context_.stream);
@@ -188,7 +191,7 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
         RETURN_IF_ERROR(Zero(dinp, N * IN, stream));
       } else {
         RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, weight, IN,
-                             dout, OUT, dinp, IN, options_.allow_tf32));
+                             dout, OUT, dinp, IN, options_.math));
       }
     }
     // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T.
@@ -197,7 +200,7 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
       } else {
         RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, inp, IN, dout,
-                             OUT, dweight, IN, options_.allow_tf32));
+                             OUT, dweight, IN, options_.math));
       }
     }
     if (dbias != nullptr && OUT > 0) {

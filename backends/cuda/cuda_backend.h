@@ -41,10 +41,13 @@ namespace forecastd {
 class CudaBackend final : public Backend {
  public:
   struct Options {
-    // Let cuBLAS's GEMMs and cuDNN's RNNs round fp32 inputs to TF32 on tensor cores (10-bit
-    // mantissa, ~1e-3 relative error, several times the throughput). Off: pedantic fp32 with
-    // fp32 accumulation, within a few ulp of the reference.
-    bool allow_tf32 = false;
+    // How GEMMs round their fp32 inputs for tensor cores (accumulation is fp32 in every case):
+    // kFp32 not at all (within a few ulp of the reference); kTf32 to TF32 (10-bit mantissa,
+    // ~1e-3 relative); kBf16 to bfloat16 (7-bit mantissa, ~1e-2 relative); kFp16 to float16
+    // (10-bit mantissa, limited range). cuDNN's recurrent layers use FMA math for kFp32 and
+    // allow TF32 tensor cores otherwise.
+    enum class Math { kFp32, kTf32, kBf16, kFp16 };
+    Math math = Math::kFp32;
     // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto, the
     // first cuDNN accepts of: the persistent kernel (CUDNN_RNN_ALGO_PERSIST_STATIC: one kernel
     // keeps the recurrent weights on chip for all time steps) for batches of up to

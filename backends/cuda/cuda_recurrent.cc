@@ -225,7 +225,8 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   plan->rnn.reset(rnn);
   // FMA math keeps fp32 data off TF32 tensor cores, which CUDNN_DEFAULT_MATH would allow on
   // Ampere and later.
-  const cudnnMathType_t math = options_.allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  const cudnnMathType_t math =
+      options_.math == Options::Math::kFp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
   CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
       rnn, algo, cell == RecurrentCell::kLstm ? CUDNN_LSTM : CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS,
       ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,

@@ -31,7 +31,7 @@ class CudaModelInstance final : public ModelInstance {
     int64_t max_batch_size = 1;
     // Sizes to capture, ascending; empty: eager only.
     std::vector<int64_t> graph_batch_sizes;
-    bool allow_tf32 = false;
+    CudaBackend::Options::Math math = CudaBackend::Options::Math::kFp32;
     int64_t workspace_bytes = 0;
   };
 
@@ -108,7 +108,7 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   s.workspace_.emplace(s.scratch_.as<float>(), workspace_floats);
 
   CudaBackend::Options backend_options;
-  backend_options.allow_tf32 = options.allow_tf32;
+  backend_options.math = options.math;
   ASSIGN_OR_RETURN(s.backend_,
                    CudaBackend::Create(s.lease_->context(), allocator, backend_options));
   s.data_ops_ = std::make_unique<CudaDataOps>(s.lease_->stream());
@@ -178,6 +178,20 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
 
 }  // namespace
 
+CudaBackend::Options::Math CudaMathForPrecision(v1::Precision precision) {
+  using Math = CudaBackend::Options::Math;
+  switch (precision) {
+    case v1::PRECISION_TF32:
+      return Math::kTf32;
+    case v1::PRECISION_BF16:
+      return Math::kBf16;
+    case v1::PRECISION_FP16:
+      return Math::kFp16;
+    default:
+      return Math::kFp32;
+  }
+}
+
 absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> CudaExecutionDevice::Create(
     const Options& options) {
   if (options.instances_per_model < 1) {
@@ -234,7 +248,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
   CudaModelInstance::Options instance_options;
   instance_options.max_batch_size = options.max_batch_size;
   if (options_.use_graphs) instance_options.graph_batch_sizes = FixedBatchSizes(options);
-  instance_options.allow_tf32 = options_.allow_tf32;
+  instance_options.math = CudaMathForPrecision(model->config().precision());
   instance_options.workspace_bytes = options_.workspace_bytes_per_instance;
   std::vector<std::unique_ptr<ModelInstance>> instances;
   for (int i = 0; i < options_.instances_per_model; ++i) {
@@ -243,8 +257,9 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
         CudaModelInstance::Create(model, shared_weights, allocator_.get(), instance_options));
     instances.push_back(std::move(instance));
   }
-  spdlog::info("model '{}' on {}: {} instances, CUDA graphs at batch sizes [{}]",
+  spdlog::info("model '{}' on {}: {} instances, {}, CUDA graphs at batch sizes [{}]",
                model->config().name(), id_, instances.size(),
+               v1::Precision_Name(model->config().precision()),
                absl::StrJoin(instance_options.graph_batch_sizes, ", "));
   return instances;
 }

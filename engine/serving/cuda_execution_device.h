@@ -7,7 +7,8 @@
 // rows is copied in through the pinned buffer, runs the graph of the smallest captured size
 // >= r (the padding rows hold earlier, finite windows and are never copied out), and its r
 // forecasts come back the same way. After an instance is made, its batches allocate no
-// device memory. Built with CUDA only. Thread-safe.
+// device memory. Each model computes in the precision its config asks for
+// (CudaMathForPrecision). Built with CUDA only. Thread-safe.
 #ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
 #define FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
 
@@ -18,10 +19,15 @@
 
 #include "absl/status/statusor.h"
 #include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/serving/device_scheduler.h"
 #include "engine/serving/model_instance.h"
 
 namespace forecastd {
+
+// The CUDA backend's math for a model config's precision: FP32 and unspecified -> kFp32, TF32
+// -> kTf32, BF16 -> kBf16, FP16 -> kFp16.
+CudaBackend::Options::Math CudaMathForPrecision(v1::Precision precision);
 
 class CudaExecutionDevice final : public ExecutionDevice {
  public:
@@ -34,9 +40,6 @@ class CudaExecutionDevice final : public ExecutionDevice {
     // Capture a CUDA graph per batch size at load; false: every batch runs the forward pass
     // eagerly at its own size (no padding).
     bool use_graphs = true;
-    // Let GEMMs and recurrent layers round fp32 to TF32 on tensor cores (CudaBackend's
-    // allow_tf32); off: fp32 within a few ulp of the reference.
-    bool allow_tf32 = false;
     // Device workspace of each instance's stream (cuBLAS's and cuDNN's). >= 0.
     int64_t workspace_bytes_per_instance = int64_t{32} << 20;
     // Bytes the GPU's allocator may hold (CudaAllocator::Options::limit_bytes); 0: no limit.

@@ -24,8 +24,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <string>
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
@@ -319,7 +321,7 @@ TEST_CASE("CudaBackend with no steps returns the initial states and zero weight 
 
 TEST_CASE("CudaBackend with TF32 allowed stays within TF32's error") {
   CudaBackend::Options options;
-  options.allow_tf32 = true;
+  options.math = CudaBackend::Options::Math::kTf32;
   std::unique_ptr<CudaBackend> backend = RequireBackend(options);
   CudaTestMemory mem;
   std::mt19937 rng(20600);
@@ -347,6 +349,44 @@ TEST_CASE("CudaBackend with TF32 allowed stays within TF32's error") {
                           weights.Upload(mem).data(), dims)
               .ok());
   ExpectAllClose("LstmLayer with TF32", mem.Download(y, want_y.size()), want_y, 1e-2, 1e-2);
+}
+
+// The reduced precisions' GEMMs, each within its stated tolerance of the fp32 reference (and
+// bf16 measurably coarser than fp32, so the mode is really in effect). Inputs U(-1, 1), IN = 256:
+// each product is off by up to 2^-8 (bf16) or 2^-11 (fp16, TF32) relative, and a sum of 256 of
+// them (|sum| ~ 10 at most) by up to 256 * 2^-8 = 1 (bf16), typically sqrt(256) times less.
+TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
+  std::mt19937 rng(20650);
+  const int64_t N = 64, IN = 256, OUT = 96;
+  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                           bias = Uniform(rng, OUT);
+  std::vector<float> want(N * OUT);
+  ref::LinearForward(want.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
+  struct Case {
+    CudaBackend::Options::Math math;
+    const char* name;
+    double atol, rtol;
+  };
+  for (const Case c : {Case{CudaBackend::Options::Math::kBf16, "bf16", 0.25, 2e-2},
+                       Case{CudaBackend::Options::Math::kFp16, "fp16", 5e-2, 1e-2}}) {
+    CudaBackend::Options options;
+    options.math = c.math;
+    std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+    CudaTestMemory mem;
+    float* out = mem.Output(N * OUT);
+    REQUIRE(backend->Linear(out, mem.Upload(inp), mem.Upload(weight), mem.Upload(bias), N, IN, OUT)
+                .ok());
+    const std::vector<float> got = mem.Download(out, N * OUT);
+    ExpectAllClose(std::string("Linear with ") + c.name, got, want, c.atol, c.rtol);
+    if (c.math == CudaBackend::Options::Math::kBf16) {
+      double worst = 0.0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+      }
+      INFO("bf16 max |diff| " << worst);
+      CHECK(worst > 1e-4);  // fp32 products would be within ~1e-5
+    }
+  }
 }
 
 TEST_CASE("Two CUDA backends on two streams run concurrently and agree with the reference") {

@@ -150,7 +150,7 @@ GpuEnv& Env() {
 }
 
 std::unique_ptr<CudaBackend> MakeCuda() {
-  CudaBackend::Options options;  // allow_tf32 = false: pedantic fp32
+  CudaBackend::Options options;  // math = kFp32: pedantic fp32
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
       CudaBackend::Create(Env().pool->Lease(), Env().allocator.get(), options);
   if (!backend.ok()) FAIL("CudaBackend::Create: " << backend.status().ToString());

@@ -143,6 +143,26 @@ TEST_CASE("GPU instances forecast what the reference does at every batch size, p
   }
 }
 
+TEST_CASE("A model's precision setting reaches its GPU instances", "[gpu][serving]") {
+  std::unique_ptr<CudaExecutionDevice> device = MakeDevice(/*use_graphs=*/true);
+  const std::vector<float> input = testing::RandomWindows(8, kLookback, 41);
+  for (const v1::Precision precision : {v1::PRECISION_TF32, v1::PRECISION_BF16}) {
+    ModelConfig config = Configs()[2];  // the transformer: mostly GEMMs
+    config.set_precision(precision);
+    const std::shared_ptr<const Forecaster> model = testing::RandomModel(config, 12);
+    const std::vector<float> want = testing::ReferenceForward(*model, input, 8);
+    std::vector<std::unique_ptr<ModelInstance>> instances = MakeInstances(*device, model);
+    std::vector<float> got(want.size(), NAN);
+    REQUIRE(instances[0]->Run(input.data(), 8, got.data()).ok());
+    const double worst = WorstError(got, want);
+    std::printf("transformer %s: max rel err %.2e\n", v1::Precision_Name(precision).c_str(), worst);
+    INFO(v1::Precision_Name(precision) << ": max rel err " << worst);
+    // Coarser than fp32's ~1e-7 (the mode is in effect), within the precision's reach.
+    CHECK(worst > 1e-6);
+    CHECK(worst < 5e-2);
+  }
+}
+
 TEST_CASE("After the instances are made, batches allocate no device memory", "[gpu][serving]") {
   std::unique_ptr<CudaExecutionDevice> device = MakeDevice(/*use_graphs=*/true);
   for (const ModelConfig& config : Configs()) {
