@@ -15,6 +15,7 @@
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "tests/golden/golden_cases.h"
+#include "tests/golden/golden_io.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
 
@@ -22,51 +23,6 @@ namespace forecastd {
 namespace {
 
 constexpr double kTolerance = 1e-5;
-
-struct Golden {
-  std::unique_ptr<Forecaster> model;
-  std::vector<int64_t> input_shape;  // (B, T, F)
-  std::vector<float> input;
-  std::vector<int64_t> output_shape;  // (B, P, targets[, Q])
-  std::vector<float> output;
-};
-
-Golden LoadCase(const std::string& name) {
-  const std::string dir = absl::StrCat(FORECASTD_GOLDEN_DIR, "/", name);
-  Golden g;
-  const auto config = ReadModelConfig(dir + "/config.json");
-  INFO(config.status().ToString());
-  REQUIRE(config.ok());
-  auto model = Forecaster::Create(*config);
-  INFO(model.status().ToString());
-  REQUIRE(model.ok());
-  g.model = *std::move(model);
-  const absl::Status loaded = LoadWeights(dir + "/model.safetensors", *g.model);
-  INFO(loaded.ToString());
-  REQUIRE(loaded.ok());
-  const auto io = SafetensorsFile::Read(dir + "/io.safetensors");
-  REQUIRE(io.ok());
-  const TensorInfo* in = io->Find("input").value();
-  const TensorInfo* out = io->Find("output").value();
-  g.input_shape = in->shape;
-  g.input = io->ReadF32("input", in->shape).value();
-  g.output_shape = out->shape;
-  g.output = io->ReadF32("output", out->shape).value();
-  return g;
-}
-
-double MaxError(const std::vector<float>& got, const std::vector<float>& want, size_t* worst) {
-  double max_err = 0.0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double err =
-        std::abs(double{got[i]} - double{want[i]}) / std::max(1.0, std::abs(double{want[i]}));
-    if (!(err <= max_err)) {  // also catches NaN
-      max_err = std::isnan(err) ? INFINITY : err;
-      *worst = i;
-    }
-  }
-  return max_err;
-}
 
 std::vector<std::unique_ptr<Backend>> CpuBackends() {
   std::vector<std::unique_ptr<Backend>> backends;
@@ -90,11 +46,11 @@ std::vector<float> Run(const Golden& g, Backend& backend) {
 TEST_CASE("Forecasts match PyTorch on every CPU backend", "[golden]") {
   auto backends = CpuBackends();
   for (const char* name : kGoldenCases) {
-    const Golden g = LoadCase(name);
+    const Golden g = LoadGoldenCase(name);
     for (auto& backend : backends) {
       const std::vector<float> got = Run(g, *backend);
       size_t worst = 0;
-      const double err = MaxError(got, g.output, &worst);
+      const double err = MaxGoldenError(got, g.output, &worst);
       CAPTURE(name, backend->name(), err, worst, got[worst], g.output[worst]);
       REQUIRE(err <= kTolerance);
     }
@@ -106,7 +62,7 @@ TEST_CASE("A model saved by forecastd loads back bit-identical", "[golden]") {
   ReferenceBackend backend;
   for (const char* name : kGoldenCases) {
     CAPTURE(name);
-    const Golden g = LoadCase(name);
+    const Golden g = LoadGoldenCase(name);
     const std::string model_dir = absl::StrCat(dir.path(), "/", name);
     const absl::Status saved = SaveForecaster(*g.model, model_dir, 3);
     INFO(saved.ToString());
@@ -133,7 +89,7 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
   std::vector<std::string> argv = {FORECASTD_TEST_PYTHON, FORECASTD_MAKE_GOLDEN, "--verify"};
   for (const char* name : kGoldenCases) {
     CAPTURE(name);
-    Golden g = LoadCase(name);
+    Golden g = LoadGoldenCase(name);
     // New weights, so the forecast PyTorch must reproduce is forecastd's alone.
     ParameterArena& params = g.model->parameters();
     for (int64_t i = 0; i < params.size(); ++i) {
@@ -141,7 +97,7 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
     }
     const std::vector<float> forecast = Run(g, **backend);
     size_t worst = 0;
-    REQUIRE(MaxError(forecast, g.output, &worst) > 100 * kTolerance);
+    REQUIRE(MaxGoldenError(forecast, g.output, &worst) > 100 * kTolerance);
 
     const std::string model_dir = absl::StrCat(dir.path(), "/", name);
     const absl::Status saved = SaveForecaster(*g.model, model_dir, 1);
@@ -164,8 +120,8 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
 }
 
 TEST_CASE("Weights for another architecture are refused by name", "[golden]") {
-  const Golden lstm = LoadCase("lstm_uni_l1");
-  const Golden gru = LoadCase("gru_uni_l1");
+  const Golden lstm = LoadGoldenCase("lstm_uni_l1");
+  const Golden gru = LoadGoldenCase("gru_uni_l1");
   const std::vector<float> before(
       lstm.model->parameters().data(),
       lstm.model->parameters().data() + lstm.model->parameters().size());
