@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/health_client.h"
 
@@ -19,6 +20,22 @@ ForecastdDaemon::ForecastdDaemon(ChildProcess process, std::string grpc_address,
       admin_(v1::Admin::NewStub(channel_)) {}
 
 absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::Start(const Options& options) {
+  // A port PickFreePort found free can be taken by another test's process before the daemon
+  // binds it (tests run in parallel); the daemon then exits saying so, and another pair of
+  // ports is tried. Any other failure is returned at once.
+  constexpr int kAttempts = 3;
+  absl::StatusOr<std::unique_ptr<ForecastdDaemon>> daemon;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    daemon = StartOnFreePorts(options);
+    if (daemon.ok() || !absl::StrContains(daemon.status().message(), "(is the port in use?)")) {
+      break;
+    }
+  }
+  return daemon;
+}
+
+absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::StartOnFreePorts(
+    const Options& options) {
   const int grpc_port = PickFreePort();
   const int metrics_port = PickFreePort();
   if (grpc_port <= 0 || metrics_port <= 0) {

@@ -33,8 +33,9 @@ class ForecastdDaemon {
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr;
   };
 
-  // Starts the daemon and waits until its health service says SERVING. The error carries
-  // the daemon's output when it exits or never gets there.
+  // Starts the daemon on free loopback ports and waits until its health service says SERVING
+  // (up to three tries when another process takes a port first). The error carries the
+  // daemon's output when it exits or never gets there.
   static absl::StatusOr<std::unique_ptr<ForecastdDaemon>> Start(const Options& options);
 
   ChildProcess& process() { return process_; }
@@ -48,6 +49,9 @@ class ForecastdDaemon {
   absl::StatusOr<std::string> Metrics() const;
 
  private:
+  // One try of Start.
+  static absl::StatusOr<std::unique_ptr<ForecastdDaemon>> StartOnFreePorts(const Options& options);
+
   ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port,
                   const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
