@@ -77,13 +77,11 @@ def ctl(bin_dir, daemon, *args, stdin=None, wait_s=0):
 
 
 def numbers(value):
+    """The numbers of a nested list, flattened in order."""
     if isinstance(value, list):
         for v in value:
             yield from numbers(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from numbers(v)
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    else:
         yield float(value)
 
 

@@ -21,10 +21,7 @@ REPO = os.path.normpath(os.path.join(HERE, os.pardir))
 sys.path.insert(0, os.path.join(REPO, "scripts"))
 sys.path.insert(0, HERE)
 
-import torch  # noqa: E402
-
 from run_cpu import Workload  # noqa: E402
-from run_gpu import module_on  # noqa: E402
 
 # Forward passes each side runs under ncu; the first warms up (plans, cuDNN's lazy state).
 CALLS = 3

@@ -142,7 +142,6 @@ struct CudaBackend::RnnPlan {
   DeviceBuffer seq_lengths;  // int32 (B), all T, on the device: cuDNN reads it asynchronously
   // runs[l * ND + d][param]: where layer l's direction d tensors sit in the weight space.
   std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
-  cudnnRNNAlgo_t algo = CUDNN_RNN_ALGO_STANDARD;
   uint64_t last_use = 0;
 };
 
@@ -209,7 +208,6 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   const int64_t G = cell == RecurrentCell::kLstm ? 4 : 3;
   const cudnnHandle_t handle = context_.cudnn;
   auto plan = std::make_shared<RnnPlan>();
-  plan->algo = algo;
 
   // Inference and single layers apply no dropout, but cuDNN wants a descriptor; with dropout 0
   // it needs no RNG states (PyTorch sets its no-dropout descriptor up the same way).

@@ -319,23 +319,36 @@ TEST_CASE("CudaBackend with no steps returns the initial states and zero weight 
                  std::vector<float>(GH * dims.H, 0.0f), 0.0, 0.0);
 }
 
+// Linear of U(-1, 1) inputs (N = 64, IN = 256, OUT = 96) on `backend`, drawn from `rng`, and
+// the reference's result, for the reduced-precision checks below.
+struct LinearResult {
+  std::vector<float> got, want;
+};
+LinearResult RunLinear(CudaBackend& backend, std::mt19937& rng) {
+  const int64_t N = 64, IN = 256, OUT = 96;
+  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                           bias = Uniform(rng, OUT);
+  LinearResult r;
+  r.want.resize(N * OUT);
+  ref::LinearForward(r.want.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
+  CudaTestMemory mem;
+  float* out = mem.Output(N * OUT);
+  REQUIRE(
+      backend.Linear(out, mem.Upload(inp), mem.Upload(weight), mem.Upload(bias), N, IN, OUT).ok());
+  r.got = mem.Download(out, N * OUT);
+  return r;
+}
+
 TEST_CASE("CudaBackend with TF32 allowed stays within TF32's error") {
   CudaBackend::Options options;
   options.math = CudaBackend::Options::Math::kTf32;
   std::unique_ptr<CudaBackend> backend = RequireBackend(options);
   CudaTestMemory mem;
   std::mt19937 rng(20600);
-  const int64_t N = 64, IN = 256, OUT = 96;
-  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
-                           bias = Uniform(rng, OUT);
-  std::vector<float> want(N * OUT);
-  ref::LinearForward(want.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
-  float* out = mem.Output(N * OUT);
-  REQUIRE(
-      backend->Linear(out, mem.Upload(inp), mem.Upload(weight), mem.Upload(bias), N, IN, OUT).ok());
+  const LinearResult linear = RunLinear(*backend, rng);
   // TF32 keeps 10 mantissa bits: each product is off by up to ~1e-3 relative, and a sum of 256
   // of them (|sum| ~ 10 at most) by ~1e-2 at worst.
-  ExpectAllClose("Linear with TF32", mem.Download(out, N * OUT), want, 5e-2, 1e-2);
+  ExpectAllClose("Linear with TF32", linear.got, linear.want, 5e-2, 1e-2);
 
   const RecurrentDims dims{4, 8, 16, 32, 2};
   const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
@@ -356,12 +369,6 @@ TEST_CASE("CudaBackend with TF32 allowed stays within TF32's error") {
 // each product is off by up to 2^-8 (bf16) or 2^-11 (fp16, TF32) relative, and a sum of 256 of
 // them (|sum| ~ 10 at most) by up to 256 * 2^-8 = 1 (bf16), typically sqrt(256) times less.
 TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
-  std::mt19937 rng(20650);
-  const int64_t N = 64, IN = 256, OUT = 96;
-  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
-                           bias = Uniform(rng, OUT);
-  std::vector<float> want(N * OUT);
-  ref::LinearForward(want.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
   struct Case {
     CudaBackend::Options::Math math;
     const char* name;
@@ -372,11 +379,8 @@ TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
     CudaBackend::Options options;
     options.math = c.math;
     std::unique_ptr<CudaBackend> backend = RequireBackend(options);
-    CudaTestMemory mem;
-    float* out = mem.Output(N * OUT);
-    REQUIRE(backend->Linear(out, mem.Upload(inp), mem.Upload(weight), mem.Upload(bias), N, IN, OUT)
-                .ok());
-    const std::vector<float> got = mem.Download(out, N * OUT);
+    std::mt19937 rng(20650);
+    const auto [got, want] = RunLinear(*backend, rng);
     ExpectAllClose(std::string("Linear with ") + c.name, got, want, c.atol, c.rtol);
     if (c.math == CudaBackend::Options::Math::kBf16) {
       double worst = 0.0;
