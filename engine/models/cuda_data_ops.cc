@@ -1,6 +1,9 @@
 #include "engine/models/cuda_data_ops.h"
 
+#include "engine/train/random.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dropout.h"
+#include "kernels/cuda/fill.h"
 #include "kernels/cuda/normalize.h"
 
 namespace forecastd {
@@ -31,6 +34,31 @@ absl::Status CudaDataOps::Copy(float* out, const float* inp, int64_t n) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
                                        cudaMemcpyDeviceToDevice, stream_));
   return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                      int64_t W) {
+  if (R == 0 || W == 0) return absl::OkStatus();
+  CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      out, static_cast<size_t>(stride) * sizeof(float), inp, static_cast<size_t>(W) * sizeof(float),
+      static_cast<size_t>(W) * sizeof(float), static_cast<size_t>(R), cudaMemcpyDeviceToDevice,
+      stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::Zero(float* out, int64_t n) {
+  return cuda::FillLaunch(out, 0.0f, n, stream_);
+}
+
+absl::Status CudaDataOps::Multiply(float* out, const float* inp, const float* mask, int64_t n) {
+  return cuda::MultiplyLaunch(out, inp, mask, n, stream_);
+}
+
+absl::Status CudaDataOps::DropoutMask(float* mask, int64_t n, float p, uint64_t seed) {
+  // The host generator's state after seeding; the device draws its stream from there.
+  const Random rng(seed);
+  return cuda::DropoutMaskLaunch(mask, n, p, 1.0f / (1.0f - p), rng.state(), rng.increment(),
+                                 stream_);
 }
 
 }  // namespace forecastd

@@ -1,8 +1,9 @@
-// The Forecaster's data movement (standardise, de-standardise, gather rows, copy) on device
-// memory, for a forward pass whose weights and activations live on a CUDA GPU
-// (ForwardPlacement). Every call is queued on one stream, the backend's, so it is ordered with
-// the backend's ops; row copies are strided cudaMemcpy2DAsync calls, which graph capture
-// records as copy nodes. Built only with CUDA. Thread-compatible (one per stream).
+// The Forecaster's data movement (standardise, de-standardise, gather and scatter rows, copy,
+// dropout) on device memory, for a forward or training pass whose weights and activations live
+// on a CUDA GPU (ForwardPlacement, TrainingPlacement). Every call is queued on one stream, the
+// backend's, so it is ordered with the backend's ops; row copies are strided cudaMemcpy2DAsync
+// calls, which graph capture records as copy nodes. Built only with CUDA. Thread-compatible (one
+// per stream).
 #ifndef FORECASTD_ENGINE_MODELS_CUDA_DATA_OPS_H_
 #define FORECASTD_ENGINE_MODELS_CUDA_DATA_OPS_H_
 
@@ -15,7 +16,7 @@
 
 namespace forecastd {
 
-class CudaDataOps final : public ForwardDataOps {
+class CudaDataOps final : public DataOps {
  public:
   explicit CudaDataOps(cudaStream_t stream) : stream_(stream) {}
 
@@ -25,7 +26,12 @@ class CudaDataOps final : public ForwardDataOps {
                              int64_t R, int64_t C, int64_t c0, int64_t W) override;
   absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
                           int64_t W) override;
+  absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                           int64_t W) override;
   absl::Status Copy(float* out, const float* inp, int64_t n) override;
+  absl::Status Zero(float* out, int64_t n) override;
+  absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) override;
+  absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) override;
 
  private:
   const cudaStream_t stream_;

@@ -38,7 +38,7 @@ float* Workspace::Alloc(int64_t n) {
 
 namespace {
 
-class HostDataOps final : public ForwardDataOps {
+class HostLoopDataOps final : public DataOps {
  public:
   absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
                            int64_t R, int64_t F) override {
@@ -59,35 +59,67 @@ class HostDataOps final : public ForwardDataOps {
     for (int64_t r = 0; r < R; ++r) std::copy(inp + r * stride, inp + r * stride + W, out + r * W);
     return absl::OkStatus();
   }
+  absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                           int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) std::copy(inp + r * W, inp + (r + 1) * W, out + r * stride);
+    return absl::OkStatus();
+  }
   absl::Status Copy(float* out, const float* inp, int64_t n) override {
     std::copy(inp, inp + n, out);
+    return absl::OkStatus();
+  }
+  absl::Status Zero(float* out, int64_t n) override {
+    std::fill_n(out, n, 0.0f);
+    return absl::OkStatus();
+  }
+  absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * mask[i];
+    return absl::OkStatus();
+  }
+  absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) override {
+    Random rng(seed);
+    const float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; ++i) mask[i] = rng.UniformFloat() < p ? 0.0f : scale;
     return absl::OkStatus();
   }
 };
 
 }  // namespace
 
-ForwardDataOps& HostForwardDataOps() {
-  static HostDataOps* const ops = new HostDataOps();
+DataOps& HostDataOps() {
+  static HostLoopDataOps* const ops = new HostLoopDataOps();
   return *ops;
 }
 
-float* TrainingTape::Alloc(int64_t n) {
-  if (next_ == buffers_.size()) buffers_.emplace_back();
-  std::vector<float>& buffer = buffers_[next_++];
-  // Each slot is its own vector, so growing one never moves another.
-  if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
+TrainingTape::~TrainingTape() {
+  for (const Buffer& buffer : device_buffers_) placement_.memory->Free(buffer.data);
 }
 
-float* TrainingTape::DropoutMask(int64_t n, float p, uint64_t site) {
+absl::StatusOr<float*> TrainingTape::Alloc(int64_t n) {
+  if (placement_.memory == nullptr) {
+    if (next_ == host_buffers_.size()) host_buffers_.emplace_back();
+    std::vector<float>& buffer = host_buffers_[next_++];
+    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(static_cast<size_t>(n));
+    return buffer.data();
+  }
+  if (next_ == device_buffers_.size()) device_buffers_.emplace_back();
+  Buffer& buffer = device_buffers_[next_];
+  if (buffer.floats < n) {
+    // The slot's old contents are dead (Reset() came before), so it is replaced, not grown.
+    ASSIGN_OR_RETURN(float* const grown, placement_.memory->Allocate(n));
+    if (buffer.data != nullptr) placement_.memory->Free(buffer.data);
+    buffer = {grown, n};
+  }
+  ++next_;
+  return buffer.data;
+}
+
+absl::StatusOr<float*> TrainingTape::DropoutMask(int64_t n, float p, uint64_t site) {
   if (!dropout_seed.has_value() || !(p > 0.0f)) return nullptr;
-  float* mask = Alloc(n);
+  ASSIGN_OR_RETURN(float* const mask, Alloc(n));
   // The site index is mixed into the seed rather than passed as PCG's stream selector, whose
   // streams from one seed are known to be correlated.
-  Random rng(SplitMix64(*dropout_seed ^ SplitMix64(site)));
-  const float scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; ++i) mask[i] = rng.UniformFloat() < p ? 0.0f : scale;
+  RETURN_IF_ERROR(data().DropoutMask(mask, n, p, SplitMix64(*dropout_seed ^ SplitMix64(site))));
   return mask;
 }
 
@@ -158,7 +190,7 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
   workspace.Reset();
   const ParameterView p(parameters_,
                         placement.weights != nullptr ? placement.weights : parameters_.data());
-  ForwardDataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostForwardDataOps();
+  DataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostDataOps();
 
   const float* xn = inp;
   if (standardized()) {
@@ -197,7 +229,7 @@ absl::Status Forecaster::Backward(Backend& backend, float* dparams, const float*
                                   TrainingTape& tape) const {
   if (tape.batch <= 0) return absl::FailedPreconditionError("Backward without ForwardTrain");
   for (const ParameterSpec& spec : parameters_.specs()) {
-    if (!IsTrainable(spec)) std::fill_n(dparams + spec.offset, spec.numel, 0.0f);
+    if (!IsTrainable(spec)) RETURN_IF_ERROR(tape.data().Zero(dparams + spec.offset, spec.numel));
   }
   return BackwardBody(backend, dparams, dout, tape);
 }

@@ -55,14 +55,14 @@ class Workspace {
   int64_t used_ = 0;
 };
 
-// The steps of a forward pass that the Backend op set leaves out: standardising the input,
-// de-standardising the forecast, and copying rows between buffers. The default,
-// HostForwardDataOps(), runs them as loops on host memory; a caller whose buffers are device
-// memory passes its device's version (CudaDataOps, engine/models/cuda_data_ops.h, on the backend's
-// stream), whose work must be ordered with the backend's ops. Used by one forward call at a time.
-class ForwardDataOps {
+// The steps of a forward or training pass that the Backend op set leaves out: standardising the
+// input, de-standardising the forecast, copying rows between buffers, and dropout. The default,
+// HostDataOps(), runs them as loops on host memory; a caller whose buffers are device memory
+// passes its device's version (CudaDataOps, engine/models/cuda_data_ops.h, on the backend's
+// stream), whose work must be ordered with the backend's ops. Used by one pass at a time.
+class DataOps {
  public:
-  virtual ~ForwardDataOps() = default;
+  virtual ~DataOps() = default;
   // out (R, F) = (inp (R, F) - mean (F)) / std (F), column by column.
   virtual absl::Status Standardize(float* out, const float* inp, const float* mean,
                                    const float* std, int64_t R, int64_t F) = 0;
@@ -74,12 +74,23 @@ class ForwardDataOps {
   // out (R, W) = rows of inp: out[r, :] = inp[r * stride, r * stride + W).
   virtual absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
                                   int64_t W) = 0;
+  // GatherRows' inverse: out[r * stride, r * stride + W) = inp[r, :] (the rest untouched).
+  virtual absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                   int64_t W) = 0;
   // out[i] = inp[i] for i < n.
   virtual absl::Status Copy(float* out, const float* inp, int64_t n) = 0;
+  // out[i] = 0 for i < n.
+  virtual absl::Status Zero(float* out, int64_t n) = 0;
+  // out[i] = inp[i] * mask[i] for i < n; out may be inp.
+  virtual absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) = 0;
+  // Inverted-dropout multipliers: mask[i] = 0 when the i-th UniformFloat() of Random(seed)
+  // (engine/train/random.h) is below p, else 1/(1-p). Every implementation draws the same
+  // stream, so one seed gives one mask on every device. p in (0, 1).
+  virtual absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) = 0;
 };
 
 // The host loops; stateless, shared by every host forward call.
-ForwardDataOps& HostForwardDataOps();
+DataOps& HostDataOps();
 
 // Named read access to a copy of a ParameterArena's data with the arena's layout: the arena's
 // own floats, or a device copy of them (same offsets). Cheap to copy; the arena must outlive it.
@@ -97,34 +108,70 @@ class ParameterView {
 };
 
 // Where one Forward call finds its weights and how it moves data; the defaults are the
-// model's own (host) arena and HostForwardDataOps().
+// model's own (host) arena and HostDataOps().
 struct ForwardPlacement {
   // A copy of parameters().data() (parameters().size() floats, same layout), e.g. uploaded to
   // the backend's device; nullptr: the arena itself.
   const float* weights = nullptr;
-  // nullptr: HostForwardDataOps().
-  ForwardDataOps* data_ops = nullptr;
+  // nullptr: HostDataOps().
+  DataOps* data_ops = nullptr;
+};
+
+// Memory for a TrainingTape whose buffers live on a device (for host memory the tape needs
+// none). Used by one tape at a time.
+class TapeMemory {
+ public:
+  virtual ~TapeMemory() = default;
+  // `n` floats, 64-byte aligned; RESOURCE_EXHAUSTED when the device has no room.
+  virtual absl::StatusOr<float*> Allocate(int64_t n) = 0;
+  // Gives back a buffer from Allocate; nothing queued may still use it.
+  virtual void Free(float* buffer) = 0;
+};
+
+// Where a training step finds its weights, keeps its activations and moves data: by default
+// (all nullptr) the model's own arena, host memory and HostDataOps(); a GPU training engine
+// gives the device copy of the arena, device memory and its DataOps. All or none are set.
+struct TrainingPlacement {
+  const float* weights = nullptr;  // as ForwardPlacement::weights
+  DataOps* data_ops = nullptr;
+  TapeMemory* memory = nullptr;  // not owned; must outlive the tape
 };
 
 // The activations one training step keeps from its forward pass to its backward pass, plus the
-// backward pass's scratch and dropout masks. Buffers are kept and reused by later steps of the
-// same shapes. Owned by one training thread.
+// backward pass's scratch and dropout masks, in host memory or, with a TrainingPlacement, in
+// device memory. Buffers are kept and reused by later steps of the same or smaller shapes.
+// Owned by one training thread.
 class TrainingTape {
  public:
+  TrainingTape() = default;
+  explicit TrainingTape(const TrainingPlacement& placement) : placement_(placement) {}
+  ~TrainingTape();
+  TrainingTape(const TrainingTape&) = delete;
+  TrainingTape& operator=(const TrainingTape&) = delete;
+
   // Starts a new step; earlier buffers are handed out again. Keeps dropout_seed.
   void Reset() {
     next_ = 0;
     saved.clear();
   }
-  // `n` floats, valid until the next Reset() (contents unspecified).
-  float* Alloc(int64_t n);
+  // `n` floats, valid until the next Reset() (contents unspecified). RESOURCE_EXHAUSTED when
+  // device memory runs out.
+  absl::StatusOr<float*> Alloc(int64_t n);
 
   // Inverted-dropout multipliers (nn.Dropout in training) for `n` units of dropout site `site`:
   // each 0 with probability p, else 1/(1-p), drawn in order from a stream that depends on
-  // dropout_seed and `site` alone, so one seed gives one mask per site whatever the
-  // parameters. nullptr, meaning no dropout, when dropout_seed is unset or p is 0 (nothing is
-  // drawn then). Valid until the next Reset(). p in [0, 1).
-  float* DropoutMask(int64_t n, float p, uint64_t site);
+  // dropout_seed and `site` alone (DataOps::DropoutMask), so one seed gives one mask per site
+  // whatever the parameters or the device. nullptr, meaning no dropout, when dropout_seed is
+  // unset or p is 0 (nothing is drawn then). Valid until the next Reset(). p in [0, 1).
+  absl::StatusOr<float*> DropoutMask(int64_t n, float p, uint64_t site);
+
+  // The weights a step reads: the placement's copy of `arena`, or the arena itself.
+  ParameterView weights(const ParameterArena& arena) const {
+    return ParameterView(arena, placement_.weights != nullptr ? placement_.weights : arena.data());
+  }
+  DataOps& data() const {
+    return placement_.data_ops != nullptr ? *placement_.data_ops : HostDataOps();
+  }
 
   // Set by the caller before ForwardTrain: with a seed, the forward pass applies the model's
   // dropout (config's `dropout`) with masks from DropoutMask; unset (the default), it runs
@@ -137,7 +184,16 @@ class TrainingTape {
   int64_t batch = 0;
 
  private:
-  std::vector<std::vector<float>> buffers_;
+  struct Buffer {
+    float* data = nullptr;
+    int64_t floats = 0;
+  };
+
+  const TrainingPlacement placement_;
+  // Host buffers (no placement.memory); each slot is its own vector, so growing one never
+  // moves another.
+  std::vector<std::vector<float>> host_buffers_;
+  std::vector<Buffer> device_buffers_;  // from placement.memory
   size_t next_ = 0;
 };
 
@@ -188,6 +244,8 @@ class Forecaster {
   // the attention's projection, after the feed-forward activation and after its second
   // linear) when tape.dropout_seed is set, and Backward goes through the same masks; Forward
   // never applies it.
+  // xn, out, dout and dparams are memory of the tape's placement (host memory by default)
+  // and the weights are the placement's; asynchronous when the backend's ops are.
   absl::Status ForwardTrain(Backend& backend, float* out, const float* xn, int64_t B,
                             TrainingTape& tape) const;
   absl::Status Backward(Backend& backend, float* dparams, const float* dout,
@@ -209,9 +267,9 @@ class Forecaster {
   virtual void DeclareParameters(ParameterArena& arena) const = 0;
   // out (B, P*targets) standardised forecasts from xn (B, T, F) standardised windows, with
   // the weights of `p` and the data movement of `data`.
-  virtual absl::Status ForwardStandardized(Backend& backend, const ParameterView& p,
-                                           ForwardDataOps& data, float* out, const float* xn,
-                                           int64_t B, Workspace& workspace) const = 0;
+  virtual absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
+                                           float* out, const float* xn, int64_t B,
+                                           Workspace& workspace) const = 0;
   virtual int64_t BodyWorkspaceFloats(int64_t B) const = 0;
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
@@ -219,9 +277,9 @@ class Forecaster {
   virtual absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                                     TrainingTape& tape) const = 0;
   // x (n) *= mask (n), in place; nothing when mask is nullptr (no dropout).
-  static void ApplyDropout(float* x, const float* mask, int64_t n) {
-    if (mask == nullptr) return;
-    for (int64_t i = 0; i < n; ++i) x[i] *= mask[i];
+  static absl::Status ApplyDropout(DataOps& data, float* x, const float* mask, int64_t n) {
+    if (mask == nullptr) return absl::OkStatus();
+    return data.Multiply(x, x, mask, n);
   }
   // The gradient slot of a named parameter in a dparams array.
   float* grad(float* dparams, absl::string_view name) const {

@@ -74,9 +74,8 @@ absl::Status RecurrentForecaster::RunLayer(Backend& backend, const ParameterView
 }
 
 absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
-                                                      ForwardDataOps& data, float* out,
-                                                      const float* xn, int64_t B,
-                                                      Workspace& workspace) const {
+                                                      DataOps& data, float* out, const float* xn,
+                                                      int64_t B, Workspace& workspace) const {
   const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int L = rnn_.num_layers();
   float* result = workspace.Alloc(B * T * ND * H);
@@ -102,27 +101,26 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
                                                    int64_t B, TrainingTape& tape) const {
   const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int L = rnn_.num_layers();
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
+  DataOps& data = tape.data();
   std::vector<float*> masks;
   tape.saved.push_back(const_cast<float*>(xn));
   for (int l = 0; l < L; ++l) {
-    float* layer_out = tape.Alloc(B * T * ND * H);
-    RETURN_IF_ERROR(RunLayer(backend, HostParameters(), l, layer_out, tape.saved.back(), B));
+    ASSIGN_OR_RETURN(float* const layer_out, tape.Alloc(B * T * ND * H));
+    RETURN_IF_ERROR(RunLayer(backend, p, l, layer_out, tape.saved.back(), B));
     if (l + 1 < L) {
       // In place: the backward pass recomputes layer l from its input and never reads its
       // undropped output.
-      float* mask = tape.DropoutMask(B * T * ND * H, rnn_.dropout(), static_cast<uint64_t>(l));
-      ApplyDropout(layer_out, mask, B * T * ND * H);
+      ASSIGN_OR_RETURN(float* const mask,
+                       tape.DropoutMask(B * T * ND * H, rnn_.dropout(), static_cast<uint64_t>(l)));
+      RETURN_IF_ERROR(ApplyDropout(data, layer_out, mask, B * T * ND * H));
       masks.push_back(mask);
     }
     tape.saved.push_back(layer_out);
   }
   const float* top = tape.saved.back();
-  float* last = tape.Alloc(B * ND * H);
-  for (int64_t b = 0; b < B; ++b) {
-    const float* src = top + (b * T + (T - 1)) * ND * H;
-    std::copy(src, src + ND * H, last + b * ND * H);
-  }
+  ASSIGN_OR_RETURN(float* const last, tape.Alloc(B * ND * H));
+  RETURN_IF_ERROR(data.GatherRows(last, top + (T - 1) * ND * H, B, T * ND * H, ND * H));
   tape.saved.push_back(last);
   tape.saved.insert(tape.saved.end(), masks.begin(), masks.end());
   return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
@@ -133,25 +131,27 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
                                                TrainingTape& tape) const {
   const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int L = rnn_.num_layers();
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
+  DataOps& data = tape.data();
   const float* last = tape.saved[static_cast<size_t>(L + 1)];
-  float* dlast = tape.Alloc(B * ND * H);
+  ASSIGN_OR_RETURN(float* const dlast, tape.Alloc(B * ND * H));
   RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
                                          grad(dparams, "head.bias"), dout, last,
                                          p.at("head.weight"), B, ND * H, num_outputs()));
   // Only the last time step of the top layer reaches the head.
-  float* dlayer[2] = {tape.Alloc(B * T * ND * H), tape.Alloc(B * T * ND * H)};
-  float* dtop = dlayer[0];
-  std::fill_n(dtop, B * T * ND * H, 0.0f);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(dlast + b * ND * H, dlast + (b + 1) * ND * H, dtop + (b * T + (T - 1)) * ND * H);
+  float* dlayer[2];
+  for (float*& d : dlayer) {
+    ASSIGN_OR_RETURN(d, tape.Alloc(B * T * ND * H));
   }
+  float* dtop = dlayer[0];
+  RETURN_IF_ERROR(data.Zero(dtop, B * T * ND * H));
+  RETURN_IF_ERROR(data.ScatterRows(dtop + (T - 1) * ND * H, dlast, B, T * ND * H, ND * H));
   for (int l = L - 1; l >= 0; --l) {
     const float* dl_out = dlayer[(L - 1 - l) % 2];
     float* dl_in = l > 0 ? dlayer[(L - l) % 2] : nullptr;
     RecurrentDirectionWeights weights[2];
     RecurrentDirectionGrads grads[2];
-    LayerWeights(HostParameters(), l, weights);
+    LayerWeights(p, l, weights);
     LayerGrads(l, dparams, grads);
     const RecurrentDims dims{B, T, l == 0 ? int64_t{num_features()} : ND * H, H, ND};
     const float* inp = tape.saved[static_cast<size_t>(l)];
@@ -162,7 +162,10 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
       RETURN_IF_ERROR(backend.GruLayerBackward(dl_in, grads, dl_out, inp, nullptr, weights, dims));
     }
     // Layer l's input was layer l-1's output times its dropout mask.
-    if (l > 0) ApplyDropout(dl_in, tape.saved[static_cast<size_t>(L + 2 + l - 1)], B * T * ND * H);
+    if (l > 0) {
+      RETURN_IF_ERROR(ApplyDropout(data, dl_in, tape.saved[static_cast<size_t>(L + 2 + l - 1)],
+                                   B * T * ND * H));
+    }
   }
   return absl::OkStatus();
 }

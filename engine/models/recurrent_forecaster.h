@@ -15,7 +15,7 @@ class RecurrentForecaster final : public Forecaster {
 
  private:
   void DeclareParameters(ParameterArena& arena) const override;
-  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, ForwardDataOps& data,
+  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                    float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
@@ -29,8 +29,6 @@ class RecurrentForecaster final : public Forecaster {
   void LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const;
   absl::Status RunLayer(Backend& backend, const ParameterView& p, int l, float* out,
                         const float* inp, int64_t B) const;
-  // The model's own (host) arena.
-  ParameterView HostParameters() const { return ParameterView(parameters(), parameters().data()); }
 
   const bool is_lstm_;
   const v1::RecurrentConfig rnn_;

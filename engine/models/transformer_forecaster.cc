@@ -96,9 +96,8 @@ absl::Status TransformerForecaster::FinishLayer(Backend& backend, const Paramete
 }
 
 absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
-                                                        ForwardDataOps& data, float* out,
-                                                        const float* xn, int64_t B,
-                                                        Workspace& workspace) const {
+                                                        DataOps& data, float* out, const float* xn,
+                                                        int64_t B, Workspace& workspace) const {
   const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t BT = B * T, L = tf_.num_layers();
   float* x = workspace.Alloc(BT * D);     // the residual stream

@@ -19,7 +19,7 @@ class TransformerForecaster final : public Forecaster {
 
  private:
   void DeclareParameters(ParameterArena& arena) const override;
-  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, ForwardDataOps& data,
+  absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                    float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;

@@ -18,7 +18,6 @@
 // or none (1) without dropout. forecastd_torch.py's module has no other dropout (none after
 // the positional encoding). Backward: the gradient reaching a masked tensor is multiplied by
 // its mask; the attention op takes its mask itself.
-#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -70,11 +69,6 @@ enum DropoutSite : uint64_t {
   kSitesPerLayer = 4,
 };
 
-// dst += src over n floats.
-void AddInto(float* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
-}
-
 }  // namespace
 
 absl::Status TransformerForecaster::ActivationBackward(Backend& backend, float* dinp,
@@ -94,9 +88,10 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
                                                       int64_t B, TrainingTape& tape) const {
   const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
   const int64_t N = B * T;
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
+  DataOps& data = tape.data();
   const bool pre = tf_.norm_first();
-  float* scratch = tape.Alloc(N * D);
+  ASSIGN_OR_RETURN(float* const scratch, tape.Alloc(N * D));
   if (pre) {
     RETURN_IF_ERROR(backend.LayerNorm(lt.n1, nullptr, nullptr, lt.x0,
                                       p.at(Layer(k, "norm1.weight")), p.at(Layer(k, "norm1.bias")),
@@ -107,7 +102,7 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
   RETURN_IF_ERROR(backend.Attention(lt.a, lt.att, lt.qkv, lt.m_att, B, T, D, NH, tf_.causal()));
   RETURN_IF_ERROR(backend.Linear(scratch, lt.a, p.at(Layer(k, "self_attn.out_proj.weight")),
                                  p.at(Layer(k, "self_attn.out_proj.bias")), N, D, D));
-  ApplyDropout(scratch, lt.m_sa, N * D);
+  RETURN_IF_ERROR(ApplyDropout(data, scratch, lt.m_sa, N * D));
   RETURN_IF_ERROR(backend.Residual(lt.r1, lt.x0, scratch, N * D));
   if (!pre) {
     RETURN_IF_ERROR(backend.LayerNorm(lt.x1, nullptr, nullptr, lt.r1,
@@ -120,12 +115,12 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
   }
   RETURN_IF_ERROR(backend.Linear(lt.h, lt.n2, p.at(Layer(k, "linear1.weight")),
                                  p.at(Layer(k, "linear1.bias")), N, D, FF));
-  std::copy(lt.h, lt.h + N * FF, lt.g);
+  RETURN_IF_ERROR(data.Copy(lt.g, lt.h, N * FF));
   RETURN_IF_ERROR(Activation(backend, lt.g, N * FF));
-  ApplyDropout(lt.g, lt.m_ff, N * FF);
+  RETURN_IF_ERROR(ApplyDropout(data, lt.g, lt.m_ff, N * FF));
   RETURN_IF_ERROR(backend.Linear(scratch, lt.g, p.at(Layer(k, "linear2.weight")),
                                  p.at(Layer(k, "linear2.bias")), N, FF, D));
-  ApplyDropout(scratch, lt.m_f, N * D);
+  RETURN_IF_ERROR(ApplyDropout(data, scratch, lt.m_f, N * D));
   RETURN_IF_ERROR(backend.Residual(lt.r2, lt.x1, scratch, N * D));
   if (!pre) {
     RETURN_IF_ERROR(backend.LayerNorm(lt.x2, nullptr, nullptr, lt.r2,
@@ -141,47 +136,49 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
                                                      int64_t B, TrainingTape& tape) const {
   const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t FF = tf_.dim_feedforward(), N = B * T, L = tf_.num_layers();
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
   const bool pre = tf_.norm_first();
   tape.saved.push_back(const_cast<float*>(xn));
 
-  float* x = tape.Alloc(N * D);
+  ASSIGN_OR_RETURN(float* x, tape.Alloc(N * D));
   RETURN_IF_ERROR(
       backend.Linear(x, xn, p.at("input_proj.weight"), p.at("input_proj.bias"), N, F, D));
   RETURN_IF_ERROR(backend.PositionalEncoding(x, x, B, T, D));
   for (int k = 0; k < L; ++k) {
+    // A fresh buffer, or `alias` where the layout (pre- or post-LN) reuses one.
+    const auto own_or = [&](bool own, float* alias, int64_t n) -> absl::StatusOr<float*> {
+      if (!own) return alias;
+      return tape.Alloc(n);
+    };
     LayerTape lt;
     lt.x0 = x;
-    lt.n1 = pre ? tape.Alloc(N * D) : x;
-    lt.qkv = tape.Alloc(N * 3 * D);
-    lt.att = tape.Alloc(B * NH * T * T);
-    lt.a = tape.Alloc(N * D);
-    lt.r1 = tape.Alloc(N * D);
-    lt.x1 = pre ? lt.r1 : tape.Alloc(N * D);
-    lt.n2 = pre ? tape.Alloc(N * D) : lt.x1;
-    lt.h = tape.Alloc(N * FF);
-    lt.g = tape.Alloc(N * FF);
-    lt.r2 = tape.Alloc(N * D);
-    lt.x2 = pre ? lt.r2 : tape.Alloc(N * D);
+    ASSIGN_OR_RETURN(lt.n1, own_or(pre, x, N * D));
+    ASSIGN_OR_RETURN(lt.qkv, tape.Alloc(N * 3 * D));
+    ASSIGN_OR_RETURN(lt.att, tape.Alloc(B * NH * T * T));
+    ASSIGN_OR_RETURN(lt.a, tape.Alloc(N * D));
+    ASSIGN_OR_RETURN(lt.r1, tape.Alloc(N * D));
+    ASSIGN_OR_RETURN(lt.x1, own_or(!pre, lt.r1, N * D));
+    ASSIGN_OR_RETURN(lt.n2, own_or(pre, lt.x1, N * D));
+    ASSIGN_OR_RETURN(lt.h, tape.Alloc(N * FF));
+    ASSIGN_OR_RETURN(lt.g, tape.Alloc(N * FF));
+    ASSIGN_OR_RETURN(lt.r2, tape.Alloc(N * D));
+    ASSIGN_OR_RETURN(lt.x2, own_or(!pre, lt.r2, N * D));
     const float p_drop = tf_.dropout();
     const uint64_t site = kSitesPerLayer * static_cast<uint64_t>(k);
-    lt.m_att = tape.DropoutMask(B * NH * T * T, p_drop, site + kAttentionWeights);
-    lt.m_sa = tape.DropoutMask(N * D, p_drop, site + kAttentionOutput);
-    lt.m_ff = tape.DropoutMask(N * FF, p_drop, site + kFeedForwardHidden);
-    lt.m_f = tape.DropoutMask(N * D, p_drop, site + kFeedForwardOutput);
+    ASSIGN_OR_RETURN(lt.m_att, tape.DropoutMask(B * NH * T * T, p_drop, site + kAttentionWeights));
+    ASSIGN_OR_RETURN(lt.m_sa, tape.DropoutMask(N * D, p_drop, site + kAttentionOutput));
+    ASSIGN_OR_RETURN(lt.m_ff, tape.DropoutMask(N * FF, p_drop, site + kFeedForwardHidden));
+    ASSIGN_OR_RETURN(lt.m_f, tape.DropoutMask(N * D, p_drop, site + kFeedForwardOutput));
     RETURN_IF_ERROR(LayerForwardTrain(backend, k, lt, B, tape));
     lt.SaveTo(tape.saved);
     x = lt.x2;
   }
-  float* last = tape.Alloc(B * D);
-  for (int64_t b = 0; b < B; ++b) {
-    const float* row = x + (b * T + (T - 1)) * D;
-    std::copy(row, row + D, last + b * D);
-  }
+  ASSIGN_OR_RETURN(float* const last, tape.Alloc(B * D));
+  RETURN_IF_ERROR(tape.data().GatherRows(last, x + (T - 1) * D, B, T * D, D));
   tape.saved.push_back(last);
   const float* head_in = last;
   if (pre) {
-    float* normed = tape.Alloc(B * D);
+    ASSIGN_OR_RETURN(float* const normed, tape.Alloc(B * D));
     RETURN_IF_ERROR(backend.LayerNorm(normed, nullptr, nullptr, last, p.at("encoder.norm.weight"),
                                       p.at("encoder.norm.bias"), B, D, eps_));
     tape.saved.push_back(normed);
@@ -195,18 +192,22 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
                                                   TrainingTape& tape) const {
   const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
   const int64_t N = B * T;
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
+  DataOps& data = tape.data();
   const bool pre = tf_.norm_first();
   const auto dp = [&](absl::string_view rest) { return grad(dparams, Layer(k, rest)); };
-  float* dx1 = tape.Alloc(N * D);
-  float* dn = tape.Alloc(N * D);
-  float* dg = tape.Alloc(N * FF);
-  float* dqkv = tape.Alloc(N * 3 * D);
+  ASSIGN_OR_RETURN(float* const dx1, tape.Alloc(N * D));
+  ASSIGN_OR_RETURN(float* const dn, tape.Alloc(N * D));
+  ASSIGN_OR_RETURN(float* const dg, tape.Alloc(N * FF));
+  ASSIGN_OR_RETURN(float* const dqkv, tape.Alloc(N * 3 * D));
   // The gradient of a dropped branch output, its residual's gradient times the mask.
-  float* dmasked = lt.m_sa != nullptr || lt.m_f != nullptr ? tape.Alloc(N * D) : nullptr;
-  const auto masked = [&](const float* d, const float* mask) -> const float* {
+  float* dmasked = nullptr;
+  if (lt.m_sa != nullptr || lt.m_f != nullptr) {
+    ASSIGN_OR_RETURN(dmasked, tape.Alloc(N * D));
+  }
+  const auto masked = [&](const float* d, const float* mask) -> absl::StatusOr<const float*> {
     if (mask == nullptr) return d;
-    for (int64_t i = 0; i < N * D; ++i) dmasked[i] = d[i] * mask[i];
+    RETURN_IF_ERROR(data.Multiply(dmasked, d, mask, N * D));
     return dmasked;
   };
 
@@ -215,13 +216,13 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   if (!pre) {
     RETURN_IF_ERROR(backend.LayerNormBackward(dx1, dp("norm2.weight"), dp("norm2.bias"), dx2, lt.r2,
                                               p.at(Layer(k, "norm2.weight")), N, D, eps_));
-    std::copy(dx1, dx1 + N * D, dx2);
+    RETURN_IF_ERROR(data.Copy(dx2, dx1, N * D));
   }
-  std::copy(dr2, dr2 + N * D, dx1);
-  RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"),
-                                         masked(dr2, lt.m_f), lt.g,
+  RETURN_IF_ERROR(data.Copy(dx1, dr2, N * D));
+  ASSIGN_OR_RETURN(const float* const df, masked(dr2, lt.m_f));
+  RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"), df, lt.g,
                                          p.at(Layer(k, "linear2.weight")), N, FF, D));
-  ApplyDropout(dg, lt.m_ff, N * FF);
+  RETURN_IF_ERROR(ApplyDropout(data, dg, lt.m_ff, N * FF));
   RETURN_IF_ERROR(ActivationBackward(backend, dg, dg, lt.h, N * FF));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("linear1.weight"), dp("linear1.bias"), dg, lt.n2,
                                          p.at(Layer(k, "linear1.weight")), N, D, FF));
@@ -229,9 +230,9 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
     // dn2 -> through LN2 onto x1; reuse dx2 (already copied into dx1) as scratch.
     RETURN_IF_ERROR(backend.LayerNormBackward(dx2, dp("norm2.weight"), dp("norm2.bias"), dn, lt.x1,
                                               p.at(Layer(k, "norm2.weight")), N, D, eps_));
-    AddInto(dx1, dx2, N * D);
+    RETURN_IF_ERROR(backend.Residual(dx1, dx1, dx2, N * D));
   } else {
-    AddInto(dx1, dn, N * D);
+    RETURN_IF_ERROR(backend.Residual(dx1, dx1, dn, N * D));
   }
 
   // Attention block: dx1 -> dr1 -> (dx0 via the residual) + (dn1 via out_proj, attention,
@@ -242,9 +243,10 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
                                               p.at(Layer(k, "norm1.weight")), N, D, eps_));
     dr1 = dx2;
   }
-  std::copy(dr1, dr1 + N * D, dx0);
+  RETURN_IF_ERROR(data.Copy(dx0, dr1, N * D));
+  ASSIGN_OR_RETURN(const float* const dsa, masked(dr1, lt.m_sa));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.out_proj.weight"),
-                                         dp("self_attn.out_proj.bias"), masked(dr1, lt.m_sa), lt.a,
+                                         dp("self_attn.out_proj.bias"), dsa, lt.a,
                                          p.at(Layer(k, "self_attn.out_proj.weight")), N, D, D));
   RETURN_IF_ERROR(backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, lt.m_att, B, T, D, NH));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.in_proj_weight"),
@@ -253,9 +255,9 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   if (pre) {
     RETURN_IF_ERROR(backend.LayerNormBackward(dx1, dp("norm1.weight"), dp("norm1.bias"), dn, lt.x0,
                                               p.at(Layer(k, "norm1.weight")), N, D, eps_));
-    AddInto(dx0, dx1, N * D);
+    RETURN_IF_ERROR(backend.Residual(dx0, dx0, dx1, N * D));
   } else {
-    AddInto(dx0, dn, N * D);
+    RETURN_IF_ERROR(backend.Residual(dx0, dx0, dn, N * D));
   }
   return absl::OkStatus();
 }
@@ -264,29 +266,31 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
                                                  const float* dout, TrainingTape& tape) const {
   const int64_t B = tape.batch, T = lookback(), F = num_features(), D = tf_.d_model();
   const int64_t N = B * T, L = tf_.num_layers();
-  const ParameterArena& p = parameters();
+  const ParameterView p = tape.weights(parameters());
+  DataOps& data = tape.data();
   const bool pre = tf_.norm_first();
   const size_t head_slot = 1 + static_cast<size_t>(L) * LayerTape::kSlots;
   const float* last = tape.saved[head_slot];
   const float* head_in = pre ? tape.saved[head_slot + 1] : last;
 
-  float* dlast = tape.Alloc(B * D);
+  ASSIGN_OR_RETURN(float* const dlast, tape.Alloc(B * D));
   RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
                                          grad(dparams, "head.bias"), dout, head_in,
                                          p.at("head.weight"), B, D, num_outputs()));
   if (pre) {
-    float* dnormed = tape.Alloc(B * D);
-    std::copy(dlast, dlast + B * D, dnormed);
+    ASSIGN_OR_RETURN(float* const dnormed, tape.Alloc(B * D));
+    RETURN_IF_ERROR(data.Copy(dnormed, dlast, B * D));
     RETURN_IF_ERROR(backend.LayerNormBackward(dlast, grad(dparams, "encoder.norm.weight"),
                                               grad(dparams, "encoder.norm.bias"), dnormed, last,
                                               p.at("encoder.norm.weight"), B, D, eps_));
   }
   // Only position T-1 of the top layer reaches the head.
-  float* dx[2] = {tape.Alloc(N * D), tape.Alloc(N * D)};
-  std::fill_n(dx[0], N * D, 0.0f);
-  for (int64_t b = 0; b < B; ++b) {
-    std::copy(dlast + b * D, dlast + (b + 1) * D, dx[0] + (b * T + (T - 1)) * D);
+  float* dx[2];
+  for (float*& d : dx) {
+    ASSIGN_OR_RETURN(d, tape.Alloc(N * D));
   }
+  RETURN_IF_ERROR(data.Zero(dx[0], N * D));
+  RETURN_IF_ERROR(data.ScatterRows(dx[0] + (T - 1) * D, dlast, B, T * D, D));
   int cur = 0;
   for (int k = static_cast<int>(L) - 1; k >= 0; --k) {
     const LayerTape lt =

@@ -33,11 +33,15 @@ class TrainingLoss {
 
   v1::LossKind kind() const { return kind_; }
   std::string name() const;
+  // The kernels' description of this loss; its quantiles point into this object (host memory).
+  ref::LossSpec Spec() const;
+  const std::vector<float>& quantiles() const { return quantiles_; }
+  // Targets per window, P * targets; a window has Q times as many predictions.
+  int64_t per_window() const { return per_window_; }
 
  private:
   TrainingLoss(v1::LossKind kind, float huber_delta, std::vector<float> quantiles,
                int64_t per_window);
-  ref::LossSpec Spec() const;
 
   v1::LossKind kind_;
   float huber_delta_;

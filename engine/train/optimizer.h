@@ -30,6 +30,8 @@ class Optimizer {
   double Step(ParameterArena& params, float* grads, float lr);
 
   int64_t steps_taken() const { return steps_; }
+  // The trainable [offset, offset + numel) ranges of the arena an update touches.
+  const std::vector<std::pair<int64_t, int64_t>>& trainable_ranges() const { return ranges_; }
   const v1::OptimizerConfig& config() const { return config_; }
   float peak_learning_rate() const { return config_.learning_rate(); }
 

@@ -93,6 +93,11 @@ class Random {
     return r % bound;
   }
 
+  // The generator's state and increment, for a device that draws the same stream in parallel
+  // by jumping ahead (kernels/cuda/dropout.h).
+  uint64_t state() const { return state_; }
+  uint64_t increment() const { return inc_; }
+
   // Uniform in [0, 1) on the grid k * 2^-24 (every float there is equally likely).
   float UniformFloat() { return static_cast<float>(NextU32() >> 8) * 0x1.0p-24f; }
   // Uniform in [0, 1) on the grid k * 2^-53.

@@ -32,7 +32,9 @@ std::string ToJson(const google::protobuf::Message& message) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions options) {
-  if (options.backend == nullptr) return absl::InvalidArgumentError("TrainJob needs a backend");
+  if (options.backend == nullptr && !options.engine_factory) {
+    return absl::InvalidArgumentError("TrainJob needs a backend or a training engine factory");
+  }
   if (options.clock == nullptr) options.clock = Clock::Real();
   if (options.progress_every_steps <= 0) {
     return absl::InvalidArgumentError("progress_every_steps must be > 0");
@@ -127,6 +129,12 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   job->schedule_ = std::make_unique<LearningRateSchedule>(schedule);
   ASSIGN_OR_RETURN(TrainingLoss loss, TrainingLoss::Create(config.loss(), o.model));
   job->loss_ = std::make_unique<TrainingLoss>(std::move(loss));
+  if (o.engine_factory) {
+    ASSIGN_OR_RETURN(job->engine_, o.engine_factory(model, *job->optimizer_, *job->loss_, config));
+  } else {
+    ASSIGN_OR_RETURN(job->engine_, MakeHostTrainingEngine(*o.backend, model, *job->optimizer_,
+                                                          *job->loss_, config));
+  }
   return job;
 }
 
@@ -143,12 +151,11 @@ std::string TrainJob::Fingerprint() const {
 absl::StatusOr<double> TrainJob::Validate() {
   const int64_t n = dataset_->num_validation_windows();
   if (n == 0) return std::nan("");
-  Forecaster& model = *model_;
+  const Forecaster& model = *model_;
   const int64_t T = model.lookback(), F = model.num_features();
   const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
-  std::vector<float> x, y, pred;
+  std::vector<float> x, y;
   std::vector<int64_t> ids;
-  TrainingTape tape;  // no dropout_seed: validation runs without dropout, as in eval mode
   double total = 0.0;
   for (int64_t first = 0; first < n; first += batch_size_) {
     const int64_t B = std::min(batch_size_, n - first);
@@ -156,11 +163,11 @@ absl::StatusOr<double> TrainJob::Validate() {
     for (int64_t i = 0; i < B; ++i) ids[static_cast<size_t>(i)] = first + i;
     x.resize(static_cast<size_t>(B * T * F));
     y.resize(static_cast<size_t>(B * per_target));
-    pred.resize(static_cast<size_t>(B * model.num_outputs()));
     RETURN_IF_ERROR(
         dataset_->FillBatch(Split::kValidation, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
-    RETURN_IF_ERROR(model.ForwardTrain(*options_.backend, pred.data(), x.data(), B, tape));
-    total += loss_->Evaluate(pred.data(), y.data(), B) * static_cast<double>(B);
+    // Without dropout, as in eval mode.
+    ASSIGN_OR_RETURN(const double loss, engine_->Evaluate(x.data(), y.data(), B));
+    total += loss * static_cast<double>(B);
   }
   return total / static_cast<double>(n);
 }
@@ -201,9 +208,11 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
     }
   }
 
-  std::vector<float> x, y, pred, dpred, grads(static_cast<size_t>(params.size()));
+  // The engine starts from the arena and optimiser state: fresh, fine-tuned or resumed.
+  RETURN_IF_ERROR(engine_->Push());
+  spdlog::info("training '{}' on {}", model.config().name(), engine_->device());
+  std::vector<float> x, y;
   std::vector<int64_t> ids;
-  TrainingTape tape;
   const absl::Time start = options_.clock->Now();
   int64_t samples_this_run = 0;
   const auto rate = [&]() {
@@ -241,34 +250,29 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
       ids.assign(order.begin() + first, order.begin() + first + B);
       x.resize(static_cast<size_t>(B * T * F));
       y.resize(static_cast<size_t>(B * per_target));
-      pred.resize(static_cast<size_t>(B * model.num_outputs()));
-      dpred.resize(pred.size());
       RETURN_IF_ERROR(
           dataset_->FillBatch(Split::kTrain, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
       // Dropout masks depend on the seed and the step alone, so a resumed job (whose optimiser
       // restores its step count) draws the ones an uninterrupted job would.
-      tape.dropout_seed = DeriveSeed(t.seed(), SeedPurpose::kDropout,
-                                     static_cast<uint64_t>(optimizer_->steps_taken()));
-      RETURN_IF_ERROR(model.ForwardTrain(*options_.backend, pred.data(), x.data(), B, tape));
-      const double loss = loss_->Compute(dpred.data(), pred.data(), y.data(), B);
+      const int64_t step = engine_->steps_taken();
+      lr = schedule_->At(step, epoch);
+      ASSIGN_OR_RETURN(const double loss, engine_->Step(x.data(), y.data(), B, lr,
+                                                        DeriveSeed(t.seed(), SeedPurpose::kDropout,
+                                                                   static_cast<uint64_t>(step))));
       if (!std::isfinite(loss)) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("training of '", model.config().name(), "' diverged: the loss is ", loss,
-                         " at epoch ", epoch + 1, ", step ", optimizer_->steps_taken() + 1,
-                         "; lower the learning rate or clip gradients"));
+        return absl::FailedPreconditionError(absl::StrCat(
+            "training of '", model.config().name(), "' diverged: the loss is ", loss, " at epoch ",
+            epoch + 1, ", step ", step + 1, "; lower the learning rate or clip gradients"));
       }
-      RETURN_IF_ERROR(model.Backward(*options_.backend, grads.data(), dpred.data(), tape));
-      lr = schedule_->At(optimizer_->steps_taken(), epoch);
-      optimizer_->Step(params, grads.data(), lr);
       loss_sum += loss * static_cast<double>(B);
       loss_count += B;
       samples_this_run += B;
-      if (optimizer_->steps_taken() % options_.progress_every_steps == 0) {
+      if (engine_->steps_taken() % options_.progress_every_steps == 0) {
         TrainProgress progress;
         progress.kind = TrainProgress::Kind::kStep;
         progress.epoch = epoch + 1;
         progress.epochs = epochs_;
-        progress.step = optimizer_->steps_taken();
+        progress.step = engine_->steps_taken();
         progress.total_steps = total_steps;
         progress.train_loss = loss_sum / static_cast<double>(loss_count);
         progress.validation_loss = std::nan("");
@@ -281,10 +285,12 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
     }
     const double train_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
     ASSIGN_OR_RETURN(const double validation_loss, Validate());
+    // The arena and the optimiser's state are what the best weights and checkpoints copy.
+    RETURN_IF_ERROR(engine_->Pull());
     state.train_losses.push_back(train_loss);
     state.validation_losses.push_back(validation_loss);
     state.epochs_done = epoch + 1;
-    state.optimizer_steps = optimizer_->steps_taken();
+    state.optimizer_steps = engine_->steps_taken();
     if (!std::isnan(validation_loss)) {
       if (state.best_epoch < 0 ||
           validation_loss < state.best_validation_loss - static_cast<double>(t.min_delta())) {
@@ -308,7 +314,7 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
     progress.kind = TrainProgress::Kind::kEpoch;
     progress.epoch = epoch + 1;
     progress.epochs = epochs_;
-    progress.step = optimizer_->steps_taken();
+    progress.step = engine_->steps_taken();
     progress.total_steps = total_steps;
     progress.train_loss = train_loss;
     progress.validation_loss = validation_loss;
@@ -330,7 +336,8 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
     std::copy(state.best_params.begin(), state.best_params.end(), params.data());
   }
   result.epochs_run = state.epochs_done;
-  result.steps = optimizer_->steps_taken();
+  result.steps = engine_->steps_taken();
+  result.device = engine_->device();
   result.stopped_early = stopped_early;
   result.best_epoch = state.best_epoch >= 0 ? state.best_epoch + 1 : state.epochs_done;
   result.best_validation_loss = state.best_epoch >= 0 ? state.best_validation_loss : std::nan("");

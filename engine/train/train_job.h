@@ -25,6 +25,7 @@
 #include "engine/train/loss.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/training_engine.h"
 #include "forecastd/v1/training.pb.h"
 
 namespace forecastd {
@@ -64,7 +65,10 @@ struct TrainJobOptions {
   // false: train and keep the result in memory only (tests, benchmarks).
   bool publish = true;
 
-  Backend* backend = nullptr;  // not owned; must outlive the job
+  // Where the steps run: the engine this makes (e.g. a GPU's), or without one the host
+  // engine on `backend` (not owned; must outlive the job). One of the two is needed.
+  TrainingEngineFactory engine_factory;
+  Backend* backend = nullptr;
   // When set, every optimiser step runs under a TrainingLease of this scheduler, so training
   // takes a worker only while no inference waits. Not owned.
   DeviceScheduler* scheduler = nullptr;
@@ -91,6 +95,7 @@ struct TrainResult {
   std::vector<double> validation_losses;  // per epoch
   int64_t version = 0;                    // published version; 0 when not published
   int64_t resumed_from_epoch = 0;         // epochs taken from a checkpoint (0: fresh start)
+  std::string device;                     // where the steps ran ("cpu", "cuda:0")
 };
 
 class TrainJob {
@@ -110,6 +115,8 @@ class TrainJob {
   // The model being trained (after Run(): the weights kept).
   const Forecaster& model() const { return *model_; }
   const WindowedDataset& dataset() const { return *dataset_; }
+  // Where the steps run ("cpu", "cuda:0").
+  std::string device() const { return engine_->device(); }
   int64_t steps_per_epoch() const;
 
  private:
@@ -128,6 +135,7 @@ class TrainJob {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LearningRateSchedule> schedule_;
   std::unique_ptr<TrainingLoss> loss_;
+  std::unique_ptr<TrainingEngine> engine_;  // declared last: it refers to the members above
 
   std::atomic<bool> cancelled_{false};
 };

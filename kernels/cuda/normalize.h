@@ -1,5 +1,5 @@
 // The input standardisation and forecast de-standardisation of Forecaster::Forward on device
-// memory (ForwardDataOps' Standardize / Destandardize for a GPU caller), rounding each step as
+// memory (DataOps' Standardize / Destandardize for a GPU caller), rounding each step as
 // the host loops do (no contraction into FMAs, IEEE division), so the CUDA results equal the
 // host's bit for bit. Launchers only; the kernels live in normalize.cu. Thread-safe: each call
 // works on the stream it is given.

@@ -291,14 +291,14 @@ TEST_CASE("Dropout masks: inverted-dropout values, a fraction near p, fixed by s
   for (const float p : {0.1f, 0.3f, 0.5f}) {
     CAPTURE(p);
     TrainingTape tape;
-    REQUIRE(tape.DropoutMask(kN, p, 0) == nullptr);  // no seed: no dropout
+    REQUIRE(*tape.DropoutMask(kN, p, 0) == nullptr);  // no seed: no dropout
     int64_t dropped = 0, total = 0;
     for (uint64_t seed = 0; seed < 25; ++seed) {
       tape.Reset();
       tape.dropout_seed = seed;
-      REQUIRE(tape.DropoutMask(kN, 0.0f, 0) == nullptr);  // p = 0: nothing drawn
+      REQUIRE(*tape.DropoutMask(kN, 0.0f, 0) == nullptr);  // p = 0: nothing drawn
       for (uint64_t site = 0; site < 4; ++site) {
-        const float* mask = tape.DropoutMask(kN, p, site);
+        const float* mask = *tape.DropoutMask(kN, p, site);
         REQUIRE(mask != nullptr);
         for (int64_t i = 0; i < kN; ++i) {
           REQUIRE((mask[i] == 0.0f || mask[i] == 1.0f / (1.0f - p)));
@@ -318,14 +318,14 @@ TEST_CASE("Dropout masks: inverted-dropout values, a fraction near p, fixed by s
   TrainingTape a, b;
   a.dropout_seed = 5;
   b.dropout_seed = 5;
-  const float* a0 = a.DropoutMask(kN, 0.3f, 0);
-  const float* b0 = b.DropoutMask(kN, 0.3f, 0);
-  const float* a1 = a.DropoutMask(kN, 0.3f, 1);
+  const float* a0 = *a.DropoutMask(kN, 0.3f, 0);
+  const float* b0 = *b.DropoutMask(kN, 0.3f, 0);
+  const float* a1 = *a.DropoutMask(kN, 0.3f, 1);
   REQUIRE(std::equal(a0, a0 + kN, b0));
   REQUIRE(!std::equal(a0, a0 + kN, a1));
   b.Reset();
   b.dropout_seed = 6;
-  const float* other = b.DropoutMask(kN, 0.3f, 0);
+  const float* other = *b.DropoutMask(kN, 0.3f, 0);
   REQUIRE(!std::equal(a0, a0 + kN, other));
 }
 

@@ -1,0 +1,296 @@
+#include "engine/train/cuda_training_engine.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_devices.h"
+#include "backends/cuda/stream_pool.h"
+#include "engine/models/cuda_data_ops.h"
+#include "engine/serving/cuda_execution_device.h"
+#include "kernels/base/status.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/fill.h"
+#include "kernels/cuda/loss.h"
+#include "kernels/cuda/optimizer.h"
+
+namespace forecastd {
+namespace {
+
+constexpr int64_t kFloat = sizeof(float);
+
+// The tape's buffers, from the GPU's allocator. A buffer is given back only between steps (the
+// engine synchronises at the end of each), so nothing queued still reads it.
+class DeviceTapeMemory final : public TapeMemory {
+ public:
+  explicit DeviceTapeMemory(CudaAllocator* allocator) : allocator_(allocator) {}
+
+  absl::StatusOr<float*> Allocate(int64_t n) override {
+    ASSIGN_OR_RETURN(DeviceBuffer buffer, allocator_->Allocate(n * kFloat));
+    float* const data = buffer.as<float>();
+    buffers_.emplace(data, std::move(buffer));
+    return data;
+  }
+  void Free(float* buffer) override { buffers_.erase(buffer); }
+
+ private:
+  CudaAllocator* const allocator_;
+  absl::flat_hash_map<float*, DeviceBuffer> buffers_;
+};
+
+class CudaTrainingEngine final : public TrainingEngine {
+ public:
+  CudaTrainingEngine(Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss, int device)
+      : model_(model), optimizer_(optimizer), loss_(loss), device_(device) {}
+
+  ~CudaTrainingEngine() override {
+    if (lease_.has_value()) lease_->Synchronize().IgnoreError();
+  }
+
+  absl::Status Init(const CudaTrainingEngineOptions& options, const v1::TrainingConfig& config);
+
+  std::string device() const override { return absl::StrCat("cuda:", device_); }
+  absl::Status Push() override;
+  absl::Status Pull() override;
+  absl::StatusOr<double> Step(const float* x, const float* y, int64_t B, float lr,
+                              std::optional<uint64_t> dropout_seed) override;
+  absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override;
+  int64_t steps_taken() const override { return steps_; }
+
+ private:
+  // Copies B windows and their targets in (through pinned memory) and queues the forward pass
+  // and the loss with its gradient; the loss lands in loss_.
+  absl::Status QueueForwardAndLoss(const float* x, const float* y, int64_t B);
+  // Queues clipping and the optimiser's update of every trainable range.
+  absl::Status QueueUpdate(float lr);
+  // Waits for the stream and returns the loss it computed.
+  absl::StatusOr<double> ReadLoss();
+  absl::Status Upload(const DeviceBuffer& to, const float* from, int64_t n);
+  absl::Status Download(float* to, const DeviceBuffer& from, int64_t n);
+
+  Forecaster& model_;
+  Optimizer& optimizer_;
+  const TrainingLoss& loss_;
+  const int device_;
+  int64_t steps_ = 0;
+  ref::LossSpec loss_spec_;  // quantiles point into quantiles_ (device)
+
+  // Declared in the order they are made; destroyed in reverse (the allocator last).
+  std::unique_ptr<CudaAllocator> own_allocator_;
+  CudaAllocator* allocator_ = nullptr;
+  std::unique_ptr<StreamPool> pool_;
+  std::optional<StreamLease> lease_;
+  std::unique_ptr<CudaBackend> backend_;
+  std::unique_ptr<CudaDataOps> data_ops_;
+  DeviceBuffer params_, grads_, m_, v_;  // arena-sized; m_ and v_ as the optimiser keeps them
+  DeviceBuffer quantiles_, loss_value_, norm_sq_;
+  int64_t batch_capacity_ = 0;
+  DeviceBuffer x_, y_, pred_, dpred_;  // batch_capacity_ windows
+  std::unique_ptr<DeviceTapeMemory> tape_memory_;
+  std::optional<TrainingTape> tape_;
+};
+
+absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
+                                      const v1::TrainingConfig& config) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  allocator_ = options.allocator;
+  if (allocator_ == nullptr) {
+    CudaAllocator::Options allocator_options;
+    allocator_options.device = device_;
+    ASSIGN_OR_RETURN(own_allocator_, CudaAllocator::Create(allocator_options));
+    allocator_ = own_allocator_.get();
+  }
+  StreamPool::Options pool_options;
+  pool_options.device = device_;
+  pool_options.streams_per_gpu = 1;
+  pool_options.workspace_bytes = options.workspace_bytes;
+  ASSIGN_OR_RETURN(pool_, StreamPool::Create(pool_options, allocator_));
+  lease_.emplace(pool_->Lease());
+  CudaBackend::Options backend_options;
+  backend_options.math = CudaMathForPrecision(config.precision());
+  ASSIGN_OR_RETURN(backend_, CudaBackend::Create(lease_->context(), allocator_, backend_options));
+  data_ops_ = std::make_unique<CudaDataOps>(lease_->stream());
+
+  const int64_t n = model_.parameters().size();
+  ASSIGN_OR_RETURN(params_, allocator_->Allocate(n * kFloat));
+  ASSIGN_OR_RETURN(grads_, allocator_->Allocate(n * kFloat));
+  RETURN_IF_ERROR(cuda::FillLaunch(grads_.as<float>(), 0.0f, n, lease_->stream()));
+  for (const auto& [name, values] : optimizer_.state()) {
+    DeviceBuffer& buffer = name == "v" ? v_ : m_;
+    ASSIGN_OR_RETURN(buffer, allocator_->Allocate(n * kFloat));
+  }
+  ASSIGN_OR_RETURN(loss_value_, allocator_->Allocate(kFloat));
+  ASSIGN_OR_RETURN(norm_sq_, allocator_->Allocate(kFloat));
+  loss_spec_ = loss_.Spec();
+  if (!loss_.quantiles().empty()) {
+    const auto Q = static_cast<int64_t>(loss_.quantiles().size());
+    ASSIGN_OR_RETURN(quantiles_, allocator_->Allocate(Q * kFloat));
+    RETURN_IF_ERROR(Upload(quantiles_, loss_.quantiles().data(), Q));
+    loss_spec_.quantiles = quantiles_.as<const float>();
+  }
+  tape_memory_ = std::make_unique<DeviceTapeMemory>(allocator_);
+  TrainingPlacement placement;
+  placement.weights = params_.as<const float>();
+  placement.data_ops = data_ops_.get();
+  placement.memory = tape_memory_.get();
+  tape_.emplace(placement);
+  return lease_->Synchronize();
+}
+
+absl::Status CudaTrainingEngine::Upload(const DeviceBuffer& to, const float* from, int64_t n) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to.data(), from, static_cast<size_t>(n * kFloat),
+                                       cudaMemcpyHostToDevice, lease_->stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaTrainingEngine::Download(float* to, const DeviceBuffer& from, int64_t n) {
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(to, from.data(), static_cast<size_t>(n * kFloat),
+                                       cudaMemcpyDeviceToHost, lease_->stream()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaTrainingEngine::Push() {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  const int64_t n = model_.parameters().size();
+  RETURN_IF_ERROR(Upload(params_, model_.parameters().data(), n));
+  for (const auto& [name, values] : optimizer_.state()) {
+    RETURN_IF_ERROR(Upload(name == "v" ? v_ : m_, values->data(), n));
+  }
+  steps_ = optimizer_.steps_taken();
+  return lease_->Synchronize();
+}
+
+absl::Status CudaTrainingEngine::Pull() {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  const int64_t n = model_.parameters().size();
+  RETURN_IF_ERROR(Download(model_.parameters().data(), params_, n));
+  std::vector<std::pair<std::string, std::vector<float>>> state;
+  for (const auto& [name, values] : optimizer_.state()) {
+    state.emplace_back(name, std::vector<float>(static_cast<size_t>(n)));
+    RETURN_IF_ERROR(Download(state.back().second.data(), name == "v" ? v_ : m_, n));
+  }
+  RETURN_IF_ERROR(lease_->Synchronize());
+  return optimizer_.Restore(state, steps_);
+}
+
+absl::Status CudaTrainingEngine::QueueForwardAndLoss(const float* x, const float* y, int64_t B) {
+  const int64_t x_floats = B * model_.lookback() * model_.num_features();
+  const int64_t y_floats = B * loss_.per_window();
+  const int64_t pred_floats = B * model_.num_outputs();
+  if (B > batch_capacity_) {
+    // Between steps: nothing queued reads the old buffers.
+    ASSIGN_OR_RETURN(x_, allocator_->Allocate(x_floats * kFloat));
+    ASSIGN_OR_RETURN(y_, allocator_->Allocate(y_floats * kFloat));
+    ASSIGN_OR_RETURN(pred_, allocator_->Allocate(pred_floats * kFloat));
+    ASSIGN_OR_RETURN(dpred_, allocator_->Allocate(pred_floats * kFloat));
+    batch_capacity_ = B;
+  }
+  ASSIGN_OR_RETURN(void* const staging, lease_->HostStaging(StreamLease::Staging::kInput,
+                                                            (x_floats + y_floats) * kFloat));
+  auto* const staged = static_cast<float*>(staging);
+  std::memcpy(staged, x, static_cast<size_t>(x_floats * kFloat));
+  std::memcpy(staged + x_floats, y, static_cast<size_t>(y_floats * kFloat));
+  RETURN_IF_ERROR(Upload(x_, staged, x_floats));
+  RETURN_IF_ERROR(Upload(y_, staged + x_floats, y_floats));
+  RETURN_IF_ERROR(
+      model_.ForwardTrain(*backend_, pred_.as<float>(), x_.as<const float>(), B, *tape_));
+  return cuda::LossForwardBackward(dpred_.as<float>(), loss_value_.as<float>(),
+                                   pred_.as<const float>(), y_.as<const float>(),
+                                   B * loss_.per_window(), loss_spec_, lease_->stream());
+}
+
+absl::Status CudaTrainingEngine::QueueUpdate(float lr) {
+  const cudaStream_t stream = lease_->stream();
+  const v1::OptimizerConfig& c = optimizer_.config();
+  const int64_t n = model_.parameters().size();
+  float* const grads = grads_.as<float>();
+  if (c.clip_grad_norm() > 0.0f) {
+    // Over the whole arena: Backward zeroes the untrained entries, so the norm is the
+    // trainable ranges' and scaling leaves those zeros as they are.
+    RETURN_IF_ERROR(cuda::GradNormSquared(norm_sq_.as<float>(), grads, n, stream));
+    RETURN_IF_ERROR(
+        cuda::ScaleByClip(grads, n, norm_sq_.as<const float>(), c.clip_grad_norm(), stream));
+  }
+  ++steps_;
+  float* const p = params_.as<float>();
+  if (c.kind() == v1::OPTIMIZER_SGD) {
+    const ref::SgdHyper hyper{lr, c.momentum(), 0.0f, c.weight_decay(), c.nesterov()};
+    for (const auto& [offset, count] : optimizer_.trainable_ranges()) {
+      RETURN_IF_ERROR(cuda::SgdUpdate(p + offset, m_.empty() ? nullptr : m_.as<float>() + offset,
+                                      grads + offset, count, hyper, steps_ == 1, stream));
+    }
+    return absl::OkStatus();
+  }
+  const ref::AdamHyper hyper{lr,      c.beta1(),        c.beta2(),
+                             c.eps(), c.weight_decay(), c.kind() == v1::OPTIMIZER_ADAMW};
+  for (const auto& [offset, count] : optimizer_.trainable_ranges()) {
+    RETURN_IF_ERROR(cuda::AdamUpdate(p + offset, m_.as<float>() + offset, v_.as<float>() + offset,
+                                     grads + offset, count, steps_, hyper, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> CudaTrainingEngine::ReadLoss() {
+  ASSIGN_OR_RETURN(void* const staging, lease_->HostStaging(StreamLease::Staging::kOutput, kFloat));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, loss_value_.data(), kFloat, cudaMemcpyDeviceToHost,
+                                       lease_->stream()));
+  RETURN_IF_ERROR(lease_->Synchronize());
+  float loss = 0.0f;
+  std::memcpy(&loss, staging, sizeof(loss));
+  return static_cast<double>(loss);
+}
+
+absl::StatusOr<double> CudaTrainingEngine::Step(const float* x, const float* y, int64_t B, float lr,
+                                                std::optional<uint64_t> dropout_seed) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  tape_->dropout_seed = dropout_seed;
+  RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
+  // The update is queued before the loss is seen: a non-finite loss ends the job, which then
+  // keeps nothing of this step.
+  RETURN_IF_ERROR(model_.Backward(*backend_, grads_.as<float>(), dpred_.as<const float>(), *tape_));
+  RETURN_IF_ERROR(QueueUpdate(lr));
+  return ReadLoss();
+}
+
+absl::StatusOr<double> CudaTrainingEngine::Evaluate(const float* x, const float* y, int64_t B) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  tape_->dropout_seed.reset();
+  RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
+  return ReadLoss();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
+    const CudaTrainingEngineOptions& options, Forecaster& model, Optimizer& optimizer,
+    const TrainingLoss& loss, const v1::TrainingConfig& config) {
+  if (config.precision() == v1::PRECISION_FP16) {
+    return absl::InvalidArgumentError(
+        "training precision PRECISION_FP16 is not supported (it needs loss scaling); use "
+        "PRECISION_BF16 for mixed precision");
+  }
+  if (options.workspace_bytes < 0) {
+    return absl::InvalidArgumentError("CudaTrainingEngineOptions: workspace_bytes must be >= 0");
+  }
+  if (options.allocator != nullptr && options.allocator->device() != options.device) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the allocator is for cuda:", options.allocator->device(), ", not cuda:", options.device));
+  }
+  auto engine = std::make_unique<CudaTrainingEngine>(model, optimizer, loss, options.device);
+  RETURN_IF_ERROR(engine->Init(options, config));
+  return engine;
+}
+
+}  // namespace forecastd

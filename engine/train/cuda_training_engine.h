@@ -1,0 +1,40 @@
+// Training steps on one GPU (a TrainingEngine): the weights, gradients, optimiser state, the
+// training tape and the batch all live in device memory. A step copies the batch in through
+// pinned memory, then queues ForwardTrain, the loss kernel, Backward, gradient clipping and the
+// optimiser's kernels on one stream, and copies back only the loss (the step's one
+// synchronisation). The matrix products run in the arithmetic TrainingConfig.precision asks
+// for (bf16 mixed precision: bf16 products, fp32 accumulation, fp32 master weights and
+// state). Dropout masks are drawn on the device from the streams the CPU draws, so a seed gives
+// the CPU's masks. Built with CUDA only. Thread-compatible: one training thread.
+#ifndef FORECASTD_ENGINE_TRAIN_CUDA_TRAINING_ENGINE_H_
+#define FORECASTD_ENGINE_TRAIN_CUDA_TRAINING_ENGINE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "backends/cuda/cuda_allocator.h"
+#include "engine/train/training_engine.h"
+
+namespace forecastd {
+
+struct CudaTrainingEngineOptions {
+  // The CUDA ordinal.
+  int device = 0;
+  // The GPU's allocator, shared with its serving instances so one memory limit covers both
+  // (not owned; must outlive the engine). nullptr: an allocator of the engine's own.
+  CudaAllocator* allocator = nullptr;
+  // cuBLAS's and cuDNN's device workspace on the engine's stream. >= 0.
+  int64_t workspace_bytes = int64_t{32} << 20;
+};
+
+// INVALID_ARGUMENT for precision FP16 (it would need loss scaling); RESOURCE_EXHAUSTED when the
+// weights, gradients and optimiser state do not fit; the CUDA error when the GPU cannot be
+// used. The first Step allocates the tape for its batch size; a later, larger batch grows it.
+absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
+    const CudaTrainingEngineOptions& options, Forecaster& model, Optimizer& optimizer,
+    const TrainingLoss& loss, const v1::TrainingConfig& config);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_TRAIN_CUDA_TRAINING_ENGINE_H_

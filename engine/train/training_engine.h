@@ -1,0 +1,69 @@
+// Where a TrainJob's optimiser steps run. The weights being trained, their gradients and the
+// optimiser's state live with the engine, and a step (forward, loss, backward, clipping,
+// update) runs there: HostTrainingEngine on a Backend over host memory, CudaTrainingEngine
+// (cuda_training_engine.h) on one GPU. The model's arena and the Optimizer's state stay the
+// copies a checkpoint reads and a published version is written from: Pull() brings the
+// engine's current values into them, Push() sends them (a resumed checkpoint) to the engine.
+// Thread-compatible: one training thread drives an engine.
+#ifndef FORECASTD_ENGINE_TRAIN_TRAINING_ENGINE_H_
+#define FORECASTD_ENGINE_TRAIN_TRAINING_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "backends/backend.h"
+#include "engine/models/forecaster.h"
+#include "engine/train/loss.h"
+#include "engine/train/optimizer.h"
+#include "forecastd/v1/training.pb.h"
+
+namespace forecastd {
+
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+
+  // "cpu", "cuda:0", ...: where the steps run.
+  virtual std::string device() const = 0;
+
+  // Sends the model's arena and the Optimizer's state and step count to the engine.
+  virtual absl::Status Push() = 0;
+  // Writes the engine's weights into the model's arena and its optimiser state and step count
+  // into the Optimizer.
+  virtual absl::Status Pull() = 0;
+
+  // One optimiser step at learning rate `lr` on B windows: x (B, T, F) standardised inputs and
+  // y (B, P, targets) standardised targets, host memory. With `dropout_seed` the forward pass
+  // applies the model's dropout (TrainingTape::dropout_seed). Returns the batch's mean loss
+  // under the weights before the update. A non-finite loss is returned as it is; the caller
+  // decides (the update it caused is then not to be kept).
+  virtual absl::StatusOr<double> Step(const float* x, const float* y, int64_t B, float lr,
+                                      std::optional<uint64_t> dropout_seed) = 0;
+  // The mean loss of the current weights on B windows, without dropout or update.
+  virtual absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) = 0;
+  // Optimiser steps taken, including those of a pushed checkpoint.
+  virtual int64_t steps_taken() const = 0;
+};
+
+// Makes the engine a job's steps run on, for its model, optimiser, loss and configuration
+// (all outliving the engine). A TrainJob without one uses MakeHostTrainingEngine on its
+// backend.
+using TrainingEngineFactory = std::function<absl::StatusOr<std::unique_ptr<TrainingEngine>>(
+    Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+    const v1::TrainingConfig& config)>;
+
+// Steps on `backend` over host memory, updating the model's arena and `optimizer` in place
+// (Push and Pull have nothing to move). Training precision other than FP32 or unspecified:
+// INVALID_ARGUMENT (reduced-precision training runs on a GPU).
+absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeHostTrainingEngine(
+    Backend& backend, Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+    const v1::TrainingConfig& config);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_TRAIN_TRAINING_ENGINE_H_
