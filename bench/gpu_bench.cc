@@ -20,11 +20,19 @@
 // JSON line:
 //   {"backend":"cuda","device":...,"batch":...,"iters":...,"median_us":...,"p90_us":...,
 //    "mean_us":...,"min_us":...,"graph":{"median_us":...,...} or null,"graph_error":...}
-// p90 is the nearest-rank 90th percentile. Exit codes: 0 success, 1 a failure while loading or
-// running, 2 bad arguments.
+// p90 is the nearest-rank 90th percentile.
+//
+// With `--train`, times training steps instead (engine/train/cuda_training_engine.h): each is
+// one TrainingEngine::Step on `--batch` seeded standardised windows and targets (Adam, MSE,
+// the model's dropout, `--math` as the training precision): the batch copied in from host
+// memory, forward, loss, backward, the optimiser's update, and the loss read back, as a
+// PyTorch training loop that calls loss.item() does. Steps are timed on the host clock (each
+// ends in a synchronisation). Prints {"backend":"cuda","mode":"train",...,"median_us":...}.
+// Exit codes: 0 success, 1 a failure while loading or running, 2 bad arguments.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -49,6 +57,7 @@
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
+#include "engine/train/cuda_training_engine.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -67,6 +76,7 @@ struct Flags {
   std::string math = "fp32";
   std::string rnn_algo = "auto";
   bool no_graph = false;
+  bool train = false;
   std::string output;
 };
 
@@ -142,6 +152,58 @@ absl::StatusOr<std::vector<float>> ReadInput(const Flags& flags, const Forecaste
   }
   ASSIGN_OR_RETURN(const std::vector<float> all, io.ReadF32("input", info->shape));
   return std::vector<float>(all.begin(), all.begin() + B * T * F);
+}
+
+absl::Status BenchTrain(const Flags& flags) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
+  const int64_t B = flags.batch;
+  v1::TrainingConfig training;
+  training.set_precision(flags.math == "bf16"   ? v1::PRECISION_BF16
+                         : flags.math == "tf32" ? v1::PRECISION_TF32
+                         : flags.math == "fp16" ? v1::PRECISION_FP16
+                                                : v1::PRECISION_FP32);
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(training.optimizer(), model->parameters()));
+  ASSIGN_OR_RETURN(const TrainingLoss loss, TrainingLoss::Create(training.loss(), model->config()));
+  CudaTrainingEngineOptions options;
+  options.device = flags.device;
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEngine> engine,
+                   MakeCudaTrainingEngine(options, *model, *optimizer, loss, training));
+  RETURN_IF_ERROR(engine->Push());
+  std::mt19937_64 rng(flags.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(B * model->lookback() * model->num_features()));
+  std::vector<float> y(static_cast<size_t>(B * loss.per_window()));
+  for (float& v : x) v = normal(rng);
+  for (float& v : y) v = normal(rng);
+  // A small rate keeps the loss finite over every step whatever the weights.
+  constexpr float kLearningRate = 1e-5f;
+  double last_loss = 0.0;
+  const auto step = [&](int64_t i) -> absl::Status {
+    ASSIGN_OR_RETURN(last_loss,
+                     engine->Step(x.data(), y.data(), B, kLearningRate, static_cast<uint64_t>(i)));
+    if (!std::isfinite(last_loss)) return absl::InternalError("the training loss is not finite");
+    return absl::OkStatus();
+  };
+  for (int64_t i = 0; i < flags.warmup; ++i) RETURN_IF_ERROR(step(i));
+  std::vector<double> step_us;
+  step_us.reserve(flags.iters);
+  for (int64_t i = 0; i < flags.iters; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(step(flags.warmup + i));
+    step_us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+            .count());
+  }
+  cudaDeviceProp prop{};
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, flags.device));
+  std::printf("%s\n", absl::StrCat("{\"backend\":\"cuda\",\"mode\":\"train\",\"device\":",
+                                   JsonString(prop.name), ",\"batch\":", B,
+                                   ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
+                                   bench::TimingJson(bench::Summarize(std::move(step_us))),
+                                   ",\"last_loss\":", last_loss, "}")
+                          .c_str());
+  return absl::OkStatus();
 }
 
 absl::Status Bench(const Flags& flags) {
@@ -292,6 +354,8 @@ int main(int argc, char** argv) {
                  "GEMM input rounding: fp32 (none), tf32, bf16, fp16 (CudaBackend::Options::math)")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
   app.add_flag("--no-graph", flags.no_graph, "time eager calls only");
+  app.add_flag("--train", flags.train,
+               "time training steps (Adam, MSE, --math as the precision) instead of forecasts");
   app.add_option("--rnn-algo", flags.rnn_algo,
                  "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")
       ->check(CLI::IsMember({"auto", "standard", "persist", "small-h"}));
@@ -301,7 +365,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const absl::Status status = forecastd::Bench(flags);
+  const absl::Status status = flags.train ? forecastd::BenchTrain(flags) : forecastd::Bench(flags);
   if (!status.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", status.ToString().c_str());
     return 1;

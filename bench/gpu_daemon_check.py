@@ -4,6 +4,8 @@ as CUDA instances replaying a graph per batch size) and once with --devices cpu.
   - the GPU daemon reports each model loaded on cuda:0 (forecastctl models list);
   - forecastctl predict on the same random windows, at several batch sizes, gives forecasts
     on the GPU within 1e-4 (relative) of the CPU daemon's;
+  - a short fine-tune of each demo model through forecastctl train runs on cuda:0 (the
+    daemon's log says where its steps ran), publishes a version and its loss is finite;
   - its /metrics has the per-GPU series NVML feeds (forecastd_gpu_memory_used_bytes,
     forecastd_gpu_memory_total_bytes, forecastd_gpu_utilization_ratio for gpu="0"), the total
     memory within 1% of what PyTorch reports for the same GPU.
@@ -12,9 +14,11 @@ Prints one line per check and exits 0 when all hold. Run by bench/gpu_session.sh
 """
 
 import json
+import math
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -46,11 +50,11 @@ def scrape(port, timeout_s=120):
 class Daemon:
     """forecastd on free ports, its log in a temp file; stopped with SIGTERM."""
 
-    def __init__(self, bin_dir, devices):
+    def __init__(self, bin_dir, devices, repository=os.path.join(REPO, "models")):
         self.grpc_port, self.metrics_port = free_port(), free_port()
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [os.path.join(bin_dir, "forecastd"), "--model-repository", os.path.join(REPO, "models"),
+            [os.path.join(bin_dir, "forecastd"), "--model-repository", repository,
              "--devices", devices, "--grpc-address", f"127.0.0.1:{self.grpc_port}",
              "--metrics-address", f"127.0.0.1:{self.metrics_port}"],
             stdout=self.log, stderr=self.log)
@@ -94,9 +98,14 @@ def main():
         ok &= bool(cond)
         print(f"  {'ok  ' if cond else 'FAIL'} {what}")
 
-    gpu, cpu = Daemon(bin_dir, "cuda:0,cpu"), Daemon(bin_dir, "cpu")
+    # The GPU daemon trains into a copy of the demo repository.
+    scratch = tempfile.mkdtemp(prefix="forecastd-gpu-check-")
+    repository = os.path.join(scratch, "models")
+    shutil.copytree(os.path.join(REPO, "models"), repository)
+    gpu, cpu = Daemon(bin_dir, "cuda:0,cpu", repository), Daemon(bin_dir, "cpu")
     logs = {}
     text = ""
+    listed = []
     try:
         # The gRPC port opens once the models are loaded (and their CUDA graphs captured).
         listed = ctl(bin_dir, gpu, "models", "list", "--json", wait_s=180)["models"]
@@ -123,11 +132,39 @@ def main():
                 check(len(got) == len(want) and worst < 1e-4,
                       f"{name} B={batch}: GPU forecast vs CPU daemon's, max rel err {worst:.1e}"
                       f" over {len(got)} numbers")
+        for model in listed:
+            name = model["name"]
+            features = model["config"]["featureNames"]
+            csv = os.path.join(scratch, f"{name}.csv")
+            with open(csv, "w", encoding="utf-8") as f:
+                f.write(",".join(features) + "\n")
+                for i in range(400):
+                    f.write(",".join(f"{50 + 20 * math.sin(0.1 * i + k) + rng.gauss(0, 1):.4f}"
+                                     for k in range(len(features))) + "\n")
+            out = subprocess.run(
+                [os.path.join(bin_dir, "forecastctl"), "--address",
+                 f"127.0.0.1:{gpu.grpc_port}", "--timeout", "300", "train", name,
+                 "--inline-csv", csv, "--epochs", "2", "--batch-size", "16", "--base-version",
+                 str(model["loaded"][0]["version"])],
+                capture_output=True, text=True, timeout=400)
+            check(out.returncode == 0, f"{name}: forecastctl train exit {out.returncode} "
+                                       f"{out.stderr.strip()[-300:]}")
+            print("    " + "\n    ".join(out.stdout.strip().splitlines()[-3:]))
     except (RuntimeError, OSError, subprocess.SubprocessError, KeyError, ValueError) as e:
         check(False, f"{type(e).__name__}: {e}")
     finally:
         logs["gpu"] = gpu.stop()
         logs["cpu"] = cpu.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    check("training runs on cuda:0" in logs["gpu"], "the GPU daemon trains on cuda:0")
+    for model in listed:
+        name = model["name"]
+        check(f"training '{name}' on cuda:0" in logs["gpu"], f"{name}: training steps ran on cuda:0")
+        check(re.search(rf"training '{name}': published version \d+", logs["gpu"]) is not None,
+              f"{name}: a version published")
+        losses = re.findall(rf"training '{name}': epoch \d+/\d+ train loss (\S+)", logs["gpu"])
+        check(len(losses) == 2 and all(math.isfinite(float(v)) for v in losses),
+              f"{name}: epoch train losses {losses}")
 
     series = {}
     for name, gpu_index, value in re.findall(r'^(forecastd_gpu_\w+)\{gpu="(\d+)"\} (\S+)$', text,

@@ -16,6 +16,13 @@ as run_cpu.py does) and an input batch into a temporary directory, then:
 3b. unless --no-bf16, times bf16 as well: forecastd with the model precision BF16 (gpu_bench
    --math bf16) against PyTorch under torch.autocast(bfloat16), eager, with both errors against
    the float64 forecast (reported, not checked);
+3c. at B = --train-batch (32; 0: none), unless --no-train, times one training step on both
+   sides: forecastd's `gpu_bench --train` (TrainingEngine::Step on the GPU: the batch copied
+   in from host memory, forward, MSE loss, backward, Adam update, the loss read back) against
+   the PyTorch loop doing the same (pinned host batch .to(device, non_blocking=True), train
+   mode with the model's dropout, MSE, zero_grad, backward, Adam step, loss.item()), each
+   step timed on the host clock; in fp32 and, unless --no-bf16, in bf16 (forecastd's training
+   precision BF16 against torch.autocast(bfloat16));
 4. prints a table, then one JSON line; with $OUT set (or --out DIR) writes both there too
    (gpu_bench.txt, gpu_bench.json).
 
@@ -258,7 +265,60 @@ def bench_pair(args, w, m, batch, device):
         row["graph_ratio"] = row["torch_graph"]["median_us"] / row["forecastd_graph"]["median_us"]
     if device.type == "cuda" and not args.no_bf16:
         bench_bf16(args, w, m, x, batch, iters, truth, row)
+    if device.type == "cuda" and not args.no_train and batch == args.train_batch:
+        bench_train(args, w, batch, device, row)
     return row
+
+
+def time_torch_train(args, w, batch, device, iters, bf16):
+    """Summary of PyTorch training steps of a fresh copy of the model (Adam at lr 1e-5, MSE on
+    seeded targets), each timed alone on the host clock after --warmup untimed ones."""
+    m = module_on(w.module, device)
+    m.train()
+    gen = torch.Generator().manual_seed(w.seed + batch)
+    x_host = torch.randn(batch, w.spec.T, w.spec.F, generator=gen).pin_memory()
+    with torch.no_grad():
+        shape = m(x_host[:1].to(device)).shape[1:]
+    y_host = torch.randn(batch, *shape, generator=gen).pin_memory()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-5)
+
+    def step():
+        xb = x_host.to(device, non_blocking=True)
+        yb = y_host.to(device, non_blocking=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.mse_loss(m(xb).float(), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    samples_ns = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        step()
+        samples_ns.append(time.perf_counter_ns() - t0)
+    del m, opt
+    return summarize_us(samples_ns)
+
+
+def bench_train(args, w, batch, device, row):
+    """The training-step columns (fp32 and, unless --no-bf16, bf16) for this pair's row."""
+    iters = max(args.min_iters, min(args.max_iters, 50))
+    row["train_iters"] = iters
+    for math_mode in ("fp32",) + (() if args.no_bf16 else ("bf16",)):
+        cmd = [args.fd_bin, "--train", "--model", w.model_dir, "--version", "1", "--batch",
+               str(batch), "--warmup", str(args.warmup), "--iters", str(iters), "--math", math_mode,
+               "--seed", str(w.seed)]
+        suffix = "" if math_mode == "fp32" else "_bf16"
+        fd = run_fd(args, cmd)
+        row["forecastd_train" + suffix] = {k: float(fd[k]) for k in FIGURES}
+        row["torch_train" + suffix] = time_torch_train(args, w, batch, device, iters,
+                                                       math_mode == "bf16")
+        row["train_ratio" + suffix] = (row["torch_train" + suffix]["median_us"] /
+                                       row["forecastd_train" + suffix]["median_us"])
+        torch.cuda.empty_cache()
 
 
 def bench_bf16(args, w, m, x, batch, iters, truth, row):
@@ -295,7 +355,8 @@ def table(rows):
     head = ["workload", "B", "forecastd us", "torch eager us", "eager ratio",
             "forecastd graph us", "torch graph us", "graph ratio", "forecastd err", "torch err",
             "bf16 forecastd us", "bf16 torch us", "bf16 ratio", "bf16 forecastd err",
-            "bf16 torch err", "iters"]
+            "bf16 torch err", "train forecastd us", "train torch us", "train ratio",
+            "bf16 train forecastd us", "bf16 train torch us", "bf16 train ratio", "iters"]
     body = []
     for r in rows:
         fdg, ptg = r.get("forecastd_graph"), r.get("torch_graph")
@@ -310,7 +371,14 @@ def table(rows):
             fmt_us(r["torch_bf16"]["median_us"]) if "torch_bf16" in r else "-",
             f"{r['bf16_ratio']:.2f}" if "bf16_ratio" in r else "-",
             f"{r['forecastd_bf16_err']:.1e}" if "forecastd_bf16_err" in r else "-",
-            f"{r['torch_bf16_err']:.1e}" if "torch_bf16_err" in r else "-", str(r["iters"])])
+            f"{r['torch_bf16_err']:.1e}" if "torch_bf16_err" in r else "-"] + [
+            cell for suffix in ("", "_bf16") for cell in (
+                fmt_us(r["forecastd_train" + suffix]["median_us"])
+                if "forecastd_train" + suffix in r else "-",
+                fmt_us(r["torch_train" + suffix]["median_us"])
+                if "torch_train" + suffix in r else "-",
+                f"{r['train_ratio' + suffix]:.2f}" if "train_ratio" + suffix in r else "-")] + [
+            str(r["iters"])])
     return head, body
 
 
@@ -349,6 +417,9 @@ def main(argv=None):
     ap.add_argument("--no-graph", action="store_true", help="eager timings only")
     ap.add_argument("--no-bf16", action="store_true",
                     help="skip the bf16 columns (forecastd --math bf16 vs PyTorch autocast)")
+    ap.add_argument("--train-batch", type=int, default=32,
+                    help="batch size whose pairs also time a training step (default: 32)")
+    ap.add_argument("--no-train", action="store_true", help="skip the training-step columns")
     ap.add_argument("--math-sdpa", action="store_true",
                     help="PyTorch attention through its plain fp32 math kernel only (no flash, "
                          "memory-efficient or cuDNN scaled-dot-product attention)")

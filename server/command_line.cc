@@ -99,6 +99,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--gpu-instances", options.gpu_instances,
                  "instances of every model per GPU, each on its own stream")
       ->capture_default_str();
+  app.add_option("--train-device", options.train_device,
+                 "where training runs: cpu or cuda:<i>, one of --devices (default: the first GPU "
+                 "of --devices, else the CPU)");
   app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
                "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
   app.add_option("--max-message-bytes", options.max_message_bytes,
@@ -170,6 +173,14 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (!device_specs.ok())
     return UsageError(absl::StrCat("--devices: ", device_specs.status().message()));
   options.devices = *std::move(device_specs);
+  if (!options.train_device.empty() && options.train_device != "cpu") {
+    absl::StatusOr<std::vector<DeviceSpec>> train = ParseDeviceList(options.train_device);
+    if (!train.ok() || train->size() != 1 || (*train)[0].kind != DeviceKind::kCuda ||
+        (*train)[0].index == DeviceSpec::kEveryIndex) {
+      return UsageError(
+          absl::StrCat("--train-device ", options.train_device, ": expected cpu or cuda:<i>"));
+    }
+  }
   absl::StatusOr<spdlog::level::level_enum> level = ParseLogLevel(log_level);
   if (!level.ok()) return UsageError(absl::StrCat("--log-level: ", level.status().message()));
   options.log.level = *level;

@@ -23,6 +23,7 @@
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nvml.h"
 #include "engine/serving/cuda_execution_device.h"
+#include "engine/train/cuda_training_engine.h"
 #endif
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
@@ -205,7 +206,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                         }}));
 
   // Models serve on the --devices, GPUs first: a model whose config names no devices serves on
-  // the first GPU, or on the CPU when there is none. Training runs on the CPU.
+  // the first GPU, or on the CPU when there is none. Training runs on --train-device, by
+  // default the same first GPU.
   std::vector<Device> serving_order = s.devices_;
   std::stable_partition(serving_order.begin(), serving_order.end(),
                         [](const Device& d) { return d.kind == DeviceKind::kCuda; });
@@ -258,6 +260,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                    : options.checkpoint_dir;
   job_options.backend = s.backend_.get();
   job_options.scheduler = s.scheduler_.get();
+  ExecutionDevice* train_device = nullptr;
+  for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
+    if (options.train_device.empty() ? d->id() != "cpu" : d->id() == options.train_device) {
+      train_device = d.get();
+      break;
+    }
+  }
+  if (!options.train_device.empty() && options.train_device != "cpu" && train_device == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--train-device ", options.train_device, " is not one of the devices in use (--devices)"));
+  }
+#if FORECASTD_WITH_CUDA
+  if (auto* gpu = dynamic_cast<CudaExecutionDevice*>(train_device); gpu != nullptr) {
+    CudaTrainingEngineOptions engine_options;
+    engine_options.device = gpu->allocator().device();
+    engine_options.allocator = &gpu->allocator();
+    job_options.engine_factory = [engine_options](Forecaster& model, Optimizer& optimizer,
+                                                  const TrainingLoss& loss,
+                                                  const v1::TrainingConfig& config) {
+      return MakeCudaTrainingEngine(engine_options, model, optimizer, loss, config);
+    };
+    job_options.scheduler = &gpu->scheduler();
+  }
+#endif
+  spdlog::info("training runs on {}", job_options.engine_factory ? train_device->id() : "cpu");
   job_options.max_running_jobs = options.max_training_jobs;
   job_options.max_series_rows = options.max_train_series_rows;
   job_options.max_step_bytes = options.max_train_memory_bytes;

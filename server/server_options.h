@@ -48,6 +48,10 @@ struct ServerOptions {
   std::string checkpoint_dir;
   // Training jobs that may run at once.
   int max_training_jobs = 2;
+  // Where training steps run: "cpu" or "cuda:<i>", one of `devices`; "": the first GPU of
+  // `devices`, else the CPU. A GPU's training steps take turns with its inference batches
+  // (a step runs only while no batch waits).
+  std::string train_device;
 
   // CPU worker slots running batches; 0: one per core.
   int cpu_workers = 0;

@@ -58,8 +58,10 @@ class CudaExecutionDevice final : public ExecutionDevice {
   absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CreateInstances(
       std::shared_ptr<const Forecaster> model, const InstanceOptions& options) override;
 
-  // For tests and metrics: the GPU's allocator.
+  // The GPU's allocator: for tests and metrics, and for training on this GPU, which shares
+  // its memory limit.
   const CudaAllocator& allocator() const { return *allocator_; }
+  CudaAllocator& allocator() { return *allocator_; }
 
  private:
   CudaExecutionDevice(const Options& options, std::unique_ptr<CudaAllocator> allocator,

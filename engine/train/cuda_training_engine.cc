@@ -70,8 +70,13 @@ class CudaTrainingEngine final : public TrainingEngine {
   absl::Status QueueForwardAndLoss(const float* x, const float* y, int64_t B);
   // Queues clipping and the optimiser's update of every trainable range.
   absl::Status QueueUpdate(float lr);
+  // A whole step: forward and loss, backward, update.
+  absl::Status QueueStep(const float* x, const float* y, int64_t B, float lr,
+                         std::optional<uint64_t> dropout_seed);
   // Waits for the stream and returns the loss it computed.
   absl::StatusOr<double> ReadLoss();
+  // The loss once `queued` is OK; otherwise waits for what was queued and returns the error.
+  absl::StatusOr<double> Finish(const absl::Status& queued);
   absl::Status Upload(const DeviceBuffer& to, const float* from, int64_t n);
   absl::Status Download(float* to, const DeviceBuffer& from, int64_t n);
 
@@ -250,25 +255,37 @@ absl::StatusOr<double> CudaTrainingEngine::ReadLoss() {
   return static_cast<double>(loss);
 }
 
-absl::StatusOr<double> CudaTrainingEngine::Step(const float* x, const float* y, int64_t B, float lr,
-                                                std::optional<uint64_t> dropout_seed) {
-  const ScopedCudaDevice scoped(device_);
-  RETURN_IF_ERROR(scoped.status());
+absl::Status CudaTrainingEngine::QueueStep(const float* x, const float* y, int64_t B, float lr,
+                                           std::optional<uint64_t> dropout_seed) {
   tape_->dropout_seed = dropout_seed;
   RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
   // The update is queued before the loss is seen: a non-finite loss ends the job, which then
   // keeps nothing of this step.
   RETURN_IF_ERROR(model_.Backward(*backend_, grads_.as<float>(), dpred_.as<const float>(), *tape_));
-  RETURN_IF_ERROR(QueueUpdate(lr));
+  return QueueUpdate(lr);
+}
+
+absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued) {
+  if (!queued.ok()) {
+    // What was queued before the error may still read buffers the next step replaces.
+    lease_->Synchronize().IgnoreError();
+    return queued;
+  }
   return ReadLoss();
+}
+
+absl::StatusOr<double> CudaTrainingEngine::Step(const float* x, const float* y, int64_t B, float lr,
+                                                std::optional<uint64_t> dropout_seed) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  return Finish(QueueStep(x, y, B, lr, dropout_seed));
 }
 
 absl::StatusOr<double> CudaTrainingEngine::Evaluate(const float* x, const float* y, int64_t B) {
   const ScopedCudaDevice scoped(device_);
   RETURN_IF_ERROR(scoped.status());
   tape_->dropout_seed.reset();
-  RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
-  return ReadLoss();
+  return Finish(QueueForwardAndLoss(x, y, B));
 }
 
 }  // namespace

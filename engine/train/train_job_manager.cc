@@ -64,8 +64,9 @@ std::string Json(const google::protobuf::Message& message) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TrainJobManager>> TrainJobManager::Create(Options options) {
-  if (options.backend == nullptr)
-    return absl::InvalidArgumentError("TrainJobManager needs a backend");
+  if (options.backend == nullptr && !options.engine_factory)
+    return absl::InvalidArgumentError(
+        "TrainJobManager needs a backend or a training engine factory");
   if (options.max_running_jobs < 1)
     return absl::InvalidArgumentError("max_running_jobs must be >= 1");
   if (!options.checkpoint_dir.empty()) {
@@ -142,6 +143,7 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
     o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
                                         Fnv1a(Json(config) + "\n" + Json(request.training)));
   }
+  o.engine_factory = options_.engine_factory;
   o.backend = options_.backend;
   o.scheduler = options_.scheduler;
   o.clock = options_.clock;

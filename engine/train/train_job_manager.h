@@ -55,10 +55,13 @@ class TrainJobManager {
     std::filesystem::path data_dir;  // CSV paths resolve here
     // Checkpoints go here, one per (model, configuration); "": no checkpoints.
     std::string checkpoint_dir;
-    Backend* backend = nullptr;            // not owned
-    DeviceScheduler* scheduler = nullptr;  // not owned; nullptr: steps run unscheduled
-    Clock* clock = nullptr;                // not owned; nullptr: real clock
-    int max_running_jobs = 2;              // more at once: RESOURCE_EXHAUSTED
+    // Where every job's steps run (TrainJobOptions::engine_factory); without one, on `backend`.
+    TrainingEngineFactory engine_factory;
+    Backend* backend = nullptr;  // not owned
+    // The scheduler of the device the steps run on; not owned; nullptr: steps run unscheduled.
+    DeviceScheduler* scheduler = nullptr;
+    Clock* clock = nullptr;    // not owned; nullptr: real clock
+    int max_running_jobs = 2;  // more at once: RESOURCE_EXHAUSTED
     int64_t progress_every_steps = 10;
     int64_t max_series_rows = 0;  // TrainJobOptions::max_series_rows of every job
     int64_t max_step_bytes = 0;   // TrainJobOptions::max_step_bytes of every job
