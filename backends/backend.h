@@ -41,6 +41,9 @@ enum class Op {
   kSoftmaxBackward,
   kAttentionBackward,
   kAttentionLastQueryBackward,
+  // RecurrentStackBackward as one primitive; without it training keeps each layer's output
+  // and runs LstmLayerBackward / GruLayerBackward layer by layer.
+  kRecurrentStackBackward,
 };
 
 using ref::GeluForm;
@@ -134,6 +137,20 @@ class Backend {
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, const float* dropout_mask, int64_t B,
                                          int64_t T, int64_t D, int64_t NH) = 0;
+  // The backward of a stack of `num_layers` recurrent layers without dropout between them
+  // (RecurrentStack's training pair): given dout (B, T, ND*H) = d(loss)/d(top layer's output)
+  // and the stack's input inp (B, T, dims.I), writes dinp (B, T, dims.I; nullptr: not needed)
+  // and the weight gradients dweights[l * ND + d] (entries may be nullptr), as the layer
+  // backward ops do. The layers' outputs are recomputed from inp, so a training forward keeps
+  // only the stack's input. `scratch` holds (num_layers + 1) * B * T * ND * H floats of the
+  // backend's memory. The default recomputes with LstmLayer / GruLayer and runs the layer
+  // backward ops top down; a backend that SupportsOp(kRecurrentStackBackward) runs the stack
+  // as one primitive.
+  virtual absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
+                                              const RecurrentDirectionGrads* dweights,
+                                              const float* dout, float* scratch, const float* inp,
+                                              const RecurrentDirectionWeights* weights,
+                                              const RecurrentDims& dims, int num_layers);
   virtual absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
                                                   const float* q, const float* kv, int64_t B,
                                                   int64_t T, int64_t D, int64_t NH) = 0;

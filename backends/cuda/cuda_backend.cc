@@ -252,7 +252,7 @@ absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectio
                                             const RecurrentDims& dims) {
   return Run([&] {
     return RecurrentBackwardLocked(RecurrentCell::kLstm, dinp, dweights, dout, inp, h_0, c_0,
-                                   weights, dims);
+                                   weights, dims, /*num_layers=*/1);
   });
 }
 
@@ -262,7 +262,23 @@ absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirection
                                            const RecurrentDims& dims) {
   return Run([&] {
     return RecurrentBackwardLocked(RecurrentCell::kGru, dinp, dweights, dout, inp, h_0,
-                                   /*c_0=*/nullptr, weights, dims);
+                                   /*c_0=*/nullptr, weights, dims, /*num_layers=*/1);
+  });
+}
+
+absl::Status CudaBackend::RecurrentStackBackward(RecurrentCell cell, float* dinp,
+                                                 const RecurrentDirectionGrads* dweights,
+                                                 const float* dout, float* /*scratch*/,
+                                                 const float* inp,
+                                                 const RecurrentDirectionWeights* weights,
+                                                 const RecurrentDims& dims, int num_layers) {
+  if (num_layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));
+  }
+  return Run([&] {
+    return RecurrentBackwardLocked(cell, dinp, dweights, dout, inp, /*h_0=*/nullptr,
+                                   /*c_0=*/nullptr, weights, dims, num_layers);
   });
 }
 

@@ -103,6 +103,14 @@ class CudaBackend final : public Backend {
   absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch, const float* inp,
                               const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                               int num_layers) override;
+  // One cudnnRNNForward in training mode over the stack, then cuDNN's backward data and
+  // weights passes over the same stack (pipelined across layers as the forward is); scratch is
+  // unused.
+  absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
+                                      const RecurrentDirectionGrads* dweights, const float* dout,
+                                      float* scratch, const float* inp,
+                                      const RecurrentDirectionWeights* weights,
+                                      const RecurrentDims& dims, int num_layers) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                          const float* beta, int64_t N, int64_t C, float eps) override;
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
@@ -193,7 +201,7 @@ class CudaBackend final : public Backend {
                                        const RecurrentDirectionGrads* dweights, const float* dout,
                                        const float* inp, const float* h_0, const float* c_0,
                                        const RecurrentDirectionWeights* weights,
-                                       const RecurrentDims& dims)
+                                       const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
   absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers,

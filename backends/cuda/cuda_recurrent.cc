@@ -419,24 +419,27 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
                                                   const float* dout, const float* inp,
                                                   const float* h_0, const float* c_0,
                                                   const RecurrentDirectionWeights* weights,
-                                                  const RecurrentDims& dims) {
+                                                  const RecurrentDims& dims, int num_layers) {
   const bool lstm = cell == RecurrentCell::kLstm;
-  RETURN_IF_ERROR(CheckDims(dims, lstm ? "LstmLayerBackward" : "GruLayerBackward"));
+  RETURN_IF_ERROR(CheckDims(dims, num_layers > 1 ? "RecurrentStackBackward"
+                                  : lstm         ? "LstmLayerBackward"
+                                                 : "GruLayerBackward"));
   const auto [B, T, I, H, ND] = dims;
   const cudaStream_t stream = context_.stream;
   if (B == 0 || T == 0) {  // nothing flows: every weight gradient is an empty sum
     if (dweights == nullptr) return absl::OkStatus();
     const int64_t GH = (lstm ? 4 : 3) * H;
-    for (int64_t d = 0; d < ND; ++d) {
+    for (int64_t d = 0; d < num_layers * ND; ++d) {
       const RecurrentDirectionGrads& g = dweights[d];
-      for (const auto& [grad, n] : {std::pair{g.dw_ih, GH * I}, std::pair{g.dw_hh, GH * H},
+      const int64_t in = d < ND ? I : ND * H;
+      for (const auto& [grad, n] : {std::pair{g.dw_ih, GH * in}, std::pair{g.dw_hh, GH * H},
                                     std::pair{g.db_ih, GH}, std::pair{g.db_hh, GH}}) {
         if (grad != nullptr) RETURN_IF_ERROR(Zero(grad, n, stream));
       }
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, /*num_layers=*/1, /*inference=*/false));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false));
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);

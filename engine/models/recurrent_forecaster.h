@@ -27,6 +27,10 @@ class RecurrentForecaster final : public Forecaster {
   // Layer l's weights in `p`, and where their gradients go in a dparams array.
   void LayerWeights(const ParameterView& p, int l, RecurrentDirectionWeights* weights) const;
   void LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const;
+  // Whether a training step on `backend` runs the layers as one stack (RecurrentStack and
+  // RecurrentStackBackward): when no dropout acts between them and the backend runs the stack's
+  // backward natively. Forward and backward decide alike for one tape.
+  bool StackedTraining(const Backend& backend, const TrainingTape& tape) const;
   absl::Status RunLayer(Backend& backend, const ParameterView& p, int l, float* out,
                         const float* inp, int64_t B) const;
 
