@@ -144,12 +144,12 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
   RETURN_IF_ERROR(
       backend.Linear(x, xn, p.at("input_proj.weight"), p.at("input_proj.bias"), N, F, D));
   RETURN_IF_ERROR(backend.PositionalEncoding(x, x, B, T, D));
+  // A fresh buffer, or `alias` where the layout (pre- or post-LN) reuses one.
+  const auto own_or = [&tape](bool own, float* alias, int64_t n) -> absl::StatusOr<float*> {
+    if (!own) return alias;
+    return tape.Alloc(n);
+  };
   for (int k = 0; k < L; ++k) {
-    // A fresh buffer, or `alias` where the layout (pre- or post-LN) reuses one.
-    const auto own_or = [&](bool own, float* alias, int64_t n) -> absl::StatusOr<float*> {
-      if (!own) return alias;
-      return tape.Alloc(n);
-    };
     LayerTape lt;
     lt.x0 = x;
     ASSIGN_OR_RETURN(lt.n1, own_or(pre, x, N * D));

@@ -6,7 +6,6 @@
 #include "engine/train/cuda_training_engine.h"
 
 #include <cuda_runtime_api.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -22,7 +21,9 @@
 #include "engine/models/cuda_data_ops.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/train_job.h"
+#include "tests/kernels/cuda/device_compare.h"
 #include "tests/testing/catch.h"
+#include "tests/testing/process.h"
 #include "tests/testing/test_models.h"
 
 namespace forecastd {
@@ -30,36 +31,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float scale = 1.0f) {
+std::vector<float> RandomVector(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-scale, scale);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(rng);
-  return v;
+  return testing::RandomVector(rng, n);
 }
 
-// A device copy of `host`, freed at scope end.
-class DeviceVector {
- public:
-  explicit DeviceVector(const std::vector<float>& host) : n_(static_cast<int64_t>(host.size())) {
-    REQUIRE(cudaMalloc(&data_, host.size() * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice) ==
-            cudaSuccess);
-  }
-  ~DeviceVector() { cudaFree(data_); }
-  float* data() const { return data_; }
-  std::vector<float> Read() const {
-    std::vector<float> host(static_cast<size_t>(n_));
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    REQUIRE(cudaMemcpy(host.data(), data_, host.size() * sizeof(float), cudaMemcpyDeviceToHost) ==
-            cudaSuccess);
-    return host;
-  }
-
- private:
-  float* data_ = nullptr;
-  int64_t n_;
-};
+using testing::DeviceArray;
 
 TEST_CASE("Device dropout masks and data ops are the host's, bit for bit", "[gpu][train]") {
   CudaDataOps device(nullptr);
@@ -71,27 +48,27 @@ TEST_CASE("Device dropout masks and data ops are the host's, bit for bit", "[gpu
         CAPTURE(n, p, seed);
         std::vector<float> want(static_cast<size_t>(n));
         REQUIRE(host.DropoutMask(want.data(), n, p, seed).ok());
-        DeviceVector got(std::vector<float>(static_cast<size_t>(n), -1.0f));
-        REQUIRE(device.DropoutMask(got.data(), n, p, seed).ok());
-        REQUIRE(got.Read() == want);
+        DeviceArray got(std::vector<float>(static_cast<size_t>(n), -1.0f));
+        REQUIRE(device.DropoutMask(got.get(), n, p, seed).ok());
+        REQUIRE(got.Download() == want);
       }
     }
   }
   const std::vector<float> a = RandomVector(1000, 1), mask = RandomVector(1000, 2);
   std::vector<float> want(a.size());
   REQUIRE(host.Multiply(want.data(), a.data(), mask.data(), 1000).ok());
-  DeviceVector da(a), dmask(mask);
-  REQUIRE(device.Multiply(da.data(), da.data(), dmask.data(), 1000).ok());  // in place
-  REQUIRE(da.Read() == want);
+  DeviceArray da(a), dmask(mask);
+  REQUIRE(device.Multiply(da.get(), da.get(), dmask.get(), 1000).ok());  // in place
+  REQUIRE(da.Download() == want);
 
   // 10 rows of 7 scattered into rows of stride 30 at column 5, the rest zero.
   const std::vector<float> rows = RandomVector(70, 3);
   std::vector<float> scattered(300, 0.0f);
   REQUIRE(host.ScatterRows(scattered.data() + 5, rows.data(), 10, 30, 7).ok());
-  DeviceVector dscattered(RandomVector(300, 4)), drows(rows);
-  REQUIRE(device.Zero(dscattered.data(), 300).ok());
-  REQUIRE(device.ScatterRows(dscattered.data() + 5, drows.data(), 10, 30, 7).ok());
-  REQUIRE(dscattered.Read() == scattered);
+  DeviceArray dscattered(RandomVector(300, 4)), drows(rows);
+  REQUIRE(device.Zero(dscattered.get(), 300).ok());
+  REQUIRE(device.ScatterRows(dscattered.get() + 5, drows.get(), 10, 30, 7).ok());
+  REQUIRE(dscattered.Download() == scattered);
 }
 
 ModelConfig Base(const std::string& name) {
@@ -205,25 +182,6 @@ TEST_CASE("GPU training steps end where the reference backend's do, for every ar
   }
 }
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() /
-            absl::StrCat("forecastd_cuda_training_test_", getpid(), "_", counter++);
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code error;
-    fs::remove_all(path_, error);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
 v1::InlineSeries Series(int rows) {
   v1::InlineSeries s;
   s.set_rows(rows);
@@ -286,11 +244,12 @@ ModelConfig SmallTransformer() {
 
 TEST_CASE("A TrainJob on the GPU learns as the CPU job does, and resumes from its checkpoint",
           "[gpu][train]") {
-  ScratchDir dir;
+  testing::TempDir scratch;
+  const fs::path dir = scratch.path();
   for (const ModelConfig& config : {Architectures()[0], SmallTransformer()}) {
     CAPTURE(config.name());
-    const JobRun cpu = RunJob(JobOptions(dir.path(), config, false));
-    const JobRun gpu = RunJob(JobOptions(dir.path(), config, true));
+    const JobRun cpu = RunJob(JobOptions(dir, config, false));
+    const JobRun gpu = RunJob(JobOptions(dir, config, true));
     REQUIRE(gpu.result.device == "cuda:0");
     REQUIRE(cpu.result.device == "cpu");
     REQUIRE(gpu.result.train_losses.size() == 4);
@@ -306,8 +265,8 @@ TEST_CASE("A TrainJob on the GPU learns as the CPU job does, and resumes from it
     CHECK(gpu.result.best_epoch == cpu.result.best_epoch);
 
     // Interrupted after epoch 2 and resumed: the weights an uninterrupted GPU job ends with.
-    TrainJobOptions options = JobOptions(dir.path(), config, true);
-    options.checkpoint_path = (dir.path() / (config.name() + ".ckpt")).string();
+    TrainJobOptions options = JobOptions(dir, config, true);
+    options.checkpoint_path = (dir / (config.name() + ".ckpt")).string();
     TrainJob* raw = nullptr;
     options.on_progress = [&raw](const TrainProgress& p) {
       if (p.kind == TrainProgress::Kind::kEpoch && p.epoch == 2) raw->Cancel();
@@ -325,10 +284,11 @@ TEST_CASE("A TrainJob on the GPU learns as the CPU job does, and resumes from it
 }
 
 TEST_CASE("bf16 mixed-precision training stays near fp32 training", "[gpu][train]") {
-  ScratchDir dir;
+  testing::TempDir scratch;
+  const fs::path dir = scratch.path();
   const ModelConfig config = SmallTransformer();
-  const JobRun fp32 = RunJob(JobOptions(dir.path(), config, true));
-  TrainJobOptions options = JobOptions(dir.path(), config, true);
+  const JobRun fp32 = RunJob(JobOptions(dir, config, true));
+  TrainJobOptions options = JobOptions(dir, config, true);
   options.training.set_precision(v1::PRECISION_BF16);
   const JobRun bf16 = RunJob(options);
   // bf16 products really ran: the weights differ from fp32's ...
@@ -345,7 +305,7 @@ TEST_CASE("bf16 mixed-precision training stays near fp32 training", "[gpu][train
   // FP16 needs loss scaling, which forecastd does not do; the CPU takes FP32 only.
   options.training.set_precision(v1::PRECISION_FP16);
   CHECK(TrainJob::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
-  TrainJobOptions cpu = JobOptions(dir.path(), config, false);
+  TrainJobOptions cpu = JobOptions(dir, config, false);
   cpu.training.set_precision(v1::PRECISION_BF16);
   CHECK(TrainJob::Create(cpu).status().code() == absl::StatusCode::kInvalidArgument);
 }
