@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Where a forward pass spends its GPU time: forecastd's (gpu_bench, eager) and PyTorch's, on
-the same model and batch, each under Nsight Compute (ncu) with one metric, the kernel's
-duration, and summarised per kernel name: calls per forward and microseconds per forward.
-Needs ncu (CUDA toolkit) and PyTorch on the GPU host; for diagnosis, not for the record (ncu
-serialises kernels, so the sum is not the forward's latency).
+"""Where a forward pass (or, with --train, a training step) spends its GPU time: forecastd's
+(gpu_bench, eager) and PyTorch's, on the same model and batch, each under Nsight Compute (ncu)
+with one metric, the kernel's duration, and summarised per kernel name: calls per pass and
+microseconds per pass. Needs ncu (CUDA toolkit) and PyTorch on the GPU host; for diagnosis, not
+for the record (ncu serialises kernels, so the sum is not the pass's latency).
 
     python3 bench/gpu_profile.py --bin-dir /tmp/bundle/bin --case lstm_h128_l2:32
+    python3 bench/gpu_profile.py --bin-dir /tmp/bundle/bin --case lstm_h128_l2:32 --train
 """
 
 import argparse
@@ -36,7 +37,7 @@ torch.backends.cudnn.allow_tf32 = False
 w = Workload({name!r}, {batch}, {root!r}, {seed})
 m = module_on(w.module, torch.device("cuda"))
 x = w.x[:{batch}].cuda()
-with torch.inference_mode():
+with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled={bf16}):
     m(x)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("fwd")
@@ -44,6 +45,37 @@ with torch.inference_mode():
         m(x)
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
+"""
+
+# A training step as run_gpu.py times it (Adam, MSE, train mode), fp32 or under autocast bf16.
+TORCH_TRAIN_SIDE = """
+import sys, torch
+sys.path[:0] = {paths!r}
+from run_cpu import Workload
+from run_gpu import module_on
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+w = Workload({name!r}, {batch}, {root!r}, {seed})
+m = module_on(w.module, torch.device("cuda"))
+m.train()
+x = w.x[:{batch}].cuda()
+with torch.no_grad():
+    y = torch.randn_like(m(x))
+opt = torch.optim.Adam(m.parameters(), lr=1e-5)
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled={bf16}):
+        loss = torch.nn.functional.mse_loss(m(x).float(), y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.item()
+step()
+torch.cuda.synchronize()
+torch.cuda.nvtx.range_push("fwd")
+for _ in range({calls} - 1):
+    step()
+torch.cuda.synchronize()
+torch.cuda.nvtx.range_pop()
 """
 
 
@@ -87,20 +119,29 @@ def main():
     ap.add_argument("--bin-dir", default="/tmp/bundle/bin")
     ap.add_argument("--case", default="lstm_h128_l2:32", help="WORKLOAD:B")
     ap.add_argument("--seed", type=int, default=20240601)
+    ap.add_argument("--train", action="store_true", help="a training step instead of a forward")
+    ap.add_argument("--math", choices=("fp32", "bf16"), default="fp32",
+                    help="forecastd's precision; bf16 runs PyTorch under autocast")
     args = ap.parse_args()
     name, batch = args.case.split(":")
     batch = int(batch)
     with tempfile.TemporaryDirectory() as root:
         w = Workload(name, batch, root, args.seed)
-        fd = ncu([os.path.join(args.bin_dir, "gpu_bench"), "--model", w.model_dir, "--version",
-                  "1", "--io", w.io_path, "--batch", str(batch), "--warmup", "1", "--iters",
-                  str(CALLS - 1), "--no-graph"])
-        summary(f"forecastd {name} B={batch}", fd, CALLS)
-        script = TORCH_SIDE.format(paths=[os.path.join(REPO, "scripts"), HERE], name=name,
-                                   batch=batch, root=root, seed=args.seed, calls=CALLS)
+        what = f"{name} B={batch} {'training step' if args.train else 'forward'} {args.math}"
+        cmd = [os.path.join(args.bin_dir, "gpu_bench"), "--model", w.model_dir, "--version", "1",
+               "--batch", str(batch), "--warmup", "1", "--iters", str(CALLS - 1), "--math",
+               args.math]
+        cmd += ["--train", "--seed", str(args.seed)] if args.train else [
+            "--io", w.io_path, "--no-graph"]
+        fd = ncu(cmd)
+        summary(f"forecastd {what}", fd, CALLS)
+        side = TORCH_TRAIN_SIDE if args.train else TORCH_SIDE
+        script = side.format(paths=[os.path.join(REPO, "scripts"), HERE], name=name,
+                             batch=batch, root=root, seed=args.seed, calls=CALLS,
+                             bf16=args.math == "bf16")
         # Only the kernels inside the NVTX range around the timed forwards.
         pt = ncu([sys.executable, "-c", script], ["--nvtx", "--nvtx-include", "fwd/"])
-        summary(f"PyTorch {name} B={batch}", pt, CALLS, warm_up_included=False)
+        summary(f"PyTorch {what}", pt, CALLS, warm_up_included=False)
 
 
 if __name__ == "__main__":

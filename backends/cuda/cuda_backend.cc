@@ -2,11 +2,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include <climits>
 #include <initializer_list>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "backends/cuda/cublas_gemm.h"
 #include "backends/cuda/cuda_devices.h"
 #include "backends/cuda/library_status.h"
 #include "kernels/cuda/activation.h"
@@ -20,31 +20,23 @@
 namespace forecastd {
 namespace {
 
-bool FitsInt(int64_t v) { return v >= 0 && v <= INT_MAX; }
-
 // out (M x N, column-major, ld ldc) = op(A) (M x K) @ op(B) (K x N), fp32 in and out.
 absl::Status Gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int64_t M,
                   int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
                   float* C, int64_t ldc, CudaBackend::Options::Math math) {
-  for (const int64_t v : {M, N, K, lda, ldb, ldc}) {
-    if (!FitsInt(v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CudaBackend: GEMM dimension ", v, " exceeds cuBLAS's int range"));
-    }
-  }
-  const float alpha = 1.0f, beta = 0.0f;
-  // CUBLAS_COMPUTE_32F keeps fp32 multiplies and accumulation whatever the handle's math mode;
-  // the fast variants let cuBLAS round the inputs for tensor cores and accumulate in fp32.
-  using Math = CudaBackend::Options::Math;
-  const cublasComputeType_t compute = math == Math::kTf32   ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                      : math == Math::kBf16 ? CUBLAS_COMPUTE_32F_FAST_16BF
-                                      : math == Math::kFp16 ? CUBLAS_COMPUTE_32F_FAST_16F
-                                                            : CUBLAS_COMPUTE_32F;
-  CUBLAS_RETURN_IF_ERROR(cublasGemmEx(
-      handle, op_a, op_b, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), &alpha, A,
-      CUDA_R_32F, static_cast<int>(lda), B, CUDA_R_32F, static_cast<int>(ldb), &beta, C, CUDA_R_32F,
-      static_cast<int>(ldc), compute, CUBLAS_GEMM_DEFAULT));
-  return absl::OkStatus();
+  GemmBatch gemm;
+  gemm.op_a = op_a;
+  gemm.op_b = op_b;
+  gemm.M = M;
+  gemm.N = N;
+  gemm.K = K;
+  gemm.A = A;
+  gemm.lda = lda;
+  gemm.B = B;
+  gemm.ldb = ldb;
+  gemm.C = C;
+  gemm.ldc = ldc;
+  return RunGemm(handle, gemm, math);
 }
 
 absl::Status Zero(float* data, int64_t n, cudaStream_t stream) {
@@ -79,6 +71,9 @@ absl::Status CudaBackend::Validate(const CudaStreamContext& context, const CudaA
   }
   if (options.rnn_plan_capacity <= 0) {
     return absl::InvalidArgumentError("CudaBackend: rnn_plan_capacity must be > 0");
+  }
+  if (options.attention_scratch_bytes <= 0) {
+    return absl::InvalidArgumentError("CudaBackend: attention_scratch_bytes must be > 0");
   }
   return absl::OkStatus();
 }
@@ -304,15 +299,6 @@ absl::Status CudaBackend::Softmax(float* out, const float* inp, int64_t R, int64
   return Run([&] { return cuda::SoftmaxForward(out, inp, R, C, context_.stream); });
 }
 
-absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
-                                    const float* dropout_mask, int64_t B, int64_t T, int64_t D,
-                                    int64_t NH, bool causal) {
-  return Run([&] {
-    return cuda::AttentionForward(out, att, qkv, dropout_mask, B, T, D, NH, causal,
-                                  context_.stream);
-  });
-}
-
 absl::Status CudaBackend::AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B,
                                              int64_t T, int64_t D, int64_t NH) {
   return Run(
@@ -350,15 +336,6 @@ absl::Status CudaBackend::ReluBackward(float* dinp, const float* dout, const flo
 absl::Status CudaBackend::SoftmaxBackward(float* dinp, const float* dout, const float* out,
                                           int64_t R, int64_t C) {
   return Run([&] { return cuda::SoftmaxBackward(dinp, dout, out, R, C, context_.stream); });
-}
-
-absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
-                                            const float* att, const float* dropout_mask, int64_t B,
-                                            int64_t T, int64_t D, int64_t NH) {
-  return Run([&] {
-    return cuda::AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH,
-                                   context_.stream);
-  });
 }
 
 absl::Status CudaBackend::AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,

@@ -1,6 +1,7 @@
 // The CUDA backend: the Backend ops on one GPU and one stream. Linear runs as cuBLAS GEMMs in
 // fp32 (plus our bias kernels); LSTM and GRU layers, forward and backward, run on cuDNN's RNN
-// API (cuda_recurrent.cc); the rest are our kernels in kernels/cuda/. Every pointer an op takes
+// API (cuda_recurrent.cc); full attention runs as cuBLAS batched GEMMs around our softmax
+// kernels (cuda_attention.cc); the rest are our kernels in kernels/cuda/. Every pointer an op takes
 // is device memory of this backend's GPU (host pointers are a programmer error the GPU reports
 // as an illegal address): a model's parameter arena must be uploaded before it runs here.
 //
@@ -10,10 +11,10 @@
 // cannot be had); a fault inside a kernel surfaces at the next synchronisation.
 //
 // Scratch (cuDNN's weight space, workspace and reserve, the recomputed forward of a recurrent
-// backward) is the backend's own, grown on demand from the allocator and kept; growing it
-// synchronises the stream once. cuDNN descriptors and sizes are built once per layer shape and
-// kept in a bounded cache. The first call of a shape therefore allocates and copies from host
-// memory: run each shape once before capturing a CUDA graph.
+// backward, attention scores) is the backend's own, grown on demand from the allocator and kept;
+// growing it synchronises the stream once. cuDNN descriptors and sizes are built once per layer
+// shape and kept in a bounded cache. The first call of a shape therefore allocates and copies from
+// host memory: run each shape once before capturing a CUDA graph.
 //
 // Thread-safe: calls from several threads are serialised by a mutex (their work is ordered on
 // the one stream anyway); use one backend per stream to run concurrently.
@@ -53,8 +54,11 @@ class CudaBackend final : public Backend {
     // keeps the recurrent weights on chip for all time steps) for batches of up to
     // rnn_persist_max_batch rows; its small-hidden-size variant
     // (CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H) for H <= 192, any batch, as PyTorch chooses it;
-    // the standard algorithm (a GEMM and an element-wise kernel per time step). Backward passes
-    // always use the standard one.
+    // the standard algorithm (a GEMM and an element-wise kernel per time step). Training (the
+    // forward a backward pass recomputes, and the backward passes) runs the small-hidden-size
+    // persistent kernel where H <= 192, as PyTorch's training does (the standard algorithm's
+    // per-step GEMMs made an H=128 training step 3x PyTorch's on an H100), else the standard
+    // algorithm; kStandard forces the standard algorithm for training as well.
     enum class RnnAlgo { kAuto, kStandard, kPersistStatic, kPersistStaticSmallH };
     RnnAlgo rnn_algo = RnnAlgo::kAuto;
     // On an H100, LSTM H=128/256, L=2, T=100: the persistent kernel takes 3.1x less time than
@@ -64,6 +68,15 @@ class CudaBackend final : public Backend {
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.
     int rnn_plan_capacity = 64;
+    // Attention in inference runs as one streaming kernel below this many keys (T) where its
+    // head size allows (8, 16, 32, 64), and as cuBLAS batched GEMMs around a softmax kernel
+    // otherwise (always in training). The kernel's cost grows with T^2 on CUDA cores, the
+    // GEMMs' on the matrix units: on an H100 the GEMMs win at T=512 (bench/RESULTS.md).
+    int64_t attention_gemm_min_keys = 256;
+    // Scratch for the attention scores of inference and of the backward pass: they are
+    // computed in chunks of batch rows of at most this many bytes (NH*T*T floats per row; at
+    // least one row). Must be > 0.
+    int64_t attention_scratch_bytes = int64_t{256} << 20;
   };
 
   struct Stats {
@@ -163,15 +176,18 @@ class CudaBackend final : public Backend {
  private:
   // The backend's scratch buffers; several are live within one recurrent call.
   enum Scratch : int {
-    kWeightSpace,   // cuDNN's packed weights
-    kWeightGrads,   // cuDNN's packed weight gradients
-    kRnnOutput,     // the recomputed forward's y (backward only)
-    kRnnInputGrad,  // dx when the caller wants no dinp (backward only)
-    kWorkspace,     // cuDNN workspace beyond the stream's own
-    kReserve,       // cuDNN reserve space (backward only)
+    kWeightSpace,      // cuDNN's packed weights
+    kWeightGrads,      // cuDNN's packed weight gradients
+    kRnnOutput,        // the recomputed forward's y (backward only)
+    kRnnInputGrad,     // dx when the caller wants no dinp (backward only)
+    kWorkspace,        // cuDNN workspace beyond the stream's own
+    kReserve,          // cuDNN reserve space (backward only)
+    kAttentionScores,  // attention scores or their gradient, one chunk of batch rows
+    kAttentionProbs,   // the weights after dropout, one chunk
     kScratchCount,
   };
-  struct RnnPlan;  // cuda_recurrent.cc
+  struct RnnPlan;         // cuda_recurrent.cc
+  struct AttentionChunk;  // cuda_attention.cc
   // cell, B, T, I, H, ND, layers, inference-only
   using RnnKey = std::array<int64_t, 8>;
 
@@ -188,6 +204,14 @@ class CudaBackend final : public Backend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stream's workspace when it is large enough, else kWorkspace scratch.
   absl::StatusOr<void*> WorkspaceLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // cuda_attention.cc: attention as batched GEMMs; `att` may be null (inference: the scores
+  // then live in scratch).
+  absl::Status AttentionGemmLocked(float* out, float* att, const float* qkv,
+                                   const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                   int64_t NH, bool causal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Batch rows per chunk of attention scores (Options::attention_scratch_bytes).
+  int64_t AttentionChunkRows(int64_t B, int64_t T, int64_t NH) const;
 
   // cuda_recurrent.cc.
   // `num_layers` stacked layers (weights[l * ND + d]); h_0, c_0, h_n and c_n are then

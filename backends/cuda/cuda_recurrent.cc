@@ -186,6 +186,9 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
           break;
       }
     } else {
+      if (dims.H <= 192 && options_.rnn_algo != Algo::kStandard) {
+        candidates.push_back(CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H);
+      }
       candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
     }
     absl::StatusOr<std::shared_ptr<RnnPlan>> plan = absl::InternalError("no RNN algorithm");

@@ -12,14 +12,15 @@ namespace {
 
 // --- kernels
 
-// A straightforward design: one block per (batch, head, row), where a row is a query (forward,
-// and the dq half of the backward pass), a key (the dk/dv half), or the one last query (the
-// forward of inference with head sizes 8-64 streams instead: AttentionInferenceKernel). A row's
-// scores or weights live in shared memory; dot products over the head size hs are split over
-// the lanes of a warp, one key per warp at a time; weighted sums over keys split the hs output
-// dimensions over threads (and the keys over groups of threads when hs is small). Every sum
-// runs in a fixed order and no two blocks write the same element, so results are reproducible.
-// Kernels are templated on the storage type E for bf16 later; the math is float.
+// Full attention in training, and in inference over long windows, is the backend's: cuBLAS
+// batched GEMMs for q.k and the weighted sums, with the softmax and its backward here
+// (AttentionSoftmax*). Here too: inference over short windows (AttentionInferenceKernel, which
+// streams keys and values through shared memory) and the last-query variant, one block per
+// (b, h), whose weights live in shared memory: dot products over the head size hs are split
+// over the lanes of a warp, one key per warp at a time; weighted sums over keys split the hs
+// output dimensions over threads (and the keys over groups of threads when hs is small). Every
+// sum runs in a fixed order and no two blocks write the same element, so results are
+// reproducible. Kernels are templated on the storage type E for bf16 later; the math is float.
 
 constexpr int kWarp = 32;
 constexpr int kThreads = 256;
@@ -122,48 +123,6 @@ __device__ void WeightedRowSum(E* dst, const float* w, const E* y, int64_t y_str
   }
 }
 
-// One block per (b, h, t), blockIdx.x = (b * NH + h) * T + t, which is also the row of att.
-// Shared memory: q (hs) | p (T) | red (kThreads).
-template <typename E>
-__global__ void __launch_bounds__(kThreads)
-    AttentionForwardKernel(E* out, E* att, const E* qkv, const E* mask, int T, int D, int NH,
-                           bool causal, float scale) {
-  extern __shared__ float smem[];
-  const int hs = D / NH;
-  float* q = smem;
-  float* p = q + hs;
-  float* red = p + T;
-  const int64_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T);
-  const int64_t bh = row / T;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int64_t D3 = 3 * static_cast<int64_t>(D);
-  const E* qkv_b = qkv + b * T * D3;
-
-  for (int i = threadIdx.x; i < hs; i += kThreads) {
-    q[i] = static_cast<float>(qkv_b[t * D3 + h * hs + i]);
-  }
-  __syncthreads();
-  const int S = causal ? t + 1 : T;  // keys this query sees
-  RowDots(p, q, qkv_b + D + h * hs, D3, S, hs, scale);
-  SoftmaxInPlace(p, S);
-
-  // Each thread saves, then masks, the same entries: no barrier between.
-  if (att != nullptr) {
-    E* att_row = att + row * T;
-    for (int s = threadIdx.x; s < T; s += kThreads) {
-      att_row[s] = static_cast<E>(s < S ? p[s] : 0.0f);
-    }
-  }
-  if (mask != nullptr) {
-    const E* mask_row = mask + row * T;
-    for (int s = threadIdx.x; s < S; s += kThreads) p[s] *= static_cast<float>(mask_row[s]);
-  }
-  __syncthreads();
-  WeightedRowSum(out + (b * T + t) * D + h * hs, p, qkv_b + 2 * D + h * hs, D3, S, hs, red);
-}
-
 // Inference (no weights saved, no dropout) for head sizes up to 64: one thread per query, a
 // block of kStreamQueries queries of one (b, h). The head's keys and values stream through
 // shared memory in chunks that every thread of the block reads (a broadcast), and each query
@@ -243,135 +202,47 @@ absl::Status LaunchAttentionInference(float* out, const float* qkv, int64_t B, i
   return absl::OkStatus();
 }
 
-// The query half of the backward pass, one block per (b, h, t) as the forward:
-//   dw[s] = (dout_t . v_s) m[s],  rowdot = sum_s att[s] dw[s],
-//   dpre[s] = att[s] (dw[s] - rowdot) scale,  dq_t = sum_s dpre[s] k_s,
-// and rowdot saved for the key half. Entries with att == 0 (masked, or underflowed) have
-// dpre == 0 and are skipped. Shared memory: dout_t (hs) | dw, then dpre (T) | red (kThreads).
-template <typename E>
-__global__ void __launch_bounds__(kThreads)
-    AttentionBackwardQueryKernel(E* dqkv, float* rowdot_out, const E* dout, const E* qkv,
-                                 const E* att, const E* mask, int T, int D, int NH, float scale) {
-  extern __shared__ float smem[];
-  const int hs = D / NH;
-  float* dy = smem;
-  float* pw = dy + hs;
-  float* red = pw + T;
-  const int64_t row = blockIdx.x;
-  const int t = static_cast<int>(row % T);
-  const int64_t bh = row / T;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int64_t D3 = 3 * static_cast<int64_t>(D);
-  const E* qkv_b = qkv + b * T * D3;
-  const E* att_row = att + row * T;
-  const E* mask_row = mask != nullptr ? mask + row * T : nullptr;
-  const int warp = threadIdx.x / kWarp;
-  const int lane = threadIdx.x % kWarp;
+// The softmax around the attention GEMMs (the backend runs q.k and the weighted sums as cuBLAS
+// batched GEMMs): one warp per row of the (rows, T) score matrix, row r being query t = r % T
+// of its (b, h). Lane l owns columns l, l + 32, ... in every pass, so it only rewrites what it
+// read itself; the passes re-read the row, which L1 holds.
+constexpr int kRowsPerBlock = kThreads / kWarp;
 
-  for (int i = threadIdx.x; i < hs; i += kThreads) {
-    dy[i] = static_cast<float>(dout[(b * T + t) * D + h * hs + i]);
-  }
-  __syncthreads();
-  float last = -1.0f;  // the last key with a non-zero weight (exact in float below 2^24)
-  for (int s = warp; s < T; s += kWarps) {
-    const float a = static_cast<float>(att_row[s]);  // the same for the whole warp
-    float dw = 0.0f;
-    if (a != 0.0f) {
-      const E* v = qkv_b + s * D3 + 2 * D + h * hs;
-      float dot = 0.0f;
-      for (int i = lane; i < hs; i += kWarp) dot += dy[i] * static_cast<float>(v[i]);
-      dw = WarpReduce(dot, SumOp{});
-      if (mask_row != nullptr) dw *= static_cast<float>(mask_row[s]);
-      last = static_cast<float>(s);
-    }
-    if (lane == 0) pw[s] = dw;
-  }
-  __syncthreads();
-  float partial = 0.0f;
-  for (int s = threadIdx.x; s < T; s += kThreads) {
-    partial += static_cast<float>(att_row[s]) * pw[s];
-  }
-  const float rowdot = BlockReduce(partial, SumOp{});
-  const int S = static_cast<int>(BlockReduce(last, MaxOp{})) + 1;
-  for (int s = threadIdx.x; s < S; s += kThreads) {
-    pw[s] = static_cast<float>(att_row[s]) * (pw[s] - rowdot) * scale;
-  }
-  if (threadIdx.x == 0) rowdot_out[row] = rowdot;
-  __syncthreads();
-  WeightedRowSum(dqkv + (b * T + t) * D3 + h * hs, pw, qkv_b + D + h * hs, D3, S, hs, red);
+__global__ void __launch_bounds__(kThreads)
+    AttentionSoftmaxKernel(float* att, int64_t rows, int T, bool causal) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;  // whole warps leave together
+  const int lane = threadIdx.x % kWarp;
+  const int S = causal ? static_cast<int>(r % T) + 1 : T;  // keys this query sees
+  float* p = att + r * T;
+  float max = -INFINITY;
+  for (int s = lane; s < S; s += kWarp) max = fmaxf(max, p[s]);
+  max = WarpReduce(max, MaxOp{});
+  float sum = 0.0f;
+  for (int s = lane; s < S; s += kWarp) sum += expf(p[s] - max);
+  const float inv_sum = 1.0f / WarpReduce(sum, SumOp{});
+  for (int s = lane; s < T; s += kWarp) p[s] = s < S ? expf(p[s] - max) * inv_sum : 0.0f;
 }
 
-// The key half: one block per (b, h, s), blockIdx.x = (b * NH + h) * T + s, summing over the
-// queries t that see key s:
-//   dk_s = sum_t att[t, s] (dw[t, s] - rowdot[t]) scale q_t
-//   dv_s = sum_t att[t, s] m[t, s] dout_t
-// with dw[t, s] = (dout_t . v_s) m[t, s] recomputed. Warps take queries in turn and keep
-// per-warp sums in shared memory, added in warp order at the end.
-// Shared memory: v_s (hs) | dk partials (kWarps, hs) | dv partials (kWarps, hs).
-template <typename E>
+// dw holds (dout_t . v_s) per entry on entry and dpre on return:
+//   dw'[s] = dw[s] m[s],  rowdot = sum_s att[s] dw'[s],  dpre[s] = att[s] (dw'[s] - rowdot) scale.
 __global__ void __launch_bounds__(kThreads)
-    AttentionBackwardKeyKernel(E* dqkv, const float* rowdot, const E* dout, const E* qkv,
-                               const E* att, const E* mask, int T, int D, int NH, float scale) {
-  extern __shared__ float smem[];
-  const int hs = D / NH;
-  float* v = smem;
-  float* dk_part = v + hs;
-  float* dv_part = dk_part + kWarps * hs;
-  const int64_t row = blockIdx.x;
-  const int s = static_cast<int>(row % T);
-  const int64_t bh = row / T;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int64_t D3 = 3 * static_cast<int64_t>(D);
-  const E* qkv_b = qkv + b * T * D3;
-  const E* att_col = att + bh * T * T + s;  // att[t, s] = att_col[t * T]
-  const E* mask_col = mask != nullptr ? mask + bh * T * T + s : nullptr;
-  const float* rowdot_bh = rowdot + bh * T;
-  const int warp = threadIdx.x / kWarp;
+    AttentionSoftmaxBackwardKernel(float* dw, const float* att, const float* mask, int64_t rows,
+                                   int T, float scale) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
   const int lane = threadIdx.x % kWarp;
-
-  for (int i = threadIdx.x; i < hs; i += kThreads) {
-    v[i] = static_cast<float>(qkv_b[s * D3 + 2 * D + h * hs + i]);
+  float* g = dw + r * T;
+  const float* a = att + r * T;
+  const float* m = mask != nullptr ? mask + r * T : nullptr;
+  float partial = 0.0f;
+  for (int s = lane; s < T; s += kWarp) {
+    const float gs = m != nullptr ? g[s] * m[s] : g[s];
+    g[s] = gs;
+    partial += a[s] * gs;
   }
-  float* dk_w = dk_part + warp * hs;
-  float* dv_w = dv_part + warp * hs;
-  for (int i = lane; i < hs; i += kWarp) {
-    dk_w[i] = 0.0f;
-    dv_w[i] = 0.0f;
-  }
-  __syncthreads();
-  for (int t = warp; t < T; t += kWarps) {
-    const float a = static_cast<float>(att_col[static_cast<int64_t>(t) * T]);
-    if (a == 0.0f) continue;  // the same for the whole warp
-    const float m =
-        mask_col != nullptr ? static_cast<float>(mask_col[static_cast<int64_t>(t) * T]) : 1.0f;
-    const E* dy = dout + (b * T + t) * D + h * hs;
-    const E* q = qkv_b + t * D3 + h * hs;
-    float dot = 0.0f;
-    for (int i = lane; i < hs; i += kWarp) dot += static_cast<float>(dy[i]) * v[i];
-    const float dw = WarpReduce(dot, SumOp{}) * m;
-    const float coef = a * (dw - rowdot_bh[t]) * scale;
-    const float am = a * m;
-    // Lane l owns dimensions l, l + 32, ... of this warp's partials.
-    for (int i = lane; i < hs; i += kWarp) {
-      dk_w[i] += coef * static_cast<float>(q[i]);
-      dv_w[i] += am * static_cast<float>(dy[i]);
-    }
-  }
-  __syncthreads();
-  E* dk = dqkv + (b * T + s) * D3 + D + h * hs;
-  E* dv = dk + D;
-  for (int i = threadIdx.x; i < hs; i += kThreads) {
-    float sum_dk = 0.0f, sum_dv = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      sum_dk += dk_part[w * hs + i];
-      sum_dv += dv_part[w * hs + i];
-    }
-    dk[i] = static_cast<E>(sum_dk);
-    dv[i] = static_cast<E>(sum_dv);
-  }
+  const float rowdot = WarpReduce(partial, SumOp{});
+  for (int s = lane; s < T; s += kWarp) g[s] = a[s] * (g[s] - rowdot) * scale;
 }
 
 // One block per (b, h). Shared memory: q (hs) | p (T) | red (kThreads).
@@ -480,71 +351,74 @@ float Scale(int64_t hs) { return static_cast<float>(1.0 / std::sqrt(static_cast<
 
 }  // namespace
 
-absl::Status AttentionForward(float* out, float* att, const float* qkv, const float* dropout_mask,
-                              int64_t B, int64_t T, int64_t D, int64_t NH, bool causal,
-                              cudaStream_t stream) {
-  RETURN_IF_ERROR(CheckShape("AttentionForward", B, T, D, NH));
+bool AttentionInferenceSupports(int64_t B, int64_t D, int64_t NH) {
+  if (NH <= 0 || D % NH != 0 || B * NH > 65535) return false;  // grid.y holds B * NH
+  const int64_t hs = D / NH;
+  return hs == 8 || hs == 16 || hs == 32 || hs == 64;
+}
+
+absl::Status AttentionInference(float* out, const float* qkv, int64_t B, int64_t T, int64_t D,
+                                int64_t NH, bool causal, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckShape("AttentionInference", B, T, D, NH));
   if (B == 0) return absl::OkStatus();
   if (out == nullptr || qkv == nullptr) {
-    return absl::InvalidArgumentError("AttentionForward: null pointer");
+    return absl::InvalidArgumentError("AttentionInference: null pointer");
+  }
+  if (!AttentionInferenceSupports(B, D, NH)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AttentionInference: head size ", D / NH, " with B*NH=", B * NH,
+                     " is not supported (head sizes 8, 16, 32, 64; B*NH <= 65535)"));
   }
   const int64_t hs = D / NH;
-  // Inference of the common head sizes streams keys and values through shared memory; the
-  // rest (weights saved for training, dropout, other head sizes) runs one block per query.
-  // grid.y holds B * NH, at most 65535.
-  if (att == nullptr && dropout_mask == nullptr && B * NH <= 65535) {
-    switch (hs) {
-      case 8:
-        return LaunchAttentionInference<8>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
-      case 16:
-        return LaunchAttentionInference<16>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
-      case 32:
-        return LaunchAttentionInference<32>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
-      case 64:
-        return LaunchAttentionInference<64>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
-      default:
-        break;
-    }
+  switch (hs) {
+    case 8:
+      return LaunchAttentionInference<8>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+    case 16:
+      return LaunchAttentionInference<16>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+    case 32:
+      return LaunchAttentionInference<32>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
+    default:
+      return LaunchAttentionInference<64>(out, qkv, B, T, D, NH, causal, Scale(hs), stream);
   }
-  const size_t smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
-  RETURN_IF_ERROR(AllowSharedMemory(AttentionForwardKernel<float>, smem));
-  AttentionForwardKernel<<<static_cast<unsigned>(B * NH * T), kThreads, smem, stream>>>(
-      out, att, qkv, dropout_mask, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH),
-      causal, Scale(hs));
+}
+
+namespace {
+
+absl::Status CheckRows(const char* name, int64_t rows, int64_t T) {
+  if (rows < 0 || T <= 0 || T > INT_MAX || rows / kRowsPerBlock + 1 > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": need rows >= 0 and 0 < T <= INT_MAX, got rows=", rows, " T=", T));
+  }
+  return absl::OkStatus();
+}
+
+unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
+}
+
+}  // namespace
+
+absl::Status AttentionSoftmax(float* att, int64_t rows, int64_t T, bool causal,
+                              cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckRows("AttentionSoftmax", rows, T));
+  if (rows == 0) return absl::OkStatus();
+  if (att == nullptr) return absl::InvalidArgumentError("AttentionSoftmax: null pointer");
+  AttentionSoftmaxKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(att, rows, static_cast<int>(T),
+                                                                   causal);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
-absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
-                               const float* dropout_mask, int64_t B, int64_t T, int64_t D,
-                               int64_t NH, cudaStream_t stream) {
-  RETURN_IF_ERROR(CheckShape("AttentionBackward", B, T, D, NH));
-  if (B == 0) return absl::OkStatus();
-  if (dqkv == nullptr || dout == nullptr || qkv == nullptr || att == nullptr) {
-    return absl::InvalidArgumentError("AttentionBackward: null pointer");
+absl::Status AttentionSoftmaxBackward(float* dw, const float* att, const float* mask, int64_t rows,
+                                      int64_t T, float scale, cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckRows("AttentionSoftmaxBackward", rows, T));
+  if (rows == 0) return absl::OkStatus();
+  if (dw == nullptr || att == nullptr) {
+    return absl::InvalidArgumentError("AttentionSoftmaxBackward: null pointer");
   }
-  const int64_t hs = D / NH;
-  const unsigned rows = static_cast<unsigned>(B * NH * T);
-  const size_t query_smem = static_cast<size_t>(hs + T + kThreads) * sizeof(float);
-  const size_t key_smem = static_cast<size_t>(hs + 2 * kWarps * hs) * sizeof(float);
-  RETURN_IF_ERROR(AllowSharedMemory(AttentionBackwardQueryKernel<float>, query_smem));
-  RETURN_IF_ERROR(AllowSharedMemory(AttentionBackwardKeyKernel<float>, key_smem));
-
-  float* rowdot = nullptr;  // (B, NH, T), from the query half to the key half
-  CUDA_RETURN_IF_ERROR(cudaMallocAsync(reinterpret_cast<void**>(&rowdot),
-                                       static_cast<size_t>(rows) * sizeof(float), stream));
-  const int t = static_cast<int>(T), d = static_cast<int>(D), nh = static_cast<int>(NH);
-  AttentionBackwardQueryKernel<<<rows, kThreads, query_smem, stream>>>(
-      dqkv, rowdot, dout, qkv, att, dropout_mask, t, d, nh, Scale(hs));
-  cudaError_t launched = cudaGetLastError();
-  if (launched == cudaSuccess) {
-    AttentionBackwardKeyKernel<<<rows, kThreads, key_smem, stream>>>(
-        dqkv, rowdot, dout, qkv, att, dropout_mask, t, d, nh, Scale(hs));
-    launched = cudaGetLastError();
-  }
-  const cudaError_t freed = cudaFreeAsync(rowdot, stream);
-  CUDA_RETURN_IF_ERROR(launched);
-  CUDA_RETURN_IF_ERROR(freed);
+  AttentionSoftmaxBackwardKernel<<<RowBlocks(rows), kThreads, 0, stream>>>(
+      dw, att, mask, rows, static_cast<int>(T), scale);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
