@@ -46,7 +46,9 @@ class CudaBackend final : public Backend {
     // kFp32 not at all (within a few ulp of the reference); kTf32 to TF32 (10-bit mantissa,
     // ~1e-3 relative); kBf16 to bfloat16 (7-bit mantissa, ~1e-2 relative); kFp16 to float16
     // (10-bit mantissa, limited range). cuDNN's recurrent layers use FMA math for kFp32 and
-    // allow TF32 tensor cores otherwise.
+    // allow TF32 tensor cores otherwise; under kBf16 and kFp16 a stack without initial or
+    // final states (RecurrentStack, a forecast) runs on 16-bit data, bf16 or fp16, whichever
+    // cuDNN takes (kBf16 prefers bf16), converted at its edges, as PyTorch's autocast runs it.
     enum class Math { kFp32, kTf32, kBf16, kFp16 };
     Math math = Math::kFp32;
     // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto, the
@@ -182,14 +184,16 @@ class CudaBackend final : public Backend {
     kRnnInputGrad,     // dx when the caller wants no dinp (backward only)
     kWorkspace,        // cuDNN workspace beyond the stream's own
     kReserve,          // cuDNN reserve space (backward only)
+    kRnnInput16,       // x in 16-bit storage (inference under bf16 / fp16)
+    kRnnOutput16,      // y in 16-bit storage
     kAttentionScores,  // attention scores or their gradient, one chunk of batch rows
     kAttentionProbs,   // the weights after dropout, one chunk
     kScratchCount,
   };
   struct RnnPlan;         // cuda_recurrent.cc
   struct AttentionChunk;  // cuda_attention.cc
-  // cell, B, T, I, H, ND, layers, inference-only
-  using RnnKey = std::array<int64_t, 8>;
+  // cell, B, T, I, H, ND, layers, inference-only, 16-bit storage wanted
+  using RnnKey = std::array<int64_t, 9>;
 
   CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
               CudaAllocator* allocator, const Options& options);
@@ -228,16 +232,20 @@ class CudaBackend final : public Backend {
                                        const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
+  // `storage16`: 16-bit data (bf16 or fp16 by options_.math) where cuDNN accepts it; the
+  // plan's data_type says what it got.
   absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers,
-                                      bool inference) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                      bool inference, bool storage16)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(RecurrentCell cell,
                                                            const RecurrentDims& dims,
-                                                           int num_layers, cudnnRNNAlgo_t algo)
+                                                           int num_layers, cudnnRNNAlgo_t algo,
+                                                           cudnnDataType_t data_type)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
   // weight gradients out to the caller's buffers.
   absl::Status CopyWeightsInLocked(const RnnPlan& plan, const RecurrentDirectionWeights* weights,
-                                   float* weight_space) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                   void* weight_space) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CopyGradientsOutLocked(const RnnPlan& plan, const float* weight_grads,
                                       const RecurrentDirectionGrads* dweights)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

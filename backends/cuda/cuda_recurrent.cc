@@ -36,6 +36,7 @@
 #include "absl/types/span.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/library_status.h"
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace forecastd {
@@ -58,6 +59,7 @@ using TensorDescriptor =
                     CudnnDeleter<cudnnTensorStruct, cudnnDestroyTensorDescriptor>>;
 
 constexpr int64_t kFloatBytes = sizeof(float);
+constexpr int64_t k16BitBytes = 2;
 
 // One contiguous copy between our per-direction tensor and cuDNN's weight space, in floats.
 struct CopyRun {
@@ -99,8 +101,8 @@ absl::Status Zero(void* dst, int64_t floats, cudaStream_t stream) {
 // (documented as {1, rows, cols} and {1, rows, 1}): `rows` x `cols` (cols = 1 for a bias),
 // dense and row-major. Dims of size 1 are ignored, so the check does not depend on how many
 // of them cuDNN reports.
-absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, int64_t rows, int64_t cols,
-                                        absl::string_view what) {
+absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, cudnnDataType_t data_type,
+                                        int64_t rows, int64_t cols, absl::string_view what) {
   cudnnDataType_t type = CUDNN_DATA_FLOAT;
   int nb_dims = 0;
   int dim[8] = {0}, stride[8] = {0};
@@ -118,19 +120,28 @@ absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, int64_t ro
   for (const int64_t d : {rows, cols}) {
     if (d != 1) want.push_back(d);
   }
-  if (type != CUDNN_DATA_FLOAT || n < 1 || got != want || !dense) {
-    return absl::InternalError(absl::StrCat(
-        "cuDNN's weight layout is not the one expected: ", what, " should be ", rows, " x ", cols,
-        " fp32, dense and row-major; cuDNN reports type ", static_cast<int>(type), ", ", nb_dims,
-        " dims [", absl::StrJoin(absl::MakeSpan(dim, n), ", "), "] strides [",
-        absl::StrJoin(absl::MakeSpan(stride, n), ", "), "]"));
+  if (type != data_type || n < 1 || got != want || !dense) {
+    return absl::InternalError(
+        absl::StrCat("cuDNN's weight layout is not the one expected: ", what, " should be ", rows,
+                     " x ", cols, " of type ", static_cast<int>(data_type),
+                     ", dense and row-major; cuDNN reports type ", static_cast<int>(type), ", ",
+                     nb_dims, " dims [", absl::StrJoin(absl::MakeSpan(dim, n), ", "), "] strides [",
+                     absl::StrJoin(absl::MakeSpan(stride, n), ", "), "]"));
   }
   return rows * cols;
+}
+
+cuda::Storage16 Storage16Of(cudnnDataType_t type) {
+  return type == CUDNN_DATA_BFLOAT16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16;
 }
 
 }  // namespace
 
 struct CudaBackend::RnnPlan {
+  // CUDNN_DATA_FLOAT, or a 16-bit type (inference under the bf16 / fp16 precisions): then x, y
+  // and the weight space hold 16-bit values and the caller converts at the edges.
+  cudnnDataType_t data_type = CUDNN_DATA_FLOAT;
+  int64_t element_bytes = kFloatBytes;
   DropoutDescriptor dropout;
   RnnDescriptor rnn;
   RnnDataDescriptor x, y;  // (B, T, I) and (B, T, ND*H), batch-major, every sequence T long
@@ -140,17 +151,19 @@ struct CudaBackend::RnnPlan {
   int64_t training_work_bytes = 0;
   int64_t reserve_bytes = 0;
   DeviceBuffer seq_lengths;  // int32 (B), all T, on the device: cuDNN reads it asynchronously
-  // runs[l * ND + d][param]: where layer l's direction d tensors sit in the weight space.
+  // runs[l * ND + d][param]: where layer l's direction d tensors sit in the weight space, in
+  // elements.
   std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
   uint64_t last_use = 0;
 };
 
 absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell,
                                                               const RecurrentDims& dims,
-                                                              int num_layers, bool inference) {
+                                                              int num_layers, bool inference,
+                                                              bool storage16) {
   const RnnKey key = {
-      static_cast<int64_t>(cell), dims.B, dims.T, dims.I, dims.H, dims.ND, num_layers,
-      inference ? 1 : 0};
+      static_cast<int64_t>(cell), dims.B,           dims.T, dims.I, dims.H, dims.ND, num_layers,
+      inference ? 1 : 0,          storage16 ? 1 : 0};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (static_cast<int>(plans_.size()) >= options_.rnn_plan_capacity) {
@@ -191,9 +204,21 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
       }
       candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
     }
+    // 16-bit storage where cuDNN takes it (bf16 for the bf16 precision, else fp16: the
+    // gates' pre-activations of standardised inputs are far inside fp16's range, and its
+    // mantissa is finer), fp32 otherwise.
+    std::vector<cudnnDataType_t> data_types;
+    if (storage16) {
+      if (options_.math == Options::Math::kBf16) data_types.push_back(CUDNN_DATA_BFLOAT16);
+      data_types.push_back(CUDNN_DATA_HALF);
+    }
+    data_types.push_back(CUDNN_DATA_FLOAT);
     absl::StatusOr<std::shared_ptr<RnnPlan>> plan = absl::InternalError("no RNN algorithm");
-    for (const cudnnRNNAlgo_t algo : candidates) {
-      plan = BuildPlanLocked(cell, dims, num_layers, algo);
+    for (const cudnnDataType_t data_type : data_types) {
+      for (const cudnnRNNAlgo_t algo : candidates) {
+        plan = BuildPlanLocked(cell, dims, num_layers, algo, data_type);
+        if (plan.ok()) break;
+      }
       if (plan.ok()) break;
     }
     RETURN_IF_ERROR(plan.status());
@@ -205,12 +230,15 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
 }
 
 absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLocked(
-    RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo) {
+    RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo,
+    cudnnDataType_t data_type) {
   const auto [B, T, I, H, ND] = dims;
   const int64_t L = num_layers;
   const int64_t G = cell == RecurrentCell::kLstm ? 4 : 3;
   const cudnnHandle_t handle = context_.cudnn;
   auto plan = std::make_shared<RnnPlan>();
+  plan->data_type = data_type;
+  plan->element_bytes = data_type == CUDNN_DATA_FLOAT ? kFloatBytes : k16BitBytes;
 
   // Inference and single layers apply no dropout, but cuDNN wants a descriptor; with dropout 0
   // it needs no RNG states (PyTorch sets its no-dropout descriptor up the same way).
@@ -225,12 +253,13 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDescriptor(&rnn));
   plan->rnn.reset(rnn);
   // FMA math keeps fp32 data off TF32 tensor cores, which CUDNN_DEFAULT_MATH would allow on
-  // Ampere and later.
-  const cudnnMathType_t math =
-      options_.math == Options::Math::kFp32 ? CUDNN_FMA_MATH : CUDNN_DEFAULT_MATH;
+  // Ampere and later; 16-bit data runs on tensor cores with fp32 accumulation.
+  const cudnnMathType_t math = data_type != CUDNN_DATA_FLOAT           ? CUDNN_TENSOR_OP_MATH
+                               : options_.math == Options::Math::kFp32 ? CUDNN_FMA_MATH
+                                                                       : CUDNN_DEFAULT_MATH;
   CUDNN_RETURN_IF_ERROR(cudnnSetRNNDescriptor_v8(
       rnn, algo, cell == RecurrentCell::kLstm ? CUDNN_LSTM : CUDNN_GRU, CUDNN_RNN_DOUBLE_BIAS,
-      ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, CUDNN_DATA_FLOAT,
+      ND == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL, CUDNN_LINEAR_INPUT, data_type,
       CUDNN_DATA_FLOAT, math, static_cast<int32_t>(I), static_cast<int32_t>(H),
       /*projSize=*/static_cast<int32_t>(H), static_cast<int32_t>(L), dropout,
       // The unpacked (padded) batch-major layout is accepted only with padded I/O enabled. One
@@ -246,10 +275,10 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   plan->x.reset(x);
   CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&y));
   plan->y.reset(y);
-  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(x, CUDNN_DATA_FLOAT, layout, static_cast<int>(T),
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(x, data_type, layout, static_cast<int>(T),
                                                   static_cast<int>(B), static_cast<int>(I),
                                                   seq_lengths.data(), /*paddingFill=*/nullptr));
-  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(y, CUDNN_DATA_FLOAT, layout, static_cast<int>(T),
+  CUDNN_RETURN_IF_ERROR(cudnnSetRNNDataDescriptor(y, data_type, layout, static_cast<int>(T),
                                                   static_cast<int>(B), static_cast<int>(ND * H),
                                                   seq_lengths.data(), /*paddingFill=*/nullptr));
 
@@ -258,7 +287,7 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   plan->h.reset(h);
   const int h_dims[3] = {static_cast<int>(L * ND), static_cast<int>(B), static_cast<int>(H)};
   const int h_strides[3] = {static_cast<int>(B * H), static_cast<int>(H), 1};
-  CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(h, CUDNN_DATA_FLOAT, 3, h_dims, h_strides));
+  CUDNN_RETURN_IF_ERROR(cudnnSetTensorNdDescriptor(h, data_type, 3, h_dims, h_strides));
 
   size_t weight_space = 0, inference_work = 0, training_work = 0, reserve = 0, unused = 0;
   CUDNN_RETURN_IF_ERROR(cudnnGetRNNWeightSpaceSize(handle, rnn, &weight_space));
@@ -296,17 +325,19 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
       if (m_addr == nullptr || b_addr == nullptr) {
         return absl::InternalError(absl::StrCat("cuDNN reports no ", what, " matrix or bias"));
       }
-      ASSIGN_OR_RETURN(const int64_t m_count, CheckParamShape(m_desc, H, cols, what + " matrix"));
-      ASSIGN_OR_RETURN(const int64_t b_count, CheckParamShape(b_desc, H, 1, what + " bias"));
+      ASSIGN_OR_RETURN(const int64_t m_count,
+                       CheckParamShape(m_desc, data_type, H, cols, what + " matrix"));
+      ASSIGN_OR_RETURN(const int64_t b_count,
+                       CheckParamShape(b_desc, data_type, H, 1, what + " bias"));
       const int64_t m_offset = static_cast<const char*>(m_addr) - base;
       const int64_t b_offset = static_cast<const char*>(b_addr) - base;
       for (const auto& [offset, count] :
            {std::pair{m_offset, m_count}, std::pair{b_offset, b_count}}) {
-        if (offset < 0 || offset % kFloatBytes != 0 ||
-            offset + count * kFloatBytes > plan->weight_space_bytes) {
+        if (offset < 0 || offset % plan->element_bytes != 0 ||
+            offset + count * plan->element_bytes > plan->weight_space_bytes) {
           return absl::InternalError(
               absl::StrCat("cuDNN placed ", what, " outside its weight space (offset ", offset,
-                           " bytes, ", count, " floats, space ", plan->weight_space_bytes, ")"));
+                           " bytes, ", count, " elements, space ", plan->weight_space_bytes, ")"));
         }
       }
       auto add = [](std::vector<CopyRun>& runs, int64_t space_offset, int64_t tensor_offset,
@@ -323,8 +354,8 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
         runs.push_back({space_offset, tensor_offset, count});
       };
       auto& runs = plan->runs[pseudo];
-      add(runs[recurrent ? kWHh : kWIh], m_offset / kFloatBytes, g * H * cols, m_count);
-      add(runs[recurrent ? kBHh : kBIh], b_offset / kFloatBytes, g * H, b_count);
+      add(runs[recurrent ? kWHh : kWIh], m_offset / plan->element_bytes, g * H * cols, m_count);
+      add(runs[recurrent ? kBHh : kBIh], b_offset / plan->element_bytes, g * H, b_count);
     }
   }
   ASSIGN_OR_RETURN(plan->seq_lengths,
@@ -341,7 +372,7 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
 
 absl::Status CudaBackend::CopyWeightsInLocked(const RnnPlan& plan,
                                               const RecurrentDirectionWeights* weights,
-                                              float* weight_space) {
+                                              void* weight_space) {
   if (weights == nullptr) return absl::InvalidArgumentError("CudaBackend: weights are null");
   for (size_t d = 0; d < plan.runs.size(); ++d) {
     const float* tensors[kParamCount] = {weights[d].w_ih, weights[d].w_hh, weights[d].b_ih,
@@ -353,12 +384,21 @@ absl::Status CudaBackend::CopyWeightsInLocked(const RnnPlan& plan,
             return absl::InvalidArgumentError(
                 absl::StrCat("CudaBackend: direction ", d, " has a null weight matrix"));
           }
-          // A missing bias is a zero bias.
-          RETURN_IF_ERROR(Zero(weight_space + run.space_offset, run.count, context_.stream));
+          // A missing bias is a zero bias (all-zero bits in every format).
+          CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+              static_cast<char*>(weight_space) + run.space_offset * plan.element_bytes, 0,
+              static_cast<size_t>(run.count * plan.element_bytes), context_.stream));
           continue;
         }
-        RETURN_IF_ERROR(Copy(weight_space + run.space_offset, tensors[p] + run.tensor_offset,
-                             run.count, context_.stream));
+        const float* from = tensors[p] + run.tensor_offset;
+        if (plan.data_type == CUDNN_DATA_FLOAT) {
+          RETURN_IF_ERROR(Copy(static_cast<float*>(weight_space) + run.space_offset, from,
+                               run.count, context_.stream));
+        } else {
+          RETURN_IF_ERROR(cuda::ConvertTo16(
+              static_cast<char*>(weight_space) + run.space_offset * plan.element_bytes, from,
+              run.count, Storage16Of(plan.data_type), context_.stream));
+        }
       }
     }
   }
@@ -401,19 +441,35 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/true));
+  // The bf16 / fp16 precisions run a stack without states (a forecast) on 16-bit data.
+  const bool storage16 =
+      (options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16) &&
+      h_0 == nullptr && c_0 == nullptr && h_n == nullptr && c_n == nullptr;
+  ASSIGN_OR_RETURN(RnnPlan * plan,
+                   PlanLocked(cell, dims, num_layers, /*inference=*/true, storage16));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
+  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
+  const void* x = inp;
+  void* y = out;
+  if (plan->data_type != CUDNN_DATA_FLOAT) {
+    ASSIGN_OR_RETURN(void* x16, ScratchLocked(kRnnInput16, B * T * I * plan->element_bytes));
+    ASSIGN_OR_RETURN(y, ScratchLocked(kRnnOutput16, B * T * ND * H * plan->element_bytes));
+    RETURN_IF_ERROR(cuda::ConvertTo16(x16, inp, B * T * I, Storage16Of(plan->data_type), stream));
+    x = x16;
+  }
   // Null hx / cx are zero initial states; null hy / cy are not written (cuDNN's convention,
   // and ours).
   CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
-      plan->x.get(), inp, plan->y.get(), out, plan->h.get(), h_0, h_n, plan->h.get(),
+      plan->x.get(), x, plan->y.get(), y, plan->h.get(), h_0, h_n, plan->h.get(),
       cell == RecurrentCell::kLstm ? c_0 : nullptr, cell == RecurrentCell::kLstm ? c_n : nullptr,
       static_cast<size_t>(plan->weight_space_bytes), space,
       static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
       /*reserveSpace=*/nullptr));
+  if (plan->data_type != CUDNN_DATA_FLOAT) {
+    return cuda::ConvertFrom16(out, y, B * T * ND * H, Storage16Of(plan->data_type), stream);
+  }
   return absl::OkStatus();
 }
 
@@ -442,12 +498,13 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
     }
     return absl::OkStatus();
   }
-  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
+                                              /*storage16=*/false));
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, static_cast<float*>(space)));
+  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   ASSIGN_OR_RETURN(void* y, ScratchLocked(kRnnOutput, B * T * ND * H * kFloatBytes));
   void* dx = dinp;
   if (dx == nullptr) {

@@ -393,6 +393,66 @@ TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
   }
 }
 
+// Under bf16 and fp16 a recurrent stack without states runs on 16-bit data in cuDNN: each
+// input, weight and layer output is rounded to 8 (bf16) or 11 (fp16) significant bits, and the
+// outputs, bounded by 1 in magnitude, carry errors of about 1e-2 (bf16) or 1e-3 (fp16) after two
+// layers of 24 steps. Coarser than fp32 (so the 16-bit path is really taken), within that.
+TEST_CASE("CudaBackend's recurrent stack under bf16 and fp16 stays within their error") {
+  struct Case {
+    CudaBackend::Options::Math math;
+    const char* name;
+    double atol, min_worst;
+  };
+  for (const Case c : {Case{CudaBackend::Options::Math::kBf16, "bf16", 6e-2, 1e-4},
+                       Case{CudaBackend::Options::Math::kFp16, "fp16", 1e-2, 1e-5}}) {
+    CudaBackend::Options options;
+    options.math = c.math;
+    std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const int64_t B : {int64_t{1}, int64_t{8}, int64_t{64}}) {
+        CAPTURE(c.name, cell == Cell::kLstm ? "LSTM" : "GRU", B);
+        CudaTestMemory mem;
+        std::mt19937 rng(20660 + B);
+        const RecurrentDims dims{B, 24, 10, 32, 2};
+        const int64_t L = 2;
+        const std::vector<float> inp = Uniform(rng, B * dims.T * dims.I);
+        // The reference layer by layer; layer 1 reads layer 0's (B, T, ND*H) output.
+        std::vector<float> want = inp;
+        std::vector<RecurrentDirectionWeights> dev_weights;
+        for (int64_t l = 0; l < L; ++l) {
+          RecurrentDims layer = dims;
+          layer.I = l == 0 ? dims.I : dims.ND * dims.H;
+          const RecurrentWeightsHost weights(rng, cell, layer);
+          std::vector<float> next(B * dims.T * dims.ND * dims.H);
+          if (cell == Cell::kLstm) {
+            ref::LstmLayerForward(next.data(), nullptr, nullptr, want.data(), nullptr, nullptr,
+                                  weights.Host().data(), layer);
+          } else {
+            ref::GruLayerForward(next.data(), nullptr, want.data(), nullptr, weights.Host().data(),
+                                 layer);
+          }
+          want = next;
+          for (const RecurrentDirectionWeights& w : weights.Upload(mem)) dev_weights.push_back(w);
+        }
+        float* out = mem.Output(want.size());
+        REQUIRE(
+            backend
+                ->RecurrentStack(cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru,
+                                 out, nullptr, mem.Upload(inp), dev_weights.data(), dims, L)
+                .ok());
+        const std::vector<float> got = mem.Download(out, want.size());
+        ExpectAllClose(std::string("RecurrentStack with ") + c.name, got, want, c.atol, 0.0);
+        double worst = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          worst = std::max(worst, std::abs(static_cast<double>(got[i]) - want[i]));
+        }
+        INFO(c.name << " max |diff| " << worst);
+        CHECK(worst > c.min_worst);  // fp32 data would be within ~1e-6
+      }
+    }
+  }
+}
+
 TEST_CASE("Two CUDA backends on two streams run concurrently and agree with the reference") {
   std::unique_ptr<CudaBackend> a = RequireBackend(), b = RequireBackend();
   REQUIRE(a->stream() != b->stream());
