@@ -1,13 +1,17 @@
-// The CUDA backend's cuBLAS GEMMs over fp32 tensors: one product or a strided batch of them,
-// with the backend's math mode deciding how cuBLAS may round the inputs for tensor cores
-// (accumulation and storage stay fp32). Used by cuda_backend.cc (Linear) and
-// cuda_attention.cc. Thread-compatible: calls on one handle must not overlap.
+// The CUDA backend's cuBLAS GEMMs over fp32 tensors: one product or a strided batch of them
+// (RunGemm), and products with the bias added in cuBLASLt's epilogue (LtBiasGemms), with the
+// backend's math mode deciding how cuBLAS may round the inputs for tensor cores (accumulation
+// and storage stay fp32). Used by cuda_backend.cc (Linear) and cuda_attention.cc.
+// Thread-compatible: calls on one handle must not overlap.
 #ifndef FORECASTD_BACKENDS_CUDA_CUBLAS_GEMM_H_
 #define FORECASTD_BACKENDS_CUDA_CUBLAS_GEMM_H_
 
 #include <cublas_v2.h>
 
+#include <array>
 #include <cstdint>
+#include <map>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "backends/cuda/cuda_backend.h"
@@ -33,6 +37,38 @@ struct GemmBatch {
 // Queues the product on the handle's stream. INVALID_ARGUMENT when a size is beyond cuBLAS's
 // int range; cuBLAS's own errors wrapped (library_status.h).
 absl::Status RunGemm(cublasHandle_t handle, const GemmBatch& gemm, CudaBackend::Options::Math math);
+
+// D = op_a(A) @ op_b(B) + bias, the bias (M floats) added to every column of D in cuBLASLt's
+// epilogue instead of a separate pass over D. One operation descriptor, layouts and algorithm
+// per shape, math mode and pointer alignment, kept (at most kMaxPlans; then all are dropped and
+// rebuilt on demand). A shape cuBLASLt has no fused algorithm for falls back to RunGemm plus our
+// bias kernel, so Run fails only on a real error. Thread-compatible; borrows the context's
+// cuBLAS / cuBLASLt handles, stream and workspace, which must outlive it.
+class LtBiasGemms {
+ public:
+  static constexpr size_t kMaxPlans = 256;
+
+  explicit LtBiasGemms(const CudaStreamContext& context);
+  ~LtBiasGemms();
+  LtBiasGemms(const LtBiasGemms&) = delete;
+  LtBiasGemms& operator=(const LtBiasGemms&) = delete;
+
+  // `gemm.batch` must be 1, its alpha 1 and D dense (ldc == M).
+  absl::Status Run(const GemmBatch& gemm, const float* bias, CudaBackend::Options::Math math);
+
+  int64_t fused_calls() const { return fused_calls_; }        // epilogue bias
+  int64_t fallback_calls() const { return fallback_calls_; }  // GEMM, then our bias kernel
+
+ private:
+  struct Plan;  // null algorithm: no fused kernel for this key
+  // op_a, op_b, M, N, K, lda, ldb, ldc, math, alignment of A, B, C and bias
+  using Key = std::array<int64_t, 13>;
+
+  const CudaStreamContext context_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+  int64_t fused_calls_ = 0;
+  int64_t fallback_calls_ = 0;
+};
 
 }  // namespace forecastd
 

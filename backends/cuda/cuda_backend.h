@@ -39,6 +39,8 @@
 
 namespace forecastd {
 
+class LtBiasGemms;  // cublas_gemm.h
+
 class CudaBackend final : public Backend {
  public:
   struct Options {
@@ -82,10 +84,12 @@ class CudaBackend final : public Backend {
   };
 
   struct Stats {
-    int64_t rnn_plans_built = 0;   // cuDNN RNN plans built since creation, evicted ones included
-    int64_t rnn_plans_cached = 0;  // plans held now
-    int64_t scratch_bytes = 0;     // block bytes of scratch held now
-    int64_t scratch_grows = 0;     // times a scratch buffer was (re)allocated
+    int64_t rnn_plans_built = 0;    // cuDNN RNN plans built since creation, evicted ones included
+    int64_t rnn_plans_cached = 0;   // plans held now
+    int64_t scratch_bytes = 0;      // block bytes of scratch held now
+    int64_t scratch_grows = 0;      // times a scratch buffer was (re)allocated
+    int64_t fused_bias_gemms = 0;   // Linear calls with the bias in cuBLASLt's epilogue
+    int64_t bias_kernel_gemms = 0;  // Linear calls with a bias but no fused algorithm
   };
 
   // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
@@ -258,6 +262,7 @@ class CudaBackend final : public Backend {
 
   mutable absl::Mutex mu_;
   DeviceBuffer scratch_[kScratchCount] ABSL_GUARDED_BY(mu_);
+  const std::unique_ptr<LtBiasGemms> bias_gemms_ ABSL_GUARDED_BY(mu_);
   std::map<RnnKey, std::shared_ptr<RnnPlan>> plans_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_clock_ ABSL_GUARDED_BY(mu_) = 0;  // stamps plans' last use, for eviction
   Stats stats_ ABSL_GUARDED_BY(mu_);
