@@ -28,6 +28,7 @@
 #include "kernels/base/status.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/dropout.h"
+#include "kernels/cuda/flash_attention.h"
 
 namespace forecastd {
 namespace {
@@ -160,8 +161,18 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
     return absl::InvalidArgumentError("CudaBackend::Attention: null pointer");
   }
   return Run([&]() -> absl::Status {
-    // Short windows in inference stream keys and values through one kernel; its cost grows
-    // with T^2 on CUDA cores, where the GEMMs grow on the matrix units.
+    // Inference in 16-bit math runs fused on tensor cores; in fp32 / TF32, short windows
+    // stream keys and values through one kernel, whose cost grows with T^2 on CUDA cores, and
+    // long ones run as GEMMs, whose cost grows on the matrix units.
+    const bool math16 =
+        options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
+    if (att == nullptr && dropout_mask == nullptr && math16 &&
+        cuda::FlashAttentionSupports(out, qkv, B, D, NH)) {
+      return cuda::FlashAttentionInference(
+          out, qkv, B, T, D, NH, causal,
+          options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
+          context_.stream);
+    }
     if (att == nullptr && dropout_mask == nullptr && T < options_.attention_gemm_min_keys &&
         cuda::AttentionInferenceSupports(B, D, NH)) {
       return cuda::AttentionInference(out, qkv, B, T, D, NH, causal, context_.stream);

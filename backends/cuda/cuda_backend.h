@@ -49,8 +49,10 @@ class CudaBackend final : public Backend {
     // ~1e-3 relative); kBf16 to bfloat16 (7-bit mantissa, ~1e-2 relative); kFp16 to float16
     // (10-bit mantissa, limited range). cuDNN's recurrent layers use FMA math for kFp32 and
     // allow TF32 tensor cores otherwise; under kBf16 and kFp16 a stack without initial or
-    // final states (RecurrentStack, a forecast) runs on 16-bit data, bf16 or fp16, whichever
-    // cuDNN takes (kBf16 prefers bf16), converted at its edges, as PyTorch's autocast runs it.
+    // final states (RecurrentStack, a forecast) runs on 16-bit data in cuDNN, fp16 where it
+    // takes it (its fastest recurrent kernels; inputs beyond fp16's range, |x| > 65504 after
+    // standardisation, would overflow), else bf16, converted at its edges. Attention in
+    // inference under kBf16 / kFp16 runs on tensor cores (kernels/cuda/flash_attention.h).
     enum class Math { kFp32, kTf32, kBf16, kFp16 };
     Math math = Math::kFp32;
     // cuDNN's RNN algorithm for inference (LstmLayer, GruLayer, RecurrentStack). kAuto, the

@@ -204,13 +204,15 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
       }
       candidates.push_back(CUDNN_RNN_ALGO_STANDARD);
     }
-    // 16-bit storage where cuDNN takes it (bf16 for the bf16 precision, else fp16: the
-    // gates' pre-activations of standardised inputs are far inside fp16's range, and its
-    // mantissa is finer), fp32 otherwise.
+    // 16-bit storage where cuDNN takes it, fp16 first under both 16-bit precisions: cuDNN's
+    // fp16 persistent kernel ran an LSTM H=128 B=1024 forecast in 0.67 ms on an H100 where its
+    // bf16 path took 1.38 ms plus ~3 ms of host time per call (bench/RESULTS.md), fp16's
+    // mantissa is finer than bf16's, and the gates' pre-activations of standardised windows
+    // sit far inside its range (|x| < 65504). bf16, then fp32, where cuDNN refuses fp16.
     std::vector<cudnnDataType_t> data_types;
     if (storage16) {
-      if (options_.math == Options::Math::kBf16) data_types.push_back(CUDNN_DATA_BFLOAT16);
       data_types.push_back(CUDNN_DATA_HALF);
+      data_types.push_back(CUDNN_DATA_BFLOAT16);
     }
     data_types.push_back(CUDNN_DATA_FLOAT);
     absl::StatusOr<std::shared_ptr<RnnPlan>> plan = absl::InternalError("no RNN algorithm");
