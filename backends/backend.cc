@@ -35,6 +35,13 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
+absl::Status Backend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                                const float* inp,
+                                                const RecurrentDirectionWeights* weights,
+                                                const RecurrentDims& dims, int num_layers) {
+  return RecurrentStack(cell, out, scratch, inp, weights, dims, num_layers);
+}
+
 absl::Status Backend::RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                              const RecurrentDirectionGrads* dweights,
                                              const float* dout, float* scratch, const float* inp,

@@ -137,6 +137,16 @@ class Backend {
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, const float* dropout_mask, int64_t B,
                                          int64_t T, int64_t D, int64_t NH) = 0;
+  // RecurrentStack for a training step: a backend may keep what the RecurrentStackBackward of
+  // the same cell, inp, weights and dims needs (cuDNN's reserve space, and `out`), so that the
+  // backward does not recompute the layers. inp, out and the weights must then stay unchanged
+  // until that backward; any other recurrent call in between drops what was kept (the backward
+  // then recomputes, as it always may). The default calls RecurrentStack.
+  virtual absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                                 const float* inp,
+                                                 const RecurrentDirectionWeights* weights,
+                                                 const RecurrentDims& dims, int num_layers);
+
   // The backward of a stack of `num_layers` recurrent layers without dropout between them
   // (RecurrentStack's training pair): given dout (B, T, ND*H) = d(loss)/d(top layer's output)
   // and the stack's input inp (B, T, dims.I), writes dinp (B, T, dims.I; nullptr: not needed)

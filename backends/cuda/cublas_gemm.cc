@@ -15,7 +15,9 @@
 namespace forecastd {
 namespace {
 
-cublasComputeType_t ComputeType(CudaBackend::Options::Math math) {
+cublasComputeType_t ComputeType(CudaBackend::Options::Math math, cudaDataType_t ab_type) {
+  // 16-bit operands are rounded already: plain fp32 accumulation.
+  if (ab_type != CUDA_R_32F) return CUBLAS_COMPUTE_32F;
   // CUBLAS_COMPUTE_32F keeps fp32 multiplies and accumulation whatever the handle's math mode;
   // the fast variants let cuBLAS round the inputs for tensor cores and accumulate in fp32.
   using Math = CudaBackend::Options::Math;
@@ -53,18 +55,18 @@ struct LtDeleter {
 absl::Status RunGemm(cublasHandle_t handle, const GemmBatch& g, CudaBackend::Options::Math math) {
   RETURN_IF_ERROR(CheckIntRange(g));
   const float beta = 0.0f;
-  const cublasComputeType_t compute = ComputeType(math);
+  const cublasComputeType_t compute = ComputeType(math, g.ab_type);
   const int m = static_cast<int>(g.M), n = static_cast<int>(g.N), k = static_cast<int>(g.K);
   const int lda = static_cast<int>(g.lda), ldb = static_cast<int>(g.ldb);
   const int ldc = static_cast<int>(g.ldc);
   if (g.batch == 1) {
-    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, g.op_a, g.op_b, m, n, k, &g.alpha, g.A, CUDA_R_32F,
-                                        lda, g.B, CUDA_R_32F, ldb, &beta, g.C, CUDA_R_32F, ldc,
+    CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, g.op_a, g.op_b, m, n, k, &g.alpha, g.A, g.ab_type,
+                                        lda, g.B, g.ab_type, ldb, &beta, g.C, CUDA_R_32F, ldc,
                                         compute, CUBLAS_GEMM_DEFAULT));
     return absl::OkStatus();
   }
   CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
-      handle, g.op_a, g.op_b, m, n, k, &g.alpha, g.A, CUDA_R_32F, lda, g.stride_a, g.B, CUDA_R_32F,
+      handle, g.op_a, g.op_b, m, n, k, &g.alpha, g.A, g.ab_type, lda, g.stride_a, g.B, g.ab_type,
       ldb, g.stride_b, &beta, g.C, CUDA_R_32F, ldc, g.stride_c, static_cast<int>(g.batch), compute,
       CUBLAS_GEMM_DEFAULT));
   return absl::OkStatus();
@@ -105,12 +107,13 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
                    Alignment(g.A),
                    Alignment(g.B),
                    Alignment(g.C),
-                   Alignment(bias)};
+                   Alignment(bias),
+                   static_cast<int64_t>(g.ab_type)};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (plans_.size() >= kMaxPlans) plans_.clear();
     auto plan = std::make_unique<Plan>();
-    const cublasComputeType_t compute = ComputeType(math);
+    const cublasComputeType_t compute = ComputeType(math, g.ab_type);
     cublasLtMatmulDesc_t op = nullptr;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
     plan->op.reset(op);
@@ -125,10 +128,10 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
     const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&a, CUDA_R_32F, ta ? g.K : g.M, ta ? g.M : g.K, g.lda));
+        cublasLtMatrixLayoutCreate(&a, g.ab_type, ta ? g.K : g.M, ta ? g.M : g.K, g.lda));
     plan->a.reset(a);
     CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatrixLayoutCreate(&b, CUDA_R_32F, tb ? g.N : g.K, tb ? g.K : g.N, g.ldb));
+        cublasLtMatrixLayoutCreate(&b, g.ab_type, tb ? g.N : g.K, tb ? g.K : g.N, g.ldb));
     plan->b.reset(b);
     CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, g.M, g.N, g.ldc));
     plan->c.reset(c);

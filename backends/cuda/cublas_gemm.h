@@ -19,15 +19,18 @@
 namespace forecastd {
 
 // C_i (M x N, column-major) = alpha * op_a(A_i) (M x K) @ op_b(B_i) (K x N) for i < batch, where
-// X_i = X + i * stride_x (floats). Strides are ignored when batch is 1.
+// X_i = X + i * stride_x (elements). Strides are ignored when batch is 1. A and B are fp32, or
+// both of a 16-bit type (ab_type CUDA_R_16BF / CUDA_R_16F: rounded already, so the product runs
+// on 16-bit tensor cores with fp32 accumulation whatever the math mode); C is fp32.
 struct GemmBatch {
   cublasOperation_t op_a = CUBLAS_OP_N;
   cublasOperation_t op_b = CUBLAS_OP_N;
   int64_t M = 0, N = 0, K = 0;
   float alpha = 1.0f;
-  const float* A = nullptr;
+  cudaDataType_t ab_type = CUDA_R_32F;
+  const void* A = nullptr;
   int64_t lda = 0, stride_a = 0;
-  const float* B = nullptr;
+  const void* B = nullptr;
   int64_t ldb = 0, stride_b = 0;
   float* C = nullptr;
   int64_t ldc = 0, stride_c = 0;
@@ -61,8 +64,8 @@ class LtBiasGemms {
 
  private:
   struct Plan;  // null algorithm: no fused kernel for this key
-  // op_a, op_b, M, N, K, lda, ldb, ldc, math, alignment of A, B, C and bias
-  using Key = std::array<int64_t, 13>;
+  // op_a, op_b, M, N, K, lda, ldb, ldc, math, alignment of A, B, C and bias, ab_type
+  using Key = std::array<int64_t, 14>;
 
   const CudaStreamContext context_;
   std::map<Key, std::unique_ptr<Plan>> plans_;

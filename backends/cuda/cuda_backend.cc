@@ -11,6 +11,7 @@
 #include "backends/cuda/library_status.h"
 #include "kernels/cuda/activation.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/linear_bias.h"
 #include "kernels/cuda/normalization.h"
@@ -155,6 +156,21 @@ absl::StatusOr<void*> CudaBackend::ScratchLocked(Scratch which, int64_t bytes) {
   return buffer.data();
 }
 
+bool CudaBackend::Gemm16(int64_t M, int64_t N, int64_t K) const {
+  const bool math16 =
+      options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
+  return math16 && M * N * K >= kMinGemm16Macs;
+}
+
+absl::StatusOr<const void*> CudaBackend::Operand16Locked(Scratch which, const float* x, int64_t n) {
+  ASSIGN_OR_RETURN(void* to, ScratchLocked(which, n * 2));
+  RETURN_IF_ERROR(cuda::ConvertTo16(
+      to, x, n,
+      options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
+      context_.stream));
+  return to;
+}
+
 absl::StatusOr<void*> CudaBackend::WorkspaceLocked(int64_t bytes) {
   if (bytes <= context_.workspace_bytes) return context_.workspace;
   return ScratchLocked(kWorkspace, bytes);
@@ -186,6 +202,11 @@ absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weig
     gemm.ldb = IN;
     gemm.C = out;
     gemm.ldc = OUT;
+    if (Gemm16(OUT, N, IN)) {
+      ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, weight, OUT * IN));
+      ASSIGN_OR_RETURN(gemm.B, Operand16Locked(kGemmB16, inp, N * IN));
+      gemm.ab_type = options_.math == Options::Math::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    }
     // The bias in the GEMM's epilogue saves a pass over out (a few per cent of a transformer).
     if (bias != nullptr) return bias_gemms_->Run(gemm, bias, options_.math);
     return RunGemm(context_.cublas, gemm, options_.math);
@@ -198,10 +219,29 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
   RETURN_IF_ERROR(NonNegative("LinearBackward", {N, IN, OUT}));
   return Run([&]() -> absl::Status {
     const cudaStream_t stream = context_.stream;
+    const bool gemm16 = Gemm16(IN, N, OUT);
+    const cudaDataType_t type16 = options_.math == Options::Math::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const void* dout16 = nullptr;  // dout rounded once for both products
+    if (gemm16 && ((dinp != nullptr && IN > 0) || (dweight != nullptr && IN > 0))) {
+      ASSIGN_OR_RETURN(dout16, Operand16Locked(kGemmB16, dout, N * OUT));
+    }
     // dinp (N, IN) = dout (N, OUT) @ W (OUT, IN):  dinp_cm (IN x N) = W_cm (IN x OUT) @ dout_cm.
     if (dinp != nullptr && N > 0 && IN > 0) {
       if (OUT == 0) {
         RETURN_IF_ERROR(Zero(dinp, N * IN, stream));
+      } else if (gemm16) {
+        GemmBatch gemm;
+        gemm.M = IN;
+        gemm.N = N;
+        gemm.K = OUT;
+        gemm.ab_type = type16;
+        ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, weight, OUT * IN));
+        gemm.lda = IN;
+        gemm.B = dout16;
+        gemm.ldb = OUT;
+        gemm.C = dinp;
+        gemm.ldc = IN;
+        RETURN_IF_ERROR(RunGemm(context_.cublas, gemm, options_.math));
       } else {
         RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, weight, IN,
                              dout, OUT, dinp, IN, options_.math));
@@ -211,6 +251,21 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
     if (dweight != nullptr && OUT > 0 && IN > 0) {
       if (N == 0) {
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
+      } else if (gemm16) {
+        // kGemmA16 may still hold W for the product above: stream order lets it be reused.
+        GemmBatch gemm;
+        gemm.op_b = CUBLAS_OP_T;
+        gemm.M = IN;
+        gemm.N = OUT;
+        gemm.K = N;
+        gemm.ab_type = type16;
+        ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, inp, N * IN));
+        gemm.lda = IN;
+        gemm.B = dout16;
+        gemm.ldb = OUT;
+        gemm.C = dweight;
+        gemm.ldc = IN;
+        RETURN_IF_ERROR(RunGemm(context_.cublas, gemm, options_.math));
       } else {
         RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, inp, IN, dout,
                              OUT, dweight, IN, options_.math));
@@ -256,6 +311,18 @@ absl::Status CudaBackend::RecurrentStack(RecurrentCell cell, float* out, float* 
     return RecurrentForwardLocked(cell, out, /*h_n=*/nullptr, /*c_n=*/nullptr, inp,
                                   /*h_0=*/nullptr, /*c_0=*/nullptr, weights, dims, num_layers);
   });
+}
+
+absl::Status CudaBackend::RecurrentStackForTraining(RecurrentCell cell, float* out,
+                                                    float* /*scratch*/, const float* inp,
+                                                    const RecurrentDirectionWeights* weights,
+                                                    const RecurrentDims& dims, int num_layers) {
+  if (num_layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStackForTraining: num_layers is ", num_layers, "; it must be >= 1"));
+  }
+  return Run(
+      [&] { return RecurrentTrainingForwardLocked(cell, out, inp, weights, dims, num_layers); });
 }
 
 absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,

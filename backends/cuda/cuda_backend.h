@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -92,6 +93,7 @@ class CudaBackend final : public Backend {
     int64_t scratch_grows = 0;      // times a scratch buffer was (re)allocated
     int64_t fused_bias_gemms = 0;   // Linear calls with the bias in cuBLASLt's epilogue
     int64_t bias_kernel_gemms = 0;  // Linear calls with a bias but no fused algorithm
+    int64_t rnn_forwards_kept = 0;  // recurrent backward passes that reused a kept forward
   };
 
   // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
@@ -124,9 +126,14 @@ class CudaBackend final : public Backend {
   absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch, const float* inp,
                               const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                               int num_layers) override;
-  // One cudnnRNNForward in training mode over the stack, then cuDNN's backward data and
-  // weights passes over the same stack (pipelined across layers as the forward is); scratch is
-  // unused.
+  // cudnnRNNForward in training mode; its reserve space and `out` are kept for the
+  // RecurrentStackBackward that follows (see Backend). scratch is unused.
+  absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                         const float* inp, const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims, int num_layers) override;
+  // cuDNN's backward data and weights passes over the stack (pipelined across layers as the
+  // forward is), after the kept training forward of the same inputs, or after running one in
+  // training mode (CUDNN_FWD_MODE_TRAINING) when none was kept; scratch is unused.
   absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                       const RecurrentDirectionGrads* dweights, const float* dout,
                                       float* scratch, const float* inp,
@@ -194,6 +201,8 @@ class CudaBackend final : public Backend {
     kRnnOutput16,      // y in 16-bit storage
     kAttentionScores,  // attention scores or their gradient, one chunk of batch rows
     kAttentionProbs,   // the weights after dropout, one chunk
+    kGemmA16,          // a GEMM's first operand rounded to 16 bits (16-bit math modes)
+    kGemmB16,          // its second operand
     kScratchCount,
   };
   struct RnnPlan;         // cuda_recurrent.cc
@@ -208,6 +217,16 @@ class CudaBackend final : public Backend {
 
   // Runs `body` under the mutex with this backend's device current.
   absl::Status Run(absl::FunctionRef<absl::Status()> body);
+
+  // Under kBf16 / kFp16, GEMMs of at least kMinGemm16Macs multiply-adds take their operands
+  // rounded to 16 bits in scratch: cuBLAS runs fp32 operands on TF32 kernels even where bf16 is
+  // allowed, at half the 16-bit rate (a transformer_large training step on an H100 spent 15 of
+  // its 36 ms in them). Smaller GEMMs keep fp32 operands: the two extra passes would cost more.
+  static constexpr int64_t kMinGemm16Macs = int64_t{1} << 28;
+  bool Gemm16(int64_t M, int64_t N, int64_t K) const;
+  // n floats of x rounded into scratch slot `which`, in the math mode's 16-bit type.
+  absl::StatusOr<const void*> Operand16Locked(Scratch which, const float* x, int64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.
   absl::StatusOr<void*> ScratchLocked(Scratch which, int64_t bytes)
@@ -237,6 +256,11 @@ class CudaBackend final : public Backend {
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cudnnRNNForward in training mode into `out`, kept (kept_forward_) for the backward.
+  absl::Status RecurrentTrainingForwardLocked(RecurrentCell cell, float* out, const float* inp,
+                                              const RecurrentDirectionWeights* weights,
+                                              const RecurrentDims& dims, int num_layers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
   // `storage16`: 16-bit data (bf16 or fp16 by options_.math) where cuDNN accepts it; the
   // plan's data_type says what it got.
@@ -265,6 +289,15 @@ class CudaBackend final : public Backend {
   mutable absl::Mutex mu_;
   DeviceBuffer scratch_[kScratchCount] ABSL_GUARDED_BY(mu_);
   const std::unique_ptr<LtBiasGemms> bias_gemms_ ABSL_GUARDED_BY(mu_);
+  // The last RecurrentStackForTraining: its y is `out` and its reserve space is in
+  // scratch_[kReserve]; reset by every other recurrent call.
+  struct KeptForward {
+    RnnKey key;
+    const float* inp;
+    const float* out;
+    std::vector<RecurrentDirectionWeights> weights;
+  };
+  std::optional<KeptForward> kept_forward_ ABSL_GUARDED_BY(mu_);
   std::map<RnnKey, std::shared_ptr<RnnPlan>> plans_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_clock_ ABSL_GUARDED_BY(mu_) = 0;  // stamps plans' last use, for eviction
   Stats stats_ ABSL_GUARDED_BY(mu_);

@@ -131,6 +131,16 @@ absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, cudnnDataT
   return rows * cols;
 }
 
+bool SameWeights(const std::vector<RecurrentDirectionWeights>& kept,
+                 const RecurrentDirectionWeights* weights) {
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const RecurrentDirectionWeights& a = kept[i];
+    const RecurrentDirectionWeights& b = weights[i];
+    if (a.w_ih != b.w_ih || a.w_hh != b.w_hh || a.b_ih != b.b_ih || a.b_hh != b.b_hh) return false;
+  }
+  return true;
+}
+
 cuda::Storage16 Storage16Of(cudnnDataType_t type) {
   return type == CUDNN_DATA_BFLOAT16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16;
 }
@@ -429,6 +439,7 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
                                                  const float* c_0,
                                                  const RecurrentDirectionWeights* weights,
                                                  const RecurrentDims& dims, int num_layers) {
+  kept_forward_.reset();  // this call may overwrite the weight space
   RETURN_IF_ERROR(CheckDims(dims, num_layers > 1                 ? "RecurrentStack"
                                   : cell == RecurrentCell::kLstm ? "LstmLayer"
                                                                  : "GruLayer"));
@@ -475,6 +486,38 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, float* out,
+                                                         const float* inp,
+                                                         const RecurrentDirectionWeights* weights,
+                                                         const RecurrentDims& dims,
+                                                         int num_layers) {
+  kept_forward_.reset();
+  RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackForTraining"));
+  const auto [B, T, I, H, ND] = dims;
+  if (B == 0 || T == 0) {
+    return RecurrentForwardLocked(cell, out, nullptr, nullptr, inp, nullptr, nullptr, weights, dims,
+                                  num_layers);
+  }
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
+                                              /*storage16=*/false));
+  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
+  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+  ASSIGN_OR_RETURN(void* reserve, ScratchLocked(kReserve, plan->reserve_bytes));
+  ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->training_work_bytes));
+  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, plan->seq_lengths.as<int32_t>(),
+      plan->x.get(), inp, plan->y.get(), out, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
+      plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr, static_cast<size_t>(plan->weight_space_bytes),
+      space, static_cast<size_t>(plan->training_work_bytes), work,
+      static_cast<size_t>(plan->reserve_bytes), reserve));
+  kept_forward_ =
+      KeptForward{{static_cast<int64_t>(cell), B, T, I, H, ND, num_layers, 0, 0},
+                  inp,
+                  out,
+                  std::vector<RecurrentDirectionWeights>(weights, weights + num_layers * ND)};
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* dinp,
                                                   const RecurrentDirectionGrads* dweights,
                                                   const float* dout, const float* inp,
@@ -488,6 +531,7 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
   const auto [B, T, I, H, ND] = dims;
   const cudaStream_t stream = context_.stream;
   if (B == 0 || T == 0) {  // nothing flows: every weight gradient is an empty sum
+    kept_forward_.reset();
     if (dweights == nullptr) return absl::OkStatus();
     const int64_t GH = (lstm ? 4 : 3) * H;
     for (int64_t d = 0; d < num_layers * ND; ++d) {
@@ -505,9 +549,21 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);
+  // The training forward of these inputs, kept by RecurrentStackForTraining, spares the
+  // recomputation: its reserve space is still in scratch_[kReserve] (the same plan asks for the
+  // same size below, so nothing is reallocated).
+  const RnnKey key = {static_cast<int64_t>(cell), B, T, I, H, ND, num_layers, 0, 0};
+  const bool kept = kept_forward_.has_value() && kept_forward_->key == key &&
+                    kept_forward_->inp == inp && h_0 == nullptr && c_0 == nullptr &&
+                    weights != nullptr && SameWeights(kept_forward_->weights, weights);
+  const float* kept_out = kept ? kept_forward_->out : nullptr;
+  kept_forward_.reset();
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-  ASSIGN_OR_RETURN(void* y, ScratchLocked(kRnnOutput, B * T * ND * H * kFloatBytes));
+  void* y = const_cast<float*>(kept_out);
+  if (!kept) {
+    ASSIGN_OR_RETURN(y, ScratchLocked(kRnnOutput, B * T * ND * H * kFloatBytes));
+  }
   void* dx = dinp;
   if (dx == nullptr) {
     ASSIGN_OR_RETURN(dx, ScratchLocked(kRnnInputGrad, B * T * I * kFloatBytes));
@@ -518,11 +574,15 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
   const int32_t* seq_lengths = plan->seq_lengths.as<int32_t>();
   const float* cx = lstm ? c_0 : nullptr;
 
-  // The forward again, in training mode: y and the reserve space feed both backward passes.
-  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
-      plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx, /*cy=*/nullptr,
-      space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+  if (kept) {
+    ++stats_.rnn_forwards_kept;
+  } else {
+    // The forward again, in training mode: y and the reserve space feed both backward passes.
+    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
+        plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx, /*cy=*/nullptr,
+        space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+  }
   // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
   // flows to the initial states (kernels/ref/recurrent.h).
   CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(

@@ -122,9 +122,11 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
     if (L > 1) {
       ASSIGN_OR_RETURN(scratch, tape.Alloc(B * T * ND * H));
     }
-    RETURN_IF_ERROR(backend.RecurrentStack(is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru,
-                                           stack_out, scratch, xn, weights.data(),
-                                           RecurrentDims{B, T, num_features(), H, ND}, L));
+    // stack_out and xn stay as they are until BackwardBody's RecurrentStackBackward, which
+    // may then reuse this forward (RecurrentStackForTraining).
+    RETURN_IF_ERROR(backend.RecurrentStackForTraining(
+        is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru, stack_out, scratch, xn,
+        weights.data(), RecurrentDims{B, T, num_features(), H, ND}, L));
     top = stack_out;
   } else {
     for (int l = 0; l < L; ++l) {

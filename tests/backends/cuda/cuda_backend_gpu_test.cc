@@ -483,6 +483,149 @@ TEST_CASE("CudaBackend's recurrent stack under bf16 and fp16 stays within their 
   }
 }
 
+// RecurrentStackForTraining keeps cuDNN's training forward for the backward that follows; the
+// gradients are those of the backward that recomputes the forward itself (after an inference
+// RecurrentStack), and any recurrent call in between drops what was kept.
+TEST_CASE("CudaBackend's recurrent backward reuses the kept training forward") {
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+    CAPTURE(cell == Cell::kLstm ? "LSTM" : "GRU");
+    CudaTestMemory mem;
+    std::mt19937 rng(20670);
+    const RecurrentDims dims{6, 20, 10, 32, 2};
+    const int64_t L = 2, GH = (cell == Cell::kLstm ? 4 : 3) * dims.H;
+    const RecurrentCell rcell = cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru;
+    std::vector<RecurrentDirectionWeights> dev_weights;
+    for (int64_t l = 0; l < L; ++l) {
+      RecurrentDims layer = dims;
+      layer.I = l == 0 ? dims.I : dims.ND * dims.H;
+      for (const RecurrentDirectionWeights& w :
+           RecurrentWeightsHost(rng, cell, layer).Upload(mem)) {
+        dev_weights.push_back(w);
+      }
+    }
+    const float* inp = mem.Upload(Uniform(rng, dims.B * dims.T * dims.I));
+    const int64_t out_n = dims.B * dims.T * dims.ND * dims.H;
+    const float* dout = mem.Upload(Uniform(rng, out_n));
+    // Gradients of every weight matrix and bias, for both passes.
+    auto grads = [&](std::vector<float*>& buffers) {
+      std::vector<RecurrentDirectionGrads> g;
+      for (int64_t p = 0; p < L * dims.ND; ++p) {
+        const int64_t in = p < dims.ND ? dims.I : dims.ND * dims.H;
+        for (const int64_t n : {GH * in, GH * dims.H, GH, GH}) buffers.push_back(mem.Output(n));
+        const size_t k = buffers.size();
+        g.push_back({buffers[k - 4], buffers[k - 3], buffers[k - 2], buffers[k - 1]});
+      }
+      return g;
+    };
+    std::vector<float*> recomputed_buffers, kept_buffers, dropped_buffers;
+    const std::vector<RecurrentDirectionGrads> recomputed = grads(recomputed_buffers);
+    const std::vector<RecurrentDirectionGrads> kept = grads(kept_buffers);
+    const std::vector<RecurrentDirectionGrads> dropped = grads(dropped_buffers);
+    float* out = mem.Output(out_n);
+    float* train_out = mem.Output(out_n);
+
+    REQUIRE(backend->RecurrentStack(rcell, out, nullptr, inp, dev_weights.data(), dims, L).ok());
+    int64_t reused = backend->stats().rnn_forwards_kept;
+    REQUIRE(backend
+                ->RecurrentStackBackward(rcell, nullptr, recomputed.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L)
+                .ok());
+    CHECK(backend->stats().rnn_forwards_kept == reused);
+
+    REQUIRE(
+        backend
+            ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(), dims, L)
+            .ok());
+    ExpectAllClose("training forward's output", mem.Download(train_out, out_n),
+                   mem.Download(out, out_n), 1e-5, 1e-5);
+    REQUIRE(backend
+                ->RecurrentStackBackward(rcell, nullptr, kept.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L)
+                .ok());
+    CHECK(backend->stats().rnn_forwards_kept == reused + 1);
+
+    // An inference call in between: the backward recomputes.
+    REQUIRE(
+        backend
+            ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(), dims, L)
+            .ok());
+    REQUIRE(backend->RecurrentStack(rcell, out, nullptr, inp, dev_weights.data(), dims, L).ok());
+    REQUIRE(backend
+                ->RecurrentStackBackward(rcell, nullptr, dropped.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L)
+                .ok());
+    CHECK(backend->stats().rnn_forwards_kept == reused + 1);
+
+    for (size_t i = 0; i < recomputed_buffers.size(); ++i) {
+      CAPTURE(i);
+      const int64_t n = [&] {
+        const int64_t p = static_cast<int64_t>(i / 4);
+        const int64_t in = p < dims.ND ? dims.I : dims.ND * dims.H;
+        const int64_t sizes[4] = {GH * in, GH * dims.H, GH, GH};
+        return sizes[i % 4];
+      }();
+      const std::vector<float> want = mem.Download(recomputed_buffers[i], n);
+      ExpectAllClose("gradient after the kept forward", mem.Download(kept_buffers[i], n), want,
+                     1e-6, 1e-5);
+      ExpectAllClose("gradient after a dropped forward", mem.Download(dropped_buffers[i], n), want,
+                     1e-6, 1e-5);
+    }
+  }
+}
+
+// Large GEMMs under bf16 / fp16 take operands rounded to 16 bits (kMinGemm16Macs): Linear and
+// its backward at N=1024, IN=512, OUT=512 (2^28 multiply-adds each), within the 16-bit types'
+// error of the fp32 reference (sums of up to 1024 products of U(-1, 1) values, each off by up
+// to 2^-8 (bf16) or 2^-11 (fp16) relative) and measurably not fp32.
+TEST_CASE("CudaBackend's large GEMMs under bf16 and fp16 use 16-bit operands within their error") {
+  struct Case {
+    CudaBackend::Options::Math math;
+    const char* name;
+    double atol, rtol;
+  };
+  const int64_t N = 1024, IN = 512, OUT = 512;
+  std::mt19937 rng(20680);
+  const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                           bias = Uniform(rng, OUT), dout = Uniform(rng, N * OUT);
+  std::vector<float> want_out(N * OUT), want_dinp(N * IN), want_dweight(OUT * IN), want_dbias(OUT);
+  ref::LinearForward(want_out.data(), inp.data(), weight.data(), bias.data(), N, IN, OUT);
+  ref::LinearBackward(want_dinp.data(), want_dweight.data(), want_dbias.data(), dout.data(),
+                      inp.data(), weight.data(), N, IN, OUT);
+  for (const Case c : {Case{CudaBackend::Options::Math::kBf16, "bf16", 0.5, 3e-2},
+                       Case{CudaBackend::Options::Math::kFp16, "fp16", 0.1, 1e-2}}) {
+    CAPTURE(c.name);
+    CudaBackend::Options options;
+    options.math = c.math;
+    std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+    CudaTestMemory mem;
+    const float* d_inp = mem.Upload(inp);
+    const float* d_weight = mem.Upload(weight);
+    const float* d_dout = mem.Upload(dout);
+    float* out = mem.Output(N * OUT);
+    float* dinp = mem.Output(N * IN);
+    float* dweight = mem.Output(OUT * IN);
+    float* dbias = mem.Output(OUT);
+    REQUIRE(backend->Linear(out, d_inp, d_weight, mem.Upload(bias), N, IN, OUT).ok());
+    REQUIRE(
+        backend->LinearBackward(dinp, dweight, dbias, d_dout, d_inp, d_weight, N, IN, OUT).ok());
+    const std::vector<float> got_out = mem.Download(out, N * OUT);
+    ExpectAllClose(std::string("Linear ") + c.name, got_out, want_out, c.atol, c.rtol);
+    ExpectAllClose(std::string("dinp ") + c.name, mem.Download(dinp, N * IN), want_dinp, c.atol,
+                   c.rtol);
+    ExpectAllClose(std::string("dweight ") + c.name, mem.Download(dweight, OUT * IN), want_dweight,
+                   2 * c.atol, c.rtol);
+    ExpectAllClose(std::string("dbias ") + c.name, mem.Download(dbias, OUT), want_dbias, 1e-3,
+                   1e-5);  // a plain fp32 sum
+    double worst = 0.0;
+    for (size_t i = 0; i < got_out.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(got_out[i]) - want_out[i]));
+    }
+    INFO(c.name << " max |diff| " << worst);
+    CHECK(worst > 1e-4);  // fp32 products would be within ~1e-5
+  }
+}
+
 TEST_CASE("Two CUDA backends on two streams run concurrently and agree with the reference") {
   std::unique_ptr<CudaBackend> a = RequireBackend(), b = RequireBackend();
   REQUIRE(a->stream() != b->stream());
