@@ -35,6 +35,11 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
+int64_t Backend::AttentionSavedFloats(int64_t B, int64_t T, int64_t /*D*/, int64_t NH,
+                                      bool /*dropout*/) const {
+  return B * NH * T * T;
+}
+
 absl::Status Backend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
                                                 const float* inp,
                                                 const RecurrentDirectionWeights* weights,

@@ -93,9 +93,10 @@ class Backend {
   virtual absl::Status Relu(float* out, const float* inp, int64_t n) = 0;
   // Row-wise softmax of (R, C).
   virtual absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) = 0;
-  // out (B, T, D) from packed qkv (B, T, 3D); att (B, NH, T, T) or nullptr, the weights before
-  // dropout; dropout_mask (B, NH, T, T) multiplies the weights before they meet V (training's
-  // attention dropout: 0 or 1/(1-p) each), or nullptr for none. See ref::AttentionForward.
+  // out (B, T, D) from packed qkv (B, T, 3D); att (AttentionSavedFloats floats; by default
+  // (B, NH, T, T), the weights before dropout) or nullptr; dropout_mask (B, NH, T, T) multiplies
+  // the weights before they meet V (training's attention dropout: 0 or 1/(1-p) each), or nullptr
+  // for none. See ref::AttentionForward.
   virtual absl::Status Attention(float* out, float* att, const float* qkv,
                                  const float* dropout_mask, int64_t B, int64_t T, int64_t D,
                                  int64_t NH, bool causal) = 0;
@@ -133,10 +134,16 @@ class Backend {
                                     int64_t n) = 0;
   virtual absl::Status SoftmaxBackward(float* dinp, const float* dout, const float* out, int64_t R,
                                        int64_t C) = 0;
-  // `att` is what Attention saved for the same qkv, and dropout_mask the one it was given.
+  // `att` is what Attention saved for the same qkv, and dropout_mask and causal the ones it
+  // was given.
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, const float* dropout_mask, int64_t B,
-                                         int64_t T, int64_t D, int64_t NH) = 0;
+                                         int64_t T, int64_t D, int64_t NH, bool causal) = 0;
+  // How many floats Attention's `att` must hold for AttentionBackward at these sizes, with or
+  // without a dropout mask: B*NH*T*T, the weights (the default). A backend whose backward
+  // recomputes the weights may keep less; its `att` is then its own state, not the weights.
+  virtual int64_t AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
+                                       bool dropout) const;
   // RecurrentStack for a training step: a backend may keep what the RecurrentStackBackward of
   // the same cell, inp, weights and dims needs (cuDNN's reserve space, and `out`), so that the
   // backward does not recompute the layers. inp, out and the weights must then stay unchanged

@@ -47,7 +47,8 @@ with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enable
     torch.cuda.nvtx.range_pop()
 """
 
-# A training step as run_gpu.py times it (Adam, MSE, train mode), fp32 or under autocast bf16.
+# A training step as run_gpu.py times it (Adam, MSE, train mode), fp32 or under autocast bf16,
+# its kernels listed from torch.profiler (device time in ns) rather than ncu.
 TORCH_TRAIN_SIDE = """
 import sys, torch
 sys.path[:0] = {paths!r}
@@ -71,11 +72,16 @@ def step():
     return loss.item()
 step()
 torch.cuda.synchronize()
-torch.cuda.nvtx.range_push("fwd")
-for _ in range({calls} - 1):
-    step()
-torch.cuda.synchronize()
-torch.cuda.nvtx.range_pop()
+# The backward pass runs on autograd's own thread, which an NVTX range of this one would not
+# cover: CUPTI's activity records (torch.profiler) see every thread's kernels.
+from torch.profiler import ProfilerActivity, profile
+with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    for _ in range({calls} - 1):
+        step()
+    torch.cuda.synchronize()
+for e in prof.events():
+    if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time > 0:
+        print("KERNEL\t%s\t%.0f" % (e.name.replace("\t", " "), e.device_time * 1000.0))
 """
 
 
@@ -139,8 +145,17 @@ def main():
         script = side.format(paths=[os.path.join(REPO, "scripts"), HERE], name=name,
                              batch=batch, root=root, seed=args.seed, calls=CALLS,
                              bf16=args.math == "bf16")
-        # Only the kernels inside the NVTX range around the timed forwards.
-        pt = ncu([sys.executable, "-c", script], ["--nvtx", "--nvtx-include", "fwd/"])
+        if args.train:
+            out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                                 timeout=500)
+            if out.returncode != 0:
+                raise RuntimeError(f"PyTorch training side: {out.stderr[-2000:]}")
+            pt = [(name, float(ns)) for _, name, ns in
+                  (line.split("\t") for line in out.stdout.splitlines()
+                   if line.startswith("KERNEL\t"))]
+        else:
+            # Only the kernels inside the NVTX range around the timed forwards.
+            pt = ncu([sys.executable, "-c", script], ["--nvtx", "--nvtx-include", "fwd/"])
         summary(f"PyTorch {what}", pt, CALLS, warm_up_included=False)
 
 

@@ -91,7 +91,7 @@ class DnnlBackend final : public Backend {
                                int64_t C) override;
   absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
                                  const float* dropout_mask, int64_t B, int64_t T, int64_t D,
-                                 int64_t NH) override;
+                                 int64_t NH, bool causal) override;
   absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
                                           const float* kv, int64_t B, int64_t T, int64_t D,
                                           int64_t NH) override;

@@ -360,10 +360,10 @@ absl::Status DnnlBackend::SoftmaxBackward(float* dinp, const float* dout, const 
 
 absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                             const float* att, const float* dropout_mask, int64_t B,
-                                            int64_t T, int64_t D, int64_t NH) {
+                                            int64_t T, int64_t D, int64_t NH, bool causal) {
   // As the forward: heads that do not split D evenly have no strided-view form.
   if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
-    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH);
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH, causal);
   }
   ASSIGN_OR_RETURN(
       std::shared_ptr<const AttentionBackwardPrimitive> p,
@@ -372,7 +372,7 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
           "AttentionBackward", [&] { return BuildAttentionBackward(engine_, B, T, D, NH); }));
   if (p == nullptr) {
     CountFallback();
-    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH);
+    return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
   std::vector<float> datt(n_scores), dscores(n_scores), dropped;

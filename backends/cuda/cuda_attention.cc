@@ -27,6 +27,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/flash_attention.h"
 
@@ -105,6 +106,21 @@ struct CudaBackend::AttentionChunk {
   HeadLayout scores() const { return {T, NH * T * T, T * T}; }
 };
 
+bool CudaBackend::FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) const {
+  const bool math16 =
+      options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
+  if (!math16 || dropout || NH <= 0 || D % NH != 0 || B * NH > 65535) return false;
+  const int64_t hs = D / NH;
+  return hs == 16 || hs == 32 || hs == 64;
+}
+
+int64_t CudaBackend::AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
+                                          bool dropout) const {
+  // The output (B, T, D), then each query's softmax statistic (B, NH, T).
+  if (FlashTraining(B, D, NH, dropout)) return B * T * D + B * NH * T;
+  return B * NH * T * T;
+}
+
 int64_t CudaBackend::AttentionChunkRows(int64_t B, int64_t T, int64_t NH) const {
   const int64_t per_row = NH * T * T * kFloatBytes;
   return std::clamp<int64_t>(options_.attention_scratch_bytes / per_row, 1,
@@ -166,6 +182,16 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
     // long ones run as GEMMs, whose cost grows on the matrix units.
     const bool math16 =
         options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
+    const cuda::Storage16 type16 =
+        options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16;
+    if (att != nullptr && FlashTraining(B, D, NH, dropout_mask != nullptr)) {
+      // att holds AttentionSavedFloats: a copy of out, then the row statistics.
+      RETURN_IF_ERROR(cuda::FlashAttentionForward(out, att + B * T * D, qkv, B, T, D, NH, causal,
+                                                  type16, context_.stream));
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(att, out, static_cast<size_t>(B * T * D) * kFloatBytes,
+                                           cudaMemcpyDeviceToDevice, context_.stream));
+      return absl::OkStatus();
+    }
     if (att == nullptr && dropout_mask == nullptr && math16 &&
         cuda::FlashAttentionSupports(out, qkv, B, D, NH)) {
       return cuda::FlashAttentionInference(
@@ -183,13 +209,20 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
 
 absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                             const float* att, const float* dropout_mask, int64_t B,
-                                            int64_t T, int64_t D, int64_t NH) {
+                                            int64_t T, int64_t D, int64_t NH, bool causal) {
   RETURN_IF_ERROR(CheckAttentionShape("AttentionBackward", B, T, D, NH));
   if (B == 0) return absl::OkStatus();
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || att == nullptr) {
     return absl::InvalidArgumentError("CudaBackend::AttentionBackward: null pointer");
   }
   return Run([&]() -> absl::Status {
+    if (FlashTraining(B, D, NH, dropout_mask != nullptr)) {
+      ASSIGN_OR_RETURN(void* rowdot, ScratchLocked(kAttentionScores, B * NH * T * kFloatBytes));
+      return cuda::FlashAttentionBackward(
+          dqkv, static_cast<float*>(rowdot), dout, qkv, att, att + B * T * D, B, T, D, NH, causal,
+          options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
+          context_.stream);
+    }
     const AttentionChunk shape{T, D, NH, D / NH};
     const int64_t hs = shape.hs;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));

@@ -146,6 +146,10 @@ class CudaBackend final : public Backend {
   absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
   absl::Status Attention(float* out, float* att, const float* qkv, const float* dropout_mask,
                          int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) override;
+  // Under kBf16 / kFp16 without dropout, head sizes 16-64: the output and each query's
+  // softmax statistics (FlashAttentionForward), not the weights; B*NH*T*T floats otherwise.
+  int64_t AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
+                               bool dropout) const override;
   absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B, int64_t T,
                                   int64_t D, int64_t NH) override;
   absl::Status Residual(float* out, const float* a, const float* b, int64_t n) override;
@@ -175,7 +179,7 @@ class CudaBackend final : public Backend {
                                int64_t C) override;
   absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
                                  const float* dropout_mask, int64_t B, int64_t T, int64_t D,
-                                 int64_t NH) override;
+                                 int64_t NH, bool causal) override;
   absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout, const float* q,
                                           const float* kv, int64_t B, int64_t T, int64_t D,
                                           int64_t NH) override;
@@ -239,6 +243,8 @@ class CudaBackend final : public Backend {
   absl::Status AttentionGemmLocked(float* out, float* att, const float* qkv,
                                    const float* dropout_mask, int64_t B, int64_t T, int64_t D,
                                    int64_t NH, bool causal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether training attention of these sizes runs fused (FlashAttentionForward / Backward).
+  bool FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) const;
   // Batch rows per chunk of attention scores (Options::attention_scratch_bytes).
   int64_t AttentionChunkRows(int64_t B, int64_t T, int64_t NH) const;
 

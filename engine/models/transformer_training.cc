@@ -30,7 +30,7 @@ struct TransformerForecaster::LayerTape {
   float* x0;   // (N, D) the layer's input
   float* n1;   // (N, D) attention input (x0 itself when post-LN)
   float* qkv;  // (N, 3D)
-  float* att;  // (B, NH, T, T)
+  float* att;  // Backend::AttentionSavedFloats: by default the weights (B, NH, T, T)
   float* a;    // (N, D) attention output, before out_proj
   float* r1;   // (N, D)
   float* x1;   // (N, D) (r1 itself when pre-LN)
@@ -154,7 +154,6 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     lt.x0 = x;
     ASSIGN_OR_RETURN(lt.n1, own_or(pre, x, N * D));
     ASSIGN_OR_RETURN(lt.qkv, tape.Alloc(N * 3 * D));
-    ASSIGN_OR_RETURN(lt.att, tape.Alloc(B * NH * T * T));
     ASSIGN_OR_RETURN(lt.a, tape.Alloc(N * D));
     ASSIGN_OR_RETURN(lt.r1, tape.Alloc(N * D));
     ASSIGN_OR_RETURN(lt.x1, own_or(!pre, lt.r1, N * D));
@@ -166,6 +165,8 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     const float p_drop = tf_.dropout();
     const uint64_t site = kSitesPerLayer * static_cast<uint64_t>(k);
     ASSIGN_OR_RETURN(lt.m_att, tape.DropoutMask(B * NH * T * T, p_drop, site + kAttentionWeights));
+    ASSIGN_OR_RETURN(lt.att,
+                     tape.Alloc(backend.AttentionSavedFloats(B, T, D, NH, lt.m_att != nullptr)));
     ASSIGN_OR_RETURN(lt.m_sa, tape.DropoutMask(N * D, p_drop, site + kAttentionOutput));
     ASSIGN_OR_RETURN(lt.m_ff, tape.DropoutMask(N * FF, p_drop, site + kFeedForwardHidden));
     ASSIGN_OR_RETURN(lt.m_f, tape.DropoutMask(N * D, p_drop, site + kFeedForwardOutput));
@@ -248,7 +249,8 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.out_proj.weight"),
                                          dp("self_attn.out_proj.bias"), dsa, lt.a,
                                          p.at(Layer(k, "self_attn.out_proj.weight")), N, D, D));
-  RETURN_IF_ERROR(backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, lt.m_att, B, T, D, NH));
+  RETURN_IF_ERROR(
+      backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, lt.m_att, B, T, D, NH, tf_.causal()));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.in_proj_weight"),
                                          dp("self_attn.in_proj_bias"), dqkv, lt.n1,
                                          p.at(Layer(k, "self_attn.in_proj_weight")), N, D, 3 * D));

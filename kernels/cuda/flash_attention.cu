@@ -90,8 +90,8 @@ __device__ __forceinline__ void LoadTile(H* dst, int dst_stride, const float* sr
 // Block (x = query block, y = b * NH + h); 4 warps, each owning 16 queries.
 template <typename H, int HS>
 __global__ void __launch_bounds__(kThreads)
-    FlashAttentionKernel(float* out, const float* qkv, int T, int D, int NH, bool causal,
-                         float scale_log2) {
+    FlashAttentionKernel(float* out, float* lse, const float* qkv, int T, int D, int NH,
+                         bool causal, float scale_log2) {
   __shared__ __align__(16) H q_s[kBlockQ * (HS + kPad)];
   __shared__ __align__(16) H k_s[kBlockK * (HS + kPad)];
   __shared__ __align__(16) H vt_s[HS * (kBlockK + kPad)];
@@ -201,6 +201,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     if (rows[r] >= T) continue;
+    // The backward pass recomputes each weight as exp2(score * scale_log2 - lse).
+    if (lse != nullptr && c == 0) lse[bh * T + rows[r]] = row_max[r] + log2f(row_sum[r]);
     const float inv = 1.0f / row_sum[r];
     float* out_row = out + (b * T + rows[r]) * D + h * HS + 2 * c;
 #pragma unroll
@@ -212,29 +214,332 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename H, int HS>
-absl::Status Launch(float* out, const float* qkv, int64_t B, int64_t T, int64_t D, int64_t NH,
-                    bool causal, cudaStream_t stream) {
+absl::Status Launch(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t D,
+                    int64_t NH, bool causal, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((T + kBlockQ - 1) / kBlockQ),
                   static_cast<unsigned>(B * NH));
   const float scale_log2 =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(HS)) / std::log(2.0));
-  FlashAttentionKernel<H, HS><<<grid, kThreads, 0, stream>>>(
-      out, qkv, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH), causal, scale_log2);
+  FlashAttentionKernel<H, HS>
+      <<<grid, kThreads, 0, stream>>>(out, lse, qkv, static_cast<int>(T), static_cast<int>(D),
+                                      static_cast<int>(NH), causal, scale_log2);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+// --- the backward pass (FlashAttention-2's, split in two kernels so that every gradient
+// element has one writer and a fixed summation order: no atomics, reproducible results).
+// P = exp2(s * scale_log2 - lse) recomputes the forward's weights from its row statistics,
+// dP = dO V^T, dS = P (dP - rowdot) with rowdot = sum(dO o O) per query; then
+// dV = P^T dO, dK = scale dS^T Q (FlashKeyKernel, one block per 64 keys) and
+// dQ = scale dS K (FlashQueryKernel, one block per 64 queries).
+
+// rowdot[bh * T + t] = dout_t . out_t over head h's hs dimensions; one warp per row.
+__global__ void __launch_bounds__(kThreads)
+    RowDotKernel(float* rowdot, const float* dout, const float* out, int64_t rows, int T, int D,
+                 int NH, int hs) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (r >= rows) return;
+  const int lane = threadIdx.x % 32;
+  const int t = static_cast<int>(r % T);
+  const int64_t bh = r / T;
+  const int64_t offset = ((bh / NH) * T + t) * D + (bh % NH) * hs;
+  float sum = 0.0f;
+  for (int i = lane; i < hs; i += 32) sum += dout[offset + i] * out[offset + i];
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  if (lane == 0) rowdot[r] = sum;
+}
+
+// Block (x = key block, y = b * NH + h); warp w owns keys 16w..16w+15 and accumulates their
+// dK and dV over every query block that sees them, with S^T = K Q^T and dP^T = V dO^T computed
+// key-major so that P^T and dS^T are A fragments for dV = P^T dO and dK = dS^T Q.
+template <typename H, int HS>
+__global__ void __launch_bounds__(kThreads)
+    FlashKeyKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                   const float* rowdot, int T, int D, int NH, bool causal, float scale_log2,
+                   float scale) {
+  constexpr int kRowStride = HS + kPad, kColStride = kBlockQ + kPad;
+  __shared__ __align__(16) H q_s[kBlockQ * kRowStride];   // Q rows: B of S^T
+  __shared__ __align__(16) H qt_s[HS * kColStride];       // Q^T: B of dK
+  __shared__ __align__(16) H do_s[kBlockQ * kRowStride];  // dO rows: B of dP^T
+  __shared__ __align__(16) H dot_s[HS * kColStride];      // dO^T: B of dV
+  __shared__ float lse_s[kBlockQ], rowdot_s[kBlockQ];
+  const int64_t bh = blockIdx.y;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int k0 = static_cast<int>(blockIdx.x) * kBlockK;
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const float* head = qkv + b * T * D3 + h * HS;
+  const float* dhead = dout + b * T * D + h * HS;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+
+  // This warp's K and V rows as A fragments, staged through q_s and do_s.
+  LoadTile<H, HS>(q_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0, false);
+  LoadTile<H, HS>(do_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0, false);
+  __syncthreads();
+  uint32_t kf[HS / 16][4], vf[HS / 16][4];
+  {
+    const H* k_rows = q_s + (warp * 16 + g) * kRowStride;
+    const H* v_rows = do_s + (warp * 16 + g) * kRowStride;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      kf[kk][0] = Pair(k_rows + kk * 16 + 2 * c);
+      kf[kk][1] = Pair(k_rows + 8 * kRowStride + kk * 16 + 2 * c);
+      kf[kk][2] = Pair(k_rows + kk * 16 + 8 + 2 * c);
+      kf[kk][3] = Pair(k_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
+      vf[kk][0] = Pair(v_rows + kk * 16 + 2 * c);
+      vf[kk][1] = Pair(v_rows + 8 * kRowStride + kk * 16 + 2 * c);
+      vf[kk][2] = Pair(v_rows + kk * 16 + 8 + 2 * c);
+      vf[kk][3] = Pair(v_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
+    }
+  }
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  const int keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
+  // Causal: queries before this key block see none of its keys.
+  for (int q0 = causal ? k0 : 0; q0 < T; q0 += kBlockQ) {
+    __syncthreads();  // the previous block's tiles (or the K and V staging) are no longer read
+    LoadTile<H, HS>(q_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0, false);
+    LoadTile<H, HS>(qt_s, kColStride, head + q0 * D3, D3, kBlockQ, T - q0, true);
+    LoadTile<H, HS>(do_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0,
+                    false);
+    LoadTile<H, HS>(dot_s, kColStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0,
+                    true);
+    for (int i = threadIdx.x; i < kBlockQ; i += kThreads) {
+      const bool in = q0 + i < T;
+      lse_s[i] = in ? lse[bh * T + q0 + i] : 0.0f;
+      rowdot_s[i] = in ? rowdot[bh * T + q0 + i] : 0.0f;
+    }
+    __syncthreads();
+
+    float st[kBlockQ / 8][4], dpt[kBlockQ / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockQ / 8; ++j) {
+      st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
+      dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
+      const H* q_row = q_s + (j * 8 + g) * kRowStride;
+      const H* do_row = do_s + (j * 8 + g) * kRowStride;
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        Type16<H>::Mma(st[j], kf[kk], Pair(q_row + kk * 16 + 2 * c),
+                       Pair(q_row + kk * 16 + 8 + 2 * c));
+        Type16<H>::Mma(dpt[j], vf[kk], Pair(do_row + kk * 16 + 2 * c),
+                       Pair(do_row + kk * 16 + 8 + 2 * c));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBlockQ / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = j * 8 + 2 * c + (e & 1);
+        const int query = q0 + qi;
+        const int key = keys[e >> 1];
+        const bool seen = query < T && key < T && !(causal && key > query);
+        const float p = seen ? exp2f(st[j][e] * scale_log2 - lse_s[qi]) : 0.0f;
+        st[j][e] = p;
+        dpt[j][e] = seen ? p * (dpt[j][e] - rowdot_s[qi]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockQ / 16; ++kk) {
+      const uint32_t pa[4] = {Type16<H>::Pack(st[2 * kk][0], st[2 * kk][1]),
+                              Type16<H>::Pack(st[2 * kk][2], st[2 * kk][3]),
+                              Type16<H>::Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                              Type16<H>::Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const uint32_t sa[4] = {Type16<H>::Pack(dpt[2 * kk][0], dpt[2 * kk][1]),
+                              Type16<H>::Pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                              Type16<H>::Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                              Type16<H>::Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) {
+        const H* do_col = dot_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
+        Type16<H>::Mma(dv[n], pa, Pair(do_col), Pair(do_col + 8));
+        const H* q_col = qt_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
+        Type16<H>::Mma(dk[n], sa, Pair(q_col), Pair(q_col + 8));
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (keys[r] >= T) continue;
+    float* dk_row = dqkv + (b * T + keys[r]) * D3 + D + h * HS + 2 * c;
+    float* dv_row = dk_row + D;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      *reinterpret_cast<float2*>(dk_row + n * 8) =
+          make_float2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+      *reinterpret_cast<float2*>(dv_row + n * 8) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+    }
+  }
+}
+
+// Block (x = query block, y = b * NH + h), laid out as the forward: warp w owns queries
+// 16w..16w+15 and sums dQ over the key tiles they see.
+template <typename H, int HS>
+__global__ void __launch_bounds__(kThreads)
+    FlashQueryKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+                     const float* rowdot, int T, int D, int NH, bool causal, float scale_log2,
+                     float scale) {
+  constexpr int kRowStride = HS + kPad, kColStride = kBlockK + kPad;
+  __shared__ __align__(16) H k_s[kBlockK * kRowStride];  // K rows: B of S
+  __shared__ __align__(16) H v_s[kBlockK * kRowStride];  // V rows: B of dP
+  __shared__ __align__(16) H kt_s[HS * kColStride];      // K^T: B of dQ
+  const int64_t bh = blockIdx.y;
+  const int h = static_cast<int>(bh % NH);
+  const int64_t b = bh / NH;
+  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
+  const int64_t D3 = 3 * static_cast<int64_t>(D);
+  const float* head = qkv + b * T * D3 + h * HS;
+  const float* dhead = dout + b * T * D + h * HS;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
+
+  // This warp's Q and dO rows as A fragments, staged through k_s and v_s.
+  LoadTile<H, HS>(k_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0, false);
+  LoadTile<H, HS>(v_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0, false);
+  __syncthreads();
+  uint32_t qf[HS / 16][4], dof[HS / 16][4];
+  {
+    const H* q_rows = k_s + (warp * 16 + g) * kRowStride;
+    const H* do_rows = v_s + (warp * 16 + g) * kRowStride;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      qf[kk][0] = Pair(q_rows + kk * 16 + 2 * c);
+      qf[kk][1] = Pair(q_rows + 8 * kRowStride + kk * 16 + 2 * c);
+      qf[kk][2] = Pair(q_rows + kk * 16 + 8 + 2 * c);
+      qf[kk][3] = Pair(q_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
+      dof[kk][0] = Pair(do_rows + kk * 16 + 2 * c);
+      dof[kk][1] = Pair(do_rows + 8 * kRowStride + kk * 16 + 2 * c);
+      dof[kk][2] = Pair(do_rows + kk * 16 + 8 + 2 * c);
+      dof[kk][3] = Pair(do_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
+    }
+  }
+  const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+  float row_lse[2], row_dot[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_lse[r] = rows[r] < T ? lse[bh * T + rows[r]] : 0.0f;
+    row_dot[r] = rows[r] < T ? rowdot[bh * T + rows[r]] : 0.0f;
+  }
+  float dq[HS / 8][4] = {};
+  const int key_end = causal ? min(T, q0 + kBlockQ) : T;
+  for (int k0 = 0; k0 < key_end; k0 += kBlockK) {
+    __syncthreads();
+    LoadTile<H, HS>(k_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0, false);
+    LoadTile<H, HS>(kt_s, kColStride, head + D + k0 * D3, D3, kBlockK, T - k0, true);
+    LoadTile<H, HS>(v_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0, false);
+    __syncthreads();
+    float s[kBlockK / 8][4], dp[kBlockK / 8][4];
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+      dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+      const H* k_row = k_s + (j * 8 + g) * kRowStride;
+      const H* v_row = v_s + (j * 8 + g) * kRowStride;
+#pragma unroll
+      for (int kk = 0; kk < HS / 16; ++kk) {
+        Type16<H>::Mma(s[j], qf[kk], Pair(k_row + kk * 16 + 2 * c),
+                       Pair(k_row + kk * 16 + 8 + 2 * c));
+        Type16<H>::Mma(dp[j], dof[kk], Pair(v_row + kk * 16 + 2 * c),
+                       Pair(v_row + kk * 16 + 8 + 2 * c));
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = k0 + j * 8 + 2 * c + (e & 1);
+        const int row = rows[e >> 1];
+        const bool seen = key < T && row < T && !(causal && key > row);
+        const float p = seen ? exp2f(s[j][e] * scale_log2 - row_lse[e >> 1]) : 0.0f;
+        s[j][e] = seen ? p * (dp[j][e] - row_dot[e >> 1]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBlockK / 16; ++kk) {
+      const uint32_t a[4] = {Type16<H>::Pack(s[2 * kk][0], s[2 * kk][1]),
+                             Type16<H>::Pack(s[2 * kk][2], s[2 * kk][3]),
+                             Type16<H>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             Type16<H>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int n = 0; n < HS / 8; ++n) {
+        const H* k_col = kt_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
+        Type16<H>::Mma(dq[n], a, Pair(k_col), Pair(k_col + 8));
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (rows[r] >= T) continue;
+    float* dq_row = dqkv + (b * T + rows[r]) * D3 + h * HS + 2 * c;
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      *reinterpret_cast<float2*>(dq_row + n * 8) =
+          make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+  }
+}
+
+template <typename H, int HS>
+absl::Status LaunchBackward(float* dqkv, float* rowdot, const float* dout, const float* qkv,
+                            const float* out, const float* lse, int64_t B, int64_t T, int64_t D,
+                            int64_t NH, bool causal, cudaStream_t stream) {
+  const int64_t rows = B * NH * T;
+  RowDotKernel<<<static_cast<unsigned>((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+      rowdot, dout, out, rows, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH), HS);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(HS));
+  const float scale_log2 = static_cast<float>(scale / std::log(2.0));
+  const dim3 key_grid(static_cast<unsigned>((T + kBlockK - 1) / kBlockK),
+                      static_cast<unsigned>(B * NH));
+  FlashKeyKernel<H, HS><<<key_grid, kThreads, 0, stream>>>(
+      dqkv, dout, qkv, lse, rowdot, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH),
+      causal, scale_log2, static_cast<float>(scale));
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  const dim3 query_grid(static_cast<unsigned>((T + kBlockQ - 1) / kBlockQ),
+                        static_cast<unsigned>(B * NH));
+  FlashQueryKernel<H, HS><<<query_grid, kThreads, 0, stream>>>(
+      dqkv, dout, qkv, lse, rowdot, static_cast<int>(T), static_cast<int>(D), static_cast<int>(NH),
+      causal, scale_log2, static_cast<float>(scale));
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 
 template <typename H>
-absl::Status LaunchFor(int64_t hs, float* out, const float* qkv, int64_t B, int64_t T, int64_t D,
-                       int64_t NH, bool causal, cudaStream_t stream) {
-  switch (hs) {
-    case 16:
-      return Launch<H, 16>(out, qkv, B, T, D, NH, causal, stream);
-    case 32:
-      return Launch<H, 32>(out, qkv, B, T, D, NH, causal, stream);
-    default:
-      return Launch<H, 64>(out, qkv, B, T, D, NH, causal, stream);
+absl::Status ForwardFor(int64_t hs, float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                        int64_t D, int64_t NH, bool causal, cudaStream_t stream) {
+  if (hs == 16) return Launch<H, 16>(out, lse, qkv, B, T, D, NH, causal, stream);
+  if (hs == 32) return Launch<H, 32>(out, lse, qkv, B, T, D, NH, causal, stream);
+  return Launch<H, 64>(out, lse, qkv, B, T, D, NH, causal, stream);
+}
+
+template <typename H>
+absl::Status BackwardFor(int64_t hs, float* dqkv, float* rowdot, const float* dout,
+                         const float* qkv, const float* out, const float* lse, int64_t B, int64_t T,
+                         int64_t D, int64_t NH, bool causal, cudaStream_t stream) {
+  if (hs == 16) {
+    return LaunchBackward<H, 16>(dqkv, rowdot, dout, qkv, out, lse, B, T, D, NH, causal, stream);
   }
+  if (hs == 32) {
+    return LaunchBackward<H, 32>(dqkv, rowdot, dout, qkv, out, lse, B, T, D, NH, causal, stream);
+  }
+  return LaunchBackward<H, 64>(dqkv, rowdot, dout, qkv, out, lse, B, T, D, NH, causal, stream);
+}
+
+absl::Status CheckFlash(const char* name, const float* out, const float* qkv, int64_t B, int64_t T,
+                        int64_t D, int64_t NH) {
+  if (B < 0 || T <= 0 || T > INT_MAX / 2 || 3 * D > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": bad sizes B=", B, " T=", T, " D=", D));
+  }
+  if (out == nullptr || qkv == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat(name, ": null pointer"));
+  if (!FlashAttentionSupports(out, qkv, B, D, NH)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": unsupported B=", B, " D=", D, " NH=", NH,
+                     " (head sizes 16, 32, 64; B*NH <= 65535; qkv 16-byte, out 8-byte aligned)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -250,24 +555,37 @@ bool FlashAttentionSupports(const float* out, const float* qkv, int64_t B, int64
 
 absl::Status FlashAttentionInference(float* out, const float* qkv, int64_t B, int64_t T, int64_t D,
                                      int64_t NH, bool causal, Storage16 type, cudaStream_t stream) {
-  if (B < 0 || T <= 0 || T > INT_MAX / 2 || 3 * D > INT_MAX) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FlashAttentionInference: bad sizes B=", B, " T=", T, " D=", D));
-  }
-  if (B == 0) return absl::OkStatus();
-  if (out == nullptr || qkv == nullptr) {
-    return absl::InvalidArgumentError("FlashAttentionInference: null pointer");
-  }
-  if (!FlashAttentionSupports(out, qkv, B, D, NH)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FlashAttentionInference: unsupported B=", B, " D=", D, " NH=", NH,
-                     " (head sizes 16, 32, 64; B*NH <= 65535; qkv 16-byte, out 8-byte aligned)"));
-  }
-  const int64_t hs = D / NH;
+  return FlashAttentionForward(out, nullptr, qkv, B, T, D, NH, causal, type, stream);
+}
+
+absl::Status FlashAttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                                   int64_t D, int64_t NH, bool causal, Storage16 type,
+                                   cudaStream_t stream) {
+  if (B == 0 && T > 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFlash("FlashAttentionForward", out, qkv, B, T, D, NH));
   if (type == Storage16::kBf16) {
-    return LaunchFor<__nv_bfloat16>(hs, out, qkv, B, T, D, NH, causal, stream);
+    return ForwardFor<__nv_bfloat16>(D / NH, out, lse, qkv, B, T, D, NH, causal, stream);
   }
-  return LaunchFor<__half>(hs, out, qkv, B, T, D, NH, causal, stream);
+  return ForwardFor<__half>(D / NH, out, lse, qkv, B, T, D, NH, causal, stream);
+}
+
+absl::Status FlashAttentionBackward(float* dqkv, float* rowdot, const float* dout, const float* qkv,
+                                    const float* out, const float* lse, int64_t B, int64_t T,
+                                    int64_t D, int64_t NH, bool causal, Storage16 type,
+                                    cudaStream_t stream) {
+  if (B == 0 && T > 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckFlash("FlashAttentionBackward", out, qkv, B, T, D, NH));
+  if (dqkv == nullptr || rowdot == nullptr || dout == nullptr || lse == nullptr ||
+      reinterpret_cast<uintptr_t>(dqkv) % 8 != 0 || reinterpret_cast<uintptr_t>(dout) % 16 != 0) {
+    return absl::InvalidArgumentError(
+        "FlashAttentionBackward: null or misaligned pointer (dqkv 8-byte, dout 16-byte)");
+  }
+  if (type == Storage16::kBf16) {
+    return BackwardFor<__nv_bfloat16>(D / NH, dqkv, rowdot, dout, qkv, out, lse, B, T, D, NH,
+                                      causal, stream);
+  }
+  return BackwardFor<__half>(D / NH, dqkv, rowdot, dout, qkv, out, lse, B, T, D, NH, causal,
+                             stream);
 }
 
 }  // namespace forecastd::cuda

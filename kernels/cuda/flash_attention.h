@@ -30,6 +30,24 @@ bool FlashAttentionSupports(const float* out, const float* qkv, int64_t B, int64
 absl::Status FlashAttentionInference(float* out, const float* qkv, int64_t B, int64_t T, int64_t D,
                                      int64_t NH, bool causal, Storage16 type, cudaStream_t stream);
 
+// The training forward: FlashAttentionInference that also writes lse (B, NH, T), each query's
+// log2 of its softmax denominator plus its largest scaled score (in the kernel's base-2 units),
+// from which FlashAttentionBackward recomputes the weights.
+absl::Status FlashAttentionForward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                                   int64_t D, int64_t NH, bool causal, Storage16 type,
+                                   cudaStream_t stream);
+
+// The backward of FlashAttentionForward (FlashAttention-2's, in two kernels: one block per 64
+// keys sums their dK and dV over the queries, one per 64 queries sums their dQ over the keys, so
+// that every element has one writer and a fixed order of summation: reproducible, no atomics).
+//   dqkv (B, T, 3D): written, not accumulated; dout, out (B, T, D); lse (B, NH, T) as the
+//   forward wrote it; rowdot: B*NH*T floats of scratch (dout . out per query and head).
+// dqkv 8-byte and dout 16-byte aligned, as FlashAttentionSupports asks of out and qkv.
+absl::Status FlashAttentionBackward(float* dqkv, float* rowdot, const float* dout, const float* qkv,
+                                    const float* out, const float* lse, int64_t B, int64_t T,
+                                    int64_t D, int64_t NH, bool causal, Storage16 type,
+                                    cudaStream_t stream);
+
 }  // namespace forecastd::cuda
 
 #endif  // FORECASTD_KERNELS_CUDA_FLASH_ATTENTION_H_

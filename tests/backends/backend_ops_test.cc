@@ -1099,7 +1099,7 @@ TEST_CASE("AttentionBackward, causal and not, with and without dropout, matches 
           const float* dev_mask = want_mask != nullptr ? mem->Upload(mask) : nullptr;
           REQUIRE(backend
                       ->AttentionBackward(dqkv, mem->Upload(dout), mem->Upload(qkv),
-                                          mem->Upload(att), dev_mask, B, T, D, NH)
+                                          mem->Upload(att), dev_mask, B, T, D, NH, causal)
                       .ok());
           ExpectAllClose(Describe(under_test, "AttentionBackward",
                                   "B=" + std::to_string(B) + " T=" + std::to_string(T) +

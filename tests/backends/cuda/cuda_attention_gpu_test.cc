@@ -87,7 +87,7 @@ void CheckTrainingAttention(CudaBackend& backend, const Case& c) {
   // The backward pass from the reference's weights, so it is tested on its own.
   DeviceArray d_att_ref(att), d_dqkv(NanVector(B * T * 3 * D));
   REQUIRE_OK(backend.AttentionBackward(d_dqkv.get(), d_dout.get(), d_qkv.get(), d_att_ref.get(),
-                                       d_mask_ptr, B, T, D, NH));
+                                       d_mask_ptr, B, T, D, NH, c.causal));
   ExpectNear("dqkv", d_dqkv.Download(), dqkv, {B, T, 3, D}, kAtol, kRtol);
 }
 
@@ -168,9 +168,8 @@ TEST_CASE("CudaBackend attention refuses bad shapes and options", "[gpu]") {
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
   CHECK(backend->Attention(d.get(), nullptr, d.get(), nullptr, 1, 2, 6, 4, false).code() ==
         kInvalid);  // D % NH != 0
-  CHECK(
-      backend->AttentionBackward(d.get(), d.get(), d.get(), nullptr, nullptr, 1, 2, 4, 1).code() ==
-      kInvalid);  // att is required
+  CHECK(backend->AttentionBackward(d.get(), d.get(), d.get(), nullptr, nullptr, 1, 2, 4, 1, false)
+            .code() == kInvalid);  // att is required
   CudaBackend::Options options;
   options.attention_scratch_bytes = 0;
   testing::GpuEnv& env = testing::SharedGpuEnv();
