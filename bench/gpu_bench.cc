@@ -75,6 +75,7 @@ struct Flags {
   int device = 0;
   std::string math = "fp32";
   std::string rnn_algo = "auto";
+  int64_t attention_scratch_mib = 0;  // 0: CudaBackend's default
   bool no_graph = false;
   bool train = false;
   std::string output;
@@ -166,6 +167,9 @@ absl::Status BenchTrain(const Flags& flags) {
                    Optimizer::Create(training.optimizer(), model->parameters()));
   ASSIGN_OR_RETURN(const TrainingLoss loss, TrainingLoss::Create(training.loss(), model->config()));
   CudaTrainingEngineOptions options;
+  if (flags.attention_scratch_mib > 0) {
+    options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
+  }
   options.device = flags.device;
   ASSIGN_OR_RETURN(std::unique_ptr<TrainingEngine> engine,
                    MakeCudaTrainingEngine(options, *model, *optimizer, loss, training));
@@ -230,6 +234,9 @@ absl::Status Bench(const Flags& flags) {
                          : flags.math == "bf16" ? CudaBackend::Options::Math::kBf16
                          : flags.math == "fp16" ? CudaBackend::Options::Math::kFp16
                                                 : CudaBackend::Options::Math::kFp32;
+  if (flags.attention_scratch_mib > 0) {
+    backend_options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
+  }
   backend_options.rnn_algo =
       flags.rnn_algo == "standard"  ? CudaBackend::Options::RnnAlgo::kStandard
       : flags.rnn_algo == "persist" ? CudaBackend::Options::RnnAlgo::kPersistStatic
@@ -359,6 +366,9 @@ int main(int argc, char** argv) {
   app.add_option("--rnn-algo", flags.rnn_algo,
                  "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")
       ->check(CLI::IsMember({"auto", "standard", "persist", "small-h"}));
+  app.add_option("--attention-scratch-mib", flags.attention_scratch_mib,
+                 "chunk of attention scores in MiB (CudaBackend::Options::attention_scratch_bytes)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--output", flags.output, "write the eager forecast here (safetensors)");
   try {
     app.parse(argc, argv);

@@ -121,6 +121,7 @@ absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
   lease_.emplace(pool_->Lease());
   CudaBackend::Options backend_options;
   backend_options.math = CudaMathForPrecision(config.precision());
+  backend_options.attention_scratch_bytes = options.attention_scratch_bytes;
   ASSIGN_OR_RETURN(backend_, CudaBackend::Create(lease_->context(), allocator_, backend_options));
   data_ops_ = std::make_unique<CudaDataOps>(lease_->stream());
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "backends/cuda/cuda_allocator.h"
+#include "backends/cuda/cuda_backend.h"
 #include "engine/train/training_engine.h"
 
 namespace forecastd {
@@ -26,6 +27,8 @@ struct CudaTrainingEngineOptions {
   CudaAllocator* allocator = nullptr;
   // cuBLAS's and cuDNN's device workspace on the engine's stream. >= 0.
   int64_t workspace_bytes = int64_t{32} << 20;
+  // The backend's chunk of attention scores (CudaBackend::Options::attention_scratch_bytes).
+  int64_t attention_scratch_bytes = CudaBackend::Options{}.attention_scratch_bytes;
 };
 
 // INVALID_ARGUMENT for precision FP16 (it would need loss scaling); RESOURCE_EXHAUSTED when the
