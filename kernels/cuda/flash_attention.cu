@@ -68,22 +68,34 @@ __device__ __forceinline__ uint32_t Pair(const H* p) {
   return *reinterpret_cast<const uint32_t*>(p);
 }
 
+// The B fragment (k = 2c..2c+1 and 8+2c..8+2c+1, n = g) of the 16 x 8 block of a row-major
+// shared tile whose rows are k and columns n, starting at `block` (row stride `stride`):
+// ldmatrix.trans transposes as it loads, so no transposed copy of the tile is kept. Lanes 0-15
+// address the block's 16 rows; rows are 16-byte aligned (stride and column offsets multiples
+// of 8 elements).
+template <typename H>
+__device__ __forceinline__ void TransposedPair(uint32_t& b0, uint32_t& b1, const H* block,
+                                               int stride) {
+  const H* row = block + (threadIdx.x % 16) * stride;
+  const auto address = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(b0), "=r"(b1)
+               : "r"(address));
+}
+
 // rows x HS fp32 values from `src` (row stride `stride` floats; rows at or past `valid` read as
-// 0) into 16-bit shared rows, transposed (dst[c][r]) when `transpose`. float4 loads.
+// 0) into 16-bit shared rows. float4 loads, 8-byte stores.
 template <typename H, int HS>
 __device__ __forceinline__ void LoadTile(H* dst, int dst_stride, const float* src, int64_t stride,
-                                         int rows, int valid, bool transpose) {
+                                         int rows, int valid) {
   for (int i = threadIdx.x; i < rows * HS / 4; i += kThreads) {
     const int r = i / (HS / 4);
     const int c = (i % (HS / 4)) * 4;
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < valid) v = *reinterpret_cast<const float4*>(src + r * stride + c);
-    const float x[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      H* at = transpose ? dst + (c + e) * dst_stride + r : dst + r * dst_stride + c + e;
-      *at = Type16<H>::From(x[e]);
-    }
+    H h[4] = {Type16<H>::From(v.x), Type16<H>::From(v.y), Type16<H>::From(v.z),
+              Type16<H>::From(v.w)};
+    *reinterpret_cast<uint2*>(dst + r * dst_stride + c) = *reinterpret_cast<const uint2*>(h);
   }
 }
 
@@ -94,8 +106,8 @@ __global__ void __launch_bounds__(kThreads)
                          bool causal, float scale_log2) {
   __shared__ __align__(16) H q_s[kBlockQ * (HS + kPad)];
   __shared__ __align__(16) H k_s[kBlockK * (HS + kPad)];
-  __shared__ __align__(16) H vt_s[HS * (kBlockK + kPad)];
-  constexpr int kQStride = HS + kPad, kVStride = kBlockK + kPad;
+  __shared__ __align__(16) H v_s[kBlockK * (HS + kPad)];
+  constexpr int kQStride = HS + kPad;
   const int64_t bh = blockIdx.y;
   const int h = static_cast<int>(bh % NH);
   const int64_t b = bh / NH;
@@ -105,7 +117,7 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
 
-  LoadTile<H, HS>(q_s, kQStride, head + q0 * D3, D3, kBlockQ, T - q0, false);
+  LoadTile<H, HS>(q_s, kQStride, head + q0 * D3, D3, kBlockQ, T - q0);
   __syncthreads();
   uint32_t qf[HS / 16][4];
   const H* q_rows = q_s + (warp * 16 + g) * kQStride;
@@ -125,8 +137,8 @@ __global__ void __launch_bounds__(kThreads)
   const int key_end = causal ? last_query + 1 : T;
   for (int k0 = 0; k0 < key_end; k0 += kBlockK) {
     __syncthreads();  // the previous tile is no longer read
-    LoadTile<H, HS>(k_s, kQStride, head + D + k0 * D3, D3, kBlockK, T - k0, false);
-    LoadTile<H, HS>(vt_s, kVStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0, true);
+    LoadTile<H, HS>(k_s, kQStride, head + D + k0 * D3, D3, kBlockK, T - k0);
+    LoadTile<H, HS>(v_s, kQStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0);
     __syncthreads();
 
     float s[kBlockK / 8][4];
@@ -188,8 +200,9 @@ __global__ void __launch_bounds__(kThreads)
                              Type16<H>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
-        const H* v_row = vt_s + (n * 8 + g) * kVStride + kk * 16 + 2 * c;
-        Type16<H>::Mma(o[n], a, Pair(v_row), Pair(v_row + 8));
+        uint32_t b0, b1;
+        TransposedPair(b0, b1, v_s + kk * 16 * kQStride + n * 8, kQStride);
+        Type16<H>::Mma(o[n], a, b0, b1);
       }
     }
   }
@@ -259,11 +272,9 @@ __global__ void __launch_bounds__(kThreads)
     FlashKeyKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                    const float* rowdot, int T, int D, int NH, bool causal, float scale_log2,
                    float scale) {
-  constexpr int kRowStride = HS + kPad, kColStride = kBlockQ + kPad;
-  __shared__ __align__(16) H q_s[kBlockQ * kRowStride];   // Q rows: B of S^T
-  __shared__ __align__(16) H qt_s[HS * kColStride];       // Q^T: B of dK
-  __shared__ __align__(16) H do_s[kBlockQ * kRowStride];  // dO rows: B of dP^T
-  __shared__ __align__(16) H dot_s[HS * kColStride];      // dO^T: B of dV
+  constexpr int kRowStride = HS + kPad;
+  __shared__ __align__(16) H q_s[kBlockQ * kRowStride];   // Q rows: B of S^T and (trans) dK
+  __shared__ __align__(16) H do_s[kBlockQ * kRowStride];  // dO rows: B of dP^T and (trans) dV
   __shared__ float lse_s[kBlockQ], rowdot_s[kBlockQ];
   const int64_t bh = blockIdx.y;
   const int h = static_cast<int>(bh % NH);
@@ -276,8 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane / 4, c = lane % 4;
 
   // This warp's K and V rows as A fragments, staged through q_s and do_s.
-  LoadTile<H, HS>(q_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0, false);
-  LoadTile<H, HS>(do_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0, false);
+  LoadTile<H, HS>(q_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0);
+  LoadTile<H, HS>(do_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0);
   __syncthreads();
   uint32_t kf[HS / 16][4], vf[HS / 16][4];
   {
@@ -300,12 +311,8 @@ __global__ void __launch_bounds__(kThreads)
   // Causal: queries before this key block see none of its keys.
   for (int q0 = causal ? k0 : 0; q0 < T; q0 += kBlockQ) {
     __syncthreads();  // the previous block's tiles (or the K and V staging) are no longer read
-    LoadTile<H, HS>(q_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0, false);
-    LoadTile<H, HS>(qt_s, kColStride, head + q0 * D3, D3, kBlockQ, T - q0, true);
-    LoadTile<H, HS>(do_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0,
-                    false);
-    LoadTile<H, HS>(dot_s, kColStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0,
-                    true);
+    LoadTile<H, HS>(q_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0);
+    LoadTile<H, HS>(do_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0);
     for (int i = threadIdx.x; i < kBlockQ; i += kThreads) {
       const bool in = q0 + i < T;
       lse_s[i] = in ? lse[bh * T + q0 + i] : 0.0f;
@@ -353,10 +360,11 @@ __global__ void __launch_bounds__(kThreads)
                               Type16<H>::Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
-        const H* do_col = dot_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
-        Type16<H>::Mma(dv[n], pa, Pair(do_col), Pair(do_col + 8));
-        const H* q_col = qt_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
-        Type16<H>::Mma(dk[n], sa, Pair(q_col), Pair(q_col + 8));
+        uint32_t b0, b1;
+        TransposedPair(b0, b1, do_s + kk * 16 * kRowStride + n * 8, kRowStride);
+        Type16<H>::Mma(dv[n], pa, b0, b1);
+        TransposedPair(b0, b1, q_s + kk * 16 * kRowStride + n * 8, kRowStride);
+        Type16<H>::Mma(dk[n], sa, b0, b1);
       }
     }
   }
@@ -381,10 +389,9 @@ __global__ void __launch_bounds__(kThreads)
     FlashQueryKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                      const float* rowdot, int T, int D, int NH, bool causal, float scale_log2,
                      float scale) {
-  constexpr int kRowStride = HS + kPad, kColStride = kBlockK + kPad;
-  __shared__ __align__(16) H k_s[kBlockK * kRowStride];  // K rows: B of S
+  constexpr int kRowStride = HS + kPad;
+  __shared__ __align__(16) H k_s[kBlockK * kRowStride];  // K rows: B of S and (trans) dQ
   __shared__ __align__(16) H v_s[kBlockK * kRowStride];  // V rows: B of dP
-  __shared__ __align__(16) H kt_s[HS * kColStride];      // K^T: B of dQ
   const int64_t bh = blockIdx.y;
   const int h = static_cast<int>(bh % NH);
   const int64_t b = bh / NH;
@@ -396,8 +403,8 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane / 4, c = lane % 4;
 
   // This warp's Q and dO rows as A fragments, staged through k_s and v_s.
-  LoadTile<H, HS>(k_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0, false);
-  LoadTile<H, HS>(v_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0, false);
+  LoadTile<H, HS>(k_s, kRowStride, head + q0 * D3, D3, kBlockQ, T - q0);
+  LoadTile<H, HS>(v_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0);
   __syncthreads();
   uint32_t qf[HS / 16][4], dof[HS / 16][4];
   {
@@ -426,9 +433,8 @@ __global__ void __launch_bounds__(kThreads)
   const int key_end = causal ? min(T, q0 + kBlockQ) : T;
   for (int k0 = 0; k0 < key_end; k0 += kBlockK) {
     __syncthreads();
-    LoadTile<H, HS>(k_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0, false);
-    LoadTile<H, HS>(kt_s, kColStride, head + D + k0 * D3, D3, kBlockK, T - k0, true);
-    LoadTile<H, HS>(v_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0, false);
+    LoadTile<H, HS>(k_s, kRowStride, head + D + k0 * D3, D3, kBlockK, T - k0);
+    LoadTile<H, HS>(v_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0);
     __syncthreads();
     float s[kBlockK / 8][4], dp[kBlockK / 8][4];
 #pragma unroll
@@ -464,8 +470,9 @@ __global__ void __launch_bounds__(kThreads)
                              Type16<H>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
-        const H* k_col = kt_s + (n * 8 + g) * kColStride + kk * 16 + 2 * c;
-        Type16<H>::Mma(dq[n], a, Pair(k_col), Pair(k_col + 8));
+        uint32_t b0, b1;
+        TransposedPair(b0, b1, k_s + kk * 16 * kRowStride + n * 8, kRowStride);
+        Type16<H>::Mma(dq[n], a, b0, b1);
       }
     }
   }
