@@ -27,7 +27,8 @@ from run_cpu import Workload  # noqa: E402
 # Forward passes each side runs under ncu; the first warms up (plans, cuDNN's lazy state).
 CALLS = 3
 
-TORCH_SIDE = """
+# The model and its input on the GPU, fp32 with TF32 off, as run_gpu.py sets PyTorch up.
+TORCH_PREAMBLE = """
 import sys, torch
 sys.path[:0] = {paths!r}
 from run_cpu import Workload
@@ -37,6 +38,9 @@ torch.backends.cudnn.allow_tf32 = False
 w = Workload({name!r}, {batch}, {root!r}, {seed})
 m = module_on(w.module, torch.device("cuda"))
 x = w.x[:{batch}].cuda()
+"""
+
+TORCH_SIDE = TORCH_PREAMBLE + """
 with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enabled={bf16}):
     m(x)
     torch.cuda.synchronize()
@@ -49,17 +53,8 @@ with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16, enable
 
 # A training step as run_gpu.py times it (Adam, MSE, train mode), fp32 or under autocast bf16,
 # its kernels listed from torch.profiler (device time in ns) rather than ncu.
-TORCH_TRAIN_SIDE = """
-import sys, torch
-sys.path[:0] = {paths!r}
-from run_cpu import Workload
-from run_gpu import module_on
-torch.backends.cuda.matmul.allow_tf32 = False
-torch.backends.cudnn.allow_tf32 = False
-w = Workload({name!r}, {batch}, {root!r}, {seed})
-m = module_on(w.module, torch.device("cuda"))
+TORCH_TRAIN_SIDE = TORCH_PREAMBLE + """
 m.train()
-x = w.x[:{batch}].cuda()
 with torch.no_grad():
     y = torch.randn_like(m(x))
 opt = torch.optim.Adam(m.parameters(), lr=1e-5)

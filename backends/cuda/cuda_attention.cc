@@ -137,13 +137,11 @@ absl::Status CudaBackend::AttentionGemmLocked(float* out, float* att, const floa
   const int64_t per_row = NH * T * T;
   float* scratch_scores = nullptr;
   if (att == nullptr) {
-    ASSIGN_OR_RETURN(void* s, ScratchLocked(kAttentionScores, chunk * per_row * kFloatBytes));
-    scratch_scores = static_cast<float*>(s);
+    ASSIGN_OR_RETURN(scratch_scores, ScratchFloatsLocked(kAttentionScores, chunk * per_row));
   }
   float* dropped = nullptr;
   if (dropout_mask != nullptr) {
-    ASSIGN_OR_RETURN(void* p, ScratchLocked(kAttentionProbs, chunk * per_row * kFloatBytes));
-    dropped = static_cast<float*>(p);
+    ASSIGN_OR_RETURN(dropped, ScratchFloatsLocked(kAttentionProbs, chunk * per_row));
   }
   for (int64_t b0 = 0; b0 < B; b0 += chunk) {
     const int64_t Bc = std::min(chunk, B - b0);
@@ -217,9 +215,9 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
   }
   return Run([&]() -> absl::Status {
     if (FlashTraining(B, D, NH, dropout_mask != nullptr)) {
-      ASSIGN_OR_RETURN(void* rowdot, ScratchLocked(kAttentionScores, B * NH * T * kFloatBytes));
+      ASSIGN_OR_RETURN(float* const rowdot, ScratchFloatsLocked(kAttentionScores, B * NH * T));
       return cuda::FlashAttentionBackward(
-          dqkv, static_cast<float*>(rowdot), dout, qkv, att, att + B * T * D, B, T, D, NH, causal,
+          dqkv, rowdot, dout, qkv, att, att + B * T * D, B, T, D, NH, causal,
           options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
           context_.stream);
     }
@@ -228,12 +226,10 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
     const int64_t chunk = AttentionChunkRows(B, T, NH);
     const int64_t per_row = NH * T * T;
-    ASSIGN_OR_RETURN(void* w, ScratchLocked(kAttentionScores, chunk * per_row * kFloatBytes));
-    float* const dw = static_cast<float*>(w);
+    ASSIGN_OR_RETURN(float* const dw, ScratchFloatsLocked(kAttentionScores, chunk * per_row));
     float* dropped = nullptr;
     if (dropout_mask != nullptr) {
-      ASSIGN_OR_RETURN(void* p, ScratchLocked(kAttentionProbs, chunk * per_row * kFloatBytes));
-      dropped = static_cast<float*>(p);
+      ASSIGN_OR_RETURN(dropped, ScratchFloatsLocked(kAttentionProbs, chunk * per_row));
     }
     for (int64_t b0 = 0; b0 < B; b0 += chunk) {
       const int64_t Bc = std::min(chunk, B - b0);

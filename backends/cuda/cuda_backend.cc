@@ -171,6 +171,11 @@ absl::StatusOr<const void*> CudaBackend::Operand16Locked(Scratch which, const fl
   return to;
 }
 
+absl::StatusOr<float*> CudaBackend::ScratchFloatsLocked(Scratch which, int64_t n) {
+  ASSIGN_OR_RETURN(void* data, ScratchLocked(which, n * static_cast<int64_t>(sizeof(float))));
+  return static_cast<float*>(data);
+}
+
 absl::StatusOr<void*> CudaBackend::WorkspaceLocked(int64_t bytes) {
   if (bytes <= context_.workspace_bytes) return context_.workspace;
   return ScratchLocked(kWorkspace, bytes);

@@ -235,6 +235,9 @@ class CudaBackend final : public Backend {
   // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.
   absl::StatusOr<void*> ScratchLocked(Scratch which, int64_t bytes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ScratchLocked for n floats.
+  absl::StatusOr<float*> ScratchFloatsLocked(Scratch which, int64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The stream's workspace when it is large enough, else kWorkspace scratch.
   absl::StatusOr<void*> WorkspaceLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

@@ -83,6 +83,31 @@ __device__ __forceinline__ void TransposedPair(uint32_t& b0, uint32_t& b1, const
                : "r"(address));
 }
 
+// The A fragments (HS / 16 k-steps) of the 16 shared rows starting at `rows` (row stride
+// `stride`): this warp's queries, keys, values or output gradients.
+template <typename H, int HS>
+__device__ __forceinline__ void RowFragments(uint32_t (&f)[HS / 16][4], const H* rows, int stride) {
+  const int g = (threadIdx.x % 32) / 4, c = threadIdx.x % 4;
+  const H* row = rows + g * stride;
+#pragma unroll
+  for (int kk = 0; kk < HS / 16; ++kk) {
+    f[kk][0] = Pair(row + kk * 16 + 2 * c);
+    f[kk][1] = Pair(row + 8 * stride + kk * 16 + 2 * c);
+    f[kk][2] = Pair(row + kk * 16 + 8 + 2 * c);
+    f[kk][3] = Pair(row + 8 * stride + kk * 16 + 8 + 2 * c);
+  }
+}
+
+// Accumulator tiles 2kk and 2kk+1 (16 x 8 each) as the A fragment of k-step kk, rounded to H.
+template <typename H, int N>
+__device__ __forceinline__ void AccumulatorFragment(uint32_t (&a)[4], const float (&acc)[N][4],
+                                                    int kk) {
+  a[0] = Type16<H>::Pack(acc[2 * kk][0], acc[2 * kk][1]);
+  a[1] = Type16<H>::Pack(acc[2 * kk][2], acc[2 * kk][3]);
+  a[2] = Type16<H>::Pack(acc[2 * kk + 1][0], acc[2 * kk + 1][1]);
+  a[3] = Type16<H>::Pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
+}
+
 // rows x HS fp32 values from `src` (row stride `stride` floats; rows at or past `valid` read as
 // 0) into 16-bit shared rows. float4 loads, 8-byte stores.
 template <typename H, int HS>
@@ -120,14 +145,7 @@ __global__ void __launch_bounds__(kThreads)
   LoadTile<H, HS>(q_s, kQStride, head + q0 * D3, D3, kBlockQ, T - q0);
   __syncthreads();
   uint32_t qf[HS / 16][4];
-  const H* q_rows = q_s + (warp * 16 + g) * kQStride;
-#pragma unroll
-  for (int kk = 0; kk < HS / 16; ++kk) {
-    qf[kk][0] = Pair(q_rows + kk * 16 + 2 * c);
-    qf[kk][1] = Pair(q_rows + 8 * kQStride + kk * 16 + 2 * c);
-    qf[kk][2] = Pair(q_rows + kk * 16 + 8 + 2 * c);
-    qf[kk][3] = Pair(q_rows + 8 * kQStride + kk * 16 + 8 + 2 * c);
-  }
+  RowFragments<H, HS>(qf, q_s + warp * 16 * kQStride, kQStride);
 
   float o[HS / 8][4] = {};
   float row_max[2] = {-INFINITY, -INFINITY};
@@ -194,10 +212,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const uint32_t a[4] = {Type16<H>::Pack(s[2 * kk][0], s[2 * kk][1]),
-                             Type16<H>::Pack(s[2 * kk][2], s[2 * kk][3]),
-                             Type16<H>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Type16<H>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[4];
+      AccumulatorFragment<H>(a, s, kk);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
         uint32_t b0, b1;
@@ -291,21 +307,9 @@ __global__ void __launch_bounds__(kThreads)
   LoadTile<H, HS>(do_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0);
   __syncthreads();
   uint32_t kf[HS / 16][4], vf[HS / 16][4];
-  {
-    const H* k_rows = q_s + (warp * 16 + g) * kRowStride;
-    const H* v_rows = do_s + (warp * 16 + g) * kRowStride;
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk) {
-      kf[kk][0] = Pair(k_rows + kk * 16 + 2 * c);
-      kf[kk][1] = Pair(k_rows + 8 * kRowStride + kk * 16 + 2 * c);
-      kf[kk][2] = Pair(k_rows + kk * 16 + 8 + 2 * c);
-      kf[kk][3] = Pair(k_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
-      vf[kk][0] = Pair(v_rows + kk * 16 + 2 * c);
-      vf[kk][1] = Pair(v_rows + 8 * kRowStride + kk * 16 + 2 * c);
-      vf[kk][2] = Pair(v_rows + kk * 16 + 8 + 2 * c);
-      vf[kk][3] = Pair(v_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
-    }
-  }
+  RowFragments<H, HS>(kf, q_s + warp * 16 * kRowStride, kRowStride);
+  RowFragments<H, HS>(vf, do_s + warp * 16 * kRowStride, kRowStride);
+
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   const int keys[2] = {k0 + warp * 16 + g, k0 + warp * 16 + g + 8};
   // Causal: queries before this key block see none of its keys.
@@ -350,14 +354,9 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < kBlockQ / 16; ++kk) {
-      const uint32_t pa[4] = {Type16<H>::Pack(st[2 * kk][0], st[2 * kk][1]),
-                              Type16<H>::Pack(st[2 * kk][2], st[2 * kk][3]),
-                              Type16<H>::Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
-                              Type16<H>::Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
-      const uint32_t sa[4] = {Type16<H>::Pack(dpt[2 * kk][0], dpt[2 * kk][1]),
-                              Type16<H>::Pack(dpt[2 * kk][2], dpt[2 * kk][3]),
-                              Type16<H>::Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
-                              Type16<H>::Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+      uint32_t pa[4], sa[4];
+      AccumulatorFragment<H>(pa, st, kk);
+      AccumulatorFragment<H>(sa, dpt, kk);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
         uint32_t b0, b1;
@@ -407,21 +406,9 @@ __global__ void __launch_bounds__(kThreads)
   LoadTile<H, HS>(v_s, kRowStride, dhead + q0 * static_cast<int64_t>(D), D, kBlockQ, T - q0);
   __syncthreads();
   uint32_t qf[HS / 16][4], dof[HS / 16][4];
-  {
-    const H* q_rows = k_s + (warp * 16 + g) * kRowStride;
-    const H* do_rows = v_s + (warp * 16 + g) * kRowStride;
-#pragma unroll
-    for (int kk = 0; kk < HS / 16; ++kk) {
-      qf[kk][0] = Pair(q_rows + kk * 16 + 2 * c);
-      qf[kk][1] = Pair(q_rows + 8 * kRowStride + kk * 16 + 2 * c);
-      qf[kk][2] = Pair(q_rows + kk * 16 + 8 + 2 * c);
-      qf[kk][3] = Pair(q_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
-      dof[kk][0] = Pair(do_rows + kk * 16 + 2 * c);
-      dof[kk][1] = Pair(do_rows + 8 * kRowStride + kk * 16 + 2 * c);
-      dof[kk][2] = Pair(do_rows + kk * 16 + 8 + 2 * c);
-      dof[kk][3] = Pair(do_rows + 8 * kRowStride + kk * 16 + 8 + 2 * c);
-    }
-  }
+  RowFragments<H, HS>(qf, k_s + warp * 16 * kRowStride, kRowStride);
+  RowFragments<H, HS>(dof, v_s + warp * 16 * kRowStride, kRowStride);
+
   const int rows[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
   float row_lse[2], row_dot[2];
 #pragma unroll
@@ -464,10 +451,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      const uint32_t a[4] = {Type16<H>::Pack(s[2 * kk][0], s[2 * kk][1]),
-                             Type16<H>::Pack(s[2 * kk][2], s[2 * kk][3]),
-                             Type16<H>::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             Type16<H>::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[4];
+      AccumulatorFragment<H>(a, s, kk);
 #pragma unroll
       for (int n = 0; n < HS / 8; ++n) {
         uint32_t b0, b1;

@@ -20,6 +20,7 @@ namespace forecastd {
 namespace {
 
 using testing::DeviceArray;
+using testing::DropoutMask;
 using testing::ExpectNear;
 using testing::NanVector;
 using testing::RandomVector;
@@ -51,14 +52,6 @@ std::string Describe(const Case& c) {
   return "B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) + " D=" + std::to_string(c.D) +
          " NH=" + std::to_string(c.NH) + (c.causal ? " causal" : "") +
          (c.dropout ? " dropout" : "");
-}
-
-// 0 or 1/(1-p) with p = 0.1, as the caller draws nn.MultiheadAttention's dropout.
-std::vector<float> DropoutMask(std::mt19937& rng, int64_t n) {
-  std::bernoulli_distribution keep(0.9);
-  std::vector<float> m(static_cast<size_t>(n));
-  for (float& x : m) x = keep(rng) ? 1.0f / 0.9f : 0.0f;
-  return m;
 }
 
 void CheckTrainingAttention(CudaBackend& backend, const Case& c) {

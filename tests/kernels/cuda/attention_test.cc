@@ -22,6 +22,7 @@ namespace forecastd {
 namespace {
 
 using testing::DeviceArray;
+using testing::DropoutMask;
 using testing::ExpectNear;
 using testing::NanVector;
 using testing::RandomVector;
@@ -38,14 +39,6 @@ constexpr double kAttAtol = 1e-8;  // the weights themselves are relative-accura
 // Scores of roughly the spread q.k / sqrt(hs) has, so the weights are far from uniform.
 std::vector<float> Scores(std::mt19937& rng, int64_t n) {
   return RandomVector(rng, n, -4.0f, 4.0f);
-}
-
-// 0 or 1/(1-p) with p = 0.1, as the caller draws nn.MultiheadAttention's dropout.
-std::vector<float> DropoutMask(std::mt19937& rng, int64_t n) {
-  std::bernoulli_distribution keep(0.9);
-  std::vector<float> m(static_cast<size_t>(n));
-  for (float& x : m) x = keep(rng) ? 1.0f / 0.9f : 0.0f;
-  return m;
 }
 
 // Row r is query r % T: causal rows see keys 0..r % T, and the rest must come back exactly 0.

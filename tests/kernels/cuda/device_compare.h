@@ -27,6 +27,14 @@ inline std::vector<float> RandomVector(std::mt19937& rng, int64_t n, float lo = 
   return v;
 }
 
+// 0 or 1/(1-p) each (kept with probability 1-p), as training draws an inverted-dropout mask.
+inline std::vector<float> DropoutMask(std::mt19937& rng, int64_t n, double p = 0.1) {
+  std::bernoulli_distribution keep(1.0 - p);
+  std::vector<float> m(static_cast<size_t>(n));
+  for (float& x : m) x = keep(rng) ? static_cast<float>(1.0 / (1.0 - p)) : 0.0f;
+  return m;
+}
+
 inline std::vector<float> NanVector(int64_t n) {
   return std::vector<float>(static_cast<size_t>(n), std::numeric_limits<float>::quiet_NaN());
 }
