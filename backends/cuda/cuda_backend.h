@@ -52,7 +52,7 @@ class CudaBackend final : public Backend {
     // allow TF32 tensor cores otherwise; under kBf16 and kFp16 a stack without initial or
     // final states (RecurrentStack, a forecast) runs on 16-bit data in cuDNN, fp16 where it
     // takes it (its fastest recurrent kernels; inputs beyond fp16's range, |x| > 65504 after
-    // standardisation, would overflow), else bf16, converted at its edges. Attention in
+    // standardisation, saturate to it), else bf16, converted at its edges. Attention in
     // inference under kBf16 / kFp16 runs on tensor cores (kernels/cuda/flash_attention.h).
     enum class Math { kFp32, kTf32, kBf16, kFp16 };
     Math math = Math::kFp32;

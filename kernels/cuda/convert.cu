@@ -14,7 +14,13 @@ namespace {
 // --- kernels
 
 __device__ __forceinline__ void Store(__nv_bfloat16* p, float x) { *p = __float2bfloat16(x); }
-__device__ __forceinline__ void Store(__half* p, float x) { *p = __float2half(x); }
+// fp16 saturates: a finite value beyond its largest (65504) becomes that, not infinity, so a
+// stray large input costs precision, not the whole result. NaN and infinities stay what they are.
+__device__ __forceinline__ void Store(__half* p, float x) {
+  constexpr float kHalfMax = 65504.0f;
+  if (isfinite(x)) x = fminf(fmaxf(x, -kHalfMax), kHalfMax);
+  *p = __float2half(x);
+}
 __device__ __forceinline__ float Load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float Load(const __half* p) { return __half2float(*p); }
 

@@ -1,7 +1,8 @@
 // Conversions between fp32 and the 16-bit storage formats (bfloat16, float16) on the device:
 // the CUDA backend keeps fp32 tensors and converts at the edges of the ops it runs in 16-bit
 // storage (cuDNN's recurrent layers under the bf16 / fp16 precisions). Rounding is to nearest
-// even, as __float2bfloat16 / __float2half do. Launchers only; the kernels live in convert.cu.
+// even, as __float2bfloat16 / __float2half do; finite values beyond fp16's range saturate to
+// +-65504 (bf16 has fp32's range). Launchers only; the kernels live in convert.cu.
 // Thread-safe: each call works on the stream it is given.
 #ifndef FORECASTD_KERNELS_CUDA_CONVERT_H_
 #define FORECASTD_KERNELS_CUDA_CONVERT_H_

@@ -52,5 +52,29 @@ TEST_CASE("ConvertTo16 and ConvertFrom16 round to nearest and round-trip exact v
         absl::StatusCode::kInvalidArgument);
 }
 
+// fp16 saturates finite values beyond its range instead of making them infinite; bf16 holds them
+// (its range is fp32's); NaN and infinities pass through both.
+TEST_CASE("ConvertTo16 saturates fp16 and keeps NaN and infinities", "[gpu]") {
+  const std::vector<float> x = {1e6f, -7e4f, 65504.0f, NAN, INFINITY, -INFINITY, 1e30f, 2.0f};
+  for (const cuda::Storage16 type : {cuda::Storage16::kFp16, cuda::Storage16::kBf16}) {
+    const bool fp16 = type == cuda::Storage16::kFp16;
+    CAPTURE(fp16);
+    DeviceArray d_in(x), d_16(std::vector<float>(x.size() / 2, 0.0f)),
+        d_back(std::vector<float>(x.size(), 0.0f));
+    REQUIRE_OK(cuda::ConvertTo16(d_16.get(), d_in.get(), 8, type, nullptr));
+    REQUIRE_OK(cuda::ConvertFrom16(d_back.get(), d_16.get(), 8, type, nullptr));
+    const std::vector<float> back = d_back.Download();
+    CHECK(back[0] == (fp16 ? 65504.0f : 999424.0f));   // bf16's nearest to 1e6
+    CHECK(back[1] == (fp16 ? -65504.0f : -70144.0f));  // bf16's nearest to -7e4
+    CHECK(back[2] == (fp16 ? 65504.0f : 65536.0f));    // bf16's nearest to 65504
+    CHECK(std::isnan(back[3]));
+    CHECK(back[4] == INFINITY);
+    CHECK(back[5] == -INFINITY);
+    CHECK(back[6] == (fp16 ? 65504.0f : back[6]));
+    CHECK(std::isfinite(back[6]));
+    CHECK(back[7] == 2.0f);
+  }
+}
+
 }  // namespace
 }  // namespace forecastd
