@@ -98,18 +98,32 @@ absl::Status CheckAttentionShape(absl::string_view op, int64_t B, int64_t T, int
 
 }  // namespace
 
-// The shapes of one chunk of Bc batch rows, for the GEMMs above.
+// The GEMM attention's sizes: scores are computed `rows` batch rows (per_row floats each) at a
+// time, and the layouts are those of one such chunk, for the GEMMs above.
 struct CudaBackend::AttentionChunk {
   int64_t T, D, NH, hs;
+  float scale;      // 1 / sqrt(hs)
+  int64_t rows;     // batch rows per chunk
+  int64_t per_row;  // NH * T * T
   HeadLayout qkv() const { return {3 * D, T * 3 * D, hs}; }
-  HeadLayout rows() const { return {D, T * D, hs}; }  // out, dout
+  HeadLayout out() const { return {D, T * D, hs}; }  // out, dout
   HeadLayout scores() const { return {T, NH * T * T, T * T}; }
 };
 
+CudaBackend::AttentionChunk CudaBackend::ChunkOf(int64_t B, int64_t T, int64_t D,
+                                                 int64_t NH) const {
+  const int64_t hs = D / NH;
+  const int64_t per_row = NH * T * T;
+  const int64_t rows = std::clamp<int64_t>(
+      options_.attention_scratch_bytes / (per_row * kFloatBytes), 1, std::max<int64_t>(B, 1));
+  return {T,    D,      NH, hs, static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs))),
+          rows, per_row};
+}
+
 bool CudaBackend::FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) const {
-  const bool math16 =
-      options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
-  if (!math16 || dropout || NH <= 0 || D % NH != 0 || B * NH > 65535) return false;
+  if (!Storage16().has_value() || dropout || NH <= 0 || D % NH != 0 || B * NH > 65535) {
+    return false;
+  }
   const int64_t hs = D / NH;
   return hs == 16 || hs == 32 || hs == 64;
 }
@@ -121,20 +135,11 @@ int64_t CudaBackend::AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64
   return B * NH * T * T;
 }
 
-int64_t CudaBackend::AttentionChunkRows(int64_t B, int64_t T, int64_t NH) const {
-  const int64_t per_row = NH * T * T * kFloatBytes;
-  return std::clamp<int64_t>(options_.attention_scratch_bytes / per_row, 1,
-                             std::max<int64_t>(B, 1));
-}
-
 absl::Status CudaBackend::AttentionGemmLocked(float* out, float* att, const float* qkv,
                                               const float* dropout_mask, int64_t B, int64_t T,
                                               int64_t D, int64_t NH, bool causal) {
-  const AttentionChunk shape{T, D, NH, D / NH};
-  const int64_t hs = shape.hs;
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
-  const int64_t chunk = AttentionChunkRows(B, T, NH);
-  const int64_t per_row = NH * T * T;
+  const AttentionChunk shape = ChunkOf(B, T, D, NH);
+  const int64_t hs = shape.hs, chunk = shape.rows, per_row = shape.per_row;
   float* scratch_scores = nullptr;
   if (att == nullptr) {
     ASSIGN_OR_RETURN(scratch_scores, ScratchFloatsLocked(kAttentionScores, chunk * per_row));
@@ -148,8 +153,8 @@ absl::Status CudaBackend::AttentionGemmLocked(float* out, float* att, const floa
     const float* q = qkv + b0 * T * 3 * D;
     float* scores = att != nullptr ? att + b0 * per_row : scratch_scores;
     RETURN_IF_ERROR(RunHeadGemms(context_.cublas,
-                                 {CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, q + D, shape.qkv(), q,
-                                  shape.qkv(), scores, shape.scores()},
+                                 {CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, shape.scale, q + D,
+                                  shape.qkv(), q, shape.qkv(), scores, shape.scores()},
                                  Bc, NH, options_.math));
     RETURN_IF_ERROR(cuda::AttentionSoftmax(scores, Bc * NH * T, T, causal, context_.stream));
     const float* probs = scores;
@@ -160,7 +165,7 @@ absl::Status CudaBackend::AttentionGemmLocked(float* out, float* att, const floa
     }
     RETURN_IF_ERROR(RunHeadGemms(context_.cublas,
                                  {CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, q + 2 * D, shape.qkv(),
-                                  probs, shape.scores(), out + b0 * T * D, shape.rows()},
+                                  probs, shape.scores(), out + b0 * T * D, shape.out()},
                                  Bc, NH, options_.math));
   }
   return absl::OkStatus();
@@ -178,24 +183,18 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
     // Inference in 16-bit math runs fused on tensor cores; in fp32 / TF32, short windows
     // stream keys and values through one kernel, whose cost grows with T^2 on CUDA cores, and
     // long ones run as GEMMs, whose cost grows on the matrix units.
-    const bool math16 =
-        options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
-    const cuda::Storage16 type16 =
-        options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16;
+    const std::optional<cuda::Storage16> type16 = Storage16();
     if (att != nullptr && FlashTraining(B, D, NH, dropout_mask != nullptr)) {
       // att holds AttentionSavedFloats: a copy of out, then the row statistics.
       RETURN_IF_ERROR(cuda::FlashAttentionForward(out, att + B * T * D, qkv, B, T, D, NH, causal,
-                                                  type16, context_.stream));
+                                                  *type16, context_.stream));
       CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(att, out, static_cast<size_t>(B * T * D) * kFloatBytes,
                                            cudaMemcpyDeviceToDevice, context_.stream));
       return absl::OkStatus();
     }
-    if (att == nullptr && dropout_mask == nullptr && math16 &&
+    if (att == nullptr && dropout_mask == nullptr && type16.has_value() &&
         cuda::FlashAttentionSupports(out, qkv, B, D, NH)) {
-      return cuda::FlashAttentionInference(
-          out, qkv, B, T, D, NH, causal,
-          options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
-          context_.stream);
+      return cuda::FlashAttentionInference(out, qkv, B, T, D, NH, causal, *type16, context_.stream);
     }
     if (att == nullptr && dropout_mask == nullptr && T < options_.attention_gemm_min_keys &&
         cuda::AttentionInferenceSupports(B, D, NH)) {
@@ -216,16 +215,11 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
   return Run([&]() -> absl::Status {
     if (FlashTraining(B, D, NH, dropout_mask != nullptr)) {
       ASSIGN_OR_RETURN(float* const rowdot, ScratchFloatsLocked(kAttentionScores, B * NH * T));
-      return cuda::FlashAttentionBackward(
-          dqkv, rowdot, dout, qkv, att, att + B * T * D, B, T, D, NH, causal,
-          options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
-          context_.stream);
+      return cuda::FlashAttentionBackward(dqkv, rowdot, dout, qkv, att, att + B * T * D, B, T, D,
+                                          NH, causal, *Storage16(), context_.stream);
     }
-    const AttentionChunk shape{T, D, NH, D / NH};
-    const int64_t hs = shape.hs;
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hs)));
-    const int64_t chunk = AttentionChunkRows(B, T, NH);
-    const int64_t per_row = NH * T * T;
+    const AttentionChunk shape = ChunkOf(B, T, D, NH);
+    const int64_t hs = shape.hs, chunk = shape.rows, per_row = shape.per_row;
     ASSIGN_OR_RETURN(float* const dw, ScratchFloatsLocked(kAttentionScores, chunk * per_row));
     float* dropped = nullptr;
     if (dropout_mask != nullptr) {
@@ -245,16 +239,16 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
       }
       // dv = P^T dout
       RETURN_IF_ERROR(RunHeadGemms(context_.cublas,
-                                   {CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, shape.rows(),
+                                   {CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, shape.out(),
                                     probs, shape.scores(), dq + 2 * D, shape.qkv()},
                                    Bc, NH, options_.math));
       // dw[t, s] = dout_t . v_s, then the softmax backward makes it dS in place.
       RETURN_IF_ERROR(RunHeadGemms(context_.cublas,
                                    {CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, q + 2 * D,
-                                    shape.qkv(), dy, shape.rows(), dw, shape.scores()},
+                                    shape.qkv(), dy, shape.out(), dw, shape.scores()},
                                    Bc, NH, options_.math));
-      RETURN_IF_ERROR(
-          cuda::AttentionSoftmaxBackward(dw, a, mask, Bc * NH * T, T, scale, context_.stream));
+      RETURN_IF_ERROR(cuda::AttentionSoftmaxBackward(dw, a, mask, Bc * NH * T, T, shape.scale,
+                                                     context_.stream));
       // dq = dS k, dk = dS^T q
       RETURN_IF_ERROR(RunHeadGemms(context_.cublas,
                                    {CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, q + D, shape.qkv(),

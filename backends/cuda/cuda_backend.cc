@@ -21,25 +21,6 @@
 namespace forecastd {
 namespace {
 
-// out (M x N, column-major, ld ldc) = op(A) (M x K) @ op(B) (K x N), fp32 in and out.
-absl::Status Gemm(cublasHandle_t handle, cublasOperation_t op_a, cublasOperation_t op_b, int64_t M,
-                  int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb,
-                  float* C, int64_t ldc, CudaBackend::Options::Math math) {
-  GemmBatch gemm;
-  gemm.op_a = op_a;
-  gemm.op_b = op_b;
-  gemm.M = M;
-  gemm.N = N;
-  gemm.K = K;
-  gemm.A = A;
-  gemm.lda = lda;
-  gemm.B = B;
-  gemm.ldb = ldb;
-  gemm.C = C;
-  gemm.ldc = ldc;
-  return RunGemm(handle, gemm, math);
-}
-
 absl::Status Zero(float* data, int64_t n, cudaStream_t stream) {
   if (data == nullptr || n <= 0) return absl::OkStatus();
   CUDA_RETURN_IF_ERROR(cudaMemsetAsync(data, 0, static_cast<size_t>(n) * sizeof(float), stream));
@@ -156,19 +137,38 @@ absl::StatusOr<void*> CudaBackend::ScratchLocked(Scratch which, int64_t bytes) {
   return buffer.data();
 }
 
-bool CudaBackend::Gemm16(int64_t M, int64_t N, int64_t K) const {
-  const bool math16 =
-      options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16;
-  return math16 && M * N * K >= kMinGemm16Macs;
+std::optional<cuda::Storage16> CudaBackend::Storage16() const {
+  switch (options_.math) {
+    case Options::Math::kBf16:
+      return cuda::Storage16::kBf16;
+    case Options::Math::kFp16:
+      return cuda::Storage16::kFp16;
+    default:
+      return std::nullopt;
+  }
 }
 
 absl::StatusOr<const void*> CudaBackend::Operand16Locked(Scratch which, const float* x, int64_t n) {
   ASSIGN_OR_RETURN(void* to, ScratchLocked(which, n * 2));
-  RETURN_IF_ERROR(cuda::ConvertTo16(
-      to, x, n,
-      options_.math == Options::Math::kBf16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16,
-      context_.stream));
+  RETURN_IF_ERROR(cuda::ConvertTo16(to, x, n, *Storage16(), context_.stream));
   return to;
+}
+
+absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias) {
+  const std::optional<cuda::Storage16> type = Storage16();
+  if (type.has_value() && gemm.M * gemm.N * gemm.K >= kMinGemm16Macs) {
+    ASSIGN_OR_RETURN(gemm.A,
+                     Operand16Locked(kGemmA16, static_cast<const float*>(gemm.A), gemm.M * gemm.K));
+    if (b16 == nullptr) {
+      ASSIGN_OR_RETURN(
+          b16, Operand16Locked(kGemmB16, static_cast<const float*>(gemm.B), gemm.K * gemm.N));
+    }
+    gemm.B = b16;
+    gemm.ab_type = *type == cuda::Storage16::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
+  }
+  // The bias in the GEMM's epilogue saves a pass over out (a few per cent of a transformer).
+  if (bias != nullptr) return bias_gemms_->Run(gemm, bias, options_.math);
+  return RunGemm(context_.cublas, gemm, options_.math);
 }
 
 absl::StatusOr<float*> CudaBackend::ScratchFloatsLocked(Scratch which, int64_t n) {
@@ -195,26 +195,17 @@ absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weig
       if (bias == nullptr) return absl::OkStatus();
       return cuda::AddBias(out, bias, N, OUT, context_.stream);
     }
-    GemmBatch gemm;
-    gemm.op_a = CUBLAS_OP_T;
-    gemm.op_b = CUBLAS_OP_N;
-    gemm.M = OUT;
-    gemm.N = N;
-    gemm.K = IN;
-    gemm.A = weight;
-    gemm.lda = IN;
-    gemm.B = inp;
-    gemm.ldb = IN;
-    gemm.C = out;
-    gemm.ldc = OUT;
-    if (Gemm16(OUT, N, IN)) {
-      ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, weight, OUT * IN));
-      ASSIGN_OR_RETURN(gemm.B, Operand16Locked(kGemmB16, inp, N * IN));
-      gemm.ab_type = options_.math == Options::Math::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
-    }
-    // The bias in the GEMM's epilogue saves a pass over out (a few per cent of a transformer).
-    if (bias != nullptr) return bias_gemms_->Run(gemm, bias, options_.math);
-    return RunGemm(context_.cublas, gemm, options_.math);
+    return LinearGemmLocked({.op_a = CUBLAS_OP_T,
+                             .M = OUT,
+                             .N = N,
+                             .K = IN,
+                             .A = weight,
+                             .lda = IN,
+                             .B = inp,
+                             .ldb = IN,
+                             .C = out,
+                             .ldc = OUT},
+                            /*b16=*/nullptr, bias);
   });
 }
 
@@ -224,56 +215,48 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
   RETURN_IF_ERROR(NonNegative("LinearBackward", {N, IN, OUT}));
   return Run([&]() -> absl::Status {
     const cudaStream_t stream = context_.stream;
-    const bool gemm16 = Gemm16(IN, N, OUT);
-    const cudaDataType_t type16 = options_.math == Options::Math::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
-    const void* dout16 = nullptr;  // dout rounded once for both products
-    if (gemm16 && ((dinp != nullptr && IN > 0) || (dweight != nullptr && IN > 0))) {
+    // dout, rounded to 16 bits once when the products take 16-bit operands, serves both
+    // (their multiply-adds are the same count, N * IN * OUT).
+    const void* dout16 = nullptr;
+    if (Storage16().has_value() && N * IN * OUT >= kMinGemm16Macs &&
+        (dinp != nullptr || dweight != nullptr)) {
       ASSIGN_OR_RETURN(dout16, Operand16Locked(kGemmB16, dout, N * OUT));
     }
     // dinp (N, IN) = dout (N, OUT) @ W (OUT, IN):  dinp_cm (IN x N) = W_cm (IN x OUT) @ dout_cm.
     if (dinp != nullptr && N > 0 && IN > 0) {
       if (OUT == 0) {
         RETURN_IF_ERROR(Zero(dinp, N * IN, stream));
-      } else if (gemm16) {
-        GemmBatch gemm;
-        gemm.M = IN;
-        gemm.N = N;
-        gemm.K = OUT;
-        gemm.ab_type = type16;
-        ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, weight, OUT * IN));
-        gemm.lda = IN;
-        gemm.B = dout16;
-        gemm.ldb = OUT;
-        gemm.C = dinp;
-        gemm.ldc = IN;
-        RETURN_IF_ERROR(RunGemm(context_.cublas, gemm, options_.math));
       } else {
-        RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_N, IN, N, OUT, weight, IN,
-                             dout, OUT, dinp, IN, options_.math));
+        RETURN_IF_ERROR(LinearGemmLocked({.M = IN,
+                                          .N = N,
+                                          .K = OUT,
+                                          .A = weight,
+                                          .lda = IN,
+                                          .B = dout,
+                                          .ldb = OUT,
+                                          .C = dinp,
+                                          .ldc = IN},
+                                         dout16, /*bias=*/nullptr));
       }
     }
     // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T.
+    // Rounding inp into kGemmA16 while it may still hold W for the product above is safe:
+    // stream order.
     if (dweight != nullptr && OUT > 0 && IN > 0) {
       if (N == 0) {
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
-      } else if (gemm16) {
-        // kGemmA16 may still hold W for the product above: stream order lets it be reused.
-        GemmBatch gemm;
-        gemm.op_b = CUBLAS_OP_T;
-        gemm.M = IN;
-        gemm.N = OUT;
-        gemm.K = N;
-        gemm.ab_type = type16;
-        ASSIGN_OR_RETURN(gemm.A, Operand16Locked(kGemmA16, inp, N * IN));
-        gemm.lda = IN;
-        gemm.B = dout16;
-        gemm.ldb = OUT;
-        gemm.C = dweight;
-        gemm.ldc = IN;
-        RETURN_IF_ERROR(RunGemm(context_.cublas, gemm, options_.math));
       } else {
-        RETURN_IF_ERROR(Gemm(context_.cublas, CUBLAS_OP_N, CUBLAS_OP_T, IN, OUT, N, inp, IN, dout,
-                             OUT, dweight, IN, options_.math));
+        RETURN_IF_ERROR(LinearGemmLocked({.op_b = CUBLAS_OP_T,
+                                          .M = IN,
+                                          .N = OUT,
+                                          .K = N,
+                                          .A = inp,
+                                          .lda = IN,
+                                          .B = dout,
+                                          .ldb = OUT,
+                                          .C = dweight,
+                                          .ldc = IN},
+                                         dout16, /*bias=*/nullptr));
       }
     }
     if (dbias != nullptr && OUT > 0) {

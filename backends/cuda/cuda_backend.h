@@ -37,10 +37,12 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/stream_pool.h"
+#include "kernels/cuda/convert.h"
 
 namespace forecastd {
 
 class LtBiasGemms;  // cublas_gemm.h
+struct GemmBatch;   // cublas_gemm.h
 
 class CudaBackend final : public Backend {
  public:
@@ -229,9 +231,15 @@ class CudaBackend final : public Backend {
   // allowed, at half the 16-bit rate (a transformer_large training step on an H100 spent 15 of
   // its 36 ms in them). Smaller GEMMs keep fp32 operands: the two extra passes would cost more.
   static constexpr int64_t kMinGemm16Macs = int64_t{1} << 28;
-  bool Gemm16(int64_t M, int64_t N, int64_t K) const;
+  // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
+  std::optional<cuda::Storage16> Storage16() const;
   // n floats of x rounded into scratch slot `which`, in the math mode's 16-bit type.
   absl::StatusOr<const void*> Operand16Locked(Scratch which, const float* x, int64_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs a Linear product (A and B dense fp32, A of M*K floats, B of K*N), with its operands
+  // rounded to 16 bits when the math mode and size call for it (b16: B rounded already, or
+  // null) and `bias` (M floats, or null) in the epilogue.
+  absl::Status LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.
@@ -250,8 +258,9 @@ class CudaBackend final : public Backend {
                                    int64_t NH, bool causal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether training attention of these sizes runs fused (FlashAttentionForward / Backward).
   bool FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) const;
-  // Batch rows per chunk of attention scores (Options::attention_scratch_bytes).
-  int64_t AttentionChunkRows(int64_t B, int64_t T, int64_t NH) const;
+  // The GEMM attention's sizes, with rows per chunk of scores from
+  // Options::attention_scratch_bytes.
+  AttentionChunk ChunkOf(int64_t B, int64_t T, int64_t D, int64_t NH) const;
 
   // cuda_recurrent.cc.
   // `num_layers` stacked layers (weights[l * ND + d]); h_0, c_0, h_n and c_n are then

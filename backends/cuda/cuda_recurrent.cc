@@ -456,9 +456,8 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
     return absl::OkStatus();
   }
   // The bf16 / fp16 precisions run a stack without states (a forecast) on 16-bit data.
-  const bool storage16 =
-      (options_.math == Options::Math::kBf16 || options_.math == Options::Math::kFp16) &&
-      h_0 == nullptr && c_0 == nullptr && h_n == nullptr && c_n == nullptr;
+  const bool storage16 = Storage16().has_value() && h_0 == nullptr && c_0 == nullptr &&
+                         h_n == nullptr && c_n == nullptr;
   ASSIGN_OR_RETURN(RnnPlan * plan,
                    PlanLocked(cell, dims, num_layers, /*inference=*/true, storage16));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));

@@ -108,6 +108,41 @@ __device__ __forceinline__ void AccumulatorFragment(uint32_t (&a)[4], const floa
   a[3] = Type16<H>::Pack(acc[2 * kk + 1][2], acc[2 * kk + 1][3]);
 }
 
+// acc[j] (16 x 8, j < N) = this warp's 16 rows (A fragments `a`) dotted with rows 8j..8j+7 of
+// the row-major shared `tile`: the product with the tile transposed (scores, their gradient).
+template <typename H, int HS, int N>
+__device__ __forceinline__ void RowProducts(float (&acc)[N][4], const uint32_t (&a)[HS / 16][4],
+                                            const H* tile, int stride) {
+  const int g = (threadIdx.x % 32) / 4, c = threadIdx.x % 4;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+    const H* row = tile + (j * 8 + g) * stride;
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; ++kk) {
+      Type16<H>::Mma(acc[j], a[kk], Pair(row + kk * 16 + 2 * c), Pair(row + kk * 16 + 8 + 2 * c));
+    }
+  }
+}
+
+// out (16 x HS) += p (16 x 8N, accumulator tiles, rounded to H) @ the first 8N rows of the
+// row-major shared `tile` (weights times values, and the gradients that share its form).
+template <typename H, int HS, int N>
+__device__ __forceinline__ void AccumulateProducts(float (&out)[HS / 8][4], const float (&p)[N][4],
+                                                   const H* tile, int stride) {
+#pragma unroll
+  for (int kk = 0; kk < N / 2; ++kk) {
+    uint32_t a[4];
+    AccumulatorFragment<H>(a, p, kk);
+#pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      uint32_t b0, b1;
+      TransposedPair(b0, b1, tile + kk * 16 * stride + n * 8, stride);
+      Type16<H>::Mma(out[n], a, b0, b1);
+    }
+  }
+}
+
 // rows x HS fp32 values from `src` (row stride `stride` floats; rows at or past `valid` read as
 // 0) into 16-bit shared rows. float4 loads, 8-byte stores.
 template <typename H, int HS>
@@ -160,16 +195,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     float s[kBlockK / 8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      const H* k_row = k_s + (j * 8 + g) * kQStride;
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        Type16<H>::Mma(s[j], qf[kk], Pair(k_row + kk * 16 + 2 * c),
-                       Pair(k_row + kk * 16 + 8 + 2 * c));
-      }
-    }
+    RowProducts<H, HS>(s, qf, k_s, kQStride);
     // Scaled to base 2, masked (keys past T; keys after the query when causal), and the
     // tile's maximum per row over the quad that shares the row.
     float tile_max[2] = {row_max[0], row_max[1]};
@@ -210,17 +236,7 @@ __global__ void __launch_bounds__(kThreads)
         row_sum[e >> 1] += s[j][e];
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      uint32_t a[4];
-      AccumulatorFragment<H>(a, s, kk);
-#pragma unroll
-      for (int n = 0; n < HS / 8; ++n) {
-        uint32_t b0, b1;
-        TransposedPair(b0, b1, v_s + kk * 16 * kQStride + n * 8, kQStride);
-        Type16<H>::Mma(o[n], a, b0, b1);
-      }
-    }
+    AccumulateProducts<H, HS>(o, s, v_s, kQStride);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -325,20 +341,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     float st[kBlockQ / 8][4], dpt[kBlockQ / 8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockQ / 8; ++j) {
-      st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
-      dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
-      const H* q_row = q_s + (j * 8 + g) * kRowStride;
-      const H* do_row = do_s + (j * 8 + g) * kRowStride;
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        Type16<H>::Mma(st[j], kf[kk], Pair(q_row + kk * 16 + 2 * c),
-                       Pair(q_row + kk * 16 + 8 + 2 * c));
-        Type16<H>::Mma(dpt[j], vf[kk], Pair(do_row + kk * 16 + 2 * c),
-                       Pair(do_row + kk * 16 + 8 + 2 * c));
-      }
-    }
+    RowProducts<H, HS>(st, kf, q_s, kRowStride);
+    RowProducts<H, HS>(dpt, vf, do_s, kRowStride);
 #pragma unroll
     for (int j = 0; j < kBlockQ / 8; ++j) {
 #pragma unroll
@@ -352,20 +356,8 @@ __global__ void __launch_bounds__(kThreads)
         dpt[j][e] = seen ? p * (dpt[j][e] - rowdot_s[qi]) : 0.0f;
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kBlockQ / 16; ++kk) {
-      uint32_t pa[4], sa[4];
-      AccumulatorFragment<H>(pa, st, kk);
-      AccumulatorFragment<H>(sa, dpt, kk);
-#pragma unroll
-      for (int n = 0; n < HS / 8; ++n) {
-        uint32_t b0, b1;
-        TransposedPair(b0, b1, do_s + kk * 16 * kRowStride + n * 8, kRowStride);
-        Type16<H>::Mma(dv[n], pa, b0, b1);
-        TransposedPair(b0, b1, q_s + kk * 16 * kRowStride + n * 8, kRowStride);
-        Type16<H>::Mma(dk[n], sa, b0, b1);
-      }
-    }
+    AccumulateProducts<H, HS>(dv, st, do_s, kRowStride);
+    AccumulateProducts<H, HS>(dk, dpt, q_s, kRowStride);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -424,20 +416,8 @@ __global__ void __launch_bounds__(kThreads)
     LoadTile<H, HS>(v_s, kRowStride, head + 2 * D + k0 * D3, D3, kBlockK, T - k0);
     __syncthreads();
     float s[kBlockK / 8][4], dp[kBlockK / 8][4];
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; ++j) {
-      s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-      dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
-      const H* k_row = k_s + (j * 8 + g) * kRowStride;
-      const H* v_row = v_s + (j * 8 + g) * kRowStride;
-#pragma unroll
-      for (int kk = 0; kk < HS / 16; ++kk) {
-        Type16<H>::Mma(s[j], qf[kk], Pair(k_row + kk * 16 + 2 * c),
-                       Pair(k_row + kk * 16 + 8 + 2 * c));
-        Type16<H>::Mma(dp[j], dof[kk], Pair(v_row + kk * 16 + 2 * c),
-                       Pair(v_row + kk * 16 + 8 + 2 * c));
-      }
-    }
+    RowProducts<H, HS>(s, qf, k_s, kRowStride);
+    RowProducts<H, HS>(dp, dof, v_s, kRowStride);
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
 #pragma unroll
@@ -449,17 +429,7 @@ __global__ void __launch_bounds__(kThreads)
         s[j][e] = seen ? p * (dp[j][e] - row_dot[e >> 1]) : 0.0f;
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kBlockK / 16; ++kk) {
-      uint32_t a[4];
-      AccumulatorFragment<H>(a, s, kk);
-#pragma unroll
-      for (int n = 0; n < HS / 8; ++n) {
-        uint32_t b0, b1;
-        TransposedPair(b0, b1, k_s + kk * 16 * kRowStride + n * 8, kRowStride);
-        Type16<H>::Mma(dq[n], a, b0, b1);
-      }
-    }
+    AccumulateProducts<H, HS>(dq, s, k_s, kRowStride);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
