@@ -90,6 +90,16 @@ LtBiasGemms::~LtBiasGemms() = default;
 
 absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
                               CudaBackend::Options::Math math) {
+  // The kBias epilogue only reads the vector.
+  ASSIGN_OR_RETURN(const bool fused, TryRun(g, LtEpilogue::kBias, const_cast<float*>(bias), math));
+  if (fused) return absl::OkStatus();
+  ++fallback_calls_;
+  RETURN_IF_ERROR(RunGemm(context_.cublas, g, math));
+  return cuda::AddBias(g.C, bias, g.N, g.M, context_.stream);
+}
+
+absl::StatusOr<bool> LtBiasGemms::TryRun(const GemmBatch& g, LtEpilogue kind, float* bias,
+                                         CudaBackend::Options::Math math) {
   if (g.batch != 1 || g.alpha != 1.0f || bias == nullptr || g.ldc != g.M) {
     return absl::InvalidArgumentError(
         "LtBiasGemms: one product with alpha 1, a bias and a dense D (ldc == M)");
@@ -108,7 +118,8 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
                    Alignment(g.B),
                    Alignment(g.C),
                    Alignment(bias),
-                   static_cast<int64_t>(g.ab_type)};
+                   static_cast<int64_t>(g.ab_type),
+                   static_cast<int64_t>(kind)};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (plans_.size() >= kMaxPlans) plans_.clear();
@@ -117,7 +128,8 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
     cublasLtMatmulDesc_t op = nullptr;
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
     plan->op.reset(op);
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const cublasLtEpilogue_t epilogue =
+        kind == LtEpilogue::kBias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADB;
     CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &g.op_a, sizeof(g.op_a)));
     CUBLAS_RETURN_IF_ERROR(
@@ -162,18 +174,14 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
             ? CUBLAS_STATUS_NOT_INITIALIZED
             : cublasLtMatmulAlgoGetHeuristic(context_.cublas_lt, op, a, b, c, c, pref, 1, &result,
                                              &found);
-    // No algorithm (or a bias alignment the epilogue may not take): the fallback serves.
+    // No algorithm (or a vector alignment the epilogue may not take): the caller falls back.
     if (heuristic == CUBLAS_STATUS_SUCCESS && found > 0 && key[12] >= 16) {
       plan->algo = result.algo;
     }
     it = plans_.emplace(key, std::move(plan)).first;
   }
   const Plan& plan = *it->second;
-  if (!plan.algo.has_value() || context_.cublas_lt == nullptr) {
-    ++fallback_calls_;
-    RETURN_IF_ERROR(RunGemm(context_.cublas, g, math));
-    return cuda::AddBias(g.C, bias, g.N, g.M, context_.stream);
-  }
+  if (!plan.algo.has_value() || context_.cublas_lt == nullptr) return false;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float alpha = 1.0f, beta = 0.0f;
@@ -181,8 +189,8 @@ absl::Status LtBiasGemms::Run(const GemmBatch& g, const float* bias,
       context_.cublas_lt, plan.op.get(), &alpha, g.A, plan.a.get(), g.B, plan.b.get(), &beta, g.C,
       plan.c.get(), g.C, plan.c.get(), &*plan.algo, context_.workspace,
       static_cast<size_t>(context_.workspace_bytes), context_.stream));
-  ++fused_calls_;
-  return absl::OkStatus();
+  ++(kind == LtEpilogue::kBias ? fused_calls_ : fused_gradient_calls_);
+  return true;
 }
 
 }  // namespace forecastd

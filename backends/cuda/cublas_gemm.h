@@ -1,5 +1,6 @@
 // The CUDA backend's cuBLAS GEMMs over fp32 tensors: one product or a strided batch of them
-// (RunGemm), and products with the bias added in cuBLASLt's epilogue (LtBiasGemms), with the
+// (RunGemm), and products with a bias added, or its gradient taken, in cuBLASLt's epilogue
+// (LtBiasGemms), with the
 // backend's math mode deciding how cuBLAS may round the inputs for tensor cores (accumulation
 // and storage stay fp32). Used by cuda_backend.cc (Linear) and cuda_attention.cc.
 // Thread-compatible: calls on one handle must not overlap.
@@ -14,6 +15,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "backends/cuda/cuda_backend.h"
 
 namespace forecastd {
@@ -41,12 +43,17 @@ struct GemmBatch {
 // int range; cuBLAS's own errors wrapped (library_status.h).
 absl::Status RunGemm(cublasHandle_t handle, const GemmBatch& gemm, CudaBackend::Options::Math math);
 
-// D = op_a(A) @ op_b(B) + bias, the bias (M floats) added to every column of D in cuBLASLt's
-// epilogue instead of a separate pass over D. One operation descriptor, layouts and algorithm
-// per shape, math mode and pointer alignment, kept (at most kMaxPlans; then all are dropped and
-// rebuilt on demand). A shape cuBLASLt has no fused algorithm for falls back to RunGemm plus our
-// bias kernel, so Run fails only on a real error. Thread-compatible; borrows the context's
-// cuBLAS / cuBLASLt handles, stream and workspace, which must outlive it.
+// What cuBLASLt's epilogue does with a linear layer's bias vector:
+//   kBias:         D = op_a(A) @ op_b(B) + bias, the bias (M floats) added to every column;
+//   kBiasGradient: D = op_a(A) @ op_b(B), and the vector (N floats) receives the column sums of
+//                  op_b(B) (K x N): a weight gradient's product also yields the bias gradient.
+enum class LtEpilogue { kBias, kBiasGradient };
+
+// Products with a bias in cuBLASLt's epilogue instead of a separate pass over D or over the
+// output gradient. One operation descriptor, layouts and algorithm per shape, epilogue, math
+// mode and pointer alignment, kept (at most kMaxPlans; then all are dropped and rebuilt on
+// demand). Thread-compatible; borrows the context's cuBLAS / cuBLASLt handles, stream and
+// workspace, which must outlive it.
 class LtBiasGemms {
  public:
   static constexpr size_t kMaxPlans = 256;
@@ -56,21 +63,29 @@ class LtBiasGemms {
   LtBiasGemms(const LtBiasGemms&) = delete;
   LtBiasGemms& operator=(const LtBiasGemms&) = delete;
 
-  // `gemm.batch` must be 1, its alpha 1 and D dense (ldc == M).
+  // Queues the product with `epilogue` on `vector` and returns true, or returns false having
+  // queued nothing when cuBLASLt has no fused algorithm for it. `gemm.batch` must be 1, its
+  // alpha 1 and D dense (ldc == M).
+  absl::StatusOr<bool> TryRun(const GemmBatch& gemm, LtEpilogue epilogue, float* vector,
+                              CudaBackend::Options::Math math);
+  // kBias, falling back to RunGemm plus our bias kernel, so it fails only on a real error.
   absl::Status Run(const GemmBatch& gemm, const float* bias, CudaBackend::Options::Math math);
 
   int64_t fused_calls() const { return fused_calls_; }        // epilogue bias
   int64_t fallback_calls() const { return fallback_calls_; }  // GEMM, then our bias kernel
+  int64_t fused_gradient_calls() const { return fused_gradient_calls_; }  // epilogue gradient
 
  private:
   struct Plan;  // null algorithm: no fused kernel for this key
-  // op_a, op_b, M, N, K, lda, ldb, ldc, math, alignment of A, B, C and bias, ab_type
-  using Key = std::array<int64_t, 14>;
+  // op_a, op_b, M, N, K, lda, ldb, ldc, math, alignment of A, B, C and the vector, ab_type,
+  // epilogue
+  using Key = std::array<int64_t, 15>;
 
   const CudaStreamContext context_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   int64_t fused_calls_ = 0;
   int64_t fallback_calls_ = 0;
+  int64_t fused_gradient_calls_ = 0;
 };
 
 }  // namespace forecastd

@@ -128,10 +128,21 @@ bool CudaBackend::FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) 
   return hs == 16 || hs == 32 || hs == 64;
 }
 
+// What a fused training forward keeps in `att`, in this order: q, k and v rounded to 16 bits
+// (FlashOperandBytes), a copy of the output (B, T, D), and each query's softmax statistic
+// (B, NH, T). Offsets in floats.
+struct CudaBackend::FlashSaved {
+  int64_t out, lse, total;
+};
+
+CudaBackend::FlashSaved CudaBackend::FlashSavedOf(int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const int64_t operands = cuda::FlashOperandBytes(B, T, D) / kFloatBytes;  // D % 16 == 0
+  return {operands, operands + B * T * D, operands + B * T * D + B * NH * T};
+}
+
 int64_t CudaBackend::AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
                                           bool dropout) const {
-  // The output (B, T, D), then each query's softmax statistic (B, NH, T).
-  if (FlashTraining(B, D, NH, dropout)) return B * T * D + B * NH * T;
+  if (FlashTraining(B, D, NH, dropout)) return FlashSavedOf(B, T, D, NH).total;
   return B * NH * T * T;
 }
 
@@ -185,16 +196,16 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
     // long ones run as GEMMs, whose cost grows on the matrix units.
     const std::optional<cuda::Storage16> type16 = Storage16();
     if (att != nullptr && FlashTraining(B, D, NH, dropout_mask != nullptr)) {
-      // att holds AttentionSavedFloats: a copy of out, then the row statistics.
-      RETURN_IF_ERROR(cuda::FlashAttentionForward(out, att + B * T * D, qkv, B, T, D, NH, causal,
-                                                  *type16, context_.stream));
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(att, out, static_cast<size_t>(B * T * D) * kFloatBytes,
-                                           cudaMemcpyDeviceToDevice, context_.stream));
-      return absl::OkStatus();
+      const FlashSaved saved = FlashSavedOf(B, T, D, NH);
+      return cuda::FlashAttentionForward(out, att + saved.out, att + saved.lse, att, qkv, B, T, D,
+                                         NH, causal, *type16, context_.stream);
     }
     if (att == nullptr && dropout_mask == nullptr && type16.has_value() &&
         cuda::FlashAttentionSupports(out, qkv, B, D, NH)) {
-      return cuda::FlashAttentionInference(out, qkv, B, T, D, NH, causal, *type16, context_.stream);
+      ASSIGN_OR_RETURN(void* const operands,
+                       ScratchLocked(kAttentionOperands, cuda::FlashOperandBytes(B, T, D)));
+      return cuda::FlashAttentionInference(out, operands, qkv, B, T, D, NH, causal, *type16,
+                                           context_.stream);
     }
     if (att == nullptr && dropout_mask == nullptr && T < options_.attention_gemm_min_keys &&
         cuda::AttentionInferenceSupports(B, D, NH)) {
@@ -214,9 +225,14 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
   }
   return Run([&]() -> absl::Status {
     if (FlashTraining(B, D, NH, dropout_mask != nullptr)) {
-      ASSIGN_OR_RETURN(float* const rowdot, ScratchFloatsLocked(kAttentionScores, B * NH * T));
-      return cuda::FlashAttentionBackward(dqkv, rowdot, dout, qkv, att, att + B * T * D, B, T, D,
-                                          NH, causal, *Storage16(), context_.stream);
+      // Scratch: dout in 16 bits, then each query's dout . out.
+      const int64_t dout16 = cuda::FlashOperandBytes(B, T, D) / 3 / kFloatBytes;
+      ASSIGN_OR_RETURN(float* const scratch,
+                       ScratchFloatsLocked(kAttentionScores, dout16 + B * NH * T));
+      const FlashSaved saved = FlashSavedOf(B, T, D, NH);
+      return cuda::FlashAttentionBackward(dqkv, scratch, scratch + dout16, dout, att,
+                                          att + saved.out, att + saved.lse, B, T, D, NH, causal,
+                                          *Storage16(), context_.stream);
     }
     const AttentionChunk shape = ChunkOf(B, T, D, NH);
     const int64_t hs = shape.hs, chunk = shape.rows, per_row = shape.per_row;

@@ -118,6 +118,7 @@ CudaBackend::Stats CudaBackend::stats() const {
   for (const DeviceBuffer& buffer : scratch_) stats.scratch_bytes += buffer.block_bytes();
   stats.fused_bias_gemms = bias_gemms_->fused_calls();
   stats.bias_kernel_gemms = bias_gemms_->fallback_calls();
+  stats.fused_bias_grads = bias_gemms_->fused_gradient_calls();
   return stats;
 }
 
@@ -154,8 +155,10 @@ absl::StatusOr<const void*> CudaBackend::Operand16Locked(Scratch which, const fl
   return to;
 }
 
-absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias) {
+absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias,
+                                           float* bias_grad) {
   const std::optional<cuda::Storage16> type = Storage16();
+  const float* const b32 = static_cast<const float*>(gemm.B);
   if (type.has_value() && gemm.M * gemm.N * gemm.K >= kMinGemm16Macs) {
     ASSIGN_OR_RETURN(gemm.A,
                      Operand16Locked(kGemmA16, static_cast<const float*>(gemm.A), gemm.M * gemm.K));
@@ -166,8 +169,17 @@ absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* b16, cons
     gemm.B = b16;
     gemm.ab_type = *type == cuda::Storage16::kBf16 ? CUDA_R_16BF : CUDA_R_16F;
   }
-  // The bias in the GEMM's epilogue saves a pass over out (a few per cent of a transformer).
+  // The bias in the GEMM's epilogue saves a pass over out (a few per cent of a transformer),
+  // and its gradient there one over the output gradient.
   if (bias != nullptr) return bias_gemms_->Run(gemm, bias, options_.math);
+  if (bias_grad != nullptr) {
+    ASSIGN_OR_RETURN(const bool fused, bias_gemms_->TryRun(gemm, LtEpilogue::kBiasGradient,
+                                                           bias_grad, options_.math));
+    if (fused) return absl::OkStatus();
+    RETURN_IF_ERROR(RunGemm(context_.cublas, gemm, options_.math));
+    // op_b(B) is (K x N) with B stored transposed and dense: row-major (K, N) in fp32.
+    return cuda::BiasGrad(bias_grad, b32, gemm.K, gemm.N, context_.stream);
+  }
   return RunGemm(context_.cublas, gemm, options_.math);
 }
 
@@ -246,6 +258,7 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
       if (N == 0) {
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
       } else {
+        // dbias (OUT) = the column sums of dout, from the same product's epilogue.
         RETURN_IF_ERROR(LinearGemmLocked({.op_b = CUBLAS_OP_T,
                                           .M = IN,
                                           .N = OUT,
@@ -256,7 +269,8 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                                           .ldb = OUT,
                                           .C = dweight,
                                           .ldc = IN},
-                                         dout16, /*bias=*/nullptr));
+                                         dout16, /*bias=*/nullptr, dbias));
+        if (dbias != nullptr) return absl::OkStatus();
       }
     }
     if (dbias != nullptr && OUT > 0) {

@@ -97,6 +97,7 @@ class CudaBackend final : public Backend {
     int64_t scratch_grows = 0;      // times a scratch buffer was (re)allocated
     int64_t fused_bias_gemms = 0;   // Linear calls with the bias in cuBLASLt's epilogue
     int64_t bias_kernel_gemms = 0;  // Linear calls with a bias but no fused algorithm
+    int64_t fused_bias_grads = 0;   // LinearBackward calls with dbias from the epilogue
     int64_t rnn_forwards_kept = 0;  // recurrent backward passes that reused a kept forward
   };
 
@@ -150,8 +151,9 @@ class CudaBackend final : public Backend {
   absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
   absl::Status Attention(float* out, float* att, const float* qkv, const float* dropout_mask,
                          int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) override;
-  // Under kBf16 / kFp16 without dropout, head sizes 16-64: the output and each query's
-  // softmax statistics (FlashAttentionForward), not the weights; B*NH*T*T floats otherwise.
+  // Under kBf16 / kFp16 without dropout, head sizes 16-64: q, k and v in 16 bits, the output
+  // and each query's softmax statistics (FlashAttentionForward), not the weights; B*NH*T*T
+  // floats otherwise.
   int64_t AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
                                bool dropout) const override;
   absl::Status AttentionLastQuery(float* out, const float* q, const float* kv, int64_t B, int64_t T,
@@ -199,22 +201,24 @@ class CudaBackend final : public Backend {
  private:
   // The backend's scratch buffers; several are live within one recurrent call.
   enum Scratch : int {
-    kWeightSpace,      // cuDNN's packed weights
-    kWeightGrads,      // cuDNN's packed weight gradients
-    kRnnOutput,        // the recomputed forward's y (backward only)
-    kRnnInputGrad,     // dx when the caller wants no dinp (backward only)
-    kWorkspace,        // cuDNN workspace beyond the stream's own
-    kReserve,          // cuDNN reserve space (backward only)
-    kRnnInput16,       // x in 16-bit storage (inference under bf16 / fp16)
-    kRnnOutput16,      // y in 16-bit storage
-    kAttentionScores,  // attention scores or their gradient, one chunk of batch rows
-    kAttentionProbs,   // the weights after dropout, one chunk
-    kGemmA16,          // a GEMM's first operand rounded to 16 bits (16-bit math modes)
-    kGemmB16,          // its second operand
+    kWeightSpace,        // cuDNN's packed weights
+    kWeightGrads,        // cuDNN's packed weight gradients
+    kRnnOutput,          // the recomputed forward's y (backward only)
+    kRnnInputGrad,       // dx when the caller wants no dinp (backward only)
+    kWorkspace,          // cuDNN workspace beyond the stream's own
+    kReserve,            // cuDNN reserve space (backward only)
+    kRnnInput16,         // x in 16-bit storage (inference under bf16 / fp16)
+    kRnnOutput16,        // y in 16-bit storage
+    kAttentionScores,    // attention scores or their gradient, one chunk of batch rows
+    kAttentionProbs,     // the weights after dropout, one chunk
+    kAttentionOperands,  // q, k and v in 16 bits (fused attention for inference)
+    kGemmA16,            // a GEMM's first operand rounded to 16 bits (16-bit math modes)
+    kGemmB16,            // its second operand
     kScratchCount,
   };
   struct RnnPlan;         // cuda_recurrent.cc
   struct AttentionChunk;  // cuda_attention.cc
+  struct FlashSaved;      // cuda_attention.cc
   // cell, B, T, I, H, ND, layers, inference-only, 16-bit storage wanted
   using RnnKey = std::array<int64_t, 9>;
 
@@ -238,9 +242,11 @@ class CudaBackend final : public Backend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs a Linear product (A and B dense fp32, A of M*K floats, B of K*N), with its operands
   // rounded to 16 bits when the math mode and size call for it (b16: B rounded already, or
-  // null) and `bias` (M floats, or null) in the epilogue.
-  absl::Status LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // null) and `bias` (M floats, or null) in the epilogue. bias_grad (N floats, or null; B then
+  // stored transposed, op_b(B) a dense row-major (K, N)) receives the column sums of op_b(B),
+  // from the epilogue where cuBLASLt has one.
+  absl::Status LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias,
+                                float* bias_grad = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.
   absl::StatusOr<void*> ScratchLocked(Scratch which, int64_t bytes)
@@ -258,6 +264,8 @@ class CudaBackend final : public Backend {
                                    int64_t NH, bool causal) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether training attention of these sizes runs fused (FlashAttentionForward / Backward).
   bool FlashTraining(int64_t B, int64_t D, int64_t NH, bool dropout) const;
+  // Where the fused training forward's state lies in `att`.
+  static FlashSaved FlashSavedOf(int64_t B, int64_t T, int64_t D, int64_t NH);
   // The GEMM attention's sizes, with rows per chunk of scores from
   // Options::attention_scratch_bytes.
   AttentionChunk ChunkOf(int64_t B, int64_t T, int64_t D, int64_t NH) const;

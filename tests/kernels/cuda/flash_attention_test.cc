@@ -1,8 +1,10 @@
-// Needs a GPU: the tensor-core attention kernel (kernels/cuda/flash_attention.h) against
+// Needs a GPU: the tensor-core attention kernels (kernels/cuda/flash_attention.h) against
 // kernels/ref on seeded random inputs, in bf16 and fp16: T = 1, T not a multiple of the 64-query
 // blocks or 64-key tiles, causal and not, head sizes 16, 32 and 64, a transformer-sized case;
 // and what it refuses.
 #include "kernels/cuda/flash_attention.h"
+
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cmath>
@@ -36,6 +38,11 @@ struct Precision {
 constexpr Precision kPrecisions[] = {{cuda::Storage16::kBf16, "bf16", 2e-2, 5e-3},
                                      {cuda::Storage16::kFp16, "fp16", 3e-3, 1e-3}};
 
+// Floats of scratch for FlashOperandBytes.
+int64_t OperandFloats(int64_t B, int64_t T, int64_t D) {
+  return cuda::FlashOperandBytes(B, T, D) / static_cast<int64_t>(sizeof(float));
+}
+
 struct Shape {
   int64_t B, T, D, NH;
   bool causal;
@@ -57,10 +64,11 @@ TEST_CASE("FlashAttentionInference matches the reference within 16-bit rounding"
       std::vector<float> want(c.B * c.T * c.D);
       ref::AttentionForward(want.data(), nullptr, qkv.data(), nullptr, c.B, c.T, c.D, c.NH,
                             c.causal);
-      DeviceArray d_qkv(qkv), d_out(NanVector(c.B * c.T * c.D));
+      DeviceArray d_qkv(qkv), d_out(NanVector(c.B * c.T * c.D)),
+          d_operands(NanVector(OperandFloats(c.B, c.T, c.D)));
       REQUIRE(cuda::FlashAttentionSupports(d_out.get(), d_qkv.get(), c.B, c.D, c.NH));
-      REQUIRE_OK(cuda::FlashAttentionInference(d_out.get(), d_qkv.get(), c.B, c.T, c.D, c.NH,
-                                               c.causal, p.type, nullptr));
+      REQUIRE_OK(cuda::FlashAttentionInference(d_out.get(), d_operands.get(), d_qkv.get(), c.B, c.T,
+                                               c.D, c.NH, c.causal, p.type, nullptr));
       const std::vector<float> got = d_out.Download();
       ExpectNear("out", got, want, {c.B, c.T, c.D}, p.atol, 0.0);
       if (c.T > 1) {
@@ -101,14 +109,23 @@ TEST_CASE("FlashAttentionForward and FlashAttentionBackward match the reference"
       ref::AttentionBackward(want.data(), dout.data(), qkv.data(), att.data(), nullptr, B, T, D,
                              NH);
       DeviceArray d_qkv(qkv), d_dout(dout), d_out(NanVector(B * T * D)),
-          d_lse(NanVector(B * NH * T)), d_rowdot(NanVector(B * NH * T)),
-          d_dqkv(NanVector(B * T * 3 * D));
-      REQUIRE_OK(cuda::FlashAttentionForward(d_out.get(), d_lse.get(), d_qkv.get(), B, T, D, NH,
-                                             c.causal, p.type, nullptr));
-      ExpectNear("out", d_out.Download(), want_out, {B, T, D}, p.atol, 0.0);
-      REQUIRE_OK(cuda::FlashAttentionBackward(d_dqkv.get(), d_rowdot.get(), d_dout.get(),
-                                              d_qkv.get(), d_out.get(), d_lse.get(), B, T, D, NH,
-                                              c.causal, p.type, nullptr));
+          d_out_copy(NanVector(B * T * D)), d_lse(NanVector(B * NH * T)),
+          d_rowdot(NanVector(B * NH * T)), d_dqkv(NanVector(B * T * 3 * D)),
+          d_operands(NanVector(OperandFloats(B, T, D))),
+          d_dout16(NanVector(OperandFloats(B, T, D) / 3));
+      REQUIRE_OK(cuda::FlashAttentionForward(d_out.get(), d_out_copy.get(), d_lse.get(),
+                                             d_operands.get(), d_qkv.get(), B, T, D, NH, c.causal,
+                                             p.type, nullptr));
+      const std::vector<float> out = d_out.Download();
+      ExpectNear("out", out, want_out, {B, T, D}, p.atol, 0.0);
+      CHECK(d_out_copy.Download() == out);
+      // The backward reads q, k and v from the operands the forward left, not from qkv.
+      const std::vector<float> nans = NanVector(B * T * 3 * D);
+      REQUIRE(cudaMemcpy(d_qkv.get(), nans.data(), nans.size() * sizeof(float),
+                         cudaMemcpyHostToDevice) == cudaSuccess);
+      REQUIRE_OK(cuda::FlashAttentionBackward(d_dqkv.get(), d_dout16.get(), d_rowdot.get(),
+                                              d_dout.get(), d_operands.get(), d_out_copy.get(),
+                                              d_lse.get(), B, T, D, NH, c.causal, p.type, nullptr));
       const std::vector<float> got = d_dqkv.Download();
       ExpectNear("dqkv", got, want, {B, T, 3, D}, p.grad_atol, 0.0);
       double worst = 0.0, largest = 0.0;
@@ -129,12 +146,16 @@ TEST_CASE("FlashAttentionInference refuses what it does not take", "[gpu]") {
   CHECK_FALSE(cuda::FlashAttentionSupports(d.get(), d.get() + 1, 1, 64, 1));  // qkv misaligned
   CHECK_FALSE(cuda::FlashAttentionSupports(d.get() + 1, d.get(), 1, 64, 1));  // out misaligned
   CHECK(cuda::FlashAttentionSupports(d.get(), d.get(), 1, 64, 1));
-  CHECK(cuda::FlashAttentionInference(d.get(), d.get(), 1, 4, 96, 1, false, cuda::Storage16::kBf16,
-                                      nullptr)
+  DeviceArray operands(std::vector<float>(OperandFloats(1, 4, 96), 0.0f));
+  CHECK(cuda::FlashAttentionInference(d.get(), operands.get(), d.get(), 1, 4, 96, 1, false,
+                                      cuda::Storage16::kBf16, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
-  CHECK(cuda::FlashAttentionInference(d.get(), d.get(), 1, 0, 64, 1, false, cuda::Storage16::kBf16,
-                                      nullptr)
+  CHECK(cuda::FlashAttentionInference(d.get(), operands.get(), d.get(), 1, 0, 64, 1, false,
+                                      cuda::Storage16::kBf16, nullptr)
             .code() == absl::StatusCode::kInvalidArgument);
+  CHECK(cuda::FlashAttentionInference(d.get(), operands.get() + 1, d.get(), 1, 4, 64, 1, false,
+                                      cuda::Storage16::kBf16, nullptr)
+            .code() == absl::StatusCode::kInvalidArgument);  // operands misaligned
 }
 
 }  // namespace
