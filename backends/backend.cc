@@ -35,6 +35,16 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
+absl::Status Backend::LinearForTraining(float* out, float* /*saved*/, const float* inp,
+                                        const float* weight, const float* bias, int64_t N,
+                                        int64_t IN, int64_t OUT) {
+  return Linear(out, inp, weight, bias, N, IN, OUT);
+}
+
+int64_t Backend::LinearSavedFloats(int64_t /*N*/, int64_t /*IN*/, int64_t /*OUT*/) const {
+  return 0;
+}
+
 int64_t Backend::AttentionSavedFloats(int64_t B, int64_t T, int64_t /*D*/, int64_t NH,
                                       bool /*dropout*/) const {
   return B * NH * T * T;

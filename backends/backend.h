@@ -113,9 +113,10 @@ class Backend {
   // semantics of their kernels/ref counterparts (`...Backward`). Every gradient is written,
   // never accumulated, and a nullptr gradient is not computed. The residual add and the
   // positional encoding pass their gradient through unchanged and have none.
+  // `saved` is what LinearForTraining kept for the same inp and weight, or nullptr.
   virtual absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                      const float* inp, const float* weight, int64_t N, int64_t IN,
-                                      int64_t OUT) = 0;
+                                      const float* inp, const float* saved, const float* weight,
+                                      int64_t N, int64_t IN, int64_t OUT) = 0;
   // Recompute the layer's forward from its input, so callers keep only `inp`.
   virtual absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
                                          const float* dout, const float* inp, const float* h_0,
@@ -139,6 +140,15 @@ class Backend {
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, const float* dropout_mask, int64_t B,
                                          int64_t T, int64_t D, int64_t NH, bool causal) = 0;
+  // Linear for a training step: a backend may keep in `saved` (LinearSavedFloats floats; nullptr
+  // when that is 0) what the LinearBackward of the same inp and weight needs, such as inp rounded
+  // to 16 bits where its products take 16-bit operands, so the backward does not round it again.
+  // inp and weight must then stay unchanged until that backward. The default calls Linear.
+  virtual absl::Status LinearForTraining(float* out, float* saved, const float* inp,
+                                         const float* weight, const float* bias, int64_t N,
+                                         int64_t IN, int64_t OUT);
+  // 0 by default: nothing kept.
+  virtual int64_t LinearSavedFloats(int64_t N, int64_t IN, int64_t OUT) const;
   // How many floats Attention's `att` must hold for AttentionBackward at these sizes, with or
   // without a dropout mask: B*NH*T*T, the weights (the default). A backend whose backward
   // recomputes the weights may keep less; its `att` is then its own state, not the weights.

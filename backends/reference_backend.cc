@@ -78,8 +78,8 @@ absl::Status ReferenceBackend::PositionalEncoding(float* out, const float* inp, 
 
 absl::Status ReferenceBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
                                               const float* dout, const float* inp,
-                                              const float* weight, int64_t N, int64_t IN,
-                                              int64_t OUT) {
+                                              const float* /*saved*/, const float* weight,
+                                              int64_t N, int64_t IN, int64_t OUT) {
   ref::LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
   return absl::OkStatus();
 }

@@ -35,8 +35,8 @@ class ReferenceBackend final : public Backend {
                                   int64_t D) override;
 
   absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int64_t N, int64_t IN,
-                              int64_t OUT) override;
+                              const float* inp, const float* saved, const float* weight, int64_t N,
+                              int64_t IN, int64_t OUT) override;
   absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
                                  const float* dout, const float* inp, const float* h_0,
                                  const float* c_0, const RecurrentDirectionWeights* weights,

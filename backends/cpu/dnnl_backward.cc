@@ -179,10 +179,11 @@ std::shared_ptr<AttentionBackwardPrimitive> BuildAttentionBackward(const dnnl::e
 }  // namespace
 
 absl::Status DnnlBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
-                                         const float* dout, const float* inp, const float* weight,
-                                         int64_t N, int64_t IN, int64_t OUT) {
+                                         const float* dout, const float* inp,
+                                         const float* /*saved*/, const float* weight, int64_t N,
+                                         int64_t IN, int64_t OUT) {
   if (N == 0 || IN == 0 || OUT == 0) {
-    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, nullptr, weight, N, IN, OUT);
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const LinearBackwardPrimitive> p,
                    cache_.GetOrBuild<LinearBackwardPrimitive>(
@@ -190,7 +191,7 @@ absl::Status DnnlBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                        "LinearBackward", [&] { return BuildLinearBackward(engine_, N, IN, OUT); }));
   if (p == nullptr) {
     CountFallback();
-    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, weight, N, IN, OUT);
+    return reference_.LinearBackward(dinp, dweight, dbias, dout, inp, nullptr, weight, N, IN, OUT);
   }
   const LinearBackwardMds md = MakeLinearBackwardMds(N, IN, OUT);
   DNNL_TRY({

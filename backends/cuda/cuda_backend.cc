@@ -155,13 +155,20 @@ absl::StatusOr<const void*> CudaBackend::Operand16Locked(Scratch which, const fl
   return to;
 }
 
-absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias,
-                                           float* bias_grad) {
+bool CudaBackend::Gemm16(int64_t macs) const {
+  return Storage16().has_value() && macs >= kMinGemm16Macs;
+}
+
+absl::Status CudaBackend::LinearGemmLocked(GemmBatch gemm, const void* a16, const void* b16,
+                                           const float* bias, float* bias_grad) {
   const std::optional<cuda::Storage16> type = Storage16();
   const float* const b32 = static_cast<const float*>(gemm.B);
-  if (type.has_value() && gemm.M * gemm.N * gemm.K >= kMinGemm16Macs) {
-    ASSIGN_OR_RETURN(gemm.A,
-                     Operand16Locked(kGemmA16, static_cast<const float*>(gemm.A), gemm.M * gemm.K));
+  if (Gemm16(gemm.M * gemm.N * gemm.K)) {
+    if (a16 == nullptr) {
+      ASSIGN_OR_RETURN(
+          a16, Operand16Locked(kGemmA16, static_cast<const float*>(gemm.A), gemm.M * gemm.K));
+    }
+    gemm.A = a16;
     if (b16 == nullptr) {
       ASSIGN_OR_RETURN(
           b16, Operand16Locked(kGemmB16, static_cast<const float*>(gemm.B), gemm.K * gemm.N));
@@ -217,21 +224,48 @@ absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weig
                              .ldb = IN,
                              .C = out,
                              .ldc = OUT},
-                            /*b16=*/nullptr, bias);
+                            /*a16=*/nullptr, /*b16=*/nullptr, bias);
+  });
+}
+
+int64_t CudaBackend::LinearSavedFloats(int64_t N, int64_t IN, int64_t OUT) const {
+  // inp rounded to 16 bits, two values a float.
+  return N > 0 && IN > 0 && OUT > 0 && Gemm16(N * IN * OUT) ? (N * IN + 1) / 2 : 0;
+}
+
+absl::Status CudaBackend::LinearForTraining(float* out, float* saved, const float* inp,
+                                            const float* weight, const float* bias, int64_t N,
+                                            int64_t IN, int64_t OUT) {
+  RETURN_IF_ERROR(NonNegative("LinearForTraining", {N, IN, OUT}));
+  if (saved == nullptr || LinearSavedFloats(N, IN, OUT) == 0) {
+    return Linear(out, inp, weight, bias, N, IN, OUT);
+  }
+  return Run([&]() -> absl::Status {
+    RETURN_IF_ERROR(cuda::ConvertTo16(saved, inp, N * IN, *Storage16(), context_.stream));
+    return LinearGemmLocked({.op_a = CUBLAS_OP_T,
+                             .M = OUT,
+                             .N = N,
+                             .K = IN,
+                             .A = weight,
+                             .lda = IN,
+                             .B = inp,
+                             .ldb = IN,
+                             .C = out,
+                             .ldc = OUT},
+                            /*a16=*/nullptr, /*b16=*/saved, bias);
   });
 }
 
 absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbias,
-                                         const float* dout, const float* inp, const float* weight,
-                                         int64_t N, int64_t IN, int64_t OUT) {
+                                         const float* dout, const float* inp, const float* saved,
+                                         const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   RETURN_IF_ERROR(NonNegative("LinearBackward", {N, IN, OUT}));
   return Run([&]() -> absl::Status {
     const cudaStream_t stream = context_.stream;
     // dout, rounded to 16 bits once when the products take 16-bit operands, serves both
     // (their multiply-adds are the same count, N * IN * OUT).
     const void* dout16 = nullptr;
-    if (Storage16().has_value() && N * IN * OUT >= kMinGemm16Macs &&
-        (dinp != nullptr || dweight != nullptr)) {
+    if (Gemm16(N * IN * OUT) && (dinp != nullptr || dweight != nullptr)) {
       ASSIGN_OR_RETURN(dout16, Operand16Locked(kGemmB16, dout, N * OUT));
     }
     // dinp (N, IN) = dout (N, OUT) @ W (OUT, IN):  dinp_cm (IN x N) = W_cm (IN x OUT) @ dout_cm.
@@ -248,12 +282,12 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                                           .ldb = OUT,
                                           .C = dinp,
                                           .ldc = IN},
-                                         dout16, /*bias=*/nullptr));
+                                         /*a16=*/nullptr, dout16, /*bias=*/nullptr));
       }
     }
-    // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T.
-    // Rounding inp into kGemmA16 while it may still hold W for the product above is safe:
-    // stream order.
+    // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T,
+    // with inp as LinearForTraining rounded it when it kept it. Rounding inp into kGemmA16
+    // while it may still hold W for the product above is safe: stream order.
     if (dweight != nullptr && OUT > 0 && IN > 0) {
       if (N == 0) {
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
@@ -269,7 +303,7 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                                           .ldb = OUT,
                                           .C = dweight,
                                           .ldc = IN},
-                                         dout16, /*bias=*/nullptr, dbias));
+                                         /*a16=*/saved, dout16, /*bias=*/nullptr, dbias));
         if (dbias != nullptr) return absl::OkStatus();
       }
     }

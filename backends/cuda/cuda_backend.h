@@ -149,6 +149,11 @@ class CudaBackend final : public Backend {
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
   absl::Status Relu(float* out, const float* inp, int64_t n) override;
   absl::Status Softmax(float* out, const float* inp, int64_t R, int64_t C) override;
+  // Under kBf16 / kFp16, for GEMMs that take 16-bit operands (kMinGemm16Macs): inp rounded to
+  // 16 bits, for the backward's weight gradient; nothing otherwise.
+  absl::Status LinearForTraining(float* out, float* saved, const float* inp, const float* weight,
+                                 const float* bias, int64_t N, int64_t IN, int64_t OUT) override;
+  int64_t LinearSavedFloats(int64_t N, int64_t IN, int64_t OUT) const override;
   absl::Status Attention(float* out, float* att, const float* qkv, const float* dropout_mask,
                          int64_t B, int64_t T, int64_t D, int64_t NH, bool causal) override;
   // Under kBf16 / kFp16 without dropout, head sizes 16-64: q, k and v in 16 bits, the output
@@ -163,8 +168,8 @@ class CudaBackend final : public Backend {
                                   int64_t D) override;
 
   absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, int64_t N, int64_t IN,
-                              int64_t OUT) override;
+                              const float* inp, const float* saved, const float* weight, int64_t N,
+                              int64_t IN, int64_t OUT) override;
   // cuDNN's training forward (with its reserve space) recomputes the layer, then its backward
   // data and backward weights passes run; weight gradients are copied out of cuDNN's layout.
   absl::Status LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
@@ -240,12 +245,14 @@ class CudaBackend final : public Backend {
   // n floats of x rounded into scratch slot `which`, in the math mode's 16-bit type.
   absl::StatusOr<const void*> Operand16Locked(Scratch which, const float* x, int64_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a GEMM of `macs` multiply-adds takes 16-bit operands (kMinGemm16Macs).
+  bool Gemm16(int64_t macs) const;
   // Runs a Linear product (A and B dense fp32, A of M*K floats, B of K*N), with its operands
-  // rounded to 16 bits when the math mode and size call for it (b16: B rounded already, or
-  // null) and `bias` (M floats, or null) in the epilogue. bias_grad (N floats, or null; B then
-  // stored transposed, op_b(B) a dense row-major (K, N)) receives the column sums of op_b(B),
-  // from the epilogue where cuBLASLt has one.
-  absl::Status LinearGemmLocked(GemmBatch gemm, const void* b16, const float* bias,
+  // rounded to 16 bits when Gemm16 (a16, b16: A or B rounded already, or null) and `bias` (M
+  // floats, or null) in the epilogue. bias_grad (N floats, or null; B then stored transposed,
+  // op_b(B) a dense row-major (K, N)) receives the column sums of op_b(B), from the epilogue
+  // where cuBLASLt has one.
+  absl::Status LinearGemmLocked(GemmBatch gemm, const void* a16, const void* b16, const float* bias,
                                 float* bias_grad = nullptr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Scratch slot `which` with at least `bytes`; growing synchronises the stream first.

@@ -162,7 +162,7 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
   const float* last = tape.saved[stacked ? 1 : static_cast<size_t>(L + 1)];
   ASSIGN_OR_RETURN(float* const dlast, tape.Alloc(B * ND * H));
   RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
-                                         grad(dparams, "head.bias"), dout, last,
+                                         grad(dparams, "head.bias"), dout, last, nullptr,
                                          p.at("head.weight"), B, ND * H, num_outputs()));
   // Only the last time step of the top layer reaches the head.
   float* dlayer[2];

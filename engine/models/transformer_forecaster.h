@@ -40,7 +40,8 @@ class TransformerForecaster final : public Forecaster {
   absl::Status LayerBackward(Backend& backend, int k, const LayerTape& lt, float* dx0, float* dx2,
                              float* dparams, int64_t B, TrainingTape& tape) const;
 
-  absl::Status Activation(Backend& backend, float* x, int64_t n) const;
+  // out = act(inp), n elements; out may be inp.
+  absl::Status Activation(Backend& backend, float* out, const float* inp, int64_t n) const;
   absl::Status ActivationBackward(Backend& backend, float* dinp, const float* dout,
                                   const float* inp, int64_t n) const;
   // Encoder layer k (weights in `p`) after its self-attention, on N rows: x (N, D) holds the

@@ -44,17 +44,22 @@ struct TransformerForecaster::LayerTape {
   float* m_sa;   // (N, D) on out_proj's output
   float* m_ff;   // (N, FF) on the activation's output (g above is after it)
   float* m_f;    // (N, D) on linear2's output
+  // What each Linear kept for its backward (Backend::LinearForTraining), or nullptr.
+  float* s_in;   // in_proj
+  float* s_out;  // out_proj
+  float* s_ff1;  // linear1
+  float* s_ff2;  // linear2
 
   // A LayerTape travels in TrainingTape::saved as kSlots pointers, in member order.
-  static constexpr size_t kSlots = 16;
+  static constexpr size_t kSlots = 20;
   void SaveTo(std::vector<float*>& saved) const {
-    saved.insert(saved.end(),
-                 {x0, n1, qkv, att, a, r1, x1, n2, h, g, r2, x2, m_att, m_sa, m_ff, m_f});
+    saved.insert(saved.end(), {x0, n1, qkv,   att,  a,    r1,  x1,   n2,    h,     g,
+                               r2, x2, m_att, m_sa, m_ff, m_f, s_in, s_out, s_ff1, s_ff2});
   }
   static LayerTape RestoreFrom(const std::vector<float*>& saved, size_t first) {
     const auto at = [&](size_t i) { return saved[first + i]; };
-    return {at(0), at(1), at(2),  at(3),  at(4),  at(5),  at(6),  at(7),
-            at(8), at(9), at(10), at(11), at(12), at(13), at(14), at(15)};
+    return {at(0),  at(1),  at(2),  at(3),  at(4),  at(5),  at(6),  at(7),  at(8),  at(9),
+            at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17), at(18), at(19)};
   }
 };
 
@@ -97,11 +102,13 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
                                       p.at(Layer(k, "norm1.weight")), p.at(Layer(k, "norm1.bias")),
                                       N, D, eps_));
   }
-  RETURN_IF_ERROR(backend.Linear(lt.qkv, lt.n1, p.at(Layer(k, "self_attn.in_proj_weight")),
-                                 p.at(Layer(k, "self_attn.in_proj_bias")), N, D, 3 * D));
+  RETURN_IF_ERROR(backend.LinearForTraining(lt.qkv, lt.s_in, lt.n1,
+                                            p.at(Layer(k, "self_attn.in_proj_weight")),
+                                            p.at(Layer(k, "self_attn.in_proj_bias")), N, D, 3 * D));
   RETURN_IF_ERROR(backend.Attention(lt.a, lt.att, lt.qkv, lt.m_att, B, T, D, NH, tf_.causal()));
-  RETURN_IF_ERROR(backend.Linear(scratch, lt.a, p.at(Layer(k, "self_attn.out_proj.weight")),
-                                 p.at(Layer(k, "self_attn.out_proj.bias")), N, D, D));
+  RETURN_IF_ERROR(backend.LinearForTraining(scratch, lt.s_out, lt.a,
+                                            p.at(Layer(k, "self_attn.out_proj.weight")),
+                                            p.at(Layer(k, "self_attn.out_proj.bias")), N, D, D));
   RETURN_IF_ERROR(ApplyDropout(data, scratch, lt.m_sa, N * D));
   RETURN_IF_ERROR(backend.Residual(lt.r1, lt.x0, scratch, N * D));
   if (!pre) {
@@ -113,13 +120,13 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
                                       p.at(Layer(k, "norm2.weight")), p.at(Layer(k, "norm2.bias")),
                                       N, D, eps_));
   }
-  RETURN_IF_ERROR(backend.Linear(lt.h, lt.n2, p.at(Layer(k, "linear1.weight")),
-                                 p.at(Layer(k, "linear1.bias")), N, D, FF));
-  RETURN_IF_ERROR(data.Copy(lt.g, lt.h, N * FF));
-  RETURN_IF_ERROR(Activation(backend, lt.g, N * FF));
+  RETURN_IF_ERROR(backend.LinearForTraining(lt.h, lt.s_ff1, lt.n2, p.at(Layer(k, "linear1.weight")),
+                                            p.at(Layer(k, "linear1.bias")), N, D, FF));
+  RETURN_IF_ERROR(Activation(backend, lt.g, lt.h, N * FF));
   RETURN_IF_ERROR(ApplyDropout(data, lt.g, lt.m_ff, N * FF));
-  RETURN_IF_ERROR(backend.Linear(scratch, lt.g, p.at(Layer(k, "linear2.weight")),
-                                 p.at(Layer(k, "linear2.bias")), N, FF, D));
+  RETURN_IF_ERROR(backend.LinearForTraining(scratch, lt.s_ff2, lt.g,
+                                            p.at(Layer(k, "linear2.weight")),
+                                            p.at(Layer(k, "linear2.bias")), N, FF, D));
   RETURN_IF_ERROR(ApplyDropout(data, scratch, lt.m_f, N * D));
   RETURN_IF_ERROR(backend.Residual(lt.r2, lt.x1, scratch, N * D));
   if (!pre) {
@@ -149,6 +156,12 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     if (!own) return alias;
     return tape.Alloc(n);
   };
+  // Room for what a Linear of IN -> OUT features over N rows keeps for its backward.
+  const auto linear_saved = [&](int64_t IN, int64_t OUT) -> absl::StatusOr<float*> {
+    const int64_t n = backend.LinearSavedFloats(N, IN, OUT);
+    if (n == 0) return nullptr;
+    return tape.Alloc(n);
+  };
   for (int k = 0; k < L; ++k) {
     LayerTape lt;
     lt.x0 = x;
@@ -170,6 +183,10 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     ASSIGN_OR_RETURN(lt.m_sa, tape.DropoutMask(N * D, p_drop, site + kAttentionOutput));
     ASSIGN_OR_RETURN(lt.m_ff, tape.DropoutMask(N * FF, p_drop, site + kFeedForwardHidden));
     ASSIGN_OR_RETURN(lt.m_f, tape.DropoutMask(N * D, p_drop, site + kFeedForwardOutput));
+    ASSIGN_OR_RETURN(lt.s_in, linear_saved(D, 3 * D));
+    ASSIGN_OR_RETURN(lt.s_out, linear_saved(D, D));
+    ASSIGN_OR_RETURN(lt.s_ff1, linear_saved(D, FF));
+    ASSIGN_OR_RETURN(lt.s_ff2, linear_saved(FF, D));
     RETURN_IF_ERROR(LayerForwardTrain(backend, k, lt, B, tape));
     lt.SaveTo(tape.saved);
     x = lt.x2;
@@ -222,11 +239,11 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   RETURN_IF_ERROR(data.Copy(dx1, dr2, N * D));
   ASSIGN_OR_RETURN(const float* const df, masked(dr2, lt.m_f));
   RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"), df, lt.g,
-                                         p.at(Layer(k, "linear2.weight")), N, FF, D));
+                                         lt.s_ff2, p.at(Layer(k, "linear2.weight")), N, FF, D));
   RETURN_IF_ERROR(ApplyDropout(data, dg, lt.m_ff, N * FF));
   RETURN_IF_ERROR(ActivationBackward(backend, dg, dg, lt.h, N * FF));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("linear1.weight"), dp("linear1.bias"), dg, lt.n2,
-                                         p.at(Layer(k, "linear1.weight")), N, D, FF));
+                                         lt.s_ff1, p.at(Layer(k, "linear1.weight")), N, D, FF));
   if (pre) {
     // dn2 -> through LN2 onto x1; reuse dx2 (already copied into dx1) as scratch.
     RETURN_IF_ERROR(backend.LayerNormBackward(dx2, dp("norm2.weight"), dp("norm2.bias"), dn, lt.x1,
@@ -247,12 +264,12 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   RETURN_IF_ERROR(data.Copy(dx0, dr1, N * D));
   ASSIGN_OR_RETURN(const float* const dsa, masked(dr1, lt.m_sa));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.out_proj.weight"),
-                                         dp("self_attn.out_proj.bias"), dsa, lt.a,
+                                         dp("self_attn.out_proj.bias"), dsa, lt.a, lt.s_out,
                                          p.at(Layer(k, "self_attn.out_proj.weight")), N, D, D));
   RETURN_IF_ERROR(
       backend.AttentionBackward(dqkv, dn, lt.qkv, lt.att, lt.m_att, B, T, D, NH, tf_.causal()));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("self_attn.in_proj_weight"),
-                                         dp("self_attn.in_proj_bias"), dqkv, lt.n1,
+                                         dp("self_attn.in_proj_bias"), dqkv, lt.n1, lt.s_in,
                                          p.at(Layer(k, "self_attn.in_proj_weight")), N, D, 3 * D));
   if (pre) {
     RETURN_IF_ERROR(backend.LayerNormBackward(dx1, dp("norm1.weight"), dp("norm1.bias"), dn, lt.x0,
@@ -277,7 +294,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
 
   ASSIGN_OR_RETURN(float* const dlast, tape.Alloc(B * D));
   RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
-                                         grad(dparams, "head.bias"), dout, head_in,
+                                         grad(dparams, "head.bias"), dout, head_in, nullptr,
                                          p.at("head.weight"), B, D, num_outputs()));
   if (pre) {
     ASSIGN_OR_RETURN(float* const dnormed, tape.Alloc(B * D));
@@ -303,7 +320,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
   // The positional encoding passes the gradient through; the input projection's input is
   // data and needs none.
   return backend.LinearBackward(nullptr, grad(dparams, "input_proj.weight"),
-                                grad(dparams, "input_proj.bias"), dx[cur], tape.saved[0],
+                                grad(dparams, "input_proj.bias"), dx[cur], tape.saved[0], nullptr,
                                 p.at("input_proj.weight"), N, F, D);
 }
 

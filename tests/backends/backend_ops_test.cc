@@ -778,7 +778,7 @@ TEST_CASE("LinearBackward matches the reference on every backend") {
           float* dbias = want_dbias ? mem->Output(OUT) : nullptr;
           REQUIRE(backend
                       ->LinearBackward(dinp, dweight, dbias, mem->Upload(dout), mem->Upload(inp),
-                                       mem->Upload(weight), N, IN, OUT)
+                                       nullptr, mem->Upload(weight), N, IN, OUT)
                       .ok());
           const std::string what =
               Describe(under_test, "LinearBackward",

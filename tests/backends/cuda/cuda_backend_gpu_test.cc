@@ -385,6 +385,7 @@ TEST_CASE("CudaBackend's LinearBackward fuses the bias gradient where it can") {
   const float* d_weight = mem.Upload(weight);
   const float* d_dout = mem.Upload(dout);
   float* const dbias_space = mem.Output(OUT + 1);
+  CHECK(backend->LinearSavedFloats(N, IN, OUT) == 0);  // fp32: nothing to keep
   for (const int64_t shift : {int64_t{0}, int64_t{1}}) {
     CAPTURE(shift);
     float* dinp = mem.Output(N * IN);
@@ -392,7 +393,8 @@ TEST_CASE("CudaBackend's LinearBackward fuses the bias gradient where it can") {
     float* dbias = dbias_space + shift;
     const CudaBackend::Stats before = backend->stats();
     REQUIRE(
-        backend->LinearBackward(dinp, dweight, dbias, d_dout, d_inp, d_weight, N, IN, OUT).ok());
+        backend->LinearBackward(dinp, dweight, dbias, d_dout, d_inp, nullptr, d_weight, N, IN, OUT)
+            .ok());
     const CudaBackend::Stats after = backend->stats();
     CHECK(after.fused_bias_grads == before.fused_bias_grads + (shift == 0 ? 1 : 0));
     ExpectAllClose("dinp", mem.Download(dinp, N * IN), want_dinp, 1e-5, 1e-5);
@@ -641,10 +643,12 @@ TEST_CASE("CudaBackend's large GEMMs under bf16 and fp16 use 16-bit operands wit
     float* dinp = mem.Output(N * IN);
     float* dweight = mem.Output(OUT * IN);
     float* dbias = mem.Output(OUT);
-    REQUIRE(backend->Linear(out, d_inp, d_weight, mem.Upload(bias), N, IN, OUT).ok());
+    const float* d_bias = mem.Upload(bias);
+    REQUIRE(backend->Linear(out, d_inp, d_weight, d_bias, N, IN, OUT).ok());
     const CudaBackend::Stats before = backend->stats();
     REQUIRE(
-        backend->LinearBackward(dinp, dweight, dbias, d_dout, d_inp, d_weight, N, IN, OUT).ok());
+        backend->LinearBackward(dinp, dweight, dbias, d_dout, d_inp, nullptr, d_weight, N, IN, OUT)
+            .ok());
     CHECK(backend->stats().fused_bias_grads == before.fused_bias_grads + 1);
     const std::vector<float> got_out = mem.Download(out, N * OUT);
     ExpectAllClose(std::string("Linear ") + c.name, got_out, want_out, c.atol, c.rtol);
@@ -660,6 +664,25 @@ TEST_CASE("CudaBackend's large GEMMs under bf16 and fp16 use 16-bit operands wit
     }
     INFO(c.name << " max |diff| " << worst);
     CHECK(worst > 1e-4);  // fp32 products would be within ~1e-5
+
+    // The training pair: LinearForTraining keeps inp rounded to 16 bits and the backward's
+    // weight gradient takes it from there; the same rounding once instead of twice, so the same
+    // results to the bit.
+    const int64_t saved_n = backend->LinearSavedFloats(N, IN, OUT);
+    CHECK(saved_n == N * IN / 2);
+    float* saved = mem.Output(saved_n);
+    float* out2 = mem.Output(N * OUT);
+    float* dinp2 = mem.Output(N * IN);
+    float* dweight2 = mem.Output(OUT * IN);
+    float* dbias2 = mem.Output(OUT);
+    REQUIRE(backend->LinearForTraining(out2, saved, d_inp, d_weight, d_bias, N, IN, OUT).ok());
+    REQUIRE(
+        backend->LinearBackward(dinp2, dweight2, dbias2, d_dout, d_inp, saved, d_weight, N, IN, OUT)
+            .ok());
+    CHECK(mem.Download(out2, N * OUT) == got_out);
+    CHECK(mem.Download(dinp2, N * IN) == mem.Download(dinp, N * IN));
+    CHECK(mem.Download(dweight2, OUT * IN) == mem.Download(dweight, OUT * IN));
+    CHECK(mem.Download(dbias2, OUT) == mem.Download(dbias, OUT));
   }
 }
 
