@@ -35,6 +35,14 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
+absl::Status Backend::RecurrentStackLast(RecurrentCell /*cell*/, float* /*last*/,
+                                         const float* /*inp*/,
+                                         const RecurrentDirectionWeights* /*weights*/,
+                                         const RecurrentDims& /*dims*/, int /*num_layers*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no RecurrentStackLast (SupportsOp(kRecurrentStackLast))"));
+}
+
 absl::Status Backend::LinearForTraining(float* out, float* /*saved*/, const float* inp,
                                         const float* weight, const float* bias, int64_t N,
                                         int64_t IN, int64_t OUT) {

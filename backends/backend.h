@@ -23,6 +23,8 @@ enum class Op {
   // A stack of recurrent layers as one primitive (RecurrentStack); without it the stack runs
   // as LstmLayer / GruLayer calls, one per layer.
   kRecurrentStack,
+  // RecurrentStackLast: only the last time step of the stack's output (a forecast's head input).
+  kRecurrentStackLast,
   kLayerNorm,
   kGelu,
   kRelu,
@@ -83,6 +85,14 @@ class Backend {
   virtual absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch,
                                       const float* inp, const RecurrentDirectionWeights* weights,
                                       const RecurrentDims& dims, int num_layers);
+
+  // RecurrentStack's out[:, T-1, :] alone: last (B, ND*H), the top layer's output at the last
+  // time step (both directions side by side), T >= 1. Only where SupportsOp(kRecurrentStackLast):
+  // the default returns UNIMPLEMENTED. A backend may then run the stack in the layout it runs
+  // fastest (cuDNN's sequence-major one) without rearranging the whole output.
+  virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+                                          const RecurrentDirectionWeights* weights,
+                                          const RecurrentDims& dims, int num_layers);
 
   // out (N, C) = LayerNorm(inp (N, C)) * gamma + beta; mean/rstd (N) or nullptr.
   virtual absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp,

@@ -1,5 +1,10 @@
 #include "backends/reference_backend.h"
 
+#include <algorithm>
+#include <vector>
+
+#include "kernels/base/status.h"
+
 #include "kernels/ref/activation.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/linear.h"
@@ -27,6 +32,20 @@ absl::Status ReferenceBackend::GruLayer(float* out, float* h_n, const float* inp
                                         const RecurrentDirectionWeights* weights,
                                         const RecurrentDims& dims) {
   ref::GruLayerForward(out, h_n, inp, h_0, weights, dims);
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceBackend::RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+                                                  const RecurrentDirectionWeights* weights,
+                                                  const RecurrentDims& dims, int num_layers) {
+  if (dims.T < 1) return absl::InvalidArgumentError("RecurrentStackLast: T must be >= 1");
+  const int64_t C = dims.ND * dims.H;
+  std::vector<float> out(static_cast<size_t>(dims.B * dims.T * C));
+  std::vector<float> scratch(num_layers > 1 ? out.size() : 0);
+  RETURN_IF_ERROR(RecurrentStack(cell, out.data(), scratch.data(), inp, weights, dims, num_layers));
+  for (int64_t b = 0; b < dims.B; ++b) {
+    std::copy_n(out.data() + (b * dims.T + dims.T - 1) * C, C, last + b * C);
+  }
   return absl::OkStatus();
 }
 

@@ -21,6 +21,9 @@ class ReferenceBackend final : public Backend {
   absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
                         const RecurrentDirectionWeights* weights,
                         const RecurrentDims& dims) override;
+  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+                                  const RecurrentDirectionWeights* weights,
+                                  const RecurrentDims& dims, int num_layers) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                          const float* beta, int64_t N, int64_t C, float eps) override;
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;

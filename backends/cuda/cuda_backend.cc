@@ -206,26 +206,7 @@ absl::StatusOr<void*> CudaBackend::WorkspaceLocked(int64_t bytes) {
 
 absl::Status CudaBackend::Linear(float* out, const float* inp, const float* weight,
                                  const float* bias, int64_t N, int64_t IN, int64_t OUT) {
-  RETURN_IF_ERROR(NonNegative("Linear", {N, IN, OUT}));
-  if (N == 0 || OUT == 0) return absl::OkStatus();
-  return Run([&]() -> absl::Status {
-    if (IN == 0) {
-      RETURN_IF_ERROR(Zero(out, N * OUT, context_.stream));
-      if (bias == nullptr) return absl::OkStatus();
-      return cuda::AddBias(out, bias, N, OUT, context_.stream);
-    }
-    return LinearGemmLocked({.op_a = CUBLAS_OP_T,
-                             .M = OUT,
-                             .N = N,
-                             .K = IN,
-                             .A = weight,
-                             .lda = IN,
-                             .B = inp,
-                             .ldb = IN,
-                             .C = out,
-                             .ldc = OUT},
-                            /*a16=*/nullptr, /*b16=*/nullptr, bias);
-  });
+  return LinearForTraining(out, /*saved=*/nullptr, inp, weight, bias, N, IN, OUT);
 }
 
 int64_t CudaBackend::LinearSavedFloats(int64_t N, int64_t IN, int64_t OUT) const {
@@ -236,12 +217,19 @@ int64_t CudaBackend::LinearSavedFloats(int64_t N, int64_t IN, int64_t OUT) const
 absl::Status CudaBackend::LinearForTraining(float* out, float* saved, const float* inp,
                                             const float* weight, const float* bias, int64_t N,
                                             int64_t IN, int64_t OUT) {
-  RETURN_IF_ERROR(NonNegative("LinearForTraining", {N, IN, OUT}));
-  if (saved == nullptr || LinearSavedFloats(N, IN, OUT) == 0) {
-    return Linear(out, inp, weight, bias, N, IN, OUT);
-  }
+  RETURN_IF_ERROR(NonNegative("Linear", {N, IN, OUT}));
+  if (N == 0 || OUT == 0) return absl::OkStatus();
+  // Only a product that takes 16-bit operands has anything to keep.
+  if (LinearSavedFloats(N, IN, OUT) == 0) saved = nullptr;
   return Run([&]() -> absl::Status {
-    RETURN_IF_ERROR(cuda::ConvertTo16(saved, inp, N * IN, *Storage16(), context_.stream));
+    if (IN == 0) {
+      RETURN_IF_ERROR(Zero(out, N * OUT, context_.stream));
+      if (bias == nullptr) return absl::OkStatus();
+      return cuda::AddBias(out, bias, N, OUT, context_.stream);
+    }
+    if (saved != nullptr) {
+      RETURN_IF_ERROR(cuda::ConvertTo16(saved, inp, N * IN, *Storage16(), context_.stream));
+    }
     return LinearGemmLocked({.op_a = CUBLAS_OP_T,
                              .M = OUT,
                              .N = N,

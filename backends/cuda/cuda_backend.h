@@ -131,6 +131,11 @@ class CudaBackend final : public Backend {
   absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch, const float* inp,
                               const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                               int num_layers) override;
+  // One cudnnRNNForward in the packed sequence-major layout, which needs no rearrangement of x
+  // and y (batch-major data costs cuDNN a pass over each); the last step is y's final B rows.
+  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+                                  const RecurrentDirectionWeights* weights,
+                                  const RecurrentDims& dims, int num_layers) override;
   // cudnnRNNForward in training mode; its reserve space and `out` are kept for the
   // RecurrentStackBackward that follows (see Backend). scratch is unused.
   absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
@@ -224,8 +229,8 @@ class CudaBackend final : public Backend {
   struct RnnPlan;         // cuda_recurrent.cc
   struct AttentionChunk;  // cuda_attention.cc
   struct FlashSaved;      // cuda_attention.cc
-  // cell, B, T, I, H, ND, layers, inference-only, 16-bit storage wanted
-  using RnnKey = std::array<int64_t, 9>;
+  // cell, B, T, I, H, ND, layers, inference-only, 16-bit storage wanted, time-major
+  using RnnKey = std::array<int64_t, 10>;
 
   CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
               CudaAllocator* allocator, const Options& options);
@@ -298,15 +303,14 @@ class CudaBackend final : public Backend {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
   // `storage16`: 16-bit data (bf16 or fp16 by options_.math) where cuDNN accepts it; the
-  // plan's data_type says what it got.
+  // plan's data_type says what it got. `time_major`: x and y in cuDNN's packed sequence-major
+  // layout (T, B, ...) rather than batch-major (which one row is anyway).
   absl::StatusOr<RnnPlan*> PlanLocked(RecurrentCell cell, const RecurrentDims& dims, int num_layers,
-                                      bool inference, bool storage16)
+                                      bool inference, bool storage16, bool time_major)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(RecurrentCell cell,
-                                                           const RecurrentDims& dims,
-                                                           int num_layers, cudnnRNNAlgo_t algo,
-                                                           cudnnDataType_t data_type)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(
+      RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo,
+      cudnnDataType_t data_type, bool time_major) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
   // weight gradients out to the caller's buffers.
   absl::Status CopyWeightsInLocked(const RnnPlan& plan, const RecurrentDirectionWeights* weights,

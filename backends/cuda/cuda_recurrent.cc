@@ -154,8 +154,10 @@ struct CudaBackend::RnnPlan {
   int64_t element_bytes = kFloatBytes;
   DropoutDescriptor dropout;
   RnnDescriptor rnn;
-  RnnDataDescriptor x, y;  // (B, T, I) and (B, T, ND*H), batch-major, every sequence T long
-  TensorDescriptor h;      // (L*ND, B, H): h_0, h_n, and (same shape) c_0, c_n
+  // (B, T, I) and (B, T, ND*H), batch-major, or (T, B, ...) time-major (RecurrentStackLast's
+  // plans); every sequence T long.
+  RnnDataDescriptor x, y;
+  TensorDescriptor h;  // (L*ND, B, H): h_0, h_n, and (same shape) c_0, c_n
   int64_t weight_space_bytes = 0;
   int64_t inference_work_bytes = 0;
   int64_t training_work_bytes = 0;
@@ -170,10 +172,17 @@ struct CudaBackend::RnnPlan {
 absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell,
                                                               const RecurrentDims& dims,
                                                               int num_layers, bool inference,
-                                                              bool storage16) {
-  const RnnKey key = {
-      static_cast<int64_t>(cell), dims.B,           dims.T, dims.I, dims.H, dims.ND, num_layers,
-      inference ? 1 : 0,          storage16 ? 1 : 0};
+                                                              bool storage16, bool time_major) {
+  const RnnKey key = {static_cast<int64_t>(cell),
+                      dims.B,
+                      dims.T,
+                      dims.I,
+                      dims.H,
+                      dims.ND,
+                      num_layers,
+                      inference ? 1 : 0,
+                      storage16 ? 1 : 0,
+                      time_major ? 1 : 0};
   auto it = plans_.find(key);
   if (it == plans_.end()) {
     if (static_cast<int>(plans_.size()) >= options_.rnn_plan_capacity) {
@@ -229,7 +238,7 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
     absl::StatusOr<std::shared_ptr<RnnPlan>> plan = absl::InternalError("no RNN algorithm");
     for (const cudnnDataType_t data_type : data_types) {
       for (const cudnnRNNAlgo_t algo : candidates) {
-        plan = BuildPlanLocked(cell, dims, num_layers, algo, data_type);
+        plan = BuildPlanLocked(cell, dims, num_layers, algo, data_type, time_major);
         if (plan.ok()) break;
       }
       if (plan.ok()) break;
@@ -244,7 +253,7 @@ absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell
 
 absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLocked(
     RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo,
-    cudnnDataType_t data_type) {
+    cudnnDataType_t data_type, bool time_major) {
   const auto [B, T, I, H, ND] = dims;
   const int64_t L = num_layers;
   const int64_t G = cell == RecurrentCell::kLstm ? 4 : 3;
@@ -267,6 +276,7 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
   plan->rnn.reset(rnn);
   // FMA math keeps fp32 data off TF32 tensor cores, which CUDNN_DEFAULT_MATH would allow on
   // Ampere and later; 16-bit data runs on tensor cores with fp32 accumulation.
+  const bool packed = B == 1 || time_major;
   const cudnnMathType_t math = data_type != CUDNN_DATA_FLOAT           ? CUDNN_TENSOR_OP_MATH
                                : options_.math == Options::Math::kFp32 ? CUDNN_FMA_MATH
                                                                        : CUDNN_DEFAULT_MATH;
@@ -277,12 +287,12 @@ absl::StatusOr<std::shared_ptr<CudaBackend::RnnPlan>> CudaBackend::BuildPlanLock
       /*projSize=*/static_cast<int32_t>(H), static_cast<int32_t>(L), dropout,
       // The unpacked (padded) batch-major layout is accepted only with padded I/O enabled. One
       // row in batch-major order is already time-major and packed, the layout cuDNN runs
-      // without padding support (measurably less work per call).
-      B == 1 ? CUDNN_RNN_PADDED_IO_DISABLED : CUDNN_RNN_PADDED_IO_ENABLED));
+      // without padding support (measurably less work per call: no rearrangement of x and y).
+      packed ? CUDNN_RNN_PADDED_IO_DISABLED : CUDNN_RNN_PADDED_IO_ENABLED));
 
   const std::vector<int> seq_lengths(B, static_cast<int>(T));
   const cudnnRNNDataLayout_t layout =
-      B == 1 ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED : CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED;
+      packed ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_PACKED : CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED;
   cudnnRNNDataDescriptor_t x = nullptr, y = nullptr;
   CUDNN_RETURN_IF_ERROR(cudnnCreateRNNDataDescriptor(&x));
   plan->x.reset(x);
@@ -458,8 +468,8 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
   // The bf16 / fp16 precisions run a stack without states (a forecast) on 16-bit data.
   const bool storage16 = Storage16().has_value() && h_0 == nullptr && c_0 == nullptr &&
                          h_n == nullptr && c_n == nullptr;
-  ASSIGN_OR_RETURN(RnnPlan * plan,
-                   PlanLocked(cell, dims, num_layers, /*inference=*/true, storage16));
+  ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/true, storage16,
+                                              /*time_major=*/false));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
@@ -486,6 +496,49 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+                                             const RecurrentDirectionWeights* weights,
+                                             const RecurrentDims& dims, int num_layers) {
+  if (num_layers < 1 || dims.T < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RecurrentStackLast: need num_layers >= 1 and T >= 1, got ", num_layers, " and ", dims.T));
+  }
+  return Run([&]() -> absl::Status {
+    kept_forward_.reset();  // this call overwrites the weight space
+    RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackLast"));
+    const auto [B, T, I, H, ND] = dims;
+    if (B == 0) return absl::OkStatus();
+    if (last == nullptr || inp == nullptr) {
+      return absl::InvalidArgumentError("RecurrentStackLast: null pointer");
+    }
+    const cudaStream_t stream = context_.stream;
+    ASSIGN_OR_RETURN(RnnPlan * plan,
+                     PlanLocked(cell, dims, num_layers, /*inference=*/true,
+                                /*storage16=*/Storage16().has_value(), /*time_major=*/true));
+    ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
+    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+    ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
+    const bool float_data = plan->data_type == CUDNN_DATA_FLOAT;
+    const std::optional<cuda::Storage16> type =
+        float_data ? std::nullopt : std::optional(Storage16Of(plan->data_type));
+    ASSIGN_OR_RETURN(void* x, ScratchLocked(kRnnInput16, B * T * I * plan->element_bytes));
+    ASSIGN_OR_RETURN(void* y, ScratchLocked(kRnnOutput16, B * T * ND * H * plan->element_bytes));
+    RETURN_IF_ERROR(cuda::ToTimeMajor(x, inp, B, T, I, type, stream));
+    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
+        plan->x.get(), x, plan->y.get(), y, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
+        plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr,
+        static_cast<size_t>(plan->weight_space_bytes), space,
+        static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
+        /*reserveSpace=*/nullptr));
+    // y is (T, B, ND*H): the last step is its final B*ND*H values.
+    const int64_t n = B * ND * H, offset = (T - 1) * n * plan->element_bytes;
+    const void* y_last = static_cast<const char*>(y) + offset;
+    if (float_data) return Copy(last, static_cast<const float*>(y_last), n, stream);
+    return cuda::ConvertFrom16(last, y_last, n, *type, stream);
+  });
+}
+
 absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, float* out,
                                                          const float* inp,
                                                          const RecurrentDirectionWeights* weights,
@@ -499,7 +552,7 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
                                   num_layers);
   }
   ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
-                                              /*storage16=*/false));
+                                              /*storage16=*/false, /*time_major=*/false));
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   ASSIGN_OR_RETURN(void* reserve, ScratchLocked(kReserve, plan->reserve_bytes));
@@ -545,7 +598,7 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
-                                              /*storage16=*/false));
+                                              /*storage16=*/false, /*time_major=*/false));
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);

@@ -83,11 +83,15 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
   std::vector<RecurrentDirectionWeights> weights(static_cast<size_t>(L * ND));
   for (int l = 0; l < L; ++l) LayerWeights(p, l, weights.data() + l * ND);
   const RecurrentDims dims{B, T, num_features(), H, ND};
-  RETURN_IF_ERROR(backend.RecurrentStack(is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru,
-                                         result, scratch, xn, weights.data(), dims, L));
+  const RecurrentCell cell = is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru;
   // The head reads the last time step of the top layer, both directions side by side.
   float* last = workspace.Alloc(B * ND * H);
-  RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));
+  if (backend.SupportsOp(Op::kRecurrentStackLast)) {
+    RETURN_IF_ERROR(backend.RecurrentStackLast(cell, last, xn, weights.data(), dims, L));
+  } else {
+    RETURN_IF_ERROR(backend.RecurrentStack(cell, result, scratch, xn, weights.data(), dims, L));
+    RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));
+  }
   return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
                         num_outputs());
 }

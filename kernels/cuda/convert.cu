@@ -21,6 +21,7 @@ __device__ __forceinline__ void Store(__half* p, float x) {
   if (isfinite(x)) x = fminf(fmaxf(x, -kHalfMax), kHalfMax);
   *p = __float2half(x);
 }
+__device__ __forceinline__ void Store(float* p, float x) { *p = x; }
 __device__ __forceinline__ float Load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ float Load(const __half* p) { return __half2float(*p); }
 
@@ -60,6 +61,18 @@ __global__ void From16Kernel(float* out, const H* in, int64_t n) {
   }
 }
 
+// One thread per output element of (T, B, C), reading in (B, T, C): runs of C stay contiguous
+// on both sides.
+template <typename Out>
+__global__ void TimeMajorKernel(Out* out, const float* in, int64_t B, int64_t T, int64_t C) {
+  const int64_t n = B * T * C, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const int64_t t = i / (B * C), b = (i / C) % B, c = i % C;
+    Store(out + i, in[(b * T + t) * C + c]);
+  }
+}
+
 constexpr int kThreads = 256;
 
 unsigned Blocks(int64_t n) {
@@ -93,6 +106,26 @@ absl::Status ConvertTo16(void* out, const float* in, int64_t n, Storage16 type,
     } else {
       To16Kernel<<<Blocks(n), kThreads, 0, stream>>>(to, in, n);
     }
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status ToTimeMajor(void* out, const float* in, int64_t B, int64_t T, int64_t C,
+                         std::optional<Storage16> type, cudaStream_t stream) {
+  if (B < 0 || T < 0 || C < 0) return absl::InvalidArgumentError("ToTimeMajor: negative size");
+  const int64_t n = B * T * C;
+  if (n == 0) return absl::OkStatus();
+  if (out == nullptr || in == nullptr) {
+    return absl::InvalidArgumentError("ToTimeMajor: null pointer");
+  }
+  if (!type.has_value()) {
+    TimeMajorKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<float*>(out), in, B, T, C);
+  } else if (*type == Storage16::kBf16) {
+    TimeMajorKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(out), in, B, T,
+                                                        C);
+  } else {
+    TimeMajorKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<__half*>(out), in, B, T, C);
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

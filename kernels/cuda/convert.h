@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 
@@ -20,6 +21,12 @@ enum class Storage16 { kBf16, kFp16 };
 // out[i] = in[i] rounded to `type`, for i < n. `out` holds n 16-bit values.
 absl::Status ConvertTo16(void* out, const float* in, int64_t n, Storage16 type,
                          cudaStream_t stream);
+
+// out (T, B, C) = in (B, T, C) with its two leading axes swapped (the sequence-major layout of
+// cuDNN's recurrent data), rounded to `type` (out then holds B*T*C 16-bit values), or copied
+// as fp32 when `type` is nullopt.
+absl::Status ToTimeMajor(void* out, const float* in, int64_t B, int64_t T, int64_t C,
+                         std::optional<Storage16> type, cudaStream_t stream);
 
 // out[i] = in[i] widened to fp32 (exact), for i < n. `in` holds n 16-bit values of `type`.
 absl::Status ConvertFrom16(float* out, const void* in, int64_t n, Storage16 type,

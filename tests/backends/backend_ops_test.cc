@@ -16,6 +16,7 @@
 #define FORECASTD_BACKEND_OPS_CUDA 0
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <deque>
@@ -415,6 +416,24 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
           INFO(what << ": " << status.ToString());
           REQUIRE(status.ok());
           ExpectAllClose(what, mem->Download(out, out_n), want, kRecurrentAtol, kRecurrentRtol);
+          // RecurrentStackLast, where the backend has it: out[:, T-1, :] alone.
+          const int64_t C = ND * H;
+          float* last = mem->Output(B * C);
+          const absl::Status last_status = backend->RecurrentStackLast(
+              cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
+              mem->Upload(inp), dev_weights.data(), dims, L);
+          if (!backend->SupportsOp(Op::kRecurrentStackLast)) {
+            CHECK(last_status.code() == absl::StatusCode::kUnimplemented);
+            continue;
+          }
+          INFO(what << " RecurrentStackLast: " << last_status.ToString());
+          REQUIRE(last_status.ok());
+          std::vector<float> want_last(B * C);
+          for (int64_t b = 0; b < B; ++b) {
+            std::copy_n(want.begin() + (b * T + T - 1) * C, C, want_last.begin() + b * C);
+          }
+          ExpectAllClose(what + " RecurrentStackLast", mem->Download(last, B * C), want_last,
+                         kRecurrentAtol, kRecurrentRtol);
         }
       }
     }

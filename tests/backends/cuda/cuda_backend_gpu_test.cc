@@ -457,6 +457,35 @@ TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
   }
 }
 
+// A stack of L recurrent layers with random weights (uploaded to `mem`) and its reference
+// output (B, T, ND*H), layer by layer; layer l > 0 reads layer l - 1's output.
+struct StackCase {
+  std::vector<float> inp, want;
+  std::vector<RecurrentDirectionWeights> dev_weights;
+};
+StackCase MakeStack(std::mt19937& rng, Cell cell, const RecurrentDims& dims, int64_t L,
+                    CudaTestMemory& mem) {
+  StackCase s;
+  s.inp = Uniform(rng, dims.B * dims.T * dims.I);
+  s.want = s.inp;
+  for (int64_t l = 0; l < L; ++l) {
+    RecurrentDims layer = dims;
+    layer.I = l == 0 ? dims.I : dims.ND * dims.H;
+    const RecurrentWeightsHost weights(rng, cell, layer);
+    std::vector<float> next(dims.B * dims.T * dims.ND * dims.H);
+    if (cell == Cell::kLstm) {
+      ref::LstmLayerForward(next.data(), nullptr, nullptr, s.want.data(), nullptr, nullptr,
+                            weights.Host().data(), layer);
+    } else {
+      ref::GruLayerForward(next.data(), nullptr, s.want.data(), nullptr, weights.Host().data(),
+                           layer);
+    }
+    s.want = next;
+    for (const RecurrentDirectionWeights& w : weights.Upload(mem)) s.dev_weights.push_back(w);
+  }
+  return s;
+}
+
 // Under bf16 and fp16 a recurrent stack without states runs on 16-bit data in cuDNN (fp16 where
 // cuDNN takes it, bf16 otherwise): each input, weight and layer output is rounded to 11 (fp16)
 // or 8 (bf16) significant bits, and the outputs, bounded by 1 in magnitude, carry errors of
@@ -480,25 +509,7 @@ TEST_CASE("CudaBackend's recurrent stack under bf16 and fp16 stays within their 
         std::mt19937 rng(20660 + B);
         const RecurrentDims dims{B, 24, 10, 32, 2};
         const int64_t L = 2;
-        const std::vector<float> inp = Uniform(rng, B * dims.T * dims.I);
-        // The reference layer by layer; layer 1 reads layer 0's (B, T, ND*H) output.
-        std::vector<float> want = inp;
-        std::vector<RecurrentDirectionWeights> dev_weights;
-        for (int64_t l = 0; l < L; ++l) {
-          RecurrentDims layer = dims;
-          layer.I = l == 0 ? dims.I : dims.ND * dims.H;
-          const RecurrentWeightsHost weights(rng, cell, layer);
-          std::vector<float> next(B * dims.T * dims.ND * dims.H);
-          if (cell == Cell::kLstm) {
-            ref::LstmLayerForward(next.data(), nullptr, nullptr, want.data(), nullptr, nullptr,
-                                  weights.Host().data(), layer);
-          } else {
-            ref::GruLayerForward(next.data(), nullptr, want.data(), nullptr, weights.Host().data(),
-                                 layer);
-          }
-          want = next;
-          for (const RecurrentDirectionWeights& w : weights.Upload(mem)) dev_weights.push_back(w);
-        }
+        const auto [inp, want, dev_weights] = MakeStack(rng, cell, dims, L, mem);
         float* out = mem.Output(want.size());
         REQUIRE(
             backend
@@ -516,6 +527,55 @@ TEST_CASE("CudaBackend's recurrent stack under bf16 and fp16 stays within their 
       }
     }
   }
+}
+
+// RecurrentStackLast runs the stack in cuDNN's sequence-major layout and returns the last step
+// alone: the reference's out[:, T-1, :], in fp32 (tolerance as the other fp32 recurrent checks)
+// and in the 16-bit precisions (as the test above), uni- and bidirectional, one row and more.
+TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
+  struct Case {
+    CudaBackend::Options::Math math;
+    const char* name;
+    double atol;
+  };
+  for (const Case c : {Case{CudaBackend::Options::Math::kFp32, "fp32", kRecurrentAtol},
+                       Case{CudaBackend::Options::Math::kBf16, "bf16", 6e-2},
+                       Case{CudaBackend::Options::Math::kFp16, "fp16", 1e-2}}) {
+    CudaBackend::Options options;
+    options.math = c.math;
+    std::unique_ptr<CudaBackend> backend = RequireBackend(options);
+    CHECK(backend->SupportsOp(Op::kRecurrentStackLast));
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const int64_t ND : {int64_t{1}, int64_t{2}}) {
+        for (const int64_t B : {int64_t{1}, int64_t{8}, int64_t{64}}) {
+          CAPTURE(c.name, cell == Cell::kLstm ? "LSTM" : "GRU", ND, B);
+          CudaTestMemory mem;
+          std::mt19937 rng(20670 + B + 10 * ND);
+          const RecurrentDims dims{B, 17, 6, 32, ND};
+          const int64_t L = 2, C = ND * dims.H;
+          const auto [inp, all, dev_weights] = MakeStack(rng, cell, dims, L, mem);
+          std::vector<float> want(B * C);
+          for (int64_t b = 0; b < B; ++b) {
+            std::copy_n(all.begin() + (b * dims.T + dims.T - 1) * C, C, want.begin() + b * C);
+          }
+          float* last = mem.Output(B * C);
+          REQUIRE(backend
+                      ->RecurrentStackLast(
+                          cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
+                          mem.Upload(inp), dev_weights.data(), dims, L)
+                      .ok());
+          ExpectAllClose(std::string("RecurrentStackLast with ") + c.name,
+                         mem.Download(last, B * C), want, c.atol,
+                         c.math == CudaBackend::Options::Math::kFp32 ? kRecurrentRtol : 0.0);
+        }
+      }
+    }
+  }
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  CudaTestMemory mem;
+  float* last = mem.Output(8);
+  CHECK(backend->RecurrentStackLast(RecurrentCell::kLstm, last, last, nullptr, {1, 0, 1, 4, 2}, 1)
+            .code() == absl::StatusCode::kInvalidArgument);  // no time steps
 }
 
 // RecurrentStackForTraining keeps cuDNN's training forward for the backward that follows; the
