@@ -1,7 +1,7 @@
 // Needs a GPU: the tensor-core attention kernels (kernels/cuda/flash_attention.h) against
-// kernels/ref on seeded random inputs, in bf16 and fp16: T = 1, T not a multiple of the 64-query
-// blocks or 64-key tiles, causal and not, head sizes 16, 32 and 64, a transformer-sized case;
-// and what it refuses.
+// kernels/ref on seeded random inputs, in bf16 and fp16: T = 1, T not a multiple of the 64- or
+// 128-query blocks or the 64-row tiles, causal and not, head sizes 16, 32 and 64, a
+// transformer-sized case; and what they refuse.
 #include "kernels/cuda/flash_attention.h"
 
 #include <cuda_runtime_api.h>
