@@ -36,7 +36,7 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
 }
 
 absl::Status Backend::RecurrentStackLast(RecurrentCell /*cell*/, float* /*last*/,
-                                         const float* /*inp*/,
+                                         float* /*scratch*/, const float* /*inp*/,
                                          const RecurrentDirectionWeights* /*weights*/,
                                          const RecurrentDims& /*dims*/, int /*num_layers*/) {
   return absl::UnimplementedError(

@@ -87,10 +87,13 @@ class Backend {
                                       const RecurrentDims& dims, int num_layers);
 
   // RecurrentStack's out[:, T-1, :] alone: last (B, ND*H), the top layer's output at the last
-  // time step (both directions side by side), T >= 1. Only where SupportsOp(kRecurrentStackLast):
-  // the default returns UNIMPLEMENTED. A backend may then run the stack in the layout it runs
-  // fastest (cuDNN's sequence-major one) without rearranging the whole output.
-  virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+  // time step (both directions side by side), T >= 1; `scratch` (B*T*ND*H floats of the
+  // backend's memory) may hold the whole output on the way. Only where
+  // SupportsOp(kRecurrentStackLast): the default returns UNIMPLEMENTED. A backend may then run
+  // the stack in the layout it runs fastest (cuDNN's sequence-major one) without rearranging the
+  // whole output.
+  virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
+                                          const float* inp,
                                           const RecurrentDirectionWeights* weights,
                                           const RecurrentDims& dims, int num_layers);
 

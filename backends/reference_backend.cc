@@ -35,16 +35,17 @@ absl::Status ReferenceBackend::GruLayer(float* out, float* h_n, const float* inp
   return absl::OkStatus();
 }
 
-absl::Status ReferenceBackend::RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+absl::Status ReferenceBackend::RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
+                                                  const float* inp,
                                                   const RecurrentDirectionWeights* weights,
                                                   const RecurrentDims& dims, int num_layers) {
   if (dims.T < 1) return absl::InvalidArgumentError("RecurrentStackLast: T must be >= 1");
+  // The stack's output in scratch; the layers in between in a buffer of our own.
   const int64_t C = dims.ND * dims.H;
-  std::vector<float> out(static_cast<size_t>(dims.B * dims.T * C));
-  std::vector<float> scratch(num_layers > 1 ? out.size() : 0);
-  RETURN_IF_ERROR(RecurrentStack(cell, out.data(), scratch.data(), inp, weights, dims, num_layers));
+  std::vector<float> between(static_cast<size_t>(num_layers > 1 ? dims.B * dims.T * C : 0));
+  RETURN_IF_ERROR(RecurrentStack(cell, scratch, between.data(), inp, weights, dims, num_layers));
   for (int64_t b = 0; b < dims.B; ++b) {
-    std::copy_n(out.data() + (b * dims.T + dims.T - 1) * C, C, last + b * C);
+    std::copy_n(scratch + (b * dims.T + dims.T - 1) * C, C, last + b * C);
   }
   return absl::OkStatus();
 }

@@ -21,7 +21,7 @@ class ReferenceBackend final : public Backend {
   absl::Status GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
                         const RecurrentDirectionWeights* weights,
                         const RecurrentDims& dims) override;
-  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch, const float* inp,
                                   const RecurrentDirectionWeights* weights,
                                   const RecurrentDims& dims, int num_layers) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,

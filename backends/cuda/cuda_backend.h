@@ -132,8 +132,9 @@ class CudaBackend final : public Backend {
                               const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                               int num_layers) override;
   // One cudnnRNNForward in the packed sequence-major layout, which needs no rearrangement of x
-  // and y (batch-major data costs cuDNN a pass over each); the last step is y's final B rows.
-  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+  // and y (batch-major data costs cuDNN a pass over each); y goes to `scratch`, and the last
+  // step is its final B rows.
+  absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch, const float* inp,
                                   const RecurrentDirectionWeights* weights,
                                   const RecurrentDims& dims, int num_layers) override;
   // cudnnRNNForward in training mode; its reserve space and `out` are kept for the
@@ -217,7 +218,7 @@ class CudaBackend final : public Backend {
     kRnnInputGrad,       // dx when the caller wants no dinp (backward only)
     kWorkspace,          // cuDNN workspace beyond the stream's own
     kReserve,            // cuDNN reserve space (backward only)
-    kRnnInput16,         // x in 16-bit storage (inference under bf16 / fp16)
+    kRnnInput16,         // x in 16-bit storage or time-major order (inference)
     kRnnOutput16,        // y in 16-bit storage
     kAttentionScores,    // attention scores or their gradient, one chunk of batch rows
     kAttentionProbs,     // the weights after dropout, one chunk

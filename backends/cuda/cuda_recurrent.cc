@@ -496,7 +496,8 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, const float* inp,
+absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
+                                             const float* inp,
                                              const RecurrentDirectionWeights* weights,
                                              const RecurrentDims& dims, int num_layers) {
   if (num_layers < 1 || dims.T < 1) {
@@ -508,7 +509,7 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, co
     RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackLast"));
     const auto [B, T, I, H, ND] = dims;
     if (B == 0) return absl::OkStatus();
-    if (last == nullptr || inp == nullptr) {
+    if (last == nullptr || scratch == nullptr || inp == nullptr) {
       return absl::InvalidArgumentError("RecurrentStackLast: null pointer");
     }
     const cudaStream_t stream = context_.stream;
@@ -522,7 +523,7 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, co
     const std::optional<cuda::Storage16> type =
         float_data ? std::nullopt : std::optional(Storage16Of(plan->data_type));
     ASSIGN_OR_RETURN(void* x, ScratchLocked(kRnnInput16, B * T * I * plan->element_bytes));
-    ASSIGN_OR_RETURN(void* y, ScratchLocked(kRnnOutput16, B * T * ND * H * plan->element_bytes));
+    void* const y = scratch;  // (T, B, ND*H), of 16-bit values where the plan runs on them
     RETURN_IF_ERROR(cuda::ToTimeMajor(x, inp, B, T, I, type, stream));
     CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
         context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),

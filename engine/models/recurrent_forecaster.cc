@@ -87,7 +87,7 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
   // The head reads the last time step of the top layer, both directions side by side.
   float* last = workspace.Alloc(B * ND * H);
   if (backend.SupportsOp(Op::kRecurrentStackLast)) {
-    RETURN_IF_ERROR(backend.RecurrentStackLast(cell, last, xn, weights.data(), dims, L));
+    RETURN_IF_ERROR(backend.RecurrentStackLast(cell, last, result, xn, weights.data(), dims, L));
   } else {
     RETURN_IF_ERROR(backend.RecurrentStack(cell, result, scratch, xn, weights.data(), dims, L));
     RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));

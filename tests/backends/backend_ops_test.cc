@@ -421,7 +421,7 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
           float* last = mem->Output(B * C);
           const absl::Status last_status = backend->RecurrentStackLast(
               cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
-              mem->Upload(inp), dev_weights.data(), dims, L);
+              mem->Output(out_n), mem->Upload(inp), dev_weights.data(), dims, L);
           if (!backend->SupportsOp(Op::kRecurrentStackLast)) {
             CHECK(last_status.code() == absl::StatusCode::kUnimplemented);
             continue;

@@ -562,7 +562,7 @@ TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
           REQUIRE(backend
                       ->RecurrentStackLast(
                           cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
-                          mem.Upload(inp), dev_weights.data(), dims, L)
+                          mem.Output(B * dims.T * C), mem.Upload(inp), dev_weights.data(), dims, L)
                       .ok());
           ExpectAllClose(std::string("RecurrentStackLast with ") + c.name,
                          mem.Download(last, B * C), want, c.atol,
@@ -574,8 +574,10 @@ TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
   std::unique_ptr<CudaBackend> backend = RequireBackend();
   CudaTestMemory mem;
   float* last = mem.Output(8);
-  CHECK(backend->RecurrentStackLast(RecurrentCell::kLstm, last, last, nullptr, {1, 0, 1, 4, 2}, 1)
-            .code() == absl::StatusCode::kInvalidArgument);  // no time steps
+  CHECK(
+      backend
+          ->RecurrentStackLast(RecurrentCell::kLstm, last, last, last, nullptr, {1, 0, 1, 4, 2}, 1)
+          .code() == absl::StatusCode::kInvalidArgument);  // no time steps
 }
 
 // RecurrentStackForTraining keeps cuDNN's training forward for the backward that follows; the
