@@ -274,13 +274,14 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
       }
     }
     // dweight (OUT, IN) = dout^T @ inp:  dweight_cm (IN x OUT) = inp_cm (IN x N) @ dout_cm^T,
-    // with inp as LinearForTraining rounded it when it kept it. Rounding inp into kGemmA16
-    // while it may still hold W for the product above is safe: stream order.
+    // with inp as LinearForTraining rounded it when it kept it, and dbias (OUT), the column
+    // sums of dout, from the same product. Rounding inp into kGemmA16 while it may still hold W
+    // for the product above is safe: stream order.
+    const bool weight_product = dweight != nullptr && OUT > 0 && IN > 0 && N > 0;
     if (dweight != nullptr && OUT > 0 && IN > 0) {
-      if (N == 0) {
+      if (!weight_product) {
         RETURN_IF_ERROR(Zero(dweight, OUT * IN, stream));
       } else {
-        // dbias (OUT) = the column sums of dout, from the same product's epilogue.
         RETURN_IF_ERROR(LinearGemmLocked({.op_b = CUBLAS_OP_T,
                                           .M = IN,
                                           .N = OUT,
@@ -292,10 +293,9 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                                           .C = dweight,
                                           .ldc = IN},
                                          /*a16=*/saved, dout16, /*bias=*/nullptr, dbias));
-        if (dbias != nullptr) return absl::OkStatus();
       }
     }
-    if (dbias != nullptr && OUT > 0) {
+    if (dbias != nullptr && OUT > 0 && !weight_product) {
       if (N == 0) return Zero(dbias, OUT, stream);
       return cuda::BiasGrad(dbias, dout, N, OUT, stream);
     }

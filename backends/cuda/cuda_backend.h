@@ -297,6 +297,12 @@ class CudaBackend final : public Backend {
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // cudnnRNNForward in inference mode on `plan`'s data (x, y in its layout and data type), after
+  // copying `weights` into the weight space; states as RecurrentForwardLocked takes them.
+  absl::Status RnnInferenceLocked(const RnnPlan& plan, RecurrentCell cell,
+                                  const RecurrentDirectionWeights* weights, const void* x, void* y,
+                                  const float* h_0, float* h_n, const float* c_0, float* c_n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cudnnRNNForward in training mode into `out`, kept (kept_forward_) for the backward.
   absl::Status RecurrentTrainingForwardLocked(RecurrentCell cell, float* out, const float* inp,
                                               const RecurrentDirectionWeights* weights,

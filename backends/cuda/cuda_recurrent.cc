@@ -445,6 +445,25 @@ absl::Status CudaBackend::CopyGradientsOutLocked(const RnnPlan& plan, const floa
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::RnnInferenceLocked(const RnnPlan& plan, RecurrentCell cell,
+                                             const RecurrentDirectionWeights* weights,
+                                             const void* x, void* y, const float* h_0, float* h_n,
+                                             const float* c_0, float* c_n) {
+  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan.weight_space_bytes));
+  RETURN_IF_ERROR(CopyWeightsInLocked(plan, weights, space));
+  ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan.inference_work_bytes));
+  // Null hx / cx are zero initial states; null hy / cy are not written (cuDNN's convention,
+  // and ours).
+  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+      context_.cudnn, plan.rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan.seq_lengths.as<int32_t>(),
+      plan.x.get(), x, plan.y.get(), y, plan.h.get(), h_0, h_n, plan.h.get(),
+      cell == RecurrentCell::kLstm ? c_0 : nullptr, cell == RecurrentCell::kLstm ? c_n : nullptr,
+      static_cast<size_t>(plan.weight_space_bytes), space,
+      static_cast<size_t>(plan.inference_work_bytes), work, /*reserveSpaceSize=*/0,
+      /*reserveSpace=*/nullptr));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out, float* h_n,
                                                  float* c_n, const float* inp, const float* h_0,
                                                  const float* c_0,
@@ -470,9 +489,6 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
                          h_n == nullptr && c_n == nullptr;
   ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/true, storage16,
                                               /*time_major=*/false));
-  ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-  ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
   const void* x = inp;
   void* y = out;
   if (plan->data_type != CUDNN_DATA_FLOAT) {
@@ -481,15 +497,7 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
     RETURN_IF_ERROR(cuda::ConvertTo16(x16, inp, B * T * I, Storage16Of(plan->data_type), stream));
     x = x16;
   }
-  // Null hx / cx are zero initial states; null hy / cy are not written (cuDNN's convention,
-  // and ours).
-  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
-      plan->x.get(), x, plan->y.get(), y, plan->h.get(), h_0, h_n, plan->h.get(),
-      cell == RecurrentCell::kLstm ? c_0 : nullptr, cell == RecurrentCell::kLstm ? c_n : nullptr,
-      static_cast<size_t>(plan->weight_space_bytes), space,
-      static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
-      /*reserveSpace=*/nullptr));
+  RETURN_IF_ERROR(RnnInferenceLocked(*plan, cell, weights, x, y, h_0, h_n, c_0, c_n));
   if (plan->data_type != CUDNN_DATA_FLOAT) {
     return cuda::ConvertFrom16(out, y, B * T * ND * H, Storage16Of(plan->data_type), stream);
   }
@@ -516,22 +524,14 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
     ASSIGN_OR_RETURN(RnnPlan * plan,
                      PlanLocked(cell, dims, num_layers, /*inference=*/true,
                                 /*storage16=*/Storage16().has_value(), /*time_major=*/true));
-    ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-    ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->inference_work_bytes));
     const bool float_data = plan->data_type == CUDNN_DATA_FLOAT;
     const std::optional<cuda::Storage16> type =
         float_data ? std::nullopt : std::optional(Storage16Of(plan->data_type));
     ASSIGN_OR_RETURN(void* x, ScratchLocked(kRnnInput16, B * T * I * plan->element_bytes));
     void* const y = scratch;  // (T, B, ND*H), of 16-bit values where the plan runs on them
     RETURN_IF_ERROR(cuda::ToTimeMajor(x, inp, B, T, I, type, stream));
-    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_INFERENCE, plan->seq_lengths.as<int32_t>(),
-        plan->x.get(), x, plan->y.get(), y, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
-        plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr,
-        static_cast<size_t>(plan->weight_space_bytes), space,
-        static_cast<size_t>(plan->inference_work_bytes), work, /*reserveSpaceSize=*/0,
-        /*reserveSpace=*/nullptr));
+    RETURN_IF_ERROR(RnnInferenceLocked(*plan, cell, weights, x, y, /*h_0=*/nullptr,
+                                       /*h_n=*/nullptr, /*c_0=*/nullptr, /*c_n=*/nullptr));
     // y is (T, B, ND*H): the last step is its final B*ND*H values.
     const int64_t n = B * ND * H, offset = (T - 1) * n * plan->element_bytes;
     const void* y_last = static_cast<const char*>(y) + offset;
