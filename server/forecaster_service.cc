@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/grpc_status.h"
+#include "server/predict_call.h"
 #include "server/predict_input.h"
 
 namespace forecastd {
@@ -45,14 +46,6 @@ double Percentile(std::vector<double>& sorted, double q) {
 }
 
 }  // namespace
-
-absl::Time DeadlineOf(const grpc::ServerContextBase& context) {
-  const auto deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(deadline);
-}
 
 v1::TrainProgressEvent ToProgressEvent(const TrainProgress& p) {
   v1::TrainProgressEvent e;
@@ -89,7 +82,12 @@ v1::TrainJobInfo ToTrainJobInfo(const JobSnapshot& job) {
   return info;
 }
 
-ForecasterService::ForecasterService(Options options) : options_(std::move(options)) {}
+ForecasterService::ForecasterService(Options options)
+    : options_(std::move(options)),
+      admission_({.registry = options_.registry,
+                  .max_batch_rows = options_.max_batch_rows,
+                  .max_request_memory_bytes = options_.max_request_memory_bytes,
+                  .allow_non_finite_inputs = options_.allow_non_finite_inputs}) {}
 
 grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext* context,
                                                      const v1::PredictRequest* request,
@@ -117,38 +115,33 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
     return reactor;
   };
   if (!accepting()) return fail(absl::UnavailableError("forecastd is shutting down"));
-  absl::StatusOr<LoadedModel> loaded =
-      options_.registry->GetLoadedModel(model_name, request->version());
-  if (!loaded.ok()) return fail(loaded.status());
-  const Forecaster& model = *loaded->model;
-  absl::StatusOr<Batcher::Options> batching = BatcherOptionsFromConfig(model.config().batching());
-  if (!batching.ok()) return fail(batching.status());
-  if (priority == 0) priority = batching->queue.default_level;
+  absl::StatusOr<LoadedModel> pinned = admission_.Pin(model_name, request->version());
+  if (!pinned.ok()) return fail(pinned.status());
+  priority = PredictAdmission::LevelOf(*pinned, priority);
   const v1::Tensor& inputs = request->inputs();
-  absl::StatusOr<std::vector<float>> windows =
-      DecodeWindows(model, inputs.shape(), inputs.raw(), inputs.values(),
-                    {.max_batch_rows = batching->max_batch_size,
-                     .server_max_batch_rows = options_.max_batch_rows,
-                     .max_request_bytes = options_.max_request_memory_bytes,
-                     .allow_non_finite = options_.allow_non_finite_inputs});
-  if (!windows.ok()) return fail(windows.status());
-
-  auto task = std::make_unique<PredictTask>();
-  task->rows = inputs.shape(0);
-  task->input = *std::move(windows);
-  task->priority = request->priority();
-  task->deadline = DeadlineOf(*context);
-  task->timeout_override = absl::Microseconds(static_cast<int64_t>(request->timeout_us()));
   const bool raw = !inputs.raw().empty();
-  task->done = [reactor, response, metrics, clock, arrival, model_name, priority, raw,
-                counts = counts_, forecaster = loaded->model,
-                rows = task->rows](PredictResult result) {
-    const int64_t per_row = forecaster->num_outputs();
-    if (result.status.ok() && static_cast<int64_t>(result.output.size()) != rows * per_row) {
-      result.status = absl::InternalError(absl::StrCat("version ", result.version, " returned ",
-                                                       result.output.size(), " values for ", rows,
-                                                       " windows; expected ", rows * per_row));
+  PredictCall call;
+  call.shape = inputs.shape();
+  call.raw = inputs.raw();
+  call.values = inputs.values();
+  call.priority = request->priority();
+  call.timeout_override = absl::Microseconds(static_cast<int64_t>(request->timeout_us()));
+  call.deadline = EngineDeadline(*context, *clock);
+  // The forecasts go straight into the reply: its raw bytes, or its values.
+  const int64_t per_row = pinned->model->num_outputs();
+  const auto reply_buffer = [response, raw, per_row](int64_t rows) -> char* {
+    v1::Tensor* out = response->mutable_forecasts();
+    const int64_t floats = rows * per_row;
+    if (raw) {
+      out->mutable_raw()->resize(static_cast<size_t>(floats) * sizeof(float));
+      return out->mutable_raw()->data();
     }
+    out->mutable_values()->Resize(static_cast<int>(floats), 0.0f);
+    return reinterpret_cast<char*>(out->mutable_values()->mutable_data());
+  };
+  auto done = [reactor, response, metrics, clock, arrival, model_name, priority, counts = counts_,
+               forecaster = pinned->model,
+               rows = call.shape.empty() ? 0 : call.shape[0]](PredictResult result) {
     const absl::Time now = clock->Now();
     if (result.status.ok()) {
       response->set_model(model_name);
@@ -158,11 +151,6 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
       out->add_shape(forecaster->horizon());
       out->add_shape(forecaster->num_targets());
       if (!forecaster->config().quantiles().empty()) out->add_shape(forecaster->num_quantiles());
-      if (raw) {
-        out->set_raw(EncodeFloats(result.output));
-      } else {
-        out->mutable_values()->Assign(result.output.begin(), result.output.end());
-      }
       for (const std::string& name : forecaster->config().target_names()) {
         response->add_target_names(name);
       }
@@ -185,13 +173,13 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
     counts->answered.fetch_add(1);
     reactor->Finish(status);
   };
-  // Counted before Enqueue, since the callback may run before Enqueue returns; taken back
-  // when the task was not taken.
+  // Counted before Admit, since the callback may run before Admit returns; taken back when
+  // the call was not admitted.
   counts_->accepted.fetch_add(1);
-  const absl::Status enqueued = options_.registry->Enqueue(model_name, request->version(), task);
-  if (!enqueued.ok()) {
+  const absl::Status admitted = admission_.Admit(*pinned, call, reply_buffer, std::move(done));
+  if (!admitted.ok()) {
     counts_->accepted.fetch_sub(1);
-    return fail(enqueued);  // the task was not taken; its callback never runs
+    return fail(admitted);  // not admitted: its callback never runs
   }
   return reactor;
 }
@@ -274,17 +262,17 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
   absl::StatusOr<LoadedModel> loaded =
       options_.registry->GetLoadedModel(request->model(), request->version());
   if (!loaded.ok()) return ToGrpcStatus(loaded.status());
+  // Every point measures this version: a switch meanwhile ends the run, it does not follow.
+  loaded->requested_version = loaded->version;
   const Forecaster& model = *loaded->model;
-  absl::StatusOr<Batcher::Options> batching = BatcherOptionsFromConfig(model.config().batching());
-  if (!batching.ok()) return ToGrpcStatus(batching.status());
   std::vector<int64_t> batch_sizes(request->batch_sizes().begin(), request->batch_sizes().end());
   std::vector<int64_t> concurrency(request->concurrency().begin(), request->concurrency().end());
   if (batch_sizes.empty()) batch_sizes = {1};
   if (concurrency.empty()) concurrency = {1};
   for (int64_t b : batch_sizes) {
-    if (b < 1 || b > batching->max_batch_size) {
+    if (b < 1 || b > loaded->max_batch_size) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "batch size ", b, " is outside [1, ", batching->max_batch_size, "] for this model")));
+          "batch size ", b, " is outside [1, ", loaded->max_batch_size, "] for this model")));
     }
     if (options_.max_batch_rows > 0 && b > options_.max_batch_rows) {
       return ToGrpcStatus(absl::InvalidArgumentError(
@@ -348,7 +336,7 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
           finished.Notify();
         };
         const absl::Time start = absl::Now();
-        absl::Status status = options_.registry->Enqueue(request->model(), loaded->version, task);
+        absl::Status status = options_.registry->Enqueue(*loaded, task);
         if (status.ok()) {
           finished.WaitForNotification();
           status = result.status;

@@ -1,7 +1,7 @@
-// forecastd.v1.Forecaster: Predict goes through the model registry's batchers without
-// blocking a gRPC thread (callback API); the training-job methods call the TrainJobManager;
-// Benchmark drives a model through the same engine path with synthetic windows. Handlers
-// validate, convert, enqueue and convert back; errors leave through ToGrpcStatus.
+// forecastd.v1.Forecaster: Predict goes through the admission step (server/predict_call.h)
+// to the model's batcher without blocking a gRPC thread (callback API); the training-job methods
+// call the TrainJobManager; Benchmark drives a model through the same engine path with synthetic
+// windows. Handlers validate, convert, enqueue and convert back; errors leave through ToGrpcStatus.
 // Thread-safe: gRPC calls every handler concurrently.
 #ifndef FORECASTD_SERVER_FORECASTER_SERVICE_H_
 #define FORECASTD_SERVER_FORECASTER_SERVICE_H_
@@ -15,6 +15,7 @@
 #include "engine/serving/model_registry.h"
 #include "engine/train/train_job_manager.h"
 #include "forecastd/v1/forecaster.grpc.pb.h"
+#include "server/predict_call.h"
 #include "server/serving_metrics.h"
 
 namespace forecastd {
@@ -83,6 +84,7 @@ class ForecasterService final
   }
 
   const Options options_;
+  const PredictAdmission admission_;
   // Shared with the callbacks of queued work, which may outlive a handler's return.
   const std::shared_ptr<Counters> counts_ = std::make_shared<Counters>();
 };
@@ -90,9 +92,6 @@ class ForecasterService final
 // The job as the API reports it.
 v1::TrainJobInfo ToTrainJobInfo(const JobSnapshot& job);
 v1::TrainProgressEvent ToProgressEvent(const TrainProgress& progress);
-
-// A deadline as the engine's time; InfiniteFuture for none.
-absl::Time DeadlineOf(const grpc::ServerContextBase& context);
 
 }  // namespace forecastd
 

@@ -22,6 +22,7 @@
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
 #include "server/grpc_status.h"
+#include "server/predict_call.h"
 #include "server/predict_input.h"
 
 namespace forecastd {
@@ -115,9 +116,11 @@ absl::StatusOr<RequestParameters> ParseParameters(const inference::ModelInferReq
   return out;
 }
 
-// The (B, T, F) windows of the request's one input, checked against `model`.
-absl::StatusOr<std::vector<float>> ReadInput(const inference::ModelInferRequest& request,
-                                             const Forecaster& model, const WindowLimits& limits) {
+// Points `call` at the (B, T, F) windows of the request's one input, after the checks only
+// KServe's message needs (names, datatype, where the values are); the admission step checks
+// the windows themselves against `model`.
+absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
+                       int64_t max_batch_rows, PredictCall& call) {
   const std::string& name = model.config().name();
   const std::string takes =
       absl::StrCat("model '", name, "' takes one input, '", kKServeInputName, "' (FP32 [B, ",
@@ -174,21 +177,17 @@ absl::StatusOr<std::vector<float>> ReadInput(const inference::ModelInferRequest&
   // An empty raw entry for a non-empty shape is a byte-size mismatch, which DecodeWindows
   // (seeing neither raw bytes nor values) would word as a missing value count.
   const auto& shape = input.shape();
-  if (has_raw && raw.empty() && shape.size() == 3 && shape[0] >= 1 &&
-      shape[0] <= limits.max_batch_rows && shape[1] == model.lookback() &&
-      shape[2] == model.num_features()) {
+  if (has_raw && raw.empty() && shape.size() == 3 && shape[0] >= 1 && shape[0] <= max_batch_rows &&
+      shape[1] == model.lookback() && shape[2] == model.num_features()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "input '", kKServeInputName, "': raw inputs hold 0 bytes; shape [",
         absl::StrJoin(shape, ", "), "] of float32 needs ", shape[0] * shape[1] * shape[2] * 4));
   }
-  absl::StatusOr<std::vector<float>> windows = DecodeWindows(
-      model, absl::Span<const int64_t>(shape.data(), static_cast<size_t>(shape.size())), raw,
-      values, limits);
-  if (!windows.ok()) {
-    return absl::Status(windows.status().code(), absl::StrCat("input '", kKServeInputName,
-                                                              "': ", windows.status().message()));
-  }
-  return windows;
+  call.shape = absl::Span<const int64_t>(shape.data(), static_cast<size_t>(shape.size()));
+  call.raw = raw;
+  call.values = values;
+  call.input_context = absl::StrCat("input '", kKServeInputName, "': ");
+  return absl::OkStatus();
 }
 
 absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request) {
@@ -210,15 +209,6 @@ absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request) 
     }
   }
   return absl::OkStatus();
-}
-
-// The gRPC deadline on the engine's clock; InfiniteFuture for none.
-absl::Time EngineDeadline(const grpc::ServerContextBase& context, Clock& clock) {
-  const auto deadline = context.deadline();
-  if (deadline >= std::chrono::system_clock::time_point::max() - std::chrono::hours(24 * 365)) {
-    return absl::InfiniteFuture();
-  }
-  return clock.Now() + (absl::FromChrono(deadline) - absl::Now());
 }
 
 uint64_t Nanos(absl::Duration d) {
@@ -476,7 +466,13 @@ absl::StatusOr<std::unique_ptr<KServeService>> KServeService::Create(Options opt
 }
 
 KServeService::KServeService(Options options, Clock* clock)
-    : options_(std::move(options)), clock_(clock), statistics_(std::make_shared<Statistics>()) {}
+    : options_(std::move(options)),
+      clock_(clock),
+      admission_({.registry = options_.registry,
+                  .max_batch_rows = options_.max_batch_rows,
+                  .max_request_memory_bytes = options_.max_request_memory_bytes,
+                  .allow_non_finite_inputs = options_.allow_non_finite_inputs}),
+      statistics_(std::make_shared<Statistics>()) {}
 
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest* /*request*/,
@@ -576,39 +572,32 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
   }
   absl::StatusOr<int64_t> version = ParseVersion(request->model_version());
   if (!version.ok()) return fail(version.status());
-  absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(model_name, *version);
-  if (!loaded.ok()) return fail(loaded.status());
-  stats_version = loaded->version;
+  absl::StatusOr<LoadedModel> pinned = admission_.Pin(model_name, *version);
+  if (!pinned.ok()) return fail(pinned.status());
+  stats_version = pinned->version;
   absl::StatusOr<RequestParameters> parameters = ParseParameters(*request);
   if (!parameters.ok()) return fail(parameters.status());
-  priority = parameters->priority;
-  const Forecaster& model = *loaded->model;
-  absl::StatusOr<Batcher::Options> batching = BatcherOptionsFromConfig(model.config().batching());
-  if (!batching.ok()) return fail(batching.status());
-  absl::StatusOr<std::vector<float>> windows =
-      ReadInput(*request, model,
-                {.max_batch_rows = batching->max_batch_size,
-                 .server_max_batch_rows = options_.max_batch_rows,
-                 .max_request_bytes = options_.max_request_memory_bytes,
-                 .allow_non_finite = options_.allow_non_finite_inputs});
-  if (!windows.ok()) return fail(windows.status());
+  // Metrics label the level the request runs at (0 is the model's default level).
+  priority = PredictAdmission::LevelOf(*pinned, parameters->priority);
+  PredictCall call;
+  if (absl::Status status = ReadInput(*request, *pinned->model, pinned->max_batch_size, call);
+      !status.ok()) {
+    return fail(status);
+  }
   if (absl::Status status = CheckRequestedOutputs(*request); !status.ok()) return fail(status);
-
-  auto task = std::make_unique<PredictTask>();
-  task->rows = request->inputs(0).shape(0);
-  task->input = *std::move(windows);
-  task->priority = priority;
-  task->deadline = EngineDeadline(*context, *clock);
-  task->timeout_override = parameters->timeout;
-  task->done = [reactor, response, metrics, clock, arrival, model_name, priority,
-                statistics = statistics_, id = request->id(), fallback_version = loaded->version,
-                forecaster = loaded->model, rows = task->rows](PredictResult result) {
-    const int64_t expected = rows * forecaster->num_outputs();
-    if (result.status.ok() && static_cast<int64_t>(result.output.size()) != expected) {
-      result.status = absl::InternalError(absl::StrCat("version ", result.version, " returned ",
-                                                       result.output.size(), " values for ", rows,
-                                                       " windows; expected ", expected));
-    }
+  call.priority = parameters->priority;
+  call.deadline = EngineDeadline(*context, *clock);
+  call.timeout_override = parameters->timeout;
+  // The forecasts go straight into the reply's one raw output.
+  const int64_t per_row = pinned->model->num_outputs();
+  const auto reply_buffer = [response, per_row](int64_t rows) -> char* {
+    std::string* raw = response->add_raw_output_contents();
+    raw->resize(static_cast<size_t>(rows * per_row) * sizeof(float));
+    return raw->data();
+  };
+  auto done = [reactor, response, metrics, clock, arrival, model_name, priority,
+               statistics = statistics_, id = request->id(), fallback_version = pinned->version,
+               forecaster = pinned->model, rows = call.shape[0]](PredictResult result) {
     const int64_t version = result.version > 0 ? result.version : fallback_version;
     const absl::Duration total = clock->Now() - arrival;
     if (result.status.ok()) {
@@ -620,7 +609,6 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
       output->set_datatype(kFp32);
       output->add_shape(rows);
       for (const int64_t dim : ForecastDims(*forecaster)) output->add_shape(dim);
-      response->add_raw_output_contents(EncodeFloats(result.output));
       statistics->RecordSuccess(model_name, version, rows, result.batch_rows, total,
                                 result.queue_time, result.compute_time);
     } else {
@@ -636,7 +624,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     }
     reactor->Finish(status);
   };
-  if (absl::Status status = options_.registry->Enqueue(model_name, *version, task); !status.ok()) {
+  if (absl::Status status = admission_.Admit(*pinned, call, reply_buffer, std::move(done));
+      !status.ok()) {
     return fail(status);
   }
   return reactor;

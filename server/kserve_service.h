@@ -33,6 +33,7 @@
 #include "engine/clock.h"
 #include "engine/serving/model_registry.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/predict_call.h"
 #include "server/serving_metrics.h"
 
 namespace forecastd {
@@ -116,6 +117,7 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
   // Constant after construction.
   const Options options_;
   Clock* const clock_;
+  const PredictAdmission admission_;
   // Own synchronisation; shared with the completion callbacks of calls in flight.
   const std::shared_ptr<Statistics> statistics_;
 };

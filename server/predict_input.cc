@@ -7,6 +7,7 @@
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/base/status.h"
 
 namespace forecastd {
 namespace {
@@ -15,11 +16,11 @@ static_assert(ABSL_IS_LITTLE_ENDIAN, "raw tensors are little-endian float32");
 
 }  // namespace
 
-absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
-                                                 absl::Span<const int64_t> shape,
-                                                 absl::string_view raw,
-                                                 absl::Span<const float> values,
-                                                 const WindowLimits& limits) {
+absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
+                                               absl::Span<const int64_t> shape,
+                                               absl::string_view raw,
+                                               absl::Span<const float> values,
+                                               const WindowLimits& limits) {
   const int64_t T = model.lookback(), F = model.num_features();
   const std::string expected =
       absl::StrCat("[B, ", T, ", ", F, "] (B windows of lookback ", T, " with ", F, " features)");
@@ -61,38 +62,51 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
   if (!raw.empty() && !values.empty()) {
     return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
   }
-  std::vector<float> out(static_cast<size_t>(n));
+  absl::string_view bytes = raw;
   if (!raw.empty()) {
     if (static_cast<int64_t>(raw.size()) != n * 4) {
       return absl::InvalidArgumentError(absl::StrCat("raw inputs hold ", raw.size(),
                                                      " bytes; shape [", absl::StrJoin(shape, ", "),
                                                      "] of float32 needs ", n * 4));
     }
-    std::memcpy(out.data(), raw.data(), raw.size());
   } else {
     if (static_cast<int64_t>(values.size()) != n) {
       return absl::InvalidArgumentError(absl::StrCat(values.size(), " input values; shape [",
                                                      absl::StrJoin(shape, ", "), "] needs ", n));
     }
-    std::copy(values.begin(), values.end(), out.begin());
+    bytes = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                              values.size() * sizeof(float));
   }
   if (!limits.allow_non_finite) {
     for (int64_t i = 0; i < n; ++i) {
-      if (!std::isfinite(out[static_cast<size_t>(i)])) {
+      float x;  // raw bytes need not be aligned for float
+      std::memcpy(&x, bytes.data() + i * 4, sizeof(x));
+      if (!std::isfinite(x)) {
         const int64_t b = i / (T * F), t = (i / F) % T, f = i % F;
         return absl::InvalidArgumentError(
             absl::StrCat("input [", b, ", ", t, ", ", f, "] (feature '",
-                         model.config().feature_names(static_cast<int>(f)), "') is ",
-                         out[static_cast<size_t>(i)], "; only finite values are accepted"));
+                         model.config().feature_names(static_cast<int>(f)), "') is ", x,
+                         "; only finite values are accepted"));
       }
     }
   }
+  return bytes;
+}
+
+absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
+                                                 absl::Span<const int64_t> shape,
+                                                 absl::string_view raw,
+                                                 absl::Span<const float> values,
+                                                 const WindowLimits& limits) {
+  ASSIGN_OR_RETURN(const absl::string_view bytes, CheckWindows(model, shape, raw, values, limits));
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
   return out;
 }
 
 int64_t EstimatePredictBytes(const Forecaster& model, int64_t B) {
   const int64_t T = model.lookback(), F = model.num_features();
-  const int64_t floats = B * T * F + 2 * B * model.num_outputs() + model.WorkspaceFloats(B);
+  const int64_t floats = B * T * F + B * model.num_outputs() + model.WorkspaceFloats(B);
   return floats * static_cast<int64_t>(sizeof(float));
 }
 

@@ -1,6 +1,7 @@
 #include "engine/serving/batcher.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -54,9 +55,10 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                                      options_.max_batch_size, " per request"));
     }
     const int64_t floats = task->rows * options_.input_floats_per_row;
-    if (static_cast<int64_t>(task->input.size()) != floats) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "input holds ", task->input.size(), " values; ", task->rows, " rows need ", floats));
+    const int64_t given = static_cast<int64_t>(task->InputBytes().size() / sizeof(float));
+    if (given != floats || task->InputBytes().size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input holds ", given, " values; ", task->rows, " rows need ", floats));
     }
     if (!task->done) return absl::InvalidArgumentError("PredictTask without a done callback");
     absl::MutexLock lock(&mu_);
@@ -232,27 +234,32 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     --outstanding_batches_;
   }
 
-  // Concatenates the inputs, runs the batch, and hands each task its rows of the output.
+  // Stages the inputs, runs the batch, and hands each task its rows of the output.
   void Compute(Tasks tasks, int worker, absl::Time start) {
     const int64_t in = options_.input_floats_per_row;
     const int64_t out = options_.output_floats_per_row;
     int64_t rows = 0;
     for (const std::unique_ptr<PredictTask>& task : tasks) rows += task->rows;
-    // A batch of one request runs on its own input, and its output moves into its result.
-    std::vector<float> input_buffer;
-    const float* input = tasks.front()->input.data();
-    if (tasks.size() > 1) {
-      input_buffer.reserve(static_cast<size_t>(rows * in));
-      for (const std::unique_ptr<PredictTask>& task : tasks) {
-        input_buffer.insert(input_buffer.end(), task->input.begin(), task->input.end());
-      }
-      input = input_buffer.data();
+    Batcher::Staging staging = options_.staging ? options_.staging(worker) : Batcher::Staging{};
+    std::vector<float> own_input, own_output;
+    if (staging.input == nullptr) {
+      own_input.resize(static_cast<size_t>(rows * in));
+      staging.input = own_input.data();
     }
-    std::vector<float> output(static_cast<size_t>(rows * out));
+    if (staging.output == nullptr) {
+      own_output.resize(static_cast<size_t>(rows * out));
+      staging.output = own_output.data();
+    }
+    char* next = reinterpret_cast<char*>(staging.input);
+    for (const std::unique_ptr<PredictTask>& task : tasks) {
+      const absl::string_view bytes = task->InputBytes();
+      std::memcpy(next, bytes.data(), bytes.size());
+      next += bytes.size();
+    }
     if (options_.observer != nullptr) {
       options_.observer->OnBatch(rows, static_cast<int64_t>(tasks.size()));
     }
-    const absl::Status status = options_.run_batch(input, rows, output.data(), worker);
+    const absl::Status status = options_.run_batch(staging.input, rows, staging.output, worker);
     const absl::Duration compute_time = clock_->Now() - start;
     int64_t row = 0;
     for (std::unique_ptr<PredictTask>& task : tasks) {
@@ -263,11 +270,12 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       result.compute_time = compute_time;
       result.batch_rows = rows;
       if (status.ok()) {
-        if (tasks.size() == 1) {
-          result.output = std::move(output);
+        const float* first = staging.output + row * out;
+        const int64_t floats = task->rows * out;
+        if (task->output != nullptr) {
+          std::memcpy(task->output, first, static_cast<size_t>(floats) * sizeof(float));
         } else {
-          result.output.assign(output.begin() + row * out,
-                               output.begin() + (row + task->rows) * out);
+          result.output.assign(first, first + floats);
         }
       }
       row += task->rows;

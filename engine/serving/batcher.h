@@ -75,6 +75,14 @@ class Batcher {
   // several calls may run at once on different workers.
   using RunBatchFn =
       std::function<absl::Status(const float* input, int64_t rows, float* output, int worker)>;
+  // The host buffers a worker's batches are staged in (a GPU instance's pinned buffers, a CPU
+  // instance's arena): `input` holds max_batch_size * input_floats_per_row floats, `output`
+  // max_batch_size * output_floats_per_row. Only the batch running on that worker uses them.
+  struct Staging {
+    float* input = nullptr;
+    float* output = nullptr;
+  };
+  using StagingFn = std::function<Staging(int worker)>;
 
   struct Options {
     // Rows in one batch at most, >= 1; Enqueue refuses a task with more.
@@ -94,6 +102,11 @@ class Batcher {
     int64_t version = 0;
     // The model's forward pass; required.
     RunBatchFn run_batch;
+    // Where worker `worker` stages its batches: the tasks' input bytes are copied into its
+    // `input` (once: nothing else copies them), run_batch gets both buffers, and each task's
+    // rows are copied from `output` into the task's `output` buffer. Empty: the batcher
+    // stages in buffers of its own, per batch.
+    StagingFn staging;
     // Batches of this batcher handed to the scheduler and not yet started, at most, >= 0.
     // Zero: unbounded (a batch goes to the scheduler the moment it closes). A small value
     // (such as the scheduler's num_workers) lets batches grow while the device is busy.

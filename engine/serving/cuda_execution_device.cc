@@ -46,6 +46,9 @@ class CudaModelInstance final : public ModelInstance {
 
   absl::Status Run(const float* input, int64_t rows, float* output) override;
 
+  float* input_staging() override { return static_cast<float*>(staging_input_); }
+  float* output_staging() override { return static_cast<float*>(staging_output_); }
+
   int64_t ComputedRows(int64_t rows) const override {
     const auto graph = graphs_.lower_bound(rows);
     return graph != graphs_.end() ? graph->first : rows;
@@ -159,7 +162,8 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
   const ScopedCudaDevice scoped(lease_->device());
   RETURN_IF_ERROR(scoped.status());
 
-  std::memcpy(staging_input_, input, static_cast<size_t>(in_bytes));
+  // A batch staged in our pinned buffers (Batcher::Options::staging) is not copied again.
+  if (input != staging_input_) std::memcpy(staging_input_, input, static_cast<size_t>(in_bytes));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.data(), staging_input_, static_cast<size_t>(in_bytes),
                                        cudaMemcpyHostToDevice, stream));
   const auto graph = graphs_.lower_bound(rows);
@@ -172,7 +176,9 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
                                        static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
                                        stream));
   RETURN_IF_ERROR(lease_->Synchronize());
-  std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
+  if (output != staging_output_) {
+    std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
+  }
   return absl::OkStatus();
 }
 

@@ -2,6 +2,7 @@
 
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -14,7 +15,11 @@ class CpuModelInstance final : public ModelInstance {
  public:
   CpuModelInstance(std::shared_ptr<const Forecaster> model, Backend* backend,
                    int64_t max_batch_size)
-      : model_(std::move(model)), backend_(backend), max_batch_size_(max_batch_size) {}
+      : model_(std::move(model)),
+        backend_(backend),
+        max_batch_size_(max_batch_size),
+        input_(static_cast<size_t>(max_batch_size * model_->lookback() * model_->num_features())),
+        output_(static_cast<size_t>(max_batch_size * model_->num_outputs())) {}
 
   absl::Status Run(const float* input, int64_t rows, float* output) override {
     if (rows < 1 || rows > max_batch_size_) {
@@ -23,12 +28,16 @@ class CpuModelInstance final : public ModelInstance {
     }
     return model_->Forward(*backend_, output, input, rows, workspace_);
   }
+  float* input_staging() override { return input_.data(); }
+  float* output_staging() override { return output_.data(); }
 
  private:
   const std::shared_ptr<const Forecaster> model_;
   Backend* const backend_;
   const int64_t max_batch_size_;
   Workspace workspace_;
+  std::vector<float> input_;   // (max_batch_size, T * F)
+  std::vector<float> output_;  // (max_batch_size, num_outputs)
 };
 
 }  // namespace

@@ -30,6 +30,11 @@ class ModelInstance {
   // memory; rows in [1, the max_batch_size the instance was made for] (INVALID_ARGUMENT
   // otherwise). Returns once output is written.
   virtual absl::Status Run(const float* input, int64_t rows, float* output) = 0;
+  // Host buffers of max_batch_size rows that Run takes as input and output without copying
+  // them (a GPU instance's pinned staging buffers, a CPU instance's own arrays): a batch
+  // staged in them crosses host memory once each way (Batcher::Options::staging).
+  virtual float* input_staging() = 0;   // (max_batch_size, T * F)
+  virtual float* output_staging() = 0;  // (max_batch_size, num_outputs)
   // The batch size the device actually computes for `rows` rows: rows itself, or the captured
   // size a GPU instance pads it to.
   virtual int64_t ComputedRows(int64_t rows) const { return rows; }

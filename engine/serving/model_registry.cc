@@ -55,6 +55,13 @@ bool Contains(const std::vector<int64_t>& sorted, int64_t value) {
   return std::binary_search(sorted.begin(), sorted.end(), value);
 }
 
+// Whether a request validated against `a` can run on `b` and be answered as `a` describes.
+bool SameInputsAndOutputs(const Forecaster& a, const Forecaster& b) {
+  return a.lookback() == b.lookback() && a.num_features() == b.num_features() &&
+         a.horizon() == b.horizon() && a.num_targets() == b.num_targets() &&
+         a.num_quantiles() == b.num_quantiles() && a.num_outputs() == b.num_outputs();
+}
+
 absl::Status WithContext(const absl::Status& status, absl::string_view context) {
   return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
 }
@@ -132,10 +139,11 @@ absl::StatusOr<Batcher::Options> BatcherOptionsFromConfig(const v1::BatchingConf
 
 // One loaded version. Reached by requests through a shared_ptr, so an unload never frees it
 // under a request that is still enqueueing.
-struct ModelRegistry::LoadedVersion {
+struct registry_internal::LoadedVersion {
   int64_t version = 0;
   std::shared_ptr<const Forecaster> model;
   int64_t max_batch_size = 0;
+  uint32_t default_priority_level = 1;
   ExecutionDevice* device = nullptr;
   // One per worker of the device's scheduler; instances[w] is used only by the batch running
   // on worker w (the scheduler runs one item per worker at a time), or by the loading thread
@@ -298,7 +306,7 @@ void ModelRegistry::RefreshVersions(ModelEntry& entry) const {
 
 // --- Predict path
 
-absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::FindVersion(
+absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry::FindVersion(
     const std::string& model, int64_t version) const {
   absl::ReaderMutexLock l(&mu_);
   if (shut_down_) return absl::UnavailableError("model registry is shut down");
@@ -340,28 +348,48 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Fin
   return entry.serving;
 }
 
-absl::Status ModelRegistry::Enqueue(const std::string& model, int64_t version,
-                                    std::unique_ptr<PredictTask>& task) {
+absl::StatusOr<LoadedModel> ModelRegistry::GetLoadedModel(const std::string& model,
+                                                          int64_t version) const {
+  ASSIGN_OR_RETURN(std::shared_ptr<LoadedVersion> loaded, FindVersion(model, version));
+  LoadedModel out;
+  out.model = loaded->model;
+  out.version = loaded->version;
+  out.device = loaded->device->id();
+  out.max_batch_size = loaded->max_batch_size;
+  out.default_priority_level = loaded->default_priority_level;
+  out.requested_version = version;
+  out.pinned = std::move(loaded);
+  return out;
+}
+
+absl::Status ModelRegistry::Enqueue(const LoadedModel& pinned, std::unique_ptr<PredictTask>& task) {
   if (task == nullptr) return absl::InvalidArgumentError("Enqueue: no task");
+  if (pinned.pinned == nullptr) return absl::InvalidArgumentError("Enqueue: no pinned version");
+  std::shared_ptr<LoadedVersion> loaded = pinned.pinned;
+  const Forecaster& validated = *pinned.model;
   for (int attempt = 1;; ++attempt) {
-    ASSIGN_OR_RETURN(const std::shared_ptr<LoadedVersion> loaded, FindVersion(model, version));
-    // `loaded` may end up the last reference to a drained version, whose batcher is then
-    // destroyed here; that returns at once since it has nothing left to run.
     absl::Status status = loaded->batcher->Enqueue(task);
-    // A switch retired the version between the lookup and the enqueue (its batcher is
-    // draining): the lookup now finds its successor, or says why there is none.
-    if (absl::IsUnavailable(status) && loaded->retired.load(std::memory_order_acquire) &&
-        attempt < kMaxEnqueueAttempts) {
-      continue;
+    // A switch retired the version between the pin and the enqueue (its batcher is
+    // draining): a lookup now finds its successor, or says why there is none.
+    if (!absl::IsUnavailable(status) || !loaded->retired.load(std::memory_order_acquire) ||
+        attempt >= kMaxEnqueueAttempts) {
+      return status;
     }
-    return status;
+    const std::string& name = validated.config().name();
+    ASSIGN_OR_RETURN(loaded, FindVersion(name, pinned.requested_version));
+    if (!SameInputsAndOutputs(validated, *loaded->model) || task->rows > loaded->max_batch_size) {
+      return absl::UnavailableError(absl::StrCat(
+          "model '", name, "' switched from version ", pinned.version, " to version ",
+          loaded->version, ", which takes other inputs or outputs, while the request was ",
+          "admitted; send it again"));
+    }
   }
 }
 
-absl::StatusOr<LoadedModel> ModelRegistry::GetLoadedModel(const std::string& model,
-                                                          int64_t version) const {
-  ASSIGN_OR_RETURN(const std::shared_ptr<LoadedVersion> loaded, FindVersion(model, version));
-  return LoadedModel{loaded->model, loaded->version, loaded->device->id()};
+absl::Status ModelRegistry::Enqueue(const std::string& model, int64_t version,
+                                    std::unique_ptr<PredictTask>& task) {
+  ASSIGN_OR_RETURN(const LoadedModel pinned, GetLoadedModel(model, version));
+  return Enqueue(pinned, task);
 }
 
 // --- Loading
@@ -386,7 +414,7 @@ absl::Status ModelRegistry::WarmUp(LoadedVersion& loaded) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::LoadVersion(
+absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry::LoadVersion(
     const ModelConfig& config, int64_t version) const {
   const std::string context = absl::StrCat("model '", config.name(), "' version ", version);
   absl::StatusOr<Batcher::Options> batcher_options = BatcherOptionsFromConfig(config.batching());
@@ -397,6 +425,7 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
   loaded->version = version;
   loaded->model = std::move(model);
   loaded->max_batch_size = batcher_options->max_batch_size;
+  loaded->default_priority_level = batcher_options->queue.default_level;
   absl::StatusOr<ExecutionDevice*> device = DeviceFor(config);
   if (!device.ok()) return WithContext(device.status(), context);
   loaded->device = *device;
@@ -444,6 +473,11 @@ absl::StatusOr<std::shared_ptr<ModelRegistry::LoadedVersion>> ModelRegistry::Loa
                                               raw->instances.size(), " instances)"));
     }
     return raw->instances[static_cast<size_t>(worker)]->Run(input, rows, output);
+  };
+  batcher_options->staging = [raw](int worker) -> Batcher::Staging {
+    if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) return {};
+    ModelInstance& instance = *raw->instances[static_cast<size_t>(worker)];
+    return {instance.input_staging(), instance.output_staging()};
   };
   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(*std::move(batcher_options));
   if (!batcher.ok()) return WithContext(batcher.status(), context);

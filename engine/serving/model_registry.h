@@ -91,13 +91,28 @@ struct ModelStatus {
   std::optional<ModelConfig> config;        // the serving config, else the last one read
 };
 
-// The model a request would run on now, for validating its input against lookback() and
-// num_features() and for metadata. The Forecaster stays valid while the caller holds it, even
-// after its version is unloaded; a request enqueued later may still meet a newer version.
+namespace registry_internal {
+struct LoadedVersion;  // the registry's own record of a loaded version
+}  // namespace registry_internal
+
+// One loaded version, pinned for one request: the admission step resolves a request's model
+// and version once into this, validates the input against `model` and `max_batch_size`, and
+// enqueues to it (ModelRegistry::Enqueue), so a version switch in between cannot pair a
+// request with limits of another version. Also what metadata reads. Holding it keeps the
+// version's Forecaster valid even after the version is unloaded (its batcher may drain
+// meanwhile; Enqueue then follows a switch). A value; copies share the pin.
 struct LoadedModel {
   std::shared_ptr<const Forecaster> model;
   int64_t version = 0;
   std::string device;  // where it runs: "cpu", "cuda:0", ...
+  // The batching config's limits, parsed once when the version loaded.
+  int64_t max_batch_size = 0;           // rows per request at most
+  uint32_t default_priority_level = 1;  // the level a task of priority 0 runs at
+  // What the request asked for: 0 (the serving version, whichever it is when the task
+  // enqueues) or `version` itself.
+  int64_t requested_version = 0;
+  // The registry's record of the version; opaque to callers.
+  std::shared_ptr<registry_internal::LoadedVersion> pinned;
 };
 
 class ModelRegistry {
@@ -160,18 +175,23 @@ class ModelRegistry {
 
   // --- Predict path: cheap; no disk access.
 
-  // Hands `task` to the Batcher of `version` of `model` (0: the serving version).
-  // Ownership of the task moves iff OK, as Batcher::Enqueue. NOT_FOUND: no such model, or no
-  // such version on disk (as of the last scan); UNAVAILABLE: the model is not READY (the
-  // message says its state and, when FAILED, its load error), the version is on disk but not
-  // loaded, or the registry is shut down; otherwise the batcher's code. A request for version
-  // 0 that meets a version being replaced is moved to the new one, so a version switch never
-  // fails a request.
+  // Pins the version a request for `version` of `model` (0: the serving version) runs on.
+  // NOT_FOUND: no such model, or no such version on disk (as of the last scan); UNAVAILABLE:
+  // the model is not READY (the message says its state and, when FAILED, its load error), the
+  // version is on disk but not loaded, or the registry is shut down.
+  absl::StatusOr<LoadedModel> GetLoadedModel(const std::string& model, int64_t version = 0) const;
+
+  // Hands `task`, validated against `pinned`, to the Batcher of the pinned version.
+  // Ownership of the task moves iff OK, as Batcher::Enqueue (whose codes it returns). When a
+  // switch retired the pinned version meanwhile, a request for the serving version moves to
+  // the new one if that takes the same inputs and outputs (else, and for a request of an
+  // explicit version, UNAVAILABLE saying so), so a version switch never fails a request with
+  // anything but a clean UNAVAILABLE or NOT_FOUND.
+  absl::Status Enqueue(const LoadedModel& pinned, std::unique_ptr<PredictTask>& task);
+
+  // GetLoadedModel, then Enqueue: for callers that validated against nothing version-specific.
   absl::Status Enqueue(const std::string& model, int64_t version,
                        std::unique_ptr<PredictTask>& task);
-
-  // The Forecaster Enqueue(model, version, ...) would use now; the same codes as Enqueue.
-  absl::StatusOr<LoadedModel> GetLoadedModel(const std::string& model, int64_t version = 0) const;
 
   // --- Admin. Each refreshes what it reports from disk; none blocks the predict path.
 
@@ -219,7 +239,7 @@ class ModelRegistry {
   int loaded_model_count() const;         // models READY
 
  private:
-  struct LoadedVersion;
+  using LoadedVersion = registry_internal::LoadedVersion;
   struct ModelEntry;
 
   explicit ModelRegistry(const Options& options);

@@ -1,7 +1,10 @@
 // One Predict request on its way through the engine: its input windows, its priority and
-// time limits, and the callback that completes it. The server builds one per call and hands it
-// to the model's Batcher; ownership moves with it, and `done` is called exactly once, from an
-// engine thread, with the forecasts or the reason there are none.
+// time limits, where its forecasts go, and the callback that completes it. The server builds
+// one per call and hands it to the model's Batcher; ownership moves with it, and `done` is
+// called exactly once, from an engine thread, with the forecasts or the reason there are none.
+// A request's windows and forecasts cross host memory once each way: the batcher copies the
+// input bytes straight into the batch's staging buffer and the batch's output rows straight
+// into `output`, so a server points both into its request and response messages.
 #ifndef FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
 #define FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
 
@@ -11,13 +14,15 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace forecastd {
 
 struct PredictResult {
   absl::Status status;          // OK, or why the task was not computed
-  std::vector<float> output;    // (rows, P, targets[, Q]) raw forecasts when OK
+  std::vector<float> output;    // (rows, P, targets[, Q]) raw forecasts when OK and the
+                                // task had no `output` buffer (else empty: they are there)
   int64_t version = 0;          // the model version that computed them
   absl::Duration queue_time;    // enqueue until its batch started
   absl::Duration compute_time;  // its batch's forward pass
@@ -25,8 +30,19 @@ struct PredictResult {
 };
 
 struct PredictTask {
-  std::vector<float> input;  // (rows, T, F) raw windows, validated by the caller
-  int64_t rows = 0;          // B of this request, >= 1
+  // (rows, T, F) raw windows, validated by the caller, as float32 bytes in host order. Not
+  // owned: they belong to the caller (the request message, or `input` below) and must stay
+  // valid until `done` has been called. Empty: the windows are `input`.
+  absl::string_view input_bytes;
+  // The windows, when the caller owns no message to point into (benchmarks, tests).
+  std::vector<float> input;
+  int64_t rows = 0;  // B of this request, >= 1
+
+  // Where the batcher writes the (rows, P, targets[, Q]) forecasts, as float32 bytes in host
+  // order, before calling `done` with OK: rows * output floats per row * 4 bytes of the
+  // caller's memory (the response message), valid until `done` has been called. nullptr:
+  // they come in PredictResult::output.
+  char* output = nullptr;
 
   // Priority level: 1 is the highest; 0 asks for the model's default level. The queue
   // rewrites it to the level it assigned when it accepts the task.
@@ -43,6 +59,13 @@ struct PredictTask {
   absl::Time enqueue_time;
 
   std::function<void(PredictResult)> done;
+
+  // The windows' bytes: input_bytes, or `input`'s.
+  absl::string_view InputBytes() const {
+    if (!input_bytes.empty()) return input_bytes;
+    return absl::string_view(reinterpret_cast<const char*>(input.data()),
+                             input.size() * sizeof(float));
+  }
 };
 
 }  // namespace forecastd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -334,6 +335,57 @@ TEST_CASE("Enqueue refuses bad tasks and leaves them with the caller", "[unit][b
   h.EnqueueOk({.id = 7, .rows = 4});  // exactly max_batch_size is fine
   REQUIRE(h.completions.WaitFor(1));
   h.CheckComputed(7, 4);
+}
+
+TEST_CASE("A worker's staging buffers carry the batch: task bytes in, forecasts out to each task",
+          "[unit][batcher]") {
+  Harness h;
+  h.options.max_batch_size = 5;  // the two tasks' 2 + 3 rows close one batch
+  h.options.max_queue_delay = absl::Seconds(1);
+  std::vector<float> staged_input(static_cast<size_t>(h.options.max_batch_size * kIn));
+  std::vector<float> staged_output(static_cast<size_t>(h.options.max_batch_size * kOut));
+  std::atomic<int> unstaged_batches{0};
+  h.options.staging = [&](int worker) {
+    REQUIRE(worker == 0);
+    return Batcher::Staging{staged_input.data(), staged_output.data()};
+  };
+  h.options.run_batch = [&](const float* input, int64_t rows, float* output, int worker) {
+    if (input != staged_input.data() || output != staged_output.data()) unstaged_batches++;
+    return h.model.Run(input, rows, output, worker);
+  };
+  h.Start();
+  // Each task's windows are bytes the caller keeps (as a request message does), and its
+  // forecasts go to a buffer of the caller's (as a reply message's).
+  std::vector<std::string> inputs(2), outputs(2);
+  for (int64_t id = 1; id <= 2; ++id) {
+    const int64_t rows = id + 1;
+    std::unique_ptr<PredictTask> task = MakeTask({.id = id, .rows = rows}, &h.completions);
+    std::string& bytes = inputs[static_cast<size_t>(id - 1)];
+    bytes.assign(reinterpret_cast<const char*>(task->input.data()),
+                 task->input.size() * sizeof(float));
+    task->input.clear();
+    task->input_bytes = bytes;
+    std::string& out = outputs[static_cast<size_t>(id - 1)];
+    out.resize(static_cast<size_t>(rows * kOut) * sizeof(float));
+    task->output = out.data();
+    REQUIRE(h.batcher->Enqueue(task).ok());
+  }
+  REQUIRE(h.completions.WaitFor(2));
+  REQUIRE(unstaged_batches.load() == 0);
+  REQUIRE(h.model.batch_ids() == Ids{{1, 2}});
+  for (int64_t id = 1; id <= 2; ++id) {
+    const PredictResult result = h.completions.Get(id);
+    REQUIRE(result.status.ok());
+    REQUIRE(result.output.empty());  // the forecasts are in the task's buffer
+    const std::string& out = outputs[static_cast<size_t>(id - 1)];
+    std::vector<float> forecasts(out.size() / sizeof(float));
+    std::memcpy(forecasts.data(), out.data(), out.size());
+    for (int64_t r = 0; r < id + 1; ++r) {
+      for (int64_t j = 0; j < kOut; ++j) {
+        REQUIRE(forecasts[static_cast<size_t>(r * kOut + j)] == Tag(id, r) * 10 + j);
+      }
+    }
+  }
 }
 
 TEST_CASE("A batch closes as soon as it holds max_batch_size rows", "[unit][batcher]") {
