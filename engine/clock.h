@@ -23,8 +23,8 @@ class Clock {
   // With `mu` held, blocks until `cond` holds or Now() >= `deadline`, whichever is first,
   // releasing `mu` while blocked. Returns with `mu` held and says whether `cond` holds.
   // `cond` is evaluated with `mu` held and must depend only on state `mu` protects.
-  virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                                 absl::Time deadline) = 0;
+  virtual bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) = 0;
 
   // Blocks until Now() >= deadline.
   void SleepUntil(absl::Time deadline);
@@ -37,8 +37,8 @@ class Clock {
 class RealClock final : public Clock {
  public:
   absl::Time Now() const override { return absl::Now(); }
-  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Time deadline) override;
+  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 };
 
 // Time that moves only when a test calls Advance() or SetTime(). Waiters blocked in
@@ -50,8 +50,8 @@ class FakeClock final : public Clock {
   explicit FakeClock(absl::Time start = absl::UnixEpoch() + absl::Hours(24 * 365 * 50));
 
   absl::Time Now() const override;
-  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond,
-                         absl::Time deadline) override;
+  bool AwaitWithDeadline(absl::Mutex* mu, const absl::Condition& cond, absl::Time deadline) override
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Moves time forward (a negative duration is ignored: time never goes back) and wakes the
   // waiters whose deadline has passed.

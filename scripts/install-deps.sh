@@ -23,6 +23,8 @@ packages=(
 )
 test_packages=(
   catch2
+  # clang++ checks the lock annotations, which g++ ignores (tests/lint).
+  clang
   # The golden tests check that models forecastd writes load into PyTorch.
   python3 python3-numpy python3-torch
   # A Python gRPC client checks the KServe API (stubs generated at test time).

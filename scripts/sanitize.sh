@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds forecastd with AddressSanitizer + UndefinedBehaviorSanitizer (build-asan) and with
 # ThreadSanitizer (build-tsan), and runs the unit, golden and integration tests in each
-# (`ctest -LE 'slow|gpu'`): `make sanitize`. A sanitizer report fails the test that caused it
+# (`ctest -LE 'slow|gpu|lint'`; the lint checks read the sources, the same for every build):
+# `make sanitize`. A sanitizer report fails the test that caused it
 # (halt_on_error everywhere, and UBSan built with -fno-sanitize-recover). Exits non-zero when
 # any test failed in any build. Settings come from the environment:
 #   SANITIZERS      which builds, space-separated                (asan tsan)
@@ -52,9 +53,9 @@ run_tests() {
   local dir=$1 name=$2
   shift 2
   local log="$dir/sanitize-ctest.log"
-  echo "=== $name: ctest -LE 'slow|gpu' in $dir ($*)"
-  (cd "$dir" && env "$@" ctest -LE 'slow|gpu' -j "$JOBS" "${ctest_flags[@]}") 2>&1 | tee "$log" ||
-    true
+  echo "=== $name: ctest -LE 'slow|gpu|lint' in $dir ($*)"
+  (cd "$dir" && env "$@" ctest -LE 'slow|gpu|lint' -j "$JOBS" "${ctest_flags[@]}") 2>&1 |
+    tee "$log" || true
   local result reports
   result=$(grep -E 'tests passed|No tests were found' "$log" | tail -n 1 || true)
   reports=$(find "$dir/sanitizer-reports" -type f 2> /dev/null | sort)

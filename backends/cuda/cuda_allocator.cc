@@ -111,7 +111,7 @@ absl::StatusOr<DeviceBuffer> CudaAllocator::Allocate(int64_t bytes) {
 absl::StatusOr<void*> CudaAllocator::MallocLocked(int64_t bytes, int64_t block_bytes) {
   const ScopedCudaDevice scoped(options_.device);
   RETURN_IF_ERROR(scoped.status());
-  const auto over_limit = [&] {
+  const auto over_limit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return options_.limit_bytes > 0 &&
            stats_.bytes_in_use + stats_.bytes_cached + block_bytes > options_.limit_bytes;
   };

@@ -190,7 +190,7 @@ absl::Status CudaBackend::Attention(float* out, float* att, const float* qkv,
   if (out == nullptr || qkv == nullptr) {
     return absl::InvalidArgumentError("CudaBackend::Attention: null pointer");
   }
-  return Run([&]() -> absl::Status {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     // Inference in 16-bit math runs fused on tensor cores; in fp32 / TF32, short windows
     // stream keys and values through one kernel, whose cost grows with T^2 on CUDA cores, and
     // long ones run as GEMMs, whose cost grows on the matrix units.
@@ -223,7 +223,7 @@ absl::Status CudaBackend::AttentionBackward(float* dqkv, const float* dout, cons
   if (dqkv == nullptr || dout == nullptr || qkv == nullptr || att == nullptr) {
     return absl::InvalidArgumentError("CudaBackend::AttentionBackward: null pointer");
   }
-  return Run([&]() -> absl::Status {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (FlashTraining(B, D, NH, dropout_mask != nullptr)) {
       // Scratch: dout in 16 bits, then each query's dout . out.
       const int64_t dout16 = cuda::FlashOperandBytes(B, T, D) / 3 / kFloatBytes;

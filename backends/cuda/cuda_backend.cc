@@ -221,7 +221,7 @@ absl::Status CudaBackend::LinearForTraining(float* out, float* saved, const floa
   if (N == 0 || OUT == 0) return absl::OkStatus();
   // Only a product that takes 16-bit operands has anything to keep.
   if (LinearSavedFloats(N, IN, OUT) == 0) saved = nullptr;
-  return Run([&]() -> absl::Status {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     if (IN == 0) {
       RETURN_IF_ERROR(Zero(out, N * OUT, context_.stream));
       if (bias == nullptr) return absl::OkStatus();
@@ -248,7 +248,7 @@ absl::Status CudaBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                                          const float* dout, const float* inp, const float* saved,
                                          const float* weight, int64_t N, int64_t IN, int64_t OUT) {
   RETURN_IF_ERROR(NonNegative("LinearBackward", {N, IN, OUT}));
-  return Run([&]() -> absl::Status {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     const cudaStream_t stream = context_.stream;
     // dout, rounded to 16 bits once when the products take 16-bit operands, serves both
     // (their multiply-adds are the same count, N * IN * OUT).
@@ -309,7 +309,7 @@ absl::Status CudaBackend::LstmLayer(float* out, float* h_n, float* c_n, const fl
                                     const float* h_0, const float* c_0,
                                     const RecurrentDirectionWeights* weights,
                                     const RecurrentDims& dims) {
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentForwardLocked(RecurrentCell::kLstm, out, h_n, c_n, inp, h_0, c_0, weights, dims,
                                   /*num_layers=*/1);
   });
@@ -318,7 +318,7 @@ absl::Status CudaBackend::LstmLayer(float* out, float* h_n, float* c_n, const fl
 absl::Status CudaBackend::GruLayer(float* out, float* h_n, const float* inp, const float* h_0,
                                    const RecurrentDirectionWeights* weights,
                                    const RecurrentDims& dims) {
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentForwardLocked(RecurrentCell::kGru, out, h_n, /*c_n=*/nullptr, inp, h_0,
                                   /*c_0=*/nullptr, weights, dims, /*num_layers=*/1);
   });
@@ -331,7 +331,7 @@ absl::Status CudaBackend::RecurrentStack(RecurrentCell cell, float* out, float* 
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStack: num_layers is ", num_layers, "; it must be >= 1"));
   }
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentForwardLocked(cell, out, /*h_n=*/nullptr, /*c_n=*/nullptr, inp,
                                   /*h_0=*/nullptr, /*c_0=*/nullptr, weights, dims, num_layers);
   });
@@ -345,8 +345,9 @@ absl::Status CudaBackend::RecurrentStackForTraining(RecurrentCell cell, float* o
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackForTraining: num_layers is ", num_layers, "; it must be >= 1"));
   }
-  return Run(
-      [&] { return RecurrentTrainingForwardLocked(cell, out, inp, weights, dims, num_layers); });
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return RecurrentTrainingForwardLocked(cell, out, inp, weights, dims, num_layers);
+  });
 }
 
 absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
@@ -354,7 +355,7 @@ absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectio
                                             const float* c_0,
                                             const RecurrentDirectionWeights* weights,
                                             const RecurrentDims& dims) {
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentBackwardLocked(RecurrentCell::kLstm, dinp, dweights, dout, inp, h_0, c_0,
                                    weights, dims, /*num_layers=*/1);
   });
@@ -364,7 +365,7 @@ absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirection
                                            const float* dout, const float* inp, const float* h_0,
                                            const RecurrentDirectionWeights* weights,
                                            const RecurrentDims& dims) {
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentBackwardLocked(RecurrentCell::kGru, dinp, dweights, dout, inp, h_0,
                                    /*c_0=*/nullptr, weights, dims, /*num_layers=*/1);
   });
@@ -380,7 +381,7 @@ absl::Status CudaBackend::RecurrentStackBackward(RecurrentCell cell, float* dinp
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));
   }
-  return Run([&] {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return RecurrentBackwardLocked(cell, dinp, dweights, dout, inp, /*h_0=*/nullptr,
                                    /*c_0=*/nullptr, weights, dims, num_layers);
   });

@@ -512,7 +512,7 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
     return absl::InvalidArgumentError(absl::StrCat(
         "RecurrentStackLast: need num_layers >= 1 and T >= 1, got ", num_layers, " and ", dims.T));
   }
-  return Run([&]() -> absl::Status {
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     kept_forward_.reset();  // this call overwrites the weight space
     RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackLast"));
     const auto [B, T, I, H, ND] = dims;

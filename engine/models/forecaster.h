@@ -189,7 +189,7 @@ class TrainingTape {
     int64_t floats = 0;
   };
 
-  const TrainingPlacement placement_;
+  const TrainingPlacement placement_{};
   // Host buffers (no placement.memory); each slot is its own vector, so growing one never
   // moves another.
   std::vector<std::vector<float>> host_buffers_;

@@ -271,7 +271,7 @@ absl::StatusOr<JobSnapshot> TrainJobManager::Watch(
       const auto it = jobs_.find(id);
       if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no training job '", id, "'"));
       const Job* job = it->second.get();
-      const auto has_news = [job, next]() {
+      const auto has_news = [job, next]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return job->events.size() > next || job->state != JobState::kRunning;
       };
       // Wakes on news; the timeout only bounds how late a stop() request is noticed.
