@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/models/model_files.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/data_source.h"
 #include "engine/train/initializer.h"
 #include "engine/train/random.h"
 #include "google/protobuf/util/json_util.h"
