@@ -10,8 +10,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/random.h"
 #include "engine/train/chronological_split.h"
-#include "engine/train/random.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {

@@ -127,8 +127,8 @@ class WindowedDataset {
 };
 
 // A uniformly random permutation of [0, n) for epoch `epoch` of a job seeded with `seed`:
-// Fisher–Yates over Random(DeriveSeed(seed, SeedPurpose::kShuffle, epoch)) (engine/train/
-// random.h), so it is the same on every platform. Empty for n <= 0.
+// Fisher–Yates over Random(DeriveSeed(seed, SeedPurpose::kShuffle, epoch)) (engine/random.h),
+// so it is the same on every platform. Empty for n <= 0.
 std::vector<int64_t> ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch);
 
 }  // namespace forecastd

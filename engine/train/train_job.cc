@@ -8,10 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/model_files.h"
+#include "engine/random.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/data_source.h"
 #include "engine/train/initializer.h"
-#include "engine/train/random.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"

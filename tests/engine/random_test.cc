@@ -1,4 +1,4 @@
-#include "engine/train/random.h"
+#include "engine/random.h"
 
 #include <cmath>
 #include <cstdint>
