@@ -11,10 +11,6 @@
 #include "absl/strings/str_split.h"
 #include "spdlog/spdlog.h"
 
-#if FORECASTD_WITH_CUDA
-#include "backends/cuda/cuda_devices.h"
-#endif
-
 namespace forecastd {
 
 std::string Device::Id() const {
@@ -57,7 +53,6 @@ DeviceRegistry DeviceRegistry::Discover() {
   cpu.name =
       absl::StrCat("host CPU, ", std::max(1u, std::thread::hardware_concurrency()), " threads");
   devices.push_back(cpu);
-#if FORECASTD_WITH_CUDA
   absl::StatusOr<std::vector<Device>> gpus = DiscoverCudaDevices();
   if (gpus.ok()) {
     devices.insert(devices.end(), gpus->begin(), gpus->end());
@@ -65,7 +60,6 @@ DeviceRegistry DeviceRegistry::Discover() {
     spdlog::warn("CUDA devices could not be listed, serving on the CPU only: {}",
                  gpus.status().ToString());
   }
-#endif
   return DeviceRegistry(std::move(devices));
 }
 

@@ -44,6 +44,13 @@ struct DeviceSpec {
 // malformed entry is INVALID_ARGUMENT naming the entry.
 absl::StatusOr<std::vector<DeviceSpec>> ParseDeviceList(absl::string_view text);
 
+// Every CUDA GPU the driver reports, with its name, memory and compute capability, for
+// DeviceRegistry::Discover(). A host without a driver or without a GPU yields an empty list,
+// not an error; other CUDA failures are errors. CMake links one definition: the driver's list
+// in a CUDA build (backends/cuda/cuda_devices.cc), an always-empty one otherwise
+// (backends/no_cuda_devices.cc), so this layer never includes backends/cuda/.
+absl::StatusOr<std::vector<Device>> DiscoverCudaDevices();
+
 class DeviceRegistry {
  public:
   // Finds the CPU and, in a CUDA build, every GPU the driver reports. A host without a

@@ -1,6 +1,6 @@
 // gpu_bench: forecast_bench on a GPU. Loads `--model DIR` version `--version`, uploads its
-// parameter arena to the device once, and runs the forward pass on a CudaBackend (one stream of
-// a StreamPool), reading that device copy of the weights (Forecaster::Forward with a
+// parameter arena to the device once, and runs the forward pass on a CudaBackend (the one stream
+// of an InstanceStreams), reading that device copy of the weights (Forecaster::Forward with a
 // ForwardPlacement) and standardising / de-standardising with engine/models/cuda_data_ops.h, so the
 // whole forecast runs on the GPU. Inputs are the first `--batch` windows of tensor `input` of
 // `--io FILE`, or seeded N(0, 1) values without one.
@@ -52,7 +52,7 @@
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_graph.h"
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 #include "bench/bench_timing.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
@@ -224,11 +224,11 @@ absl::Status Bench(const Flags& flags) {
   allocator_options.device = flags.device;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator,
                    CudaAllocator::Create(allocator_options));
-  StreamPool::Options pool_options;
-  pool_options.device = flags.device;
-  pool_options.streams_per_gpu = 1;
-  ASSIGN_OR_RETURN(std::unique_ptr<StreamPool> pool,
-                   StreamPool::Create(pool_options, allocator.get()));
+  InstanceStreams::Options stream_options;
+  stream_options.device = flags.device;
+  stream_options.num_streams = 1;
+  ASSIGN_OR_RETURN(std::unique_ptr<InstanceStreams> streams,
+                   InstanceStreams::Create(stream_options, allocator.get()));
   CudaBackend::Options backend_options;
   backend_options.math = flags.math == "tf32"   ? CudaBackend::Options::Math::kTf32
                          : flags.math == "bf16" ? CudaBackend::Options::Math::kBf16
@@ -243,7 +243,7 @@ absl::Status Bench(const Flags& flags) {
       : flags.rnn_algo == "small-h" ? CudaBackend::Options::RnnAlgo::kPersistStaticSmallH
                                     : CudaBackend::Options::RnnAlgo::kAuto;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
-                   CudaBackend::Create(pool->Lease(), allocator.get(), backend_options));
+                   CudaBackend::Create(streams->Lease(), allocator.get(), backend_options));
   const cudaStream_t stream = backend->stream();
 
   // The arena, the input, the output and the workspace, all on the device; the buffers are

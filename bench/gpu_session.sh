@@ -36,6 +36,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.
   --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
 
 # --- GPU tests
+# Test data comes from this checkout, not from the path the bundle was built at
+# (golden_gpu_test reads its cases from FORECASTD_GOLDEN_DIR: tests/golden/golden_dir.h).
+export FORECASTD_GOLDEN_DIR="${repo}/tests/golden"
 summary=()
 tests_ok=1
 : > "${out}/gpu_tests.log"

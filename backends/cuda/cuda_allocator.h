@@ -10,7 +10,7 @@
 //
 // Reuse is not stream-ordered: a block returned by a DeviceBuffer's destructor may be handed
 // out at once to a request on any stream. Each buffer has one owner that works on one stream
-// (a StreamPool lease), and the owner destroys a buffer only when no device work that uses it
+// (an InstanceStreams lease), and the owner destroys a buffer only when no device work that uses it
 // is pending: it synchronises that stream first, or the next user is known to be on the same
 // stream (the CUDA backend's scratch, for example, synchronises before it gives a block back).
 //

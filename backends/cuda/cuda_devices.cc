@@ -6,6 +6,7 @@
 
 namespace forecastd {
 
+// Declared in backends/device.h (the CPU-only build links backends/no_cuda_devices.cc instead).
 absl::StatusOr<std::vector<Device>> DiscoverCudaDevices() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);

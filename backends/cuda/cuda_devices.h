@@ -1,7 +1,6 @@
-// Lists the CUDA GPUs the driver reports, for DeviceRegistry, and makes one of them current
-// for the length of a scope (every backends/cuda/ entry point runs under one, so callers never
-// need to know which device their thread last used). Thread-safe: the current device is a
-// per-thread setting of the CUDA runtime.
+// Makes one CUDA GPU current for the length of a scope (every backends/cuda/ entry point runs under
+// one, so callers never need to know which device their thread last used). Thread-safe: the current
+// device is a per-thread setting of the CUDA runtime.
 #ifndef FORECASTD_BACKENDS_CUDA_CUDA_DEVICES_H_
 #define FORECASTD_BACKENDS_CUDA_CUDA_DEVICES_H_
 
@@ -12,10 +11,6 @@
 #include "backends/device.h"
 
 namespace forecastd {
-
-// Every GPU with its name, memory and compute capability. A host without a driver or
-// without a GPU yields an empty list, not an error; other CUDA failures are errors.
-absl::StatusOr<std::vector<Device>> DiscoverCudaDevices();
 
 // Makes `device` the calling thread's current CUDA device until the end of the scope, then
 // restores the previous one. Switching costs nothing when it is already current. Check

@@ -1,6 +1,6 @@
 #include "engine/models/cuda_data_ops.h"
 
-#include "engine/train/random.h"
+#include "engine/random.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/fill.h"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/models/recurrent_forecaster.h"
 #include "engine/models/transformer_forecaster.h"
-#include "engine/train/random.h"
+#include "engine/random.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
 

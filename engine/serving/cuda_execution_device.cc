@@ -13,7 +13,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_devices.h"
 #include "backends/cuda/cuda_graph.h"
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 #include "engine/models/cuda_data_ops.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
@@ -67,7 +67,7 @@ class CudaModelInstance final : public ModelInstance {
   const int64_t max_batch_size_;
 
   // Declared in the order they are made; destroyed in reverse (the stream outlives all else).
-  std::unique_ptr<StreamPool> pool_;  // this instance's one stream
+  std::unique_ptr<InstanceStreams> streams_;  // this instance's one stream
   std::optional<StreamLease> lease_;
   DeviceBuffer input_;   // (max_batch_size, T, F)
   DeviceBuffer output_;  // (max_batch_size, num_outputs)
@@ -91,13 +91,13 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
       new CudaModelInstance(std::move(model), std::move(weights), B));
   CudaModelInstance& s = *instance;
 
-  StreamPool::Options pool_options;
-  pool_options.device = allocator->device();
-  pool_options.streams_per_gpu = 1;
-  pool_options.workspace_bytes = options.workspace_bytes;
-  pool_options.staging_bytes = B * std::max(in_floats, out_floats) * int64_t{sizeof(float)};
-  ASSIGN_OR_RETURN(s.pool_, StreamPool::Create(pool_options, allocator));
-  s.lease_.emplace(s.pool_->Lease());
+  InstanceStreams::Options stream_options;
+  stream_options.device = allocator->device();
+  stream_options.num_streams = 1;
+  stream_options.workspace_bytes = options.workspace_bytes;
+  stream_options.staging_bytes = B * std::max(in_floats, out_floats) * int64_t{sizeof(float)};
+  ASSIGN_OR_RETURN(s.streams_, InstanceStreams::Create(stream_options, allocator));
+  s.lease_.emplace(s.streams_->Lease());
   ASSIGN_OR_RETURN(s.staging_input_, s.lease_->HostStaging(StreamLease::Staging::kInput,
                                                            B * in_floats * int64_t{sizeof(float)}));
   ASSIGN_OR_RETURN(s.staging_output_,

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_devices.h"
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/serving/cuda_execution_device.h"
 #include "kernels/base/status.h"
@@ -90,7 +90,7 @@ class CudaTrainingEngine final : public TrainingEngine {
   // Declared in the order they are made; destroyed in reverse (the allocator last).
   std::unique_ptr<CudaAllocator> own_allocator_;
   CudaAllocator* allocator_ = nullptr;
-  std::unique_ptr<StreamPool> pool_;
+  std::unique_ptr<InstanceStreams> streams_;
   std::optional<StreamLease> lease_;
   std::unique_ptr<CudaBackend> backend_;
   std::unique_ptr<CudaDataOps> data_ops_;
@@ -113,12 +113,12 @@ absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
     ASSIGN_OR_RETURN(own_allocator_, CudaAllocator::Create(allocator_options));
     allocator_ = own_allocator_.get();
   }
-  StreamPool::Options pool_options;
-  pool_options.device = device_;
-  pool_options.streams_per_gpu = 1;
-  pool_options.workspace_bytes = options.workspace_bytes;
-  ASSIGN_OR_RETURN(pool_, StreamPool::Create(pool_options, allocator_));
-  lease_.emplace(pool_->Lease());
+  InstanceStreams::Options stream_options;
+  stream_options.device = device_;
+  stream_options.num_streams = 1;
+  stream_options.workspace_bytes = options.workspace_bytes;
+  ASSIGN_OR_RETURN(streams_, InstanceStreams::Create(stream_options, allocator_));
+  lease_.emplace(streams_->Lease());
   CudaBackend::Options backend_options;
   backend_options.math = CudaMathForPrecision(config.precision());
   backend_options.attention_scratch_bytes = options.attention_scratch_bytes;

@@ -1,98 +1,24 @@
-// Training data for TrainJob: a `Series` of named float columns, read from a CSV file in the
-// server's data directory or taken inline from a Train request (DataConfig in
-// proto/forecastd/v1/training.proto), and the `WindowedDataset` that cuts it into
-// (lookback T, horizon P) windows, split chronologically into training and validation parts,
-// normalised per feature with statistics fitted on the training rows only.
-// Everything here is stateless or immutable after creation; const methods are thread-safe.
+// Windows of training data: the `WindowedDataset` that cuts a Series (series.h) into
+// (lookback T, horizon P) windows, split chronologically into training and validation parts
+// (chronological_split.h), normalised per feature with statistics fitted on the training rows
+// only, and the shuffled order TrainJob visits the training windows in each epoch.
+// Immutable after creation; const methods are thread-safe.
 #ifndef FORECASTD_ENGINE_TRAIN_DATASET_H_
 #define FORECASTD_ENGINE_TRAIN_DATASET_H_
 
 #include <cstdint>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "engine/models/model_config.h"
+#include "engine/train/series.h"
 #include "forecastd/v1/training.pb.h"
 
 namespace forecastd {
-
-// F named float columns observed at `rows` times, oldest first.
-struct Series {
-  std::vector<std::string> column_names;  // F
-  int64_t rows = 0;
-  std::vector<float> values;  // (rows, F), row-major
-  // One per row, as written in the CSV (trimmed); empty when there is no timestamp column.
-  std::vector<std::string> timestamps;
-
-  int num_columns() const { return static_cast<int>(column_names.size()); }
-  float at(int64_t row, int column) const { return values[row * num_columns() + column]; }
-};
-
-// ---------------------------------------------------------------------------------------------
-// CSV
-//
-// Format: a header line of column names, then one line per observation, cells separated by
-// commas. Lines end in "\n" or "\r\n"; blank lines at the end are ignored, anywhere else they
-// are an error; a UTF-8 byte-order mark before the header is skipped. Names and cells are
-// trimmed of spaces and tabs. Quoting is not supported: a comma always separates cells.
-// Every kept cell must be a finite decimal float ("nan", "inf" and empty cells are errors);
-// columns not asked for are not parsed, so they may hold anything.
-//
-// The timestamp column, when named, is kept as strings and never used as a feature. Its cells
-// must be non-empty and, as DataConfig requires, increase down the file; the first row decides
-// how they are compared:
-//   - a number (e.g. Unix seconds): every row must be a number, strictly increasing;
-//   - ISO 8601 "YYYY-MM-DD[(T| )hh:mm[:ss[.fraction]]][Z|±hh[:mm]]": every row must be one,
-//     strictly increasing in time (a time without an offset is read as UTC);
-//   - anything else: opaque labels, which may not repeat (their order cannot be checked).
-//
-// Errors are INVALID_ARGUMENT "<source>: line <n>: ..." with the 1-based line number.
-
-struct CsvOptions {
-  // The column holding observation times; "" when the file has none.
-  std::string timestamp_column;
-  // The columns the Series keeps, in this order (a model's feature_names); the header may list
-  // them in any order and have others. Empty: every column except the timestamp, in file order.
-  std::vector<std::string> columns;
-};
-
-absl::StatusOr<Series> ParseCsvSeries(absl::string_view text, absl::string_view source_name,
-                                      const CsvOptions& options);
-// Reads `path` (see ReadFileBytes for its errors) and parses it; errors name `path`.
-absl::StatusOr<Series> ReadCsvSeries(const std::string& path, const CsvOptions& options);
-
-// ---------------------------------------------------------------------------------------------
-// Data sources
-
-// The file that DataConfig.csv_path names inside `data_dir`, as a canonical absolute path.
-// INVALID_ARGUMENT for an empty or absolute path, a ".." component, a NUL byte, or a path that
-// leaves `data_dir` once symlinks are resolved; NOT_FOUND when `data_dir` does not exist.
-// (Whether the file exists is left to the reader.) The check resolves symlinks at call time;
-// the data directory is the operator's, so it is not defended against being rewritten between
-// this check and the read.
-absl::StatusOr<std::filesystem::path> ResolveDataPath(const std::filesystem::path& data_dir,
-                                                      absl::string_view relative_path);
-
-// A Series of the model's features from an InlineSeries: rows >= 1, values.size() == rows * F,
-// every value finite; INVALID_ARGUMENT otherwise, naming the row and feature of a bad value.
-absl::StatusOr<Series> SeriesFromInline(const v1::InlineSeries& inline_series,
-                                        absl::Span<const std::string> feature_names);
-
-// The model's feature columns from wherever `data` points: inline values, or the CSV at
-// csv_path inside `data_dir` (with data.timestamp_column). Parse errors and a missing file
-// (NOT_FOUND) name csv_path as the client wrote it, not the server's absolute path.
-// INVALID_ARGUMENT when no source is set, or for a timestamp_column with inline_series.
-absl::StatusOr<Series> LoadSeries(const v1::DataConfig& data, const ModelConfig& model,
-                                  const std::filesystem::path& data_dir);
-
-// ---------------------------------------------------------------------------------------------
-// Windows
 
 enum class Split { kTrain, kValidation };
 
@@ -201,8 +127,8 @@ class WindowedDataset {
 };
 
 // A uniformly random permutation of [0, n) for epoch `epoch` of a job seeded with `seed`:
-// Fisher–Yates over Random(DeriveSeed(seed, SeedPurpose::kShuffle, epoch)) (engine/train/
-// random.h), so it is the same on every platform. Empty for n <= 0.
+// Fisher–Yates over Random(DeriveSeed(seed, SeedPurpose::kShuffle, epoch)) (engine/random.h),
+// so it is the same on every platform. Empty for n <= 0.
 std::vector<int64_t> ShuffledOrder(int64_t n, uint64_t seed, int64_t epoch);
 
 }  // namespace forecastd

@@ -6,7 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/train/random.h"
+#include "engine/random.h"
 
 namespace forecastd {
 

@@ -8,9 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/model_files.h"
+#include "engine/random.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/data_source.h"
 #include "engine/train/initializer.h"
-#include "engine/train/random.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
@@ -173,168 +174,150 @@ absl::StatusOr<double> TrainJob::Validate() {
 }
 
 absl::StatusOr<TrainResult> TrainJob::Run() {
-  Forecaster& model = *model_;
-  ParameterArena& params = model.parameters();
-  const v1::TrainingConfig& t = options_.training;
-  const int64_t T = model.lookback(), F = model.num_features();
-  const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
-  const int64_t steps_per_epoch = this->steps_per_epoch();
-  const int64_t total_steps = epochs_ * steps_per_epoch;
-  const std::string fingerprint = Fingerprint();
-
-  TrainCheckpoint state;
-  state.fingerprint = fingerprint;
-  TrainResult result;
-  if (!options_.checkpoint_path.empty()) {
-    absl::StatusOr<TrainCheckpoint> saved = ReadCheckpoint(options_.checkpoint_path);
-    if (saved.ok()) {
-      if (saved->fingerprint != fingerprint) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(options_.checkpoint_path, " is the checkpoint of another job (model or ",
-                         "training configuration differ); remove it or use another path"));
-      }
-      if (static_cast<int64_t>(saved->params.size()) != params.size()) {
-        return absl::DataLossError(
-            absl::StrCat(options_.checkpoint_path, ": parameter count does not match the model"));
-      }
-      RETURN_IF_ERROR(optimizer_->Restore(saved->optimizer_state, saved->optimizer_steps));
-      std::copy(saved->params.begin(), saved->params.end(), params.data());
-      state = std::move(*saved);
-      result.resumed_from_epoch = state.epochs_done;
-      spdlog::info("training '{}': resumed from {} after epoch {}", model.config().name(),
-                   options_.checkpoint_path, state.epochs_done);
-    } else if (!absl::IsNotFound(saved.status())) {
-      return saved.status();
-    }
-  }
-
+  RunState run;
+  ASSIGN_OR_RETURN(run.checkpoint, Resume());
+  const int64_t resumed_from_epoch = run.checkpoint.epochs_done;
   // The engine starts from the arena and optimiser state: fresh, fine-tuned or resumed.
   RETURN_IF_ERROR(engine_->Push());
-  spdlog::info("training '{}' on {}", model.config().name(), engine_->device());
-  std::vector<float> x, y;
-  std::vector<int64_t> ids;
-  const absl::Time start = options_.clock->Now();
-  int64_t samples_this_run = 0;
-  const auto rate = [&]() {
-    const double seconds = absl::ToDoubleSeconds(options_.clock->Now() - start);
-    return seconds > 0.0 ? static_cast<double>(samples_this_run) / seconds : 0.0;
-  };
-  const auto eta = [&](double samples_per_second, int64_t steps_done) {
-    const double remaining_samples =
-        static_cast<double>(total_steps - steps_done) * static_cast<double>(batch_size_);
-    return samples_per_second > 0.0 ? remaining_samples / samples_per_second : 0.0;
-  };
-  const auto report = [&](const TrainProgress& progress) {
-    if (options_.on_progress) options_.on_progress(progress);
-  };
+  spdlog::info("training '{}' on {}", model_->config().name(), engine_->device());
+  run.start = options_.clock->Now();
 
   bool stopped_early = false;
-  float lr = 0.0f;
-  for (int64_t epoch = state.epochs_done; epoch < epochs_; ++epoch) {
-    const std::vector<int64_t> order = dataset_->TrainOrder(t.seed(), epoch);
-    const int64_t n = static_cast<int64_t>(order.size());
-    double loss_sum = 0.0;
-    int64_t loss_count = 0;
-    for (int64_t first = 0; first < n; first += batch_size_) {
-      if (cancelled()) {
-        return absl::CancelledError(absl::StrCat("training of '", model.config().name(),
-                                                 "' cancelled in epoch ", epoch + 1));
-      }
-      std::optional<DeviceScheduler::TrainingLease> lease;
-      if (options_.scheduler != nullptr) {
-        ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
-                         options_.scheduler->AcquireTrainingLease());
-        lease.emplace(std::move(granted));
-      }
-      const int64_t B = std::min(batch_size_, n - first);
-      ids.assign(order.begin() + first, order.begin() + first + B);
-      x.resize(static_cast<size_t>(B * T * F));
-      y.resize(static_cast<size_t>(B * per_target));
-      RETURN_IF_ERROR(
-          dataset_->FillBatch(Split::kTrain, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
-      // Dropout masks depend on the seed and the step alone, so a resumed job (whose optimiser
-      // restores its step count) draws the ones an uninterrupted job would.
-      const int64_t step = engine_->steps_taken();
-      lr = schedule_->At(step, epoch);
-      ASSIGN_OR_RETURN(const double loss, engine_->Step(x.data(), y.data(), B, lr,
-                                                        DeriveSeed(t.seed(), SeedPurpose::kDropout,
-                                                                   static_cast<uint64_t>(step))));
-      if (!std::isfinite(loss)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "training of '", model.config().name(), "' diverged: the loss is ", loss, " at epoch ",
-            epoch + 1, ", step ", step + 1, "; lower the learning rate or clip gradients"));
-      }
-      loss_sum += loss * static_cast<double>(B);
-      loss_count += B;
-      samples_this_run += B;
-      if (engine_->steps_taken() % options_.progress_every_steps == 0) {
-        TrainProgress progress;
-        progress.kind = TrainProgress::Kind::kStep;
-        progress.epoch = epoch + 1;
-        progress.epochs = epochs_;
-        progress.step = engine_->steps_taken();
-        progress.total_steps = total_steps;
-        progress.train_loss = loss_sum / static_cast<double>(loss_count);
-        progress.validation_loss = std::nan("");
-        progress.best_validation_loss = state.best_validation_loss;
-        progress.learning_rate = lr;
-        progress.samples_per_second = rate();
-        progress.eta_seconds = eta(progress.samples_per_second, progress.step);
-        report(progress);
-      }
-    }
-    const double train_loss = loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
-    ASSIGN_OR_RETURN(const double validation_loss, Validate());
-    // The arena and the optimiser's state are what the best weights and checkpoints copy.
-    RETURN_IF_ERROR(engine_->Pull());
-    state.train_losses.push_back(train_loss);
-    state.validation_losses.push_back(validation_loss);
-    state.epochs_done = epoch + 1;
-    state.optimizer_steps = engine_->steps_taken();
-    if (!std::isnan(validation_loss)) {
-      if (state.best_epoch < 0 ||
-          validation_loss < state.best_validation_loss - static_cast<double>(t.min_delta())) {
-        state.best_epoch = epoch;
-        state.best_validation_loss = validation_loss;
-        state.epochs_without_improvement = 0;
-        state.best_params.assign(params.data(), params.data() + params.size());
-      } else {
-        ++state.epochs_without_improvement;
-      }
-    }
-    if (!options_.checkpoint_path.empty()) {
-      state.params.assign(params.data(), params.data() + params.size());
-      state.optimizer_state.clear();
-      for (const auto& [name, values] : optimizer_->state()) {
-        state.optimizer_state.emplace_back(name, *values);
-      }
-      RETURN_IF_ERROR(WriteCheckpoint(options_.checkpoint_path, state));
-    }
-    TrainProgress progress;
-    progress.kind = TrainProgress::Kind::kEpoch;
-    progress.epoch = epoch + 1;
-    progress.epochs = epochs_;
-    progress.step = engine_->steps_taken();
-    progress.total_steps = total_steps;
-    progress.train_loss = train_loss;
-    progress.validation_loss = validation_loss;
-    progress.best_validation_loss = state.best_validation_loss;
-    progress.learning_rate = lr;
-    progress.samples_per_second = rate();
-    progress.eta_seconds = eta(progress.samples_per_second, progress.step);
-    spdlog::info("training '{}': epoch {}/{} train loss {:.6g} validation loss {:.6g}",
-                 model.config().name(), epoch + 1, epochs_, train_loss, validation_loss);
-    report(progress);
-    if (t.early_stopping_patience() > 0 &&
-        state.epochs_without_improvement >= t.early_stopping_patience()) {
+  for (int64_t epoch = run.checkpoint.epochs_done; epoch < epochs_; ++epoch) {
+    ASSIGN_OR_RETURN(const double train_loss, RunEpoch(epoch, run));
+    RETURN_IF_ERROR(CloseEpoch(epoch, train_loss, run));
+    const int64_t patience = options_.training.early_stopping_patience();
+    if (patience > 0 && run.checkpoint.epochs_without_improvement >= patience) {
       stopped_early = true;
       break;
     }
   }
 
+  TrainResult result = Finish(run.checkpoint, stopped_early);
+  result.resumed_from_epoch = resumed_from_epoch;
+  if (options_.publish) {
+    ASSIGN_OR_RETURN(result.version, Publish(result.best_epoch));
+  }
+  return result;
+}
+
+absl::StatusOr<TrainCheckpoint> TrainJob::Resume() {
+  TrainCheckpoint state;
+  state.fingerprint = Fingerprint();
+  if (options_.checkpoint_path.empty()) return state;
+  absl::StatusOr<TrainCheckpoint> saved = ReadCheckpoint(options_.checkpoint_path);
+  if (absl::IsNotFound(saved.status())) return state;
+  if (!saved.ok()) return saved.status();
+  if (saved->fingerprint != state.fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(options_.checkpoint_path, " is the checkpoint of another job (model or ",
+                     "training configuration differ); remove it or use another path"));
+  }
+  ParameterArena& params = model_->parameters();
+  if (static_cast<int64_t>(saved->params.size()) != params.size()) {
+    return absl::DataLossError(
+        absl::StrCat(options_.checkpoint_path, ": parameter count does not match the model"));
+  }
+  RETURN_IF_ERROR(optimizer_->Restore(saved->optimizer_state, saved->optimizer_steps));
+  std::copy(saved->params.begin(), saved->params.end(), params.data());
+  spdlog::info("training '{}': resumed from {} after epoch {}", model_->config().name(),
+               options_.checkpoint_path, saved->epochs_done);
+  return *std::move(saved);
+}
+
+absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
+  const Forecaster& model = *model_;
+  const uint64_t seed = options_.training.seed();
+  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
+  const std::vector<int64_t> order = dataset_->TrainOrder(seed, epoch);
+  const int64_t n = static_cast<int64_t>(order.size());
+  double loss_sum = 0.0;
+  int64_t loss_count = 0;
+  for (int64_t first = 0; first < n; first += batch_size_) {
+    if (cancelled()) {
+      return absl::CancelledError(
+          absl::StrCat("training of '", model.config().name(), "' cancelled in epoch ", epoch + 1));
+    }
+    std::optional<DeviceScheduler::TrainingLease> lease;
+    if (options_.scheduler != nullptr) {
+      ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
+                       options_.scheduler->AcquireTrainingLease());
+      lease.emplace(std::move(granted));
+    }
+    const int64_t B = std::min(batch_size_, n - first);
+    run.ids.assign(order.begin() + first, order.begin() + first + B);
+    run.x.resize(static_cast<size_t>(B * T * F));
+    run.y.resize(static_cast<size_t>(B * per_target));
+    RETURN_IF_ERROR(
+        dataset_->FillBatch(Split::kTrain, run.ids, absl::MakeSpan(run.x), absl::MakeSpan(run.y)));
+    // Dropout masks depend on the seed and the step alone, so a resumed job (whose optimiser
+    // restores its step count) draws the ones an uninterrupted job would.
+    const int64_t step = engine_->steps_taken();
+    run.learning_rate = schedule_->At(step, epoch);
+    ASSIGN_OR_RETURN(
+        const double loss,
+        engine_->Step(run.x.data(), run.y.data(), B, run.learning_rate,
+                      DeriveSeed(seed, SeedPurpose::kDropout, static_cast<uint64_t>(step))));
+    if (!std::isfinite(loss)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "training of '", model.config().name(), "' diverged: the loss is ", loss, " at epoch ",
+          epoch + 1, ", step ", step + 1, "; lower the learning rate or clip gradients"));
+    }
+    loss_sum += loss * static_cast<double>(B);
+    loss_count += B;
+    run.samples_this_run += B;
+    if (engine_->steps_taken() % options_.progress_every_steps == 0) {
+      Report(Progress(TrainProgress::Kind::kStep, epoch, loss_sum / static_cast<double>(loss_count),
+                      std::nan(""), run));
+    }
+  }
+  return loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+}
+
+absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& run) {
+  const ParameterArena& params = model_->parameters();
+  TrainCheckpoint& state = run.checkpoint;
+  ASSIGN_OR_RETURN(const double validation_loss, Validate());
+  // The arena and the optimiser's state are what the best weights and checkpoints copy.
+  RETURN_IF_ERROR(engine_->Pull());
+  state.train_losses.push_back(train_loss);
+  state.validation_losses.push_back(validation_loss);
+  state.epochs_done = epoch + 1;
+  state.optimizer_steps = engine_->steps_taken();
+  if (!std::isnan(validation_loss)) {
+    const double min_delta = static_cast<double>(options_.training.min_delta());
+    if (state.best_epoch < 0 || validation_loss < state.best_validation_loss - min_delta) {
+      state.best_epoch = epoch;
+      state.best_validation_loss = validation_loss;
+      state.epochs_without_improvement = 0;
+      state.best_params.assign(params.data(), params.data() + params.size());
+    } else {
+      ++state.epochs_without_improvement;
+    }
+  }
+  if (!options_.checkpoint_path.empty()) {
+    state.params.assign(params.data(), params.data() + params.size());
+    state.optimizer_state.clear();
+    for (const auto& [name, values] : optimizer_->state()) {
+      state.optimizer_state.emplace_back(name, *values);
+    }
+    RETURN_IF_ERROR(WriteCheckpoint(options_.checkpoint_path, state));
+  }
+  const TrainProgress progress =
+      Progress(TrainProgress::Kind::kEpoch, epoch, train_loss, validation_loss, run);
+  spdlog::info("training '{}': epoch {}/{} train loss {:.6g} validation loss {:.6g}",
+               model_->config().name(), epoch + 1, epochs_, train_loss, validation_loss);
+  Report(progress);
+  return absl::OkStatus();
+}
+
+TrainResult TrainJob::Finish(const TrainCheckpoint& state, bool stopped_early) {
+  ParameterArena& params = model_->parameters();
   if (state.best_epoch >= 0) {
     std::copy(state.best_params.begin(), state.best_params.end(), params.data());
   }
+  TrainResult result;
   result.epochs_run = state.epochs_done;
   result.steps = engine_->steps_taken();
   result.device = engine_->device();
@@ -343,22 +326,49 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
   result.best_validation_loss = state.best_epoch >= 0 ? state.best_validation_loss : std::nan("");
   result.train_losses = state.train_losses;
   result.validation_losses = state.validation_losses;
-  if (options_.publish) {
-    int64_t version = options_.output_version;
-    if (version == 0) {
-      const std::vector<int64_t> versions = ListVersions(options_.model_dir);
-      version = versions.empty() ? 1 : versions.back() + 1;
-    }
-    RETURN_IF_ERROR(PublishVersion(model, options_.model_dir, version));
-    result.version = version;
-    spdlog::info("training '{}': published version {} (best epoch {})", model.config().name(),
-                 version, result.best_epoch);
-    if (!options_.checkpoint_path.empty()) {
-      std::error_code error;
-      std::filesystem::remove(options_.checkpoint_path, error);
-    }
-  }
   return result;
+}
+
+absl::StatusOr<int64_t> TrainJob::Publish(int64_t best_epoch) {
+  int64_t version = options_.output_version;
+  if (version == 0) {
+    const std::vector<int64_t> versions = ListVersions(options_.model_dir);
+    version = versions.empty() ? 1 : versions.back() + 1;
+  }
+  RETURN_IF_ERROR(PublishVersion(*model_, options_.model_dir, version));
+  spdlog::info("training '{}': published version {} (best epoch {})", model_->config().name(),
+               version, best_epoch);
+  if (!options_.checkpoint_path.empty()) {
+    std::error_code error;
+    std::filesystem::remove(options_.checkpoint_path, error);
+  }
+  return version;
+}
+
+TrainProgress TrainJob::Progress(TrainProgress::Kind kind, int64_t epoch, double train_loss,
+                                 double validation_loss, const RunState& run) const {
+  TrainProgress progress;
+  progress.kind = kind;
+  progress.epoch = epoch + 1;
+  progress.epochs = epochs_;
+  progress.step = engine_->steps_taken();
+  progress.total_steps = epochs_ * steps_per_epoch();
+  progress.train_loss = train_loss;
+  progress.validation_loss = validation_loss;
+  progress.best_validation_loss = run.checkpoint.best_validation_loss;
+  progress.learning_rate = run.learning_rate;
+  const double seconds = absl::ToDoubleSeconds(options_.clock->Now() - run.start);
+  progress.samples_per_second =
+      seconds > 0.0 ? static_cast<double>(run.samples_this_run) / seconds : 0.0;
+  const double remaining_samples =
+      static_cast<double>(progress.total_steps - progress.step) * static_cast<double>(batch_size_);
+  progress.eta_seconds =
+      progress.samples_per_second > 0.0 ? remaining_samples / progress.samples_per_second : 0.0;
+  return progress;
+}
+
+void TrainJob::Report(const TrainProgress& progress) const {
+  if (options_.on_progress) options_.on_progress(progress);
 }
 
 int64_t EstimateTrainStepBytes(const Forecaster& model, int64_t batch) {

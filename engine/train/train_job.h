@@ -17,10 +17,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backends/backend.h"
 #include "engine/clock.h"
 #include "engine/models/forecaster.h"
 #include "engine/serving/device_scheduler.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/dataset.h"
 #include "engine/train/loss.h"
 #include "engine/train/lr_schedule.h"
@@ -121,6 +123,36 @@ class TrainJob {
 
  private:
   explicit TrainJob(TrainJobOptions options);
+
+  // What the steps of one Run() share.
+  struct RunState {
+    // The state a checkpoint saves: resumed from one, or fresh; updated after every epoch.
+    TrainCheckpoint checkpoint;
+    absl::Time start;              // when this Run() began stepping
+    int64_t samples_this_run = 0;  // training windows stepped over since `start`
+    float learning_rate = 0.0f;    // of the last step
+    std::vector<float> x, y;       // the batch being stepped: (B, T, F) and (B, P, K)
+    std::vector<int64_t> ids;      // its window indices
+  };
+
+  // The state Run() starts from: the checkpoint at checkpoint_path when it holds this job
+  // (its weights and optimiser state restored into the model and optimiser), else a fresh
+  // one. FAILED_PRECONDITION for another job's checkpoint, DATA_LOSS for a mismatched one.
+  absl::StatusOr<TrainCheckpoint> Resume();
+  // The optimiser steps of epoch `epoch` (0-based) over the shuffled training windows, with
+  // step progress events; the epoch's mean training loss. CANCELLED after Cancel().
+  absl::StatusOr<double> RunEpoch(int64_t epoch, RunState& run);
+  // After epoch `epoch`: validates, pulls the weights, keeps the best ones, writes the
+  // checkpoint and reports the epoch event.
+  absl::Status CloseEpoch(int64_t epoch, double train_loss, RunState& run);
+  // Restores the best weights into the model and summarises the run.
+  TrainResult Finish(const TrainCheckpoint& state, bool stopped_early);
+  // Publishes the model as a new version in model_dir and removes the checkpoint; the version.
+  absl::StatusOr<int64_t> Publish(int64_t best_epoch);
+  // A progress event at the current step, with the rate and ETA of this run so far.
+  TrainProgress Progress(TrainProgress::Kind kind, int64_t epoch, double train_loss,
+                         double validation_loss, const RunState& run) const;
+  void Report(const TrainProgress& progress) const;
 
   // The mean validation loss of the current weights; NaN without validation windows.
   absl::StatusOr<double> Validate();

@@ -1,5 +1,5 @@
 // Dropout on the device for training: inverted-dropout masks drawn from a PCG32 stream, the
-// same draws engine/train/random.h's Random makes on the host (so a seed gives one mask on
+// same draws engine/random.h's Random makes on the host (so a seed gives one mask on
 // every device), and the elementwise product that applies a mask. Launchers only; the kernels
 // live in dropout.cu. Thread-safe: each call works on the stream it is given.
 #ifndef FORECASTD_KERNELS_CUDA_DROPOUT_H_

@@ -1,4 +1,4 @@
-// Fuzz target: the training-data CSV reader, ParseCsvSeries (engine/train/dataset.h), on
+// Fuzz target: the training-data CSV reader, ParseCsvSeries (engine/train/csv_series.h), on
 // untrusted text, followed by what a Train job does with the series: WindowedDataset::Create
 // and FillBatch. The input's first line picks the CsvOptions, the rest is the CSV:
 //   <timestamp column>|<column>,<column>,...\n<csv text>
@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "engine/train/csv_series.h"
 #include "engine/train/dataset.h"
 #include "tests/fuzz/fuzz_check.h"
 

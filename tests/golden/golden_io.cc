@@ -3,15 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
+#include "tests/golden/golden_dir.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
 
 Golden LoadGoldenCase(const std::string& name) {
-  const std::string dir = absl::StrCat(FORECASTD_GOLDEN_DIR, "/", name);
+  const std::string dir = GoldenCaseDir(name);
   Golden g;
   const auto config = ReadModelConfig(dir + "/config.json");
   INFO(config.status().ToString());

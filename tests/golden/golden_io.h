@@ -23,7 +23,7 @@ struct Golden {
   std::vector<float> output;
 };
 
-// The case `name` under FORECASTD_GOLDEN_DIR.
+// The case `name` under $FORECASTD_GOLDEN_DIR (golden_dir.h).
 Golden LoadGoldenCase(const std::string& name);
 
 // max |got - want| / max(|want|, 1), and in *worst the index where it is reached; infinite

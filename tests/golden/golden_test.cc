@@ -15,6 +15,7 @@
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "tests/golden/golden_cases.h"
+#include "tests/golden/golden_dir.h"
 #include "tests/golden/golden_io.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/process.h"
@@ -86,7 +87,8 @@ TEST_CASE("A model written by forecastd loads into PyTorch and gives forecastd's
   testing::TempDir dir;
   auto backend = DnnlBackend::Create({});
   REQUIRE(backend.ok());
-  std::vector<std::string> argv = {FORECASTD_TEST_PYTHON, FORECASTD_MAKE_GOLDEN, "--verify"};
+  std::vector<std::string> argv = {FORECASTD_TEST_PYTHON, GoldenDir() + "/make_golden.py",
+                                   "--verify"};
   for (const char* name : kGoldenCases) {
     CAPTURE(name);
     Golden g = LoadGoldenCase(name);
@@ -127,15 +129,15 @@ TEST_CASE("Weights for another architecture are refused by name", "[golden]") {
       lstm.model->parameters().data() + lstm.model->parameters().size());
   // Same names, GRU shapes (3H rows instead of 4H).
   const absl::Status s =
-      LoadWeights(absl::StrCat(FORECASTD_GOLDEN_DIR, "/gru_uni_l1/model.safetensors"), *lstm.model);
+      LoadWeights(GoldenCaseDir("gru_uni_l1") + "/model.safetensors", *lstm.model);
   CAPTURE(s.ToString());
   REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(s.message()).find("rnn.") != std::string::npos);
   // Nothing was half-loaded.
   REQUIRE(std::equal(before.begin(), before.end(), lstm.model->parameters().data()));
 
-  const absl::Status t = LoadWeights(
-      absl::StrCat(FORECASTD_GOLDEN_DIR, "/transformer_postln_gelu/model.safetensors"), *gru.model);
+  const absl::Status t =
+      LoadWeights(GoldenCaseDir("transformer_postln_gelu") + "/model.safetensors", *gru.model);
   CAPTURE(t.ToString());
   REQUIRE(t.code() == absl::StatusCode::kInvalidArgument);
   REQUIRE(std::string(t.message()).find("does not have: encoder.layers.0.") != std::string::npos);

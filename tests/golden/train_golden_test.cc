@@ -20,6 +20,7 @@
 #include "engine/train/loss.h"
 #include "engine/train/optimizer.h"
 #include "tests/golden/golden_cases.h"
+#include "tests/golden/golden_dir.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -52,7 +53,7 @@ std::string Text(const SafetensorsFile& file, const std::string& key) {
 }
 
 Case Load(const std::string& name) {
-  const std::string dir = absl::StrCat(FORECASTD_GOLDEN_DIR, "/", name);
+  const std::string dir = GoldenCaseDir(name);
   Case c;
   auto config = ReadModelConfig(dir + "/config.json");
   REQUIRE(config.ok());

@@ -13,12 +13,12 @@ GpuEnv& SharedGpuEnv() {
     absl::StatusOr<std::unique_ptr<CudaAllocator>> allocator = CudaAllocator::Create({});
     if (!allocator.ok()) FAIL("CudaAllocator::Create: " << allocator.status().ToString());
     e->allocator = std::move(*allocator);
-    StreamPool::Options options;
-    options.streams_per_gpu = 4;
-    absl::StatusOr<std::unique_ptr<StreamPool>> pool =
-        StreamPool::Create(options, e->allocator.get());
-    if (!pool.ok()) FAIL("StreamPool::Create: " << pool.status().ToString());
-    e->pool = std::move(*pool);
+    InstanceStreams::Options options;
+    options.num_streams = 4;
+    absl::StatusOr<std::unique_ptr<InstanceStreams>> streams =
+        InstanceStreams::Create(options, e->allocator.get());
+    if (!streams.ok()) FAIL("InstanceStreams::Create: " << streams.status().ToString());
+    e->streams = std::move(*streams);
     return e;
   }();
   return *env;

@@ -36,7 +36,7 @@ constexpr double kAttAtol = 1e-8;
 std::unique_ptr<CudaBackend> RequireBackend(const CudaBackend::Options& options) {
   testing::GpuEnv& env = testing::SharedGpuEnv();
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
-      CudaBackend::Create(env.pool->Lease(), env.allocator.get(), options);
+      CudaBackend::Create(env.streams->Lease(), env.allocator.get(), options);
   INFO(backend.status().ToString());
   REQUIRE(backend.ok());
   return std::move(*backend);
@@ -166,7 +166,7 @@ TEST_CASE("CudaBackend attention refuses bad shapes and options", "[gpu]") {
   CudaBackend::Options options;
   options.attention_scratch_bytes = 0;
   testing::GpuEnv& env = testing::SharedGpuEnv();
-  CHECK(CudaBackend::Create(env.pool->Lease(), env.allocator.get(), options).status().code() ==
+  CHECK(CudaBackend::Create(env.streams->Lease(), env.allocator.get(), options).status().code() ==
         kInvalid);
 }
 

@@ -2,7 +2,8 @@
 // tests/backends/backend_ops_test.cc (included below with FORECASTD_BACKEND_OPS_CUDA, so the
 // CUDA backend runs exactly the cases, shapes and tolerances the CPU backends run), then the
 // CUDA backend's own promises (one cuDNN plan per shape, weights read on every call, gradients
-// written not accumulated, bad arguments refused), the StreamPool, and NVML.
+// written not accumulated, bad arguments refused), and NVML. InstanceStreams has its own test
+// (instance_streams_gpu_test.cc).
 //
 // Tolerances are backend_ops_test.cc's. What differs on the GPU, and why they still hold:
 // cuBLAS (CUBLAS_COMPUTE_32F, no TF32) and cuDNN's RNN (CUDNN_FMA_MATH, no TF32) accumulate in
@@ -31,8 +32,8 @@
 
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/instance_streams.h"
 #include "backends/cuda/nvml.h"
-#include "backends/cuda/stream_pool.h"
 #include "tests/testing/gpu_env.h"
 
 namespace forecastd {
@@ -94,7 +95,7 @@ class CudaTestMemory final : public TestMemory {
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(
     const CudaBackend::Options& options = {}) {
-  return CudaBackend::Create(Env().pool->Lease(), Env().allocator.get(), options);
+  return CudaBackend::Create(Env().streams->Lease(), Env().allocator.get(), options);
 }
 
 }  // namespace
@@ -138,7 +139,7 @@ TEST_CASE("CudaBackend::Create refuses bad arguments") {
   CudaBackend::Options options;
   options.rnn_plan_capacity = 0;
   REQUIRE(MakeCudaBackend(options).status().code() == absl::StatusCode::kInvalidArgument);
-  REQUIRE(CudaBackend::Create(Env().pool->Lease(), nullptr, {}).status().code() ==
+  REQUIRE(CudaBackend::Create(Env().streams->Lease(), nullptr, {}).status().code() ==
           absl::StatusCode::kInvalidArgument);
   REQUIRE(CudaBackend::Create(CudaStreamContext{}, Env().allocator.get(), {}).status().code() ==
           absl::StatusCode::kInvalidArgument);
@@ -785,90 +786,6 @@ TEST_CASE("Two CUDA backends on two streams run concurrently and agree with the 
                  kRecurrentRtol);
   ExpectAllClose("stream b", mem.Download(out_b, want.size()), want, kRecurrentAtol,
                  kRecurrentRtol);
-}
-
-// ------------------------------------------------------------------------------------------
-// StreamPool.
-
-TEST_CASE("StreamPool leases each stream once at a time and takes it back") {
-  StreamPool::Options options;
-  options.streams_per_gpu = 2;
-  options.workspace_bytes = 1 << 20;
-  options.staging_bytes = 4096;
-  absl::StatusOr<std::unique_ptr<StreamPool>> created =
-      StreamPool::Create(options, Env().allocator.get());
-  INFO(created.status().ToString());
-  REQUIRE(created.ok());
-  StreamPool& pool = **created;
-  REQUIRE(pool.streams() == 2);
-  {
-    StreamLease first = pool.Lease();
-    std::optional<StreamLease> second = pool.TryLease();
-    REQUIRE(second.has_value());
-    REQUIRE(pool.leased() == 2);
-    REQUIRE_FALSE(pool.TryLease().has_value());
-    REQUIRE(first.stream() != second->stream());
-    for (const StreamLease* lease : {&first, &*second}) {
-      const CudaStreamContext& c = lease->context();
-      REQUIRE(c.cublas != nullptr);
-      REQUIRE(c.cublas_lt != nullptr);
-      REQUIRE(c.cudnn != nullptr);
-      REQUIRE(c.workspace != nullptr);
-      REQUIRE(c.workspace_bytes == options.workspace_bytes);
-    }
-    // A moved lease is still one lease.
-    StreamLease moved = std::move(first);
-    REQUIRE(pool.leased() == 2);
-  }
-  REQUIRE(pool.leased() == 0);
-  // Lease() blocks until another thread returns a stream.
-  std::optional<StreamLease> a = pool.TryLease(), b = pool.TryLease();
-  REQUIRE((a.has_value() && b.has_value()));
-  std::thread releaser([&] { a.reset(); });
-  StreamLease c = pool.Lease();
-  releaser.join();
-  REQUIRE(pool.leased() == 2);
-}
-
-TEST_CASE("StreamPool's pinned staging grows on demand and copies asynchronously") {
-  StreamPool::Options options;
-  options.streams_per_gpu = 1;
-  options.staging_bytes = 1024;
-  absl::StatusOr<std::unique_ptr<StreamPool>> created =
-      StreamPool::Create(options, Env().allocator.get());
-  REQUIRE(created.ok());
-  StreamLease lease = (*created)->Lease();
-  const int64_t n = 3 << 20;  // 12 MiB of floats: beyond the initial size
-  absl::StatusOr<void*> in = lease.HostStaging(StreamLease::Staging::kInput, n * 4);
-  absl::StatusOr<void*> out = lease.HostStaging(StreamLease::Staging::kOutput, n * 4);
-  REQUIRE(in.ok());
-  REQUIRE(out.ok());
-  REQUIRE(*in != *out);
-  float* host_in = static_cast<float*>(*in);
-  float* host_out = static_cast<float*>(*out);
-  for (int64_t i = 0; i < n; ++i) host_in[i] = static_cast<float>(i % 1000);
-  absl::StatusOr<DeviceBuffer> device = Env().allocator->Allocate(n * 4);
-  REQUIRE(device.ok());
-  RequireCuda(
-      cudaMemcpyAsync(device->data(), host_in, n * 4, cudaMemcpyHostToDevice, lease.stream()),
-      "upload");
-  RequireCuda(
-      cudaMemcpyAsync(host_out, device->data(), n * 4, cudaMemcpyDeviceToHost, lease.stream()),
-      "download");
-  REQUIRE(lease.Synchronize().ok());
-  REQUIRE(std::equal(host_in, host_in + n, host_out));
-  // Asking for no more than it has returns the same buffer.
-  REQUIRE(*lease.HostStaging(StreamLease::Staging::kInput, 16) == *in);
-}
-
-TEST_CASE("StreamPool::Create refuses bad options") {
-  StreamPool::Options options;
-  options.streams_per_gpu = 0;
-  REQUIRE(StreamPool::Create(options, Env().allocator.get()).status().code() ==
-          absl::StatusCode::kInvalidArgument);
-  options.streams_per_gpu = 1;
-  REQUIRE(StreamPool::Create(options, nullptr).status().code() ==
-          absl::StatusCode::kInvalidArgument);
 }
 
 // ------------------------------------------------------------------------------------------

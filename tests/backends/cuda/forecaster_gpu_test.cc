@@ -40,7 +40,7 @@
 #include "absl/strings/str_format.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 #include "backends/reference_backend.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/forecaster.h"
@@ -131,7 +131,7 @@ void Record(const std::string& what, const Err& e) {
 }
 
 // ------------------------------------------------------------------------------------------
-// The GPU: one allocator and stream pool for the binary (never destroyed), device buffers.
+// The GPU: one allocator and InstanceStreams for the binary (never destroyed), device buffers.
 
 using testing::GpuEnv;
 
@@ -152,7 +152,7 @@ GpuEnv& Env() {
 std::unique_ptr<CudaBackend> MakeCuda() {
   CudaBackend::Options options;  // math = kFp32: pedantic fp32
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend =
-      CudaBackend::Create(Env().pool->Lease(), Env().allocator.get(), options);
+      CudaBackend::Create(Env().streams->Lease(), Env().allocator.get(), options);
   if (!backend.ok()) FAIL("CudaBackend::Create: " << backend.status().ToString());
   return std::move(*backend);
 }

@@ -1,6 +1,9 @@
 // Deterministic pseudo-random numbers for training: shuffling windows, initialising weights,
-// dropout masks. The algorithms are fixed here rather than taken from <random>, whose
-// distributions are implementation-defined, so one seed gives one stream everywhere.
+// dropout masks. Callers: engine/train (window order, weight initialisation, per-step dropout
+// seeds) and engine/models (the forecasters' dropout), which is why it sits at the engine's top
+// level rather than in engine/train. The algorithms are fixed here rather than taken from
+// <random>, whose distributions are implementation-defined, so one seed gives one stream
+// everywhere.
 // `Random` is a small value type; thread-compatible (give each thread its own).
 //
 // Generator: PCG32 (XSH-RR, 64-bit state, 32-bit output), M. E. O'Neill, "PCG: A Family of
@@ -16,8 +19,8 @@
 // double and rounds to float once; two C libraries agree on it unless their double results
 // differ by an ulp right at a float rounding boundary (roughly 1 draw in 10^8), and one build
 // is always bit-identical with itself.
-#ifndef FORECASTD_ENGINE_TRAIN_RANDOM_H_
-#define FORECASTD_ENGINE_TRAIN_RANDOM_H_
+#ifndef FORECASTD_ENGINE_RANDOM_H_
+#define FORECASTD_ENGINE_RANDOM_H_
 
 #include <cmath>
 #include <cstdint>
@@ -155,4 +158,4 @@ void Shuffle(absl::Span<T> values, Random& rng) {
 
 }  // namespace forecastd
 
-#endif  // FORECASTD_ENGINE_TRAIN_RANDOM_H_
+#endif  // FORECASTD_ENGINE_RANDOM_H_

@@ -1,4 +1,4 @@
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 
 #include <utility>
 
@@ -13,25 +13,25 @@ namespace forecastd {
 // --- StreamLease
 
 StreamLease::StreamLease(StreamLease&& other) noexcept
-    : pool_(std::exchange(other.pool_, nullptr)), index_(std::exchange(other.index_, -1)) {}
+    : owner_(std::exchange(other.owner_, nullptr)), index_(std::exchange(other.index_, -1)) {}
 
 StreamLease& StreamLease::operator=(StreamLease&& other) noexcept {
   if (this != &other) {
-    if (pool_ != nullptr) pool_->Return(index_);
-    pool_ = std::exchange(other.pool_, nullptr);
+    if (owner_ != nullptr) owner_->Return(index_);
+    owner_ = std::exchange(other.owner_, nullptr);
     index_ = std::exchange(other.index_, -1);
   }
   return *this;
 }
 
 StreamLease::~StreamLease() {
-  if (pool_ != nullptr) pool_->Return(index_);
+  if (owner_ != nullptr) owner_->Return(index_);
 }
 
-const CudaStreamContext& StreamLease::context() const { return pool_->slots_[index_]->context; }
+const CudaStreamContext& StreamLease::context() const { return owner_->slots_[index_]->context; }
 
 absl::StatusOr<void*> StreamLease::HostStaging(Staging which, int64_t bytes) {
-  return pool_->GrowStaging(index_, which, bytes);
+  return owner_->GrowStaging(index_, which, bytes);
 }
 
 absl::Status StreamLease::Synchronize() {
@@ -41,7 +41,7 @@ absl::Status StreamLease::Synchronize() {
   return absl::OkStatus();
 }
 
-// --- StreamPool
+// --- InstanceStreams
 
 namespace {
 
@@ -54,39 +54,41 @@ int64_t StagingRound(int64_t bytes) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StreamPool>> StreamPool::Create(const Options& options,
-                                                               CudaAllocator* allocator) {
-  if (options.streams_per_gpu < 1) {
-    return absl::InvalidArgumentError("StreamPool: streams_per_gpu must be >= 1");
+absl::StatusOr<std::unique_ptr<InstanceStreams>> InstanceStreams::Create(const Options& options,
+                                                                         CudaAllocator* allocator) {
+  if (options.num_streams < 1) {
+    return absl::InvalidArgumentError("InstanceStreams: num_streams must be >= 1");
   }
   if (options.workspace_bytes < 0 || options.staging_bytes < 0) {
-    return absl::InvalidArgumentError("StreamPool: workspace_bytes and staging_bytes must be >= 0");
+    return absl::InvalidArgumentError(
+        "InstanceStreams: workspace_bytes and staging_bytes must be >= 0");
   }
   if (allocator == nullptr || allocator->device() != options.device) {
     return absl::InvalidArgumentError(
-        absl::StrCat("StreamPool: needs the allocator of cuda:", options.device));
+        absl::StrCat("InstanceStreams: needs the allocator of cuda:", options.device));
   }
-  std::unique_ptr<StreamPool> pool(new StreamPool(options, allocator));
+  std::unique_ptr<InstanceStreams> streams(new InstanceStreams(options, allocator));
   const ScopedCudaDevice scoped(options.device);
   RETURN_IF_ERROR(scoped.status());
-  for (int i = 0; i < options.streams_per_gpu; ++i) {
+  for (int i = 0; i < options.num_streams; ++i) {
     auto slot = std::make_unique<Slot>();
     slot->context.device = options.device;
-    const absl::Status status = pool->CreateSlot(*slot);
-    // The slot joins the pool even when half made, so that the destructor frees what it holds.
-    pool->slots_.push_back(std::move(slot));
+    const absl::Status status = streams->CreateSlot(*slot);
+    // The slot joins the others even when half made, so that the destructor frees what it holds.
+    streams->slots_.push_back(std::move(slot));
     if (!status.ok()) {
-      absl::MutexLock lock(&pool->mu_);
-      for (int j = 0; j < static_cast<int>(pool->slots_.size()); ++j) pool->free_.push_back(j);
+      absl::MutexLock lock(&streams->mu_);
+      for (int j = 0; j < static_cast<int>(streams->slots_.size()); ++j)
+        streams->free_.push_back(j);
       return status;
     }
   }
-  absl::MutexLock lock(&pool->mu_);
-  for (int i = options.streams_per_gpu - 1; i >= 0; --i) pool->free_.push_back(i);
-  return pool;
+  absl::MutexLock lock(&streams->mu_);
+  for (int i = options.num_streams - 1; i >= 0; --i) streams->free_.push_back(i);
+  return streams;
 }
 
-absl::Status StreamPool::CreateSlot(Slot& slot) {
+absl::Status InstanceStreams::CreateSlot(Slot& slot) {
   CudaStreamContext& c = slot.context;
   CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&c.stream, cudaStreamNonBlocking));
   ASSIGN_OR_RETURN(slot.workspace, allocator_->Allocate(options_.workspace_bytes));
@@ -112,11 +114,11 @@ absl::Status StreamPool::CreateSlot(Slot& slot) {
   return absl::OkStatus();
 }
 
-void StreamPool::DestroySlot(Slot& slot) {
+void InstanceStreams::DestroySlot(Slot& slot) {
   CudaStreamContext& c = slot.context;
   // Errors here have no caller to go to; the stream's queued work is what could still fail.
   if (c.stream != nullptr && cudaStreamSynchronize(c.stream) != cudaSuccess) {
-    spdlog::warn("StreamPool(cuda:{}): a stream failed while draining: {}", options_.device,
+    spdlog::warn("InstanceStreams(cuda:{}): a stream failed while draining: {}", options_.device,
                  cudaGetErrorString(cudaGetLastError()));
   }
   if (c.cudnn != nullptr) cudnnDestroy(c.cudnn);
@@ -131,11 +133,11 @@ void StreamPool::DestroySlot(Slot& slot) {
   c = CudaStreamContext{};
 }
 
-StreamPool::~StreamPool() {
+InstanceStreams::~InstanceStreams() {
   {
     absl::MutexLock lock(&mu_);
     if (free_.size() != slots_.size()) {
-      spdlog::error("StreamPool(cuda:{}) destroyed with {} of {} streams still leased",
+      spdlog::error("InstanceStreams(cuda:{}) destroyed with {} of {} streams still leased",
                     options_.device, slots_.size() - free_.size(), slots_.size());
     }
   }
@@ -143,15 +145,15 @@ StreamPool::~StreamPool() {
   for (auto& slot : slots_) DestroySlot(*slot);
 }
 
-StreamLease StreamPool::Lease() {
+StreamLease InstanceStreams::Lease() {
   absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(this, &StreamPool::HasFreeLocked));
+  mu_.Await(absl::Condition(this, &InstanceStreams::HasFreeLocked));
   const int index = free_.back();
   free_.pop_back();
   return StreamLease(this, index);
 }
 
-std::optional<StreamLease> StreamPool::TryLease() {
+std::optional<StreamLease> InstanceStreams::TryLease() {
   absl::MutexLock lock(&mu_);
   if (free_.empty()) return std::nullopt;
   const int index = free_.back();
@@ -159,18 +161,18 @@ std::optional<StreamLease> StreamPool::TryLease() {
   return StreamLease(this, index);
 }
 
-void StreamPool::Return(int index) {
+void InstanceStreams::Return(int index) {
   absl::MutexLock lock(&mu_);
   free_.push_back(index);
 }
 
-int StreamPool::leased() const {
+int InstanceStreams::leased() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(slots_.size() - free_.size());
 }
 
-absl::StatusOr<void*> StreamPool::GrowStaging(int index, StreamLease::Staging which,
-                                              int64_t bytes) {
+absl::StatusOr<void*> InstanceStreams::GrowStaging(int index, StreamLease::Staging which,
+                                                   int64_t bytes) {
   if (bytes < 0) return absl::InvalidArgumentError("HostStaging: negative size");
   Slot& slot = *slots_[index];
   PinnedBuffer& staging = slot.staging[which == StreamLease::Staging::kInput ? 0 : 1];
