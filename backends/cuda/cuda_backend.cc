@@ -96,6 +96,8 @@ CudaBackend::~CudaBackend() {
 
 bool CudaBackend::SupportsOp(Op) const { return true; }
 
+bool CudaBackend::HasFastPath(FastPath) const { return true; }
+
 absl::Status CudaBackend::Run(absl::FunctionRef<absl::Status()> body) {
   absl::MutexLock lock(&mu_);
   const ScopedCudaDevice scoped(context_.device);
@@ -337,16 +339,22 @@ absl::Status CudaBackend::RecurrentStack(RecurrentCell cell, float* out, float* 
   });
 }
 
-absl::Status CudaBackend::RecurrentStackForTraining(RecurrentCell cell, float* out,
-                                                    float* /*scratch*/, const float* inp,
+absl::Status CudaBackend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                                    const float* inp,
                                                     const RecurrentDirectionWeights* weights,
-                                                    const RecurrentDims& dims, int num_layers) {
+                                                    const RecurrentDims& dims, int num_layers,
+                                                    RecurrentSaved* saved) {
+  if (saved != nullptr) saved->filled = false;
+  if (saved == nullptr || saved->state == nullptr) {
+    return RecurrentStack(cell, out, scratch, inp, weights, dims, num_layers);
+  }
   if (num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackForTraining: num_layers is ", num_layers, "; it must be >= 1"));
   }
-  return Run(
-      [&] { return RecurrentTrainingForwardLocked(cell, out, inp, weights, dims, num_layers); });
+  return Run([&] {
+    return RecurrentTrainingForwardLocked(cell, out, inp, weights, dims, num_layers, *saved);
+  });
 }
 
 absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectionGrads* dweights,
@@ -356,7 +364,7 @@ absl::Status CudaBackend::LstmLayerBackward(float* dinp, const RecurrentDirectio
                                             const RecurrentDims& dims) {
   return Run([&] {
     return RecurrentBackwardLocked(RecurrentCell::kLstm, dinp, dweights, dout, inp, h_0, c_0,
-                                   weights, dims, /*num_layers=*/1);
+                                   weights, dims, /*num_layers=*/1, /*saved=*/nullptr);
   });
 }
 
@@ -366,23 +374,22 @@ absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirection
                                            const RecurrentDims& dims) {
   return Run([&] {
     return RecurrentBackwardLocked(RecurrentCell::kGru, dinp, dweights, dout, inp, h_0,
-                                   /*c_0=*/nullptr, weights, dims, /*num_layers=*/1);
+                                   /*c_0=*/nullptr, weights, dims, /*num_layers=*/1,
+                                   /*saved=*/nullptr);
   });
 }
 
-absl::Status CudaBackend::RecurrentStackBackward(RecurrentCell cell, float* dinp,
-                                                 const RecurrentDirectionGrads* dweights,
-                                                 const float* dout, float* /*scratch*/,
-                                                 const float* inp,
-                                                 const RecurrentDirectionWeights* weights,
-                                                 const RecurrentDims& dims, int num_layers) {
+absl::Status CudaBackend::RecurrentStackBackward(
+    RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
+    float* /*scratch*/, const float* inp, const RecurrentDirectionWeights* weights,
+    const RecurrentDims& dims, int num_layers, const RecurrentSaved* saved) {
   if (num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));
   }
   return Run([&] {
     return RecurrentBackwardLocked(cell, dinp, dweights, dout, inp, /*h_0=*/nullptr,
-                                   /*c_0=*/nullptr, weights, dims, num_layers);
+                                   /*c_0=*/nullptr, weights, dims, num_layers, saved);
   });
 }
 

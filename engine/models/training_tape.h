@@ -5,6 +5,7 @@
 #ifndef FORECASTD_ENGINE_MODELS_TRAINING_TAPE_H_
 #define FORECASTD_ENGINE_MODELS_TRAINING_TAPE_H_
 
+#include <any>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -52,7 +53,7 @@ class TrainingTape {
   // Starts a new step; earlier buffers are handed out again. Keeps dropout_seed.
   void Reset() {
     next_ = 0;
-    saved.clear();
+    model_tape_.reset();
   }
   // `n` floats, valid until the next Reset() (contents unspecified). RESOURCE_EXHAUSTED when
   // device memory runs out.
@@ -79,8 +80,18 @@ class TrainingTape {
   // SeedPurpose::kDropout, optimiser step) (engine/train/random.h) before every step, so a
   // resumed job draws the same masks.
   std::optional<uint64_t> dropout_seed;
-  // What the forward pass left for the backward pass, in an order only the model knows.
-  std::vector<float*> saved;
+  // What the forward pass left for the backward pass: the model's own tape struct
+  // (RecurrentForecaster::Tape, TransformerForecaster::Tape), a value of pointers into this
+  // tape's buffers and the backends' saved training state. EmplaceModelTape starts a fresh one;
+  // model_tape is nullptr when the tape holds none of that type. Reset() drops it.
+  template <typename ModelTape>
+  ModelTape& EmplaceModelTape() {
+    return model_tape_.emplace<ModelTape>();
+  }
+  template <typename ModelTape>
+  const ModelTape* model_tape() const {
+    return std::any_cast<ModelTape>(&model_tape_);
+  }
   int64_t batch = 0;
 
  private:
@@ -90,6 +101,7 @@ class TrainingTape {
   };
 
   const TrainingPlacement placement_;
+  std::any model_tape_;
   // Host buffers (no placement.memory); each slot is its own vector, so growing one never
   // moves another.
   std::vector<std::vector<float>> host_buffers_;
