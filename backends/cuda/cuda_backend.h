@@ -1,9 +1,11 @@
-// The CUDA backend: the Backend ops on one GPU and one stream. Linear runs as cuBLAS GEMMs in
-// fp32 (plus our bias kernels); LSTM and GRU layers, forward and backward, run on cuDNN's RNN
-// API (cuda_recurrent.cc); full attention runs as cuBLAS batched GEMMs around our softmax
-// kernels (cuda_attention.cc); the rest are our kernels in kernels/cuda/. Every pointer an op takes
-// is device memory of this backend's GPU (host pointers are a programmer error the GPU reports
-// as an illegal address): a model's parameter arena must be uploaded before it runs here.
+// The CUDA backend: the Backend ops on one GPU and one stream, one source file per concern.
+// Linear runs as cuBLAS GEMMs (plus our bias kernels; cuda_linear.cc); LSTM and GRU layers,
+// forward and backward, run on cuDNN's RNN API (cuda_recurrent.cc); full attention runs as cuBLAS
+// batched GEMMs around our softmax kernels (cuda_attention.cc); the rest are our kernels in
+// kernels/cuda/ (cuda_backend.cc, with construction and scratch). The concerns stay one class
+// because they share the stream, its handles, the mutex and the scratch slots. Every pointer an op
+// takes is device memory of this backend's GPU (host pointers are a programmer error the GPU
+// reports as an illegal address): a model's parameter arena must be uploaded before it runs here.
 //
 // Ops are asynchronous: each queues its work on the stream and returns; results are ready
 // once the stream has synchronised (Synchronize(), or the next blocking copy on that stream).
@@ -249,13 +251,15 @@ class CudaBackend final : public Backend {
   // Runs `body` under the mutex with this backend's device current.
   absl::Status Run(absl::FunctionRef<absl::Status()> body);
 
+  // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
+  std::optional<cuda::Storage16> Storage16() const;
+
+  // cuda_linear.cc.
   // Under kBf16 / kFp16, GEMMs of at least kMinGemm16Macs multiply-adds take their operands
   // rounded to 16 bits in scratch: cuBLAS runs fp32 operands on TF32 kernels even where bf16 is
   // allowed, at half the 16-bit rate (a transformer_large training step on an H100 spent 15 of
   // its 36 ms in them). Smaller GEMMs keep fp32 operands: the two extra passes would cost more.
   static constexpr int64_t kMinGemm16Macs = int64_t{1} << 28;
-  // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
-  std::optional<cuda::Storage16> Storage16() const;
   // n floats of x rounded into scratch slot `which`, in the math mode's 16-bit type.
   absl::StatusOr<const void*> Operand16Locked(Scratch which, const float* x, int64_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
