@@ -7,6 +7,8 @@
 
 namespace forecastd {
 
+bool Backend::HasFastPath(FastPath /*path*/) const { return false; }
+
 absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scratch,
                                      const float* inp, const RecurrentDirectionWeights* weights,
                                      const RecurrentDims& dims, int num_layers) {
@@ -58,10 +60,18 @@ int64_t Backend::AttentionSavedFloats(int64_t B, int64_t T, int64_t /*D*/, int64
   return B * NH * T * T;
 }
 
+absl::StatusOr<int64_t> Backend::RecurrentSavedFloats(RecurrentCell /*cell*/,
+                                                      const RecurrentDims& /*dims*/,
+                                                      int /*num_layers*/) {
+  return 0;
+}
+
 absl::Status Backend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
                                                 const float* inp,
                                                 const RecurrentDirectionWeights* weights,
-                                                const RecurrentDims& dims, int num_layers) {
+                                                const RecurrentDims& dims, int num_layers,
+                                                RecurrentSaved* saved) {
+  if (saved != nullptr) saved->filled = false;
   return RecurrentStack(cell, out, scratch, inp, weights, dims, num_layers);
 }
 
@@ -69,7 +79,8 @@ absl::Status Backend::RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                              const RecurrentDirectionGrads* dweights,
                                              const float* dout, float* scratch, const float* inp,
                                              const RecurrentDirectionWeights* weights,
-                                             const RecurrentDims& dims, int num_layers) {
+                                             const RecurrentDims& dims, int num_layers,
+                                             const RecurrentSaved* /*saved*/) {
   if (num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));

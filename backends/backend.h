@@ -1,15 +1,27 @@
 // The op set the models are written against. Ops are coarse (a whole LSTM layer, a whole
 // attention core) so each backend can use its best primitive. Every op has the semantics and
-// shapes of its reference in kernels/ref/ (see those headers for the exact formulas); a
-// backend that cannot run an op or a shape natively falls back to the reference, and
-// SupportsOp says which ops are native. Pointers are memory of the backend's device.
-// Implementations are thread-safe: ops may run concurrently on different buffers.
+// shapes of its reference in kernels/ref/ (see those headers for the exact formulas). Two
+// questions a caller may ask of a backend, answered apart:
+//   SupportsOp(Op): does the backend run this op on its own primitive? Every op in Op runs on
+//     every backend; one a backend does not support natively runs on the reference loops
+//     (a partial backend falls back, op by op).
+//   HasFastPath(FastPath): does the backend have this optional composite op of its own? Without
+//     it the op runs as the default composition of the ops above (Backend's own
+//     implementation, backend.cc), or, for RecurrentStackLast, the caller composes it.
+// Saved training state is a value the caller owns: a forward-for-training op (LinearForTraining,
+// Attention with `att`, RecurrentStackForTraining) fills memory the model's training tape
+// allocated, of the size the backend states (LinearSavedFloats, AttentionSavedFloats,
+// RecurrentSavedFloats), and the matching backward takes it back as an argument. A backend keeps
+// nothing between the two calls and matches nothing by address.
+// Pointers are memory of the backend's device. Implementations are thread-safe: ops may run
+// concurrently on different buffers.
 #ifndef FORECASTD_BACKENDS_BACKEND_H_
 #define FORECASTD_BACKENDS_BACKEND_H_
 
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/ref/activation.h"
 #include "kernels/ref/recurrent.h"
@@ -20,11 +32,6 @@ enum class Op {
   kLinear,
   kLstmLayer,
   kGruLayer,
-  // A stack of recurrent layers as one primitive (RecurrentStack); without it the stack runs
-  // as LstmLayer / GruLayer calls, one per layer.
-  kRecurrentStack,
-  // RecurrentStackLast: only the last time step of the stack's output (a forecast's head input).
-  kRecurrentStackLast,
   kLayerNorm,
   kGelu,
   kRelu,
@@ -43,8 +50,22 @@ enum class Op {
   kSoftmaxBackward,
   kAttentionBackward,
   kAttentionLastQueryBackward,
-  // RecurrentStackBackward as one primitive; without it training keeps each layer's output
-  // and runs LstmLayerBackward / GruLayerBackward layer by layer.
+};
+
+// Optional composite ops. Each is one call a backend may run as a single primitive of its own;
+// without it the call still works (the default composition in backend.cc), except where noted.
+enum class FastPath {
+  // RecurrentStack as one primitive (cuDNN pipelines consecutive layers); without it, one
+  // LstmLayer / GruLayer call per layer.
+  kRecurrentStack,
+  // RecurrentStackLast at all: only the last time step of the stack's output (a forecast's head
+  // input). Without it RecurrentStackLast returns UNIMPLEMENTED and the caller runs
+  // RecurrentStack and takes the last step itself.
+  kRecurrentStackLast,
+  // RecurrentStackForTraining and RecurrentStackBackward as one primitive pair, the backward
+  // reading what the forward saved instead of recomputing the layers. Without it the backward
+  // recomputes the layers and runs LstmLayerBackward / GruLayerBackward layer by layer, so a
+  // caller does better keeping each layer's input and calling the layer backwards itself.
   kRecurrentStackBackward,
 };
 
@@ -55,6 +76,20 @@ using ref::RecurrentDirectionWeights;
 
 enum class RecurrentCell { kLstm, kGru };
 
+// What RecurrentStackForTraining saves for the RecurrentStackBackward of the same stack. The
+// caller (the model's training tape) owns it and its memory, and passes it to both calls.
+struct RecurrentSaved {
+  // RecurrentSavedFloats floats of the backend's memory (cuDNN's reserve space on the CUDA
+  // backend), allocated by the caller; nullptr when that is 0.
+  float* state = nullptr;
+  int64_t state_floats = 0;
+  // Set by the forward: its output (B, T, ND*H), which the caller keeps unchanged, as it keeps
+  // inp and the weights, until the backward; and whether `state` was filled. The backward
+  // reads both when `filled`, and recomputes the forward otherwise.
+  const float* out = nullptr;
+  bool filled = false;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -62,6 +97,9 @@ class Backend {
   virtual absl::string_view name() const = 0;
   // True when `op` runs on this backend's own primitive rather than the reference.
   virtual bool SupportsOp(Op op) const = 0;
+  // True when the backend runs `path` as its own primitive; false by default (the default
+  // composition runs).
+  virtual bool HasFastPath(FastPath path) const;
 
   // out (N, OUT) = inp (N, IN) @ weight (OUT, IN)^T + bias (OUT, or nullptr)
   virtual absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
@@ -80,7 +118,7 @@ class Backend {
   // layer's output. weights[l * ND + d] holds layer l's direction d; layer 0 reads dims.I
   // features, the others ND*H. `scratch` (B, T, ND*H) may hold the layers in between; it may
   // be nullptr when num_layers is 1. The default runs LstmLayer / GruLayer once per layer; a
-  // backend that SupportsOp(kRecurrentStack) runs the stack as one primitive (cuDNN then
+  // backend with HasFastPath(kRecurrentStack) runs the stack as one primitive (cuDNN then
   // overlaps consecutive layers' time steps).
   virtual absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch,
                                       const float* inp, const RecurrentDirectionWeights* weights,
@@ -89,7 +127,7 @@ class Backend {
   // RecurrentStack's out[:, T-1, :] alone: last (B, ND*H), the top layer's output at the last
   // time step (both directions side by side), T >= 1; `scratch` (B*T*ND*H floats of the
   // backend's memory) may hold the whole output on the way. Only where
-  // SupportsOp(kRecurrentStackLast): the default returns UNIMPLEMENTED. A backend may then run
+  // HasFastPath(kRecurrentStackLast): the default returns UNIMPLEMENTED. A backend may then run
   // the stack in the layout it runs fastest (cuDNN's sequence-major one) without rearranging the
   // whole output.
   virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
@@ -126,7 +164,7 @@ class Backend {
   // semantics of their kernels/ref counterparts (`...Backward`). Every gradient is written,
   // never accumulated, and a nullptr gradient is not computed. The residual add and the
   // positional encoding pass their gradient through unchanged and have none.
-  // `saved` is what LinearForTraining kept for the same inp and weight, or nullptr.
+  // `saved` is what LinearForTraining filled for the same inp and weight, or nullptr.
   virtual absl::Status LinearBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                       const float* inp, const float* saved, const float* weight,
                                       int64_t N, int64_t IN, int64_t OUT) = 0;
@@ -153,7 +191,7 @@ class Backend {
   virtual absl::Status AttentionBackward(float* dqkv, const float* dout, const float* qkv,
                                          const float* att, const float* dropout_mask, int64_t B,
                                          int64_t T, int64_t D, int64_t NH, bool causal) = 0;
-  // Linear for a training step: a backend may keep in `saved` (LinearSavedFloats floats; nullptr
+  // Linear for a training step: a backend may fill `saved` (LinearSavedFloats floats; nullptr
   // when that is 0) what the LinearBackward of the same inp and weight needs, such as inp rounded
   // to 16 bits where its products take 16-bit operands, so the backward does not round it again.
   // inp and weight must then stay unchanged until that backward. The default calls Linear.
@@ -167,30 +205,36 @@ class Backend {
   // recomputes the weights may keep less; its `att` is then its own state, not the weights.
   virtual int64_t AttentionSavedFloats(int64_t B, int64_t T, int64_t D, int64_t NH,
                                        bool dropout) const;
-  // RecurrentStack for a training step: a backend may keep what the RecurrentStackBackward of
-  // the same cell, inp, weights and dims needs (cuDNN's reserve space, and `out`), so that the
-  // backward does not recompute the layers. inp, out and the weights must then stay unchanged
-  // until that backward; any other recurrent call in between drops what was kept (the backward
-  // then recomputes, as it always may). The default calls RecurrentStack.
+  // How many floats RecurrentSaved::state must hold for a stack of these sizes: 0 by default
+  // (nothing saved). The CUDA backend may build and cache the cuDNN plan of the shape to answer.
+  virtual absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell,
+                                                       const RecurrentDims& dims, int num_layers);
+  // RecurrentStack for a training step. With `saved` (nullptr: nothing is saved; its state
+  // RecurrentSavedFloats floats), a backend with HasFastPath(kRecurrentStackBackward) fills
+  // saved->state with what the RecurrentStackBackward of the same cell, inp, weights and dims
+  // needs besides `out`, and sets saved->out and saved->filled. The default calls RecurrentStack
+  // and leaves saved->filled false.
   virtual absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
                                                  const float* inp,
                                                  const RecurrentDirectionWeights* weights,
-                                                 const RecurrentDims& dims, int num_layers);
+                                                 const RecurrentDims& dims, int num_layers,
+                                                 RecurrentSaved* saved);
 
   // The backward of a stack of `num_layers` recurrent layers without dropout between them
   // (RecurrentStack's training pair): given dout (B, T, ND*H) = d(loss)/d(top layer's output)
   // and the stack's input inp (B, T, dims.I), writes dinp (B, T, dims.I; nullptr: not needed)
   // and the weight gradients dweights[l * ND + d] (entries may be nullptr), as the layer
-  // backward ops do. The layers' outputs are recomputed from inp, so a training forward keeps
-  // only the stack's input. `scratch` holds (num_layers + 1) * B * T * ND * H floats of the
-  // backend's memory. The default recomputes with LstmLayer / GruLayer and runs the layer
-  // backward ops top down; a backend that SupportsOp(kRecurrentStackBackward) runs the stack
-  // as one primitive.
+  // backward ops do. `saved` is what RecurrentStackForTraining filled for the same stack, or
+  // nullptr; when it is not filled the layers' outputs are recomputed from inp. `scratch` holds
+  // (num_layers + 1) * B * T * ND * H floats of the backend's memory. The default recomputes
+  // with LstmLayer / GruLayer and runs the layer backward ops top down; a backend with
+  // HasFastPath(kRecurrentStackBackward) runs the stack as one primitive.
   virtual absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                               const RecurrentDirectionGrads* dweights,
                                               const float* dout, float* scratch, const float* inp,
                                               const RecurrentDirectionWeights* weights,
-                                              const RecurrentDims& dims, int num_layers);
+                                              const RecurrentDims& dims, int num_layers,
+                                              const RecurrentSaved* saved);
   virtual absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
                                                   const float* q, const float* kv, int64_t B,
                                                   int64_t T, int64_t D, int64_t NH) = 0;

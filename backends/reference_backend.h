@@ -12,6 +12,8 @@ class ReferenceBackend final : public Backend {
  public:
   absl::string_view name() const override { return "reference"; }
   bool SupportsOp(Op) const override { return true; }
+  // Its own RecurrentStackLast (the top layer's last step of the layer-by-layer stack).
+  bool HasFastPath(FastPath path) const override { return path == FastPath::kRecurrentStackLast; }
 
   absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
                       int64_t N, int64_t IN, int64_t OUT) override;

@@ -173,11 +173,8 @@ bool DnnlBackend::SupportsOp(Op op) const {
     case Op::kSoftmaxBackward:
     case Op::kAttentionBackward:
       return true;
-    case Op::kRecurrentStack:              // layer by layer, each on its oneDNN primitive
-    case Op::kRecurrentStackLast:          // the forecaster gathers the step from the stack
     case Op::kPositionalEncoding:          // a table add; the reference is already memory-bound
     case Op::kAttentionLastQueryBackward:  // B * NH rows of T: the reference loops serve
-    case Op::kRecurrentStackBackward:      // training keeps each layer's output instead
       return false;
   }
   return false;

@@ -45,6 +45,8 @@ class DnnlBackend final : public Backend {
 
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;
+  // No FastPath (HasFastPath is false): a recurrent stack runs layer by layer, each layer on its
+  // oneDNN primitive, and training keeps each layer's input for the layer backwards.
 
   // Weights of Linear, LstmLayer and GruLayer are read on every call: the recurrent layers
   // copy them into oneDNN's layout each time (work about 1/(B*T) of the layer's own), so

@@ -1,20 +1,22 @@
-// The CUDA backend: the Backend ops on one GPU and one stream. Linear runs as cuBLAS GEMMs in
-// fp32 (plus our bias kernels); LSTM and GRU layers, forward and backward, run on cuDNN's RNN
-// API (cuda_recurrent.cc); full attention runs as cuBLAS batched GEMMs around our softmax
-// kernels (cuda_attention.cc); the rest are our kernels in kernels/cuda/. Every pointer an op takes
-// is device memory of this backend's GPU (host pointers are a programmer error the GPU reports
-// as an illegal address): a model's parameter arena must be uploaded before it runs here.
+// The CUDA backend: the Backend ops on one GPU and one stream, one source file per concern.
+// Linear runs as cuBLAS GEMMs (plus our bias kernels; cuda_linear.cc); LSTM and GRU layers,
+// forward and backward, run on cuDNN's RNN API (cuda_recurrent.cc); full attention runs as cuBLAS
+// batched GEMMs around our softmax kernels (cuda_attention.cc); the rest are our kernels in
+// kernels/cuda/ (cuda_backend.cc, with construction and scratch). The concerns stay one class
+// because they share the stream, its handles, the mutex and the scratch slots. Every pointer an op
+// takes is device memory of this backend's GPU (host pointers are a programmer error the GPU
+// reports as an illegal address): a model's parameter arena must be uploaded before it runs here.
 //
 // Ops are asynchronous: each queues its work on the stream and returns; results are ready
 // once the stream has synchronised (Synchronize(), or the next blocking copy on that stream).
 // A returned error is one of queuing (bad arguments, RESOURCE_EXHAUSTED when scratch memory
 // cannot be had); a fault inside a kernel surfaces at the next synchronisation.
 //
-// Scratch (cuDNN's weight space, workspace and reserve, the recomputed forward of a recurrent
-// backward, attention scores) is the backend's own, grown on demand from the allocator and kept;
-// growing it synchronises the stream once. cuDNN descriptors and sizes are built once per layer
-// shape and kept in a bounded cache. The first call of a shape therefore allocates and copies from
-// host memory: run each shape once before capturing a CUDA graph.
+// Scratch (cuDNN's weight space and workspace, the reserve space and output of a recurrent
+// backward that recomputes its forward, attention scores) is the backend's own, grown on demand
+// from the allocator and kept; growing it synchronises the stream once. cuDNN descriptors and sizes
+// are built once per layer shape and kept in a bounded cache. The first call of a shape therefore
+// allocates and copies from host memory: run each shape once before capturing a CUDA graph.
 //
 // Thread-safe: calls from several threads are serialised by a mutex (their work is ordered on
 // the one stream anyway); use one backend per stream to run concurrently.
@@ -36,7 +38,7 @@
 #include "absl/synchronization/mutex.h"
 #include "backends/backend.h"
 #include "backends/cuda/cuda_allocator.h"
-#include "backends/cuda/stream_pool.h"
+#include "backends/cuda/instance_streams.h"
 #include "kernels/cuda/convert.h"
 
 namespace forecastd {
@@ -98,7 +100,8 @@ class CudaBackend final : public Backend {
     int64_t fused_bias_gemms = 0;   // Linear calls with the bias in cuBLASLt's epilogue
     int64_t bias_kernel_gemms = 0;  // Linear calls with a bias but no fused algorithm
     int64_t fused_bias_grads = 0;   // LinearBackward calls with dbias from the epilogue
-    int64_t rnn_forwards_kept = 0;  // recurrent backward passes that reused a kept forward
+    int64_t rnn_saved_forwards_read = 0;  // recurrent backward passes that read a RecurrentSaved
+                                          // forward instead of recomputing it
   };
 
   // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
@@ -114,7 +117,9 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override;
 
   absl::string_view name() const override { return "cuda"; }
+  // Every op runs natively, and every FastPath is there.
   bool SupportsOp(Op op) const override;
+  bool HasFastPath(FastPath path) const override;
 
   absl::Status Linear(float* out, const float* inp, const float* weight, const float* bias,
                       int64_t N, int64_t IN, int64_t OUT) override;
@@ -137,19 +142,24 @@ class CudaBackend final : public Backend {
   absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch, const float* inp,
                                   const RecurrentDirectionWeights* weights,
                                   const RecurrentDims& dims, int num_layers) override;
-  // cudnnRNNForward in training mode; its reserve space and `out` are kept for the
-  // RecurrentStackBackward that follows (see Backend). scratch is unused.
+  // cuDNN's reserve space of the stack's training plan (0 when B or T is 0).
+  absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
+                                               int num_layers) override;
+  // With `saved`: cudnnRNNForward in training mode, its reserve space in saved->state. Without
+  // (or with no state, when B or T is 0): RecurrentStack. scratch is unused.
   absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
                                          const float* inp, const RecurrentDirectionWeights* weights,
-                                         const RecurrentDims& dims, int num_layers) override;
+                                         const RecurrentDims& dims, int num_layers,
+                                         RecurrentSaved* saved) override;
   // cuDNN's backward data and weights passes over the stack (pipelined across layers as the
-  // forward is), after the kept training forward of the same inputs, or after running one in
-  // training mode (CUDNN_FWD_MODE_TRAINING) when none was kept; scratch is unused.
+  // forward is), reading the filled `saved` forward, or after running one in training mode
+  // (CUDNN_FWD_MODE_TRAINING) into scratch of its own when there is none; scratch is unused.
   absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                       const RecurrentDirectionGrads* dweights, const float* dout,
                                       float* scratch, const float* inp,
                                       const RecurrentDirectionWeights* weights,
-                                      const RecurrentDims& dims, int num_layers) override;
+                                      const RecurrentDims& dims, int num_layers,
+                                      const RecurrentSaved* saved) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                          const float* beta, int64_t N, int64_t C, float eps) override;
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
@@ -214,10 +224,10 @@ class CudaBackend final : public Backend {
   enum Scratch : int {
     kWeightSpace,        // cuDNN's packed weights
     kWeightGrads,        // cuDNN's packed weight gradients
-    kRnnOutput,          // the recomputed forward's y (backward only)
+    kRnnOutput,          // the recomputed forward's y (backward without a saved forward)
     kRnnInputGrad,       // dx when the caller wants no dinp (backward only)
     kWorkspace,          // cuDNN workspace beyond the stream's own
-    kReserve,            // cuDNN reserve space (backward only)
+    kReserve,            // cuDNN reserve space (backward without a saved forward)
     kRnnInput16,         // x in 16-bit storage or time-major order (inference)
     kRnnOutput16,        // y in 16-bit storage
     kAttentionScores,    // attention scores or their gradient, one chunk of batch rows
@@ -241,13 +251,15 @@ class CudaBackend final : public Backend {
   // Runs `body` under the mutex with this backend's device current.
   absl::Status Run(absl::FunctionRef<absl::Status()> body);
 
+  // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
+  std::optional<cuda::Storage16> Storage16() const;
+
+  // cuda_linear.cc.
   // Under kBf16 / kFp16, GEMMs of at least kMinGemm16Macs multiply-adds take their operands
   // rounded to 16 bits in scratch: cuBLAS runs fp32 operands on TF32 kernels even where bf16 is
   // allowed, at half the 16-bit rate (a transformer_large training step on an H100 spent 15 of
   // its 36 ms in them). Smaller GEMMs keep fp32 operands: the two extra passes would cost more.
   static constexpr int64_t kMinGemm16Macs = int64_t{1} << 28;
-  // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
-  std::optional<cuda::Storage16> Storage16() const;
   // n floats of x rounded into scratch slot `which`, in the math mode's 16-bit type.
   absl::StatusOr<const void*> Operand16Locked(Scratch which, const float* x, int64_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -291,11 +303,13 @@ class CudaBackend final : public Backend {
                                       const RecurrentDirectionWeights* weights,
                                       const RecurrentDims& dims, int num_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `saved`: a filled training forward of the same stack (no initial states), or nullptr.
   absl::Status RecurrentBackwardLocked(RecurrentCell cell, float* dinp,
                                        const RecurrentDirectionGrads* dweights, const float* dout,
                                        const float* inp, const float* h_0, const float* c_0,
                                        const RecurrentDirectionWeights* weights,
-                                       const RecurrentDims& dims, int num_layers)
+                                       const RecurrentDims& dims, int num_layers,
+                                       const RecurrentSaved* saved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cudnnRNNForward in inference mode on `plan`'s data (x, y in its layout and data type), after
   // copying `weights` into the weight space; states as RecurrentForwardLocked takes them.
@@ -303,10 +317,11 @@ class CudaBackend final : public Backend {
                                   const RecurrentDirectionWeights* weights, const void* x, void* y,
                                   const float* h_0, float* h_n, const float* c_0, float* c_n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // cudnnRNNForward in training mode into `out`, kept (kept_forward_) for the backward.
+  // cudnnRNNForward in training mode into `out`, its reserve space into saved->state.
   absl::Status RecurrentTrainingForwardLocked(RecurrentCell cell, float* out, const float* inp,
                                               const RecurrentDirectionWeights* weights,
-                                              const RecurrentDims& dims, int num_layers)
+                                              const RecurrentDims& dims, int num_layers,
+                                              RecurrentSaved& saved)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `inference`: the plan serves forward inference only, so it may use options_.rnn_algo.
   // `storage16`: 16-bit data (bf16 or fp16 by options_.math) where cuDNN accepts it; the
@@ -335,15 +350,6 @@ class CudaBackend final : public Backend {
   mutable absl::Mutex mu_;
   DeviceBuffer scratch_[kScratchCount] ABSL_GUARDED_BY(mu_);
   const std::unique_ptr<LtBiasGemms> bias_gemms_ ABSL_GUARDED_BY(mu_);
-  // The last RecurrentStackForTraining: its y is `out` and its reserve space is in
-  // scratch_[kReserve]; reset by every other recurrent call.
-  struct KeptForward {
-    RnnKey key;
-    const float* inp;
-    const float* out;
-    std::vector<RecurrentDirectionWeights> weights;
-  };
-  std::optional<KeptForward> kept_forward_ ABSL_GUARDED_BY(mu_);
   std::map<RnnKey, std::shared_ptr<RnnPlan>> plans_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_clock_ ABSL_GUARDED_BY(mu_) = 0;  // stamps plans' last use, for eviction
   Stats stats_ ABSL_GUARDED_BY(mu_);

@@ -131,16 +131,6 @@ absl::StatusOr<int64_t> CheckParamShape(cudnnTensorDescriptor_t desc, cudnnDataT
   return rows * cols;
 }
 
-bool SameWeights(const std::vector<RecurrentDirectionWeights>& kept,
-                 const RecurrentDirectionWeights* weights) {
-  for (size_t i = 0; i < kept.size(); ++i) {
-    const RecurrentDirectionWeights& a = kept[i];
-    const RecurrentDirectionWeights& b = weights[i];
-    if (a.w_ih != b.w_ih || a.w_hh != b.w_hh || a.b_ih != b.b_ih || a.b_hh != b.b_hh) return false;
-  }
-  return true;
-}
-
 cuda::Storage16 Storage16Of(cudnnDataType_t type) {
   return type == CUDNN_DATA_BFLOAT16 ? cuda::Storage16::kBf16 : cuda::Storage16::kFp16;
 }
@@ -469,7 +459,6 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
                                                  const float* c_0,
                                                  const RecurrentDirectionWeights* weights,
                                                  const RecurrentDims& dims, int num_layers) {
-  kept_forward_.reset();  // this call may overwrite the weight space
   RETURN_IF_ERROR(CheckDims(dims, num_layers > 1                 ? "RecurrentStack"
                                   : cell == RecurrentCell::kLstm ? "LstmLayer"
                                                                  : "GruLayer"));
@@ -513,7 +502,6 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
         "RecurrentStackLast: need num_layers >= 1 and T >= 1, got ", num_layers, " and ", dims.T));
   }
   return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    kept_forward_.reset();  // this call overwrites the weight space
     RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackLast"));
     const auto [B, T, I, H, ND] = dims;
     if (B == 0) return absl::OkStatus();
@@ -540,12 +528,30 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
   });
 }
 
+absl::StatusOr<int64_t> CudaBackend::RecurrentSavedFloats(RecurrentCell cell,
+                                                          const RecurrentDims& dims,
+                                                          int num_layers) {
+  if (num_layers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentSavedFloats: num_layers is ", num_layers, "; it must be >= 1"));
+  }
+  RETURN_IF_ERROR(CheckDims(dims, "RecurrentSavedFloats"));
+  if (dims.B == 0 || dims.T == 0) return 0;  // the forward runs no cuDNN call then
+  int64_t reserve_bytes = 0;
+  RETURN_IF_ERROR(Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    ASSIGN_OR_RETURN(const RnnPlan* plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
+                                                     /*storage16=*/false, /*time_major=*/false));
+    reserve_bytes = plan->reserve_bytes;
+    return absl::OkStatus();
+  }));
+  return (reserve_bytes + kFloatBytes - 1) / kFloatBytes;
+}
+
 absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, float* out,
                                                          const float* inp,
                                                          const RecurrentDirectionWeights* weights,
-                                                         const RecurrentDims& dims,
-                                                         int num_layers) {
-  kept_forward_.reset();
+                                                         const RecurrentDims& dims, int num_layers,
+                                                         RecurrentSaved& saved) {
   RETURN_IF_ERROR(CheckDims(dims, "RecurrentStackForTraining"));
   const auto [B, T, I, H, ND] = dims;
   if (B == 0 || T == 0) {
@@ -554,30 +560,29 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
   }
   ASSIGN_OR_RETURN(RnnPlan * plan, PlanLocked(cell, dims, num_layers, /*inference=*/false,
                                               /*storage16=*/false, /*time_major=*/false));
+  if (saved.state_floats * kFloatBytes < plan->reserve_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStackForTraining: saved state holds ", saved.state_floats,
+                     " floats; the stack's reserve space takes ", plan->reserve_bytes, " bytes"));
+  }
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-  ASSIGN_OR_RETURN(void* reserve, ScratchLocked(kReserve, plan->reserve_bytes));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->training_work_bytes));
   CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
       context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, plan->seq_lengths.as<int32_t>(),
       plan->x.get(), inp, plan->y.get(), out, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
       plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr, static_cast<size_t>(plan->weight_space_bytes),
       space, static_cast<size_t>(plan->training_work_bytes), work,
-      static_cast<size_t>(plan->reserve_bytes), reserve));
-  kept_forward_ =
-      KeptForward{{static_cast<int64_t>(cell), B, T, I, H, ND, num_layers, 0, 0},
-                  inp,
-                  out,
-                  std::vector<RecurrentDirectionWeights>(weights, weights + num_layers * ND)};
+      static_cast<size_t>(plan->reserve_bytes), saved.state));
+  saved.out = out;
+  saved.filled = true;
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* dinp,
-                                                  const RecurrentDirectionGrads* dweights,
-                                                  const float* dout, const float* inp,
-                                                  const float* h_0, const float* c_0,
-                                                  const RecurrentDirectionWeights* weights,
-                                                  const RecurrentDims& dims, int num_layers) {
+absl::Status CudaBackend::RecurrentBackwardLocked(
+    RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
+    const float* inp, const float* h_0, const float* c_0, const RecurrentDirectionWeights* weights,
+    const RecurrentDims& dims, int num_layers, const RecurrentSaved* saved) {
   const bool lstm = cell == RecurrentCell::kLstm;
   RETURN_IF_ERROR(CheckDims(dims, num_layers > 1 ? "RecurrentStackBackward"
                                   : lstm         ? "LstmLayerBackward"
@@ -585,7 +590,6 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
   const auto [B, T, I, H, ND] = dims;
   const cudaStream_t stream = context_.stream;
   if (B == 0 || T == 0) {  // nothing flows: every weight gradient is an empty sum
-    kept_forward_.reset();
     if (dweights == nullptr) return absl::OkStatus();
     const int64_t GH = (lstm ? 4 : 3) * H;
     for (int64_t d = 0; d < num_layers * ND; ++d) {
@@ -603,33 +607,32 @@ absl::Status CudaBackend::RecurrentBackwardLocked(RecurrentCell cell, float* din
   const size_t space_bytes = static_cast<size_t>(plan->weight_space_bytes);
   const size_t work_bytes = static_cast<size_t>(plan->training_work_bytes);
   const size_t reserve_bytes = static_cast<size_t>(plan->reserve_bytes);
-  // The training forward of these inputs, kept by RecurrentStackForTraining, spares the
-  // recomputation: its reserve space is still in scratch_[kReserve] (the same plan asks for the
-  // same size below, so nothing is reallocated).
-  const RnnKey key = {static_cast<int64_t>(cell), B, T, I, H, ND, num_layers, 0, 0};
-  const bool kept = kept_forward_.has_value() && kept_forward_->key == key &&
-                    kept_forward_->inp == inp && h_0 == nullptr && c_0 == nullptr &&
-                    weights != nullptr && SameWeights(kept_forward_->weights, weights);
-  const float* kept_out = kept ? kept_forward_->out : nullptr;
-  kept_forward_.reset();
+  // The caller's saved training forward of this stack spares the recomputation: its y and its
+  // reserve space (which the plan's size check in the forward made large enough).
+  const bool use_saved = saved != nullptr && saved->filled && h_0 == nullptr && c_0 == nullptr;
+  if (use_saved && saved->state_floats * kFloatBytes < plan->reserve_bytes) {
+    return absl::InvalidArgumentError(
+        "RecurrentStackBackward: the saved forward is not of this stack (its state is too small)");
+  }
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
   RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-  void* y = const_cast<float*>(kept_out);
-  if (!kept) {
+  void* y = use_saved ? const_cast<float*>(saved->out) : nullptr;
+  void* reserve = use_saved ? saved->state : nullptr;
+  if (!use_saved) {
     ASSIGN_OR_RETURN(y, ScratchLocked(kRnnOutput, B * T * ND * H * kFloatBytes));
+    ASSIGN_OR_RETURN(reserve, ScratchLocked(kReserve, plan->reserve_bytes));
   }
   void* dx = dinp;
   if (dx == nullptr) {
     ASSIGN_OR_RETURN(dx, ScratchLocked(kRnnInputGrad, B * T * I * kFloatBytes));
   }
-  ASSIGN_OR_RETURN(void* reserve, ScratchLocked(kReserve, plan->reserve_bytes));
   ASSIGN_OR_RETURN(void* grads, ScratchLocked(kWeightGrads, plan->weight_space_bytes));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->training_work_bytes));
   const int32_t* seq_lengths = plan->seq_lengths.as<int32_t>();
   const float* cx = lstm ? c_0 : nullptr;
 
-  if (kept) {
-    ++stats_.rnn_forwards_kept;
+  if (use_saved) {
+    ++stats_.rnn_saved_forwards_read;
   } else {
     // The forward again, in training mode: y and the reserve space feed both backward passes.
     CUDNN_RETURN_IF_ERROR(cudnnRNNForward(

@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "engine/models/forecaster.h"
+#include "engine/models/data_ops.h"
 
 namespace forecastd {
 

@@ -48,6 +48,21 @@ class ParameterArena {
   std::vector<float> data_;
 };
 
+// Named read access to a copy of a ParameterArena's data with the arena's layout: the arena's
+// own floats, or a device copy of them (same offsets). Cheap to copy; the arena must outlive it.
+class ParameterView {
+ public:
+  ParameterView(const ParameterArena& arena, const float* base) : arena_(&arena), base_(base) {}
+  // The parameter's first float in this copy; the name must be declared.
+  const float* at(absl::string_view name) const {
+    return base_ + (arena_->at(name) - arena_->data());
+  }
+
+ private:
+  const ParameterArena* arena_;
+  const float* base_;
+};
+
 }  // namespace forecastd
 
 #endif  // FORECASTD_ENGINE_MODELS_PARAMETERS_H_

@@ -5,6 +5,8 @@
 #ifndef FORECASTD_ENGINE_MODELS_RECURRENT_FORECASTER_H_
 #define FORECASTD_ENGINE_MODELS_RECURRENT_FORECASTER_H_
 
+#include <vector>
+
 #include "engine/models/forecaster.h"
 
 namespace forecastd {
@@ -27,10 +29,16 @@ class RecurrentForecaster final : public Forecaster {
   // Layer l's weights in `p`, and where their gradients go in a dparams array.
   void LayerWeights(const ParameterView& p, int l, RecurrentDirectionWeights* weights) const;
   void LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const;
-  // Whether a training step on `backend` runs the layers as one stack (RecurrentStack and
-  // RecurrentStackBackward): when no dropout acts between them and the backend runs the stack's
-  // backward natively. Forward and backward decide alike for one tape.
+  // What a training forward keeps for its backward; see recurrent_training.cc.
+  struct Tape;
+  // Whether a training step on `backend` runs the layers as one stack
+  // (RecurrentStackForTraining and RecurrentStackBackward): when no dropout acts between them
+  // and the backend has that pair as a fast path (FastPath::kRecurrentStackBackward).
   bool StackedTraining(const Backend& backend, const TrainingTape& tape) const;
+  // Every layer's weights, weights[l * ND + d], in `p`; and where their gradients go.
+  std::vector<RecurrentDirectionWeights> StackWeights(const ParameterView& p) const;
+  std::vector<RecurrentDirectionGrads> StackGrads(float* dparams) const;
+  RecurrentCell cell() const { return is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru; }
   absl::Status RunLayer(Backend& backend, const ParameterView& p, int l, float* out,
                         const float* inp, int64_t B) const;
 

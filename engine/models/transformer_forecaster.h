@@ -32,8 +32,10 @@ class TransformerForecaster final : public Forecaster {
   absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                             TrainingTape& tape) const override;
 
-  // What one encoder layer's training forward keeps; see transformer_training.cc.
+  // What one encoder layer's training forward keeps, and the whole step's tape; see
+  // transformer_training.cc.
   struct LayerTape;
+  struct Tape;
   absl::Status LayerForwardTrain(Backend& backend, int k, const LayerTape& lt, int64_t B,
                                  TrainingTape& tape) const;
   // dx0 (N, D) from dx2 (N, D); dx2 is clobbered.

@@ -49,18 +49,14 @@ struct TransformerForecaster::LayerTape {
   float* s_out;  // out_proj
   float* s_ff1;  // linear1
   float* s_ff2;  // linear2
+};
 
-  // A LayerTape travels in TrainingTape::saved as kSlots pointers, in member order.
-  static constexpr size_t kSlots = 20;
-  void SaveTo(std::vector<float*>& saved) const {
-    saved.insert(saved.end(), {x0, n1, qkv,   att,  a,    r1,  x1,   n2,    h,     g,
-                               r2, x2, m_att, m_sa, m_ff, m_f, s_in, s_out, s_ff1, s_ff2});
-  }
-  static LayerTape RestoreFrom(const std::vector<float*>& saved, size_t first) {
-    const auto at = [&](size_t i) { return saved[first + i]; };
-    return {at(0),  at(1),  at(2),  at(3),  at(4),  at(5),  at(6),  at(7),  at(8),  at(9),
-            at(10), at(11), at(12), at(13), at(14), at(15), at(16), at(17), at(18), at(19)};
-  }
+// The whole step's tape, in TrainingTape's model tape.
+struct TransformerForecaster::Tape {
+  const float* xn = nullptr;      // (B, T, F) the caller's standardised windows
+  std::vector<LayerTape> layers;  // [L]
+  float* last = nullptr;          // (B, D) the top layer's output at position T-1
+  float* normed = nullptr;        // (B, D) the final norm's output (pre-LN), else nullptr
 };
 
 namespace {
@@ -137,15 +133,14 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
   return absl::OkStatus();
 }
 
-// The tape: saved[0] = xn, then LayerTape::kSlots pointers per layer (a LayerTape), then the head's
-// input rows `last` (B, D) and, pre-LN, the final norm's output (B, D).
 absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
                                                      int64_t B, TrainingTape& tape) const {
   const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t FF = tf_.dim_feedforward(), N = B * T, L = tf_.num_layers();
   const ParameterView p = tape.weights(parameters());
   const bool pre = tf_.norm_first();
-  tape.saved.push_back(const_cast<float*>(xn));
+  Tape& t = tape.EmplaceModelTape<Tape>();
+  t.xn = xn;
 
   ASSIGN_OR_RETURN(float* x, tape.Alloc(N * D));
   RETURN_IF_ERROR(
@@ -188,19 +183,18 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
     ASSIGN_OR_RETURN(lt.s_ff1, linear_saved(D, FF));
     ASSIGN_OR_RETURN(lt.s_ff2, linear_saved(FF, D));
     RETURN_IF_ERROR(LayerForwardTrain(backend, k, lt, B, tape));
-    lt.SaveTo(tape.saved);
+    t.layers.push_back(lt);
     x = lt.x2;
   }
-  ASSIGN_OR_RETURN(float* const last, tape.Alloc(B * D));
-  RETURN_IF_ERROR(tape.data().GatherRows(last, x + (T - 1) * D, B, T * D, D));
-  tape.saved.push_back(last);
-  const float* head_in = last;
+  ASSIGN_OR_RETURN(t.last, tape.Alloc(B * D));
+  RETURN_IF_ERROR(tape.data().GatherRows(t.last, x + (T - 1) * D, B, T * D, D));
+  const float* head_in = t.last;
   if (pre) {
-    ASSIGN_OR_RETURN(float* const normed, tape.Alloc(B * D));
-    RETURN_IF_ERROR(backend.LayerNorm(normed, nullptr, nullptr, last, p.at("encoder.norm.weight"),
-                                      p.at("encoder.norm.bias"), B, D, eps_));
-    tape.saved.push_back(normed);
-    head_in = normed;
+    ASSIGN_OR_RETURN(t.normed, tape.Alloc(B * D));
+    RETURN_IF_ERROR(backend.LayerNorm(t.normed, nullptr, nullptr, t.last,
+                                      p.at("encoder.norm.weight"), p.at("encoder.norm.bias"), B, D,
+                                      eps_));
+    head_in = t.normed;
   }
   return backend.Linear(out, head_in, p.at("head.weight"), p.at("head.bias"), B, D, num_outputs());
 }
@@ -283,14 +277,14 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
 
 absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparams,
                                                  const float* dout, TrainingTape& tape) const {
+  const Tape* const t = tape.model_tape<Tape>();
+  if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
   const int64_t B = tape.batch, T = lookback(), F = num_features(), D = tf_.d_model();
   const int64_t N = B * T, L = tf_.num_layers();
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
   const bool pre = tf_.norm_first();
-  const size_t head_slot = 1 + static_cast<size_t>(L) * LayerTape::kSlots;
-  const float* last = tape.saved[head_slot];
-  const float* head_in = pre ? tape.saved[head_slot + 1] : last;
+  const float* head_in = pre ? t->normed : t->last;
 
   ASSIGN_OR_RETURN(float* const dlast, tape.Alloc(B * D));
   RETURN_IF_ERROR(backend.LinearBackward(dlast, grad(dparams, "head.weight"),
@@ -300,7 +294,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
     ASSIGN_OR_RETURN(float* const dnormed, tape.Alloc(B * D));
     RETURN_IF_ERROR(data.Copy(dnormed, dlast, B * D));
     RETURN_IF_ERROR(backend.LayerNormBackward(dlast, grad(dparams, "encoder.norm.weight"),
-                                              grad(dparams, "encoder.norm.bias"), dnormed, last,
+                                              grad(dparams, "encoder.norm.bias"), dnormed, t->last,
                                               p.at("encoder.norm.weight"), B, D, eps_));
   }
   // Only position T-1 of the top layer reaches the head.
@@ -312,15 +306,14 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
   RETURN_IF_ERROR(data.ScatterRows(dx[0] + (T - 1) * D, dlast, B, T * D, D));
   int cur = 0;
   for (int k = static_cast<int>(L) - 1; k >= 0; --k) {
-    const LayerTape lt =
-        LayerTape::RestoreFrom(tape.saved, 1 + static_cast<size_t>(k) * LayerTape::kSlots);
-    RETURN_IF_ERROR(LayerBackward(backend, k, lt, dx[1 - cur], dx[cur], dparams, B, tape));
+    RETURN_IF_ERROR(LayerBackward(backend, k, t->layers[static_cast<size_t>(k)], dx[1 - cur],
+                                  dx[cur], dparams, B, tape));
     cur = 1 - cur;
   }
   // The positional encoding passes the gradient through; the input projection's input is
   // data and needs none.
   return backend.LinearBackward(nullptr, grad(dparams, "input_proj.weight"),
-                                grad(dparams, "input_proj.bias"), dx[cur], tape.saved[0], nullptr,
+                                grad(dparams, "input_proj.bias"), dx[cur], t->xn, nullptr,
                                 p.at("input_proj.weight"), N, F, D);
 }
 

@@ -422,7 +422,7 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
           const absl::Status last_status = backend->RecurrentStackLast(
               cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
               mem->Output(out_n), mem->Upload(inp), dev_weights.data(), dims, L);
-          if (!backend->SupportsOp(Op::kRecurrentStackLast)) {
+          if (!backend->HasFastPath(FastPath::kRecurrentStackLast)) {
             CHECK(last_status.code() == absl::StatusCode::kUnimplemented);
             continue;
           }
@@ -443,7 +443,6 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
                                  mem->Upload(std::vector<float>(8, 0.5f)), nullptr,
                                  RecurrentDims{1, 2, 4, 4, 1}, 0)
                 .code() == absl::StatusCode::kInvalidArgument);
-    RequireNoFallback(under_test, *backend, Op::kRecurrentStack);
   }
 }
 
@@ -930,6 +929,126 @@ TEST_CASE("GruLayerBackward matches the reference on every backend") {
   }
 }
 
+// The recurrent stack's training pair: RecurrentStackForTraining with a RecurrentSaved of the
+// size the backend states, then RecurrentStackBackward given it, against the reference layers
+// run forward and then backward top down. A backend without the fast path runs the default
+// composition and leaves the state unfilled; one with it fills the state and the backward reads
+// it.
+TEST_CASE("The RecurrentStack training pair matches the reference layers on every backend") {
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      const RecurrentCell rcell = cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru;
+      for (const RecurrentDims& dims :
+           {RecurrentDims{3, 5, 4, 6, 2}, RecurrentDims{2, 7, 3, 9, 1}}) {
+        for (const int L : {1, 3}) {
+          const auto [B, T, I, H, ND] = dims;
+          const int64_t GH = (cell == Cell::kLstm ? 4 : 3) * H, S = B * T * ND * H;
+          const auto layer_dims = [&dims](int l) {
+            RecurrentDims d = dims;
+            if (l > 0) d.I = dims.ND * dims.H;
+            return d;
+          };
+          std::mt19937 rng(4100 + static_cast<int>(B * 100 + T * 10 + ND) + L);
+          std::vector<RecurrentWeightsHost> layers;
+          for (int l = 0; l < L; ++l) layers.emplace_back(rng, cell, layer_dims(l));
+          const std::vector<float> inp = Uniform(rng, B * T * I), dout = Uniform(rng, S);
+
+          // The reference: each layer's input kept, then the layer backwards top down.
+          std::vector<std::vector<float>> layer_in{inp};
+          std::vector<float> want_out(S);
+          for (int l = 0; l < L; ++l) {
+            const std::vector<RecurrentDirectionWeights> w = layers[l].Host();
+            if (cell == Cell::kLstm) {
+              ref::LstmLayerForward(want_out.data(), nullptr, nullptr, layer_in.back().data(),
+                                    nullptr, nullptr, w.data(), layer_dims(l));
+            } else {
+              ref::GruLayerForward(want_out.data(), nullptr, layer_in.back().data(), nullptr,
+                                   w.data(), layer_dims(l));
+            }
+            if (l + 1 < L) layer_in.push_back(want_out);
+          }
+          std::vector<std::vector<float>> want_grads;  // [l * ND + d] * 4 tensors
+          std::vector<float> dl_out = dout, want_dinp;
+          for (int l = L - 1; l >= 0; --l) {
+            const RecurrentDims ld = layer_dims(l);
+            std::vector<float> dl_in(B * T * ld.I);
+            std::vector<std::vector<float>> g;
+            std::vector<RecurrentDirectionGrads> views;
+            for (int64_t d = 0; d < ND; ++d) {
+              for (const int64_t n : {GH * ld.I, GH * H, GH, GH}) g.emplace_back(n);
+              views.push_back(
+                  {g[d * 4].data(), g[d * 4 + 1].data(), g[d * 4 + 2].data(), g[d * 4 + 3].data()});
+            }
+            const std::vector<RecurrentDirectionWeights> w = layers[l].Host();
+            if (cell == Cell::kLstm) {
+              ref::LstmLayerBackward(dl_in.data(), views.data(), dl_out.data(), layer_in[l].data(),
+                                     nullptr, nullptr, w.data(), ld);
+            } else {
+              ref::GruLayerBackward(dl_in.data(), views.data(), dl_out.data(), layer_in[l].data(),
+                                    nullptr, w.data(), ld);
+            }
+            want_grads.insert(want_grads.begin(), g.begin(), g.end());
+            dl_out = dl_in;
+          }
+          want_dinp = dl_out;
+
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          std::vector<RecurrentDirectionWeights> dev_weights;
+          std::vector<RecurrentDirectionGrads> grads;
+          std::vector<float*> grad_buffers;
+          for (int l = 0; l < L; ++l) {
+            for (const RecurrentDirectionWeights& w : layers[l].Upload(*mem)) {
+              dev_weights.push_back(w);
+            }
+            for (int64_t d = 0; d < ND; ++d) {
+              for (const int64_t n : {GH * layer_dims(l).I, GH * H, GH, GH}) {
+                grad_buffers.push_back(mem->Output(n));
+              }
+              const size_t k = grad_buffers.size();
+              grads.push_back({grad_buffers[k - 4], grad_buffers[k - 3], grad_buffers[k - 2],
+                               grad_buffers[k - 1]});
+            }
+          }
+          const std::string what = Describe(under_test, "RecurrentStack training pair",
+                                            DimsString(dims) + " L=" + std::to_string(L) +
+                                                (cell == Cell::kLstm ? " LSTM" : " GRU"));
+          const absl::StatusOr<int64_t> state_floats =
+              backend->RecurrentSavedFloats(rcell, dims, L);
+          INFO(what << ": " << state_floats.status().ToString());
+          REQUIRE(state_floats.ok());
+          RecurrentSaved saved;
+          saved.state_floats = *state_floats;
+          saved.state = *state_floats > 0 ? mem->Output(*state_floats) : nullptr;
+          const float* dev_inp = mem->Upload(inp);
+          float* out = mem->Output(S);
+          REQUIRE(backend
+                      ->RecurrentStackForTraining(rcell, out, mem->Output(S), dev_inp,
+                                                  dev_weights.data(), dims, L, &saved)
+                      .ok());
+          CHECK(saved.filled == backend->HasFastPath(FastPath::kRecurrentStackBackward));
+          ExpectAllClose(what + " out", mem->Download(out, S), want_out, kRecurrentAtol,
+                         kRecurrentRtol);
+          float* dinp = mem->Output(B * T * I);
+          REQUIRE(backend
+                      ->RecurrentStackBackward(rcell, dinp, grads.data(), mem->Upload(dout),
+                                               mem->Output((L + 1) * S), dev_inp,
+                                               dev_weights.data(), dims, L, &saved)
+                      .ok());
+          ExpectAllClose(what + " dinp", mem->Download(dinp, B * T * I), want_dinp,
+                         kRecurrentBackwardAtol, kRecurrentBackwardRtol);
+          for (size_t i = 0; i < grad_buffers.size(); ++i) {
+            const int64_t n = static_cast<int64_t>(want_grads[i].size());
+            ExpectAllClose(what + " weight gradient " + std::to_string(i),
+                           mem->Download(grad_buffers[i], n), want_grads[i], kRecurrentBackwardAtol,
+                           kRecurrentBackwardRtol);
+          }
+        }
+      }
+    }
+  }
+}
+
 // LayerNormBackward: dgamma and dbeta are fp32 sums over N <= 64 rows of terms <= ~2; dinp is
 // rstd times a difference of row means of C <= 96 terms, where cancellation leaves an absolute
 // error of a few ulp of the terms (~1e-7) times rstd (~1.7; the C = 1 row's rstd ~ 316 meets
@@ -1332,6 +1451,12 @@ TEST_CASE("DnnlBackend reports which ops are native") {
   }
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kPositionalEncoding));
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kAttentionLastQueryBackward));
+  // No fast paths: the default compositions run the stack layer by layer.
+  for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
+                              FastPath::kRecurrentStackBackward}) {
+    CAPTURE(static_cast<int>(path));
+    REQUIRE_FALSE((*backend)->HasFastPath(path));
+  }
 }
 
 TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {

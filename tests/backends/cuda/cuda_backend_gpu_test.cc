@@ -125,13 +125,18 @@ std::unique_ptr<CudaBackend> RequireBackend(const CudaBackend::Options& options 
   return std::move(*backend);
 }
 
-TEST_CASE("CudaBackend runs every op natively") {
+TEST_CASE("CudaBackend runs every op natively and has every fast path") {
   std::unique_ptr<CudaBackend> backend = RequireBackend();
   REQUIRE(backend->name() == "cuda");
   for (int op = static_cast<int>(Op::kLinear);
        op <= static_cast<int>(Op::kAttentionLastQueryBackward); ++op) {
     CAPTURE(op);
     REQUIRE(backend->SupportsOp(static_cast<Op>(op)));
+  }
+  for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
+                              FastPath::kRecurrentStackBackward}) {
+    CAPTURE(static_cast<int>(path));
+    REQUIRE(backend->HasFastPath(path));
   }
 }
 
@@ -545,7 +550,7 @@ TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
     CudaBackend::Options options;
     options.math = c.math;
     std::unique_ptr<CudaBackend> backend = RequireBackend(options);
-    CHECK(backend->SupportsOp(Op::kRecurrentStackLast));
+    CHECK(backend->HasFastPath(FastPath::kRecurrentStackLast));
     for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
       for (const int64_t ND : {int64_t{1}, int64_t{2}}) {
         for (const int64_t B : {int64_t{1}, int64_t{8}, int64_t{64}}) {
@@ -581,10 +586,12 @@ TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
           .code() == absl::StatusCode::kInvalidArgument);  // no time steps
 }
 
-// RecurrentStackForTraining keeps cuDNN's training forward for the backward that follows; the
-// gradients are those of the backward that recomputes the forward itself (after an inference
-// RecurrentStack), and any recurrent call in between drops what was kept.
-TEST_CASE("CudaBackend's recurrent backward reuses the kept training forward") {
+// RecurrentStackForTraining saves cuDNN's training forward (its reserve space) in the caller's
+// RecurrentSaved, and the backward given it reads it instead of recomputing (counted in
+// Stats::rnn_saved_forwards_read); the gradients are those of the backward that recomputes the
+// forward itself (given no saved state). The saved state is the caller's: other recurrent calls
+// in between leave it valid.
+TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
   std::unique_ptr<CudaBackend> backend = RequireBackend();
   for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
     CAPTURE(cell == Cell::kLstm ? "LSTM" : "GRU");
@@ -616,44 +623,61 @@ TEST_CASE("CudaBackend's recurrent backward reuses the kept training forward") {
       }
       return g;
     };
-    std::vector<float*> recomputed_buffers, kept_buffers, dropped_buffers;
+    std::vector<float*> recomputed_buffers, saved_buffers, between_buffers;
     const std::vector<RecurrentDirectionGrads> recomputed = grads(recomputed_buffers);
-    const std::vector<RecurrentDirectionGrads> kept = grads(kept_buffers);
-    const std::vector<RecurrentDirectionGrads> dropped = grads(dropped_buffers);
+    const std::vector<RecurrentDirectionGrads> from_saved = grads(saved_buffers);
+    const std::vector<RecurrentDirectionGrads> between = grads(between_buffers);
     float* out = mem.Output(out_n);
     float* train_out = mem.Output(out_n);
+    const absl::StatusOr<int64_t> state_floats = backend->RecurrentSavedFloats(rcell, dims, L);
+    REQUIRE(state_floats.ok());
+    REQUIRE(*state_floats > 0);
+    RecurrentSaved saved;
+    saved.state = mem.Output(*state_floats);
+    saved.state_floats = *state_floats;
 
     REQUIRE(backend->RecurrentStack(rcell, out, nullptr, inp, dev_weights.data(), dims, L).ok());
-    int64_t reused = backend->stats().rnn_forwards_kept;
+    const int64_t read = backend->stats().rnn_saved_forwards_read;
     REQUIRE(backend
                 ->RecurrentStackBackward(rcell, nullptr, recomputed.data(), dout, nullptr, inp,
-                                         dev_weights.data(), dims, L)
+                                         dev_weights.data(), dims, L, /*saved=*/nullptr)
                 .ok());
-    CHECK(backend->stats().rnn_forwards_kept == reused);
+    CHECK(backend->stats().rnn_saved_forwards_read == read);
 
-    REQUIRE(
-        backend
-            ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(), dims, L)
-            .ok());
+    REQUIRE(backend
+                ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(),
+                                            dims, L, &saved)
+                .ok());
+    CHECK(saved.filled);
+    CHECK(saved.out == train_out);
     ExpectAllClose("training forward's output", mem.Download(train_out, out_n),
                    mem.Download(out, out_n), 1e-5, 1e-5);
     REQUIRE(backend
-                ->RecurrentStackBackward(rcell, nullptr, kept.data(), dout, nullptr, inp,
-                                         dev_weights.data(), dims, L)
+                ->RecurrentStackBackward(rcell, nullptr, from_saved.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L, &saved)
                 .ok());
-    CHECK(backend->stats().rnn_forwards_kept == reused + 1);
+    CHECK(backend->stats().rnn_saved_forwards_read == read + 1);
 
-    // An inference call in between: the backward recomputes.
-    REQUIRE(
-        backend
-            ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(), dims, L)
-            .ok());
+    // Other recurrent calls in between (inference, and a layer backward that recomputes into
+    // the backend's own scratch) leave the saved forward as it was.
     REQUIRE(backend->RecurrentStack(rcell, out, nullptr, inp, dev_weights.data(), dims, L).ok());
     REQUIRE(backend
-                ->RecurrentStackBackward(rcell, nullptr, dropped.data(), dout, nullptr, inp,
-                                         dev_weights.data(), dims, L)
+                ->RecurrentStackBackward(rcell, nullptr, between.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L, /*saved=*/nullptr)
                 .ok());
-    CHECK(backend->stats().rnn_forwards_kept == reused + 1);
+    REQUIRE(backend
+                ->RecurrentStackBackward(rcell, nullptr, between.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L, &saved)
+                .ok());
+    CHECK(backend->stats().rnn_saved_forwards_read == read + 2);
+
+    // A saved state too small for the stack is refused.
+    RecurrentSaved small = saved;
+    small.state_floats = 1;
+    CHECK(backend
+              ->RecurrentStackBackward(rcell, nullptr, between.data(), dout, nullptr, inp,
+                                       dev_weights.data(), dims, L, &small)
+              .code() == absl::StatusCode::kInvalidArgument);
 
     for (size_t i = 0; i < recomputed_buffers.size(); ++i) {
       CAPTURE(i);
@@ -664,10 +688,10 @@ TEST_CASE("CudaBackend's recurrent backward reuses the kept training forward") {
         return sizes[i % 4];
       }();
       const std::vector<float> want = mem.Download(recomputed_buffers[i], n);
-      ExpectAllClose("gradient after the kept forward", mem.Download(kept_buffers[i], n), want,
+      ExpectAllClose("gradient from the saved forward", mem.Download(saved_buffers[i], n), want,
                      1e-6, 1e-5);
-      ExpectAllClose("gradient after a dropped forward", mem.Download(dropped_buffers[i], n), want,
-                     1e-6, 1e-5);
+      ExpectAllClose("gradient from the saved forward after other calls",
+                     mem.Download(between_buffers[i], n), want, 1e-6, 1e-5);
     }
   }
 }

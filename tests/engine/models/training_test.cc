@@ -339,5 +339,27 @@ TEST_CASE("Backward without a ForwardTrain is refused", "[unit][model][train]") 
           absl::StatusCode::kFailedPrecondition);
 }
 
+// The tape holds the forward's own tape struct, so a backward of another architecture finds
+// none of its own type instead of reading the other's buffers.
+TEST_CASE("Backward on a tape another architecture's ForwardTrain filled is refused",
+          "[unit][model][train]") {
+  ReferenceBackend backend;
+  const std::vector<ModelConfig> variants = Variants();
+  auto recurrent = Build(variants.front(), 1);
+  auto transformer = Build(variants.back(), 2);
+  REQUIRE(transformer->config().has_transformer());
+  REQUIRE(recurrent->num_outputs() == transformer->num_outputs());
+  const std::vector<float> xn = Random(int64_t{kB} * kT * kF, 3);
+  std::vector<float> out(static_cast<size_t>(kB * transformer->num_outputs()));
+  TrainingTape tape;
+  REQUIRE(transformer->ForwardTrain(backend, out.data(), xn.data(), kB, tape).ok());
+  std::vector<float> grads(static_cast<size_t>(recurrent->parameters().size()));
+  const std::vector<float> dout(out.size(), 1.0f);
+  REQUIRE(recurrent->Backward(backend, grads.data(), dout.data(), tape).code() ==
+          absl::StatusCode::kFailedPrecondition);
+  std::vector<float> transformer_grads(static_cast<size_t>(transformer->parameters().size()));
+  REQUIRE(transformer->Backward(backend, transformer_grads.data(), dout.data(), tape).ok());
+}
+
 }  // namespace
 }  // namespace forecastd

@@ -1,0 +1,64 @@
+#include "engine/models/data_ops.h"
+
+#include <algorithm>
+
+#include "engine/random.h"
+
+namespace forecastd {
+
+namespace {
+
+class HostLoopDataOps final : public DataOps {
+ public:
+  absl::Status Standardize(float* out, const float* inp, const float* mean, const float* std,
+                           int64_t R, int64_t F) override {
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t f = 0; f < F; ++f) out[i * F + f] = (inp[i * F + f] - mean[f]) / std[f];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Destandardize(float* out, const float* y, const float* mean, const float* std,
+                             int64_t R, int64_t C, int64_t c0, int64_t W) override {
+    for (int64_t i = 0; i < R; ++i) {
+      for (int64_t c = c0; c < c0 + W; ++c) out[i * C + c] = y[i * C + c] * std[0] + mean[0];
+    }
+    return absl::OkStatus();
+  }
+  absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                          int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) std::copy(inp + r * stride, inp + r * stride + W, out + r * W);
+    return absl::OkStatus();
+  }
+  absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                           int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) std::copy(inp + r * W, inp + (r + 1) * W, out + r * stride);
+    return absl::OkStatus();
+  }
+  absl::Status Copy(float* out, const float* inp, int64_t n) override {
+    std::copy(inp, inp + n, out);
+    return absl::OkStatus();
+  }
+  absl::Status Zero(float* out, int64_t n) override {
+    std::fill_n(out, n, 0.0f);
+    return absl::OkStatus();
+  }
+  absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * mask[i];
+    return absl::OkStatus();
+  }
+  absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) override {
+    Random rng(seed);
+    const float scale = 1.0f / (1.0f - p);
+    for (int64_t i = 0; i < n; ++i) mask[i] = rng.UniformFloat() < p ? 0.0f : scale;
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+DataOps& HostDataOps() {
+  static HostLoopDataOps* const ops = new HostLoopDataOps();
+  return *ops;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,52 @@
+// DataOps: the data movement of a forecaster's forward and training passes that the Backend op
+// set leaves out (standardising, gathering rows, dropout masks), on host memory (HostDataOps) or a
+// device's. Used by one pass at a time; HostDataOps() is stateless and shared.
+#ifndef FORECASTD_ENGINE_MODELS_DATA_OPS_H_
+#define FORECASTD_ENGINE_MODELS_DATA_OPS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace forecastd {
+
+// The steps of a forward or training pass that the Backend op set leaves out: standardising the
+// input, de-standardising the forecast, copying rows between buffers, and dropout. The default,
+// HostDataOps(), runs them as loops on host memory; a caller whose buffers are device memory
+// passes its device's version (CudaDataOps, engine/models/cuda_data_ops.h, on the backend's
+// stream), whose work must be ordered with the backend's ops. Used by one pass at a time.
+class DataOps {
+ public:
+  virtual ~DataOps() = default;
+  // out (R, F) = (inp (R, F) - mean (F)) / std (F), column by column.
+  virtual absl::Status Standardize(float* out, const float* inp, const float* mean,
+                                   const float* std, int64_t R, int64_t F) = 0;
+  // For each row r < R of the (R, C) matrices y and out, columns [c0, c0 + W):
+  // out[r, c] = y[r, c] * std[0] + mean[0] (one target's statistics; other columns untouched).
+  virtual absl::Status Destandardize(float* out, const float* y, const float* mean,
+                                     const float* std, int64_t R, int64_t C, int64_t c0,
+                                     int64_t W) = 0;
+  // out (R, W) = rows of inp: out[r, :] = inp[r * stride, r * stride + W).
+  virtual absl::Status GatherRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                  int64_t W) = 0;
+  // GatherRows' inverse: out[r * stride, r * stride + W) = inp[r, :] (the rest untouched).
+  virtual absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
+                                   int64_t W) = 0;
+  // out[i] = inp[i] for i < n.
+  virtual absl::Status Copy(float* out, const float* inp, int64_t n) = 0;
+  // out[i] = 0 for i < n.
+  virtual absl::Status Zero(float* out, int64_t n) = 0;
+  // out[i] = inp[i] * mask[i] for i < n; out may be inp.
+  virtual absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) = 0;
+  // Inverted-dropout multipliers: mask[i] = 0 when the i-th UniformFloat() of Random(seed)
+  // (engine/random.h) is below p, else 1/(1-p). Every implementation draws the same
+  // stream, so one seed gives one mask on every device. p in (0, 1).
+  virtual absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) = 0;
+};
+
+// The host loops; stateless, shared by every host forward call.
+DataOps& HostDataOps();
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_MODELS_DATA_OPS_H_
