@@ -33,16 +33,14 @@
 #include "engine/clock.h"
 #include "engine/serving/model_registry.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "server/kserve_request.h"
 #include "server/predict_call.h"
 #include "server/serving_metrics.h"
+#include "server/triton_model_config.h"
 
 namespace forecastd {
 
-// The tensor names every forecaster has under the KServe protocol.
-inline constexpr char kKServeInputName[] = "INPUT";
-inline constexpr char kKServeOutputName[] = "FORECAST";
-// ModelMetadata's and ModelConfig's `platform` (and ModelConfig's `backend`).
-inline constexpr char kKServePlatform[] = "forecastd";
+class KServeStatistics;
 
 class KServeService final : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
                                 inference::GRPCInferenceService::Service> {
@@ -106,8 +104,6 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
                                      inference::RepositoryModelUnloadResponse* response) override;
 
  private:
-  class Statistics;
-
   KServeService(Options options, Clock* clock);
   bool ready() const { return !options_.ready || options_.ready(); }
   absl::Status Authorize(const grpc::ServerContextBase& context) const {
@@ -119,13 +115,8 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
   Clock* const clock_;
   const PredictAdmission admission_;
   // Own synchronisation; shared with the completion callbacks of calls in flight.
-  const std::shared_ptr<Statistics> statistics_;
+  const std::shared_ptr<KServeStatistics> statistics_;
 };
-
-// The Triton ModelConfig that describes `config` to Triton's clients: the tensors above,
-// max_batch_size, dynamic_batching from BatchingConfig (with its defaults applied), the
-// version policy and instance groups. INVALID_ARGUMENT for a config the batcher would refuse.
-absl::StatusOr<inference::ModelConfig> ToTritonModelConfig(const v1::ModelConfig& config);
 
 }  // namespace forecastd
 

@@ -25,6 +25,7 @@
 #include "engine/models/forecaster.h"
 #include "engine/models/model_config.h"
 #include "engine/serving/batcher.h"
+#include "engine/serving/batching_config.h"
 #include "engine/serving/device_scheduler.h"
 #include "engine/serving/model_instance.h"
 #include "engine/serving/model_repository.h"
@@ -41,13 +42,6 @@ enum class ModelState {
   kFailed,       // the last load failed and nothing serves; see last_error
 };
 absl::string_view ModelStateName(ModelState state);  // "READY", "FAILED", ...
-
-// The Batcher::Options a BatchingConfig asks for (batch sizes, delay, priority levels and
-// queue policies), with the proto's defaults applied: max_batch_size 0 -> 32,
-// priority_levels 0 -> 1, default_priority_level 0 -> 1 when there is one level. The
-// remaining fields (sizes per row, run_batch, scheduler, clock, observer) are left for the
-// caller. INVALID_ARGUMENT naming the field for a config the batcher cannot honour.
-absl::StatusOr<Batcher::Options> BatcherOptionsFromConfig(const v1::BatchingConfig& config);
 
 // Hooks for the server's metrics and logs. Called from the thread running the admin
 // operation, with no registry lock held; must not call the registry's admin methods for the

@@ -1,0 +1,23 @@
+// The Batcher::Options a model's BatchingConfig asks for: batch sizes, delay, priority levels
+// and their queue policies, with the proto's defaults applied. The registry calls it when a
+// version loads; KServe's ModelConfig and the fuzzers read a model's limits through it.
+// Thread-safe: a function of its argument only.
+#ifndef FORECASTD_ENGINE_SERVING_BATCHING_CONFIG_H_
+#define FORECASTD_ENGINE_SERVING_BATCHING_CONFIG_H_
+
+#include "absl/status/statusor.h"
+#include "engine/serving/batcher.h"
+#include "forecastd/v1/model_config.pb.h"
+
+namespace forecastd {
+
+// The Batcher::Options a BatchingConfig asks for (batch sizes, delay, priority levels and
+// queue policies), with the proto's defaults applied: max_batch_size 0 -> 32,
+// priority_levels 0 -> 1, default_priority_level 0 -> 1 when there is one level. The
+// remaining fields (sizes per row, run_batch, scheduler, clock, observer) are left for the
+// caller. INVALID_ARGUMENT naming the field for a config the batcher cannot honour.
+absl::StatusOr<Batcher::Options> BatcherOptionsFromConfig(const v1::BatchingConfig& config);
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_BATCHING_CONFIG_H_

@@ -1,0 +1,188 @@
+#include "server/kserve_request.h"
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "kernels/base/status.h"
+
+namespace forecastd::kserve {
+namespace {
+
+// An unsigned integer request parameter (Triton's clients send int64 or uint64): nullopt
+// when absent; INVALID_ARGUMENT for another type, a negative value or one above `max`.
+absl::StatusOr<std::optional<uint64_t>> UnsignedParameter(
+    const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+    const std::string& key, uint64_t max) {
+  const auto it = parameters.find(key);
+  if (it == parameters.end()) return std::nullopt;
+  uint64_t value = 0;
+  switch (it->second.parameter_choice_case()) {
+    case inference::InferParameter::kInt64Param:
+      if (it->second.int64_param() < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "parameter '", key, "' is ", it->second.int64_param(), "; it must not be negative"));
+      }
+      value = static_cast<uint64_t>(it->second.int64_param());
+      break;
+    case inference::InferParameter::kUint64Param:
+      value = it->second.uint64_param();
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", key, "' must be an int64 or uint64 value"));
+  }
+  if (value > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parameter '", key, "' is ", value, "; it must be at most ", max));
+  }
+  return value;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseVersion(const std::string& text) {
+  if (text.empty()) return 0;
+  int64_t version = 0;
+  if (!absl::SimpleAtoi(text, &version) || version < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model version '", text, "' is not a positive integer (empty: the serving version)"));
+  }
+  return version;
+}
+
+std::string VersionString(int64_t version) { return absl::StrCat(version); }
+
+std::vector<int64_t> ForecastDims(int64_t P, int64_t K, int64_t Q, bool quantiles) {
+  std::vector<int64_t> dims = {P, K};
+  if (quantiles) dims.push_back(Q);
+  return dims;
+}
+
+std::vector<int64_t> ForecastDims(const Forecaster& model) {
+  return ForecastDims(model.horizon(), model.num_targets(), model.num_quantiles(),
+                      !model.config().quantiles().empty());
+}
+absl::StatusOr<RequestParameters> ParseParameters(const inference::ModelInferRequest& request) {
+  RequestParameters out;
+  const auto& parameters = request.parameters();
+  ASSIGN_OR_RETURN(std::optional<uint64_t> priority,
+                   UnsignedParameter(parameters, "priority", std::numeric_limits<uint32_t>::max()));
+  if (priority.has_value()) out.priority = static_cast<uint32_t>(*priority);
+  ASSIGN_OR_RETURN(
+      std::optional<uint64_t> timeout_us,
+      UnsignedParameter(parameters, "timeout",
+                        static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 1000)));
+  if (timeout_us.has_value()) out.timeout = absl::Microseconds(static_cast<int64_t>(*timeout_us));
+  if (const auto it = parameters.find("sequence_id"); it != parameters.end()) {
+    const inference::InferParameter& id = it->second;
+    const bool set = (id.has_int64_param() && id.int64_param() != 0) ||
+                     (id.has_uint64_param() && id.uint64_param() != 0) ||
+                     (id.has_string_param() && !id.string_param().empty());
+    if (set) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", request.model_name(), "' is not a sequence model; drop 'sequence_id'"));
+    }
+  }
+  return out;
+}
+absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
+                       int64_t max_batch_rows, PredictCall& call) {
+  const std::string& name = model.config().name();
+  const std::string takes =
+      absl::StrCat("model '", name, "' takes one input, '", kKServeInputName, "' (FP32 [B, ",
+                   model.lookback(), ", ", model.num_features(), "])");
+  if (request.inputs_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the request has no input; ", takes));
+  }
+  for (const auto& input : request.inputs()) {
+    if (input.name() != kKServeInputName) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown input '", input.name(), "'; ", takes));
+    }
+  }
+  if (request.inputs_size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", kKServeInputName, "' is given ", request.inputs_size(), " times"));
+  }
+  const auto& input = request.inputs(0);
+  if (input.datatype() != kKServeFp32) {
+    return absl::InvalidArgumentError(absl::StrCat("input '", kKServeInputName, "' has datatype '",
+                                                   input.datatype(), "'; model '", name,
+                                                   "' takes FP32"));
+  }
+  for (const int64_t dim : input.shape()) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", kKServeInputName, "' has shape [", absl::StrJoin(input.shape(), ", "),
+          "]; a request's dimensions must be concrete (>= 0)"));
+    }
+  }
+  const inference::InferTensorContents& contents = input.contents();
+  if (contents.bool_contents_size() + contents.int_contents_size() +
+          contents.int64_contents_size() + contents.uint_contents_size() +
+          contents.uint64_contents_size() + contents.fp64_contents_size() +
+          contents.bytes_contents_size() >
+      0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", kKServeInputName, "' is FP32: send its values in contents.fp32_contents"));
+  }
+  if (request.raw_input_contents_size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
+                     " entries for 1 input; send one per input, in the order of 'inputs'"));
+  }
+  const bool has_raw = request.raw_input_contents_size() == 1;
+  const absl::string_view raw = has_raw ? absl::string_view(request.raw_input_contents(0)) : "";
+  const absl::Span<const float> values(contents.fp32_contents().data(),
+                                       static_cast<size_t>(contents.fp32_contents_size()));
+  if (has_raw && !values.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", kKServeInputName,
+                     "' has both contents and raw_input_contents; send one of them"));
+  }
+  // An empty raw entry for a non-empty shape is a byte-size mismatch, which DecodeWindows
+  // (seeing neither raw bytes nor values) would word as a missing value count.
+  const auto& shape = input.shape();
+  if (has_raw && raw.empty() && shape.size() == 3 && shape[0] >= 1 && shape[0] <= max_batch_rows &&
+      shape[1] == model.lookback() && shape[2] == model.num_features()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "input '", kKServeInputName, "': raw inputs hold 0 bytes; shape [",
+        absl::StrJoin(shape, ", "), "] of float32 needs ", shape[0] * shape[1] * shape[2] * 4));
+  }
+  call.shape = absl::Span<const int64_t>(shape.data(), static_cast<size_t>(shape.size()));
+  call.raw = raw;
+  call.values = values;
+  call.input_context = absl::StrCat("input '", kKServeInputName, "': ");
+  return absl::OkStatus();
+}
+
+absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request) {
+  std::set<std::string> seen;
+  for (const auto& output : request.outputs()) {
+    if (output.name() != kKServeOutputName) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown output '", output.name(), "'; model '", request.model_name(),
+                       "' has one output, '", kKServeOutputName, "'"));
+    }
+    if (!seen.insert(output.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", output.name(), "' is requested more than once"));
+    }
+    if (const auto it = output.parameters().find("classification");
+        it != output.parameters().end() && it->second.int64_param() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", output.name(), "': classification is not supported"));
+    }
+  }
+  return absl::OkStatus();
+}
+}  // namespace forecastd::kserve

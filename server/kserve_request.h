@@ -1,0 +1,61 @@
+// A forecaster as KServe's messages spell it: its tensor names, datatype and forecast shape,
+// its versions as text, and the parts of a ModelInferRequest that KServeService reads
+// (parameters, the one input, the requested outputs) before the admission step. Used by
+// KServeService and ToTritonModelConfig. Thread-safe: functions of their arguments only.
+#ifndef FORECASTD_SERVER_KSERVE_REQUEST_H_
+#define FORECASTD_SERVER_KSERVE_REQUEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/models/forecaster.h"
+#include "inference/grpc_service.pb.h"
+#include "server/predict_call.h"
+
+namespace forecastd {
+
+// The tensor names every forecaster has under the KServe protocol.
+inline constexpr char kKServeInputName[] = "INPUT";
+inline constexpr char kKServeOutputName[] = "FORECAST";
+// ModelMetadata's and ModelConfig's `platform` (and ModelConfig's `backend`).
+inline constexpr char kKServePlatform[] = "forecastd";
+// The datatype of both tensors.
+inline constexpr char kKServeFp32[] = "FP32";
+
+namespace kserve {
+
+// A version as the protocol spells it: "" for the one the server picks (0 here), else a
+// positive decimal integer.
+absl::StatusOr<int64_t> ParseVersion(const std::string& text);
+std::string VersionString(int64_t version);
+
+// (P, K) or (P, K, Q): a forecast of one window.
+std::vector<int64_t> ForecastDims(int64_t P, int64_t K, int64_t Q, bool quantiles);
+std::vector<int64_t> ForecastDims(const Forecaster& model);
+
+// The request parameters ModelInfer honours ("priority", "timeout"; see kserve_service.h).
+// INVALID_ARGUMENT for a bad value, and for a sequence_id: no model here is a sequence model.
+struct RequestParameters {
+  uint32_t priority = 0;
+  absl::Duration timeout = absl::ZeroDuration();
+};
+absl::StatusOr<RequestParameters> ParseParameters(const inference::ModelInferRequest& request);
+
+// Points `call` at the (B, T, F) windows of the request's one input, after the checks only
+// KServe's message needs (names, datatype, where the values are); the admission step checks
+// the windows themselves against `model`.
+absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
+                       int64_t max_batch_rows, PredictCall& call);
+
+// INVALID_ARGUMENT for an output other than the forecast, one asked for twice, or one asking
+// for classification.
+absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request);
+
+}  // namespace kserve
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_KSERVE_REQUEST_H_
