@@ -80,7 +80,7 @@ absl::Status Backend::RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                              const float* dout, float* scratch, const float* inp,
                                              const RecurrentDirectionWeights* weights,
                                              const RecurrentDims& dims, int num_layers,
-                                             const RecurrentSaved* /*saved*/) {
+                                             RecurrentSaved* /*saved*/) {
   if (num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));

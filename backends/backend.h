@@ -85,7 +85,8 @@ struct RecurrentSaved {
   int64_t state_floats = 0;
   // Set by the forward: its output (B, T, ND*H), which the caller keeps unchanged, as it keeps
   // inp and the weights, until the backward; and whether `state` was filled. The backward
-  // reads both when `filled`, and recomputes the forward otherwise.
+  // reads both when `filled` (and then clears it: the state serves one backward), and
+  // recomputes the forward otherwise.
   const float* out = nullptr;
   bool filled = false;
 };
@@ -225,16 +226,18 @@ class Backend {
   // and the stack's input inp (B, T, dims.I), writes dinp (B, T, dims.I; nullptr: not needed)
   // and the weight gradients dweights[l * ND + d] (entries may be nullptr), as the layer
   // backward ops do. `saved` is what RecurrentStackForTraining filled for the same stack, or
-  // nullptr; when it is not filled the layers' outputs are recomputed from inp. `scratch` holds
-  // (num_layers + 1) * B * T * ND * H floats of the backend's memory. The default recomputes
-  // with LstmLayer / GruLayer and runs the layer backward ops top down; a backend with
+  // nullptr; when it is not filled the layers' outputs are recomputed from inp. A filled state
+  // serves one backward, which may overwrite it (cuDNN's backward writes into its reserve
+  // space): the backward that reads it sets saved->filled to false, so a second one recomputes.
+  // `scratch` holds (num_layers + 1) * B * T * ND * H floats of the backend's memory. The default
+  // recomputes with LstmLayer / GruLayer and runs the layer backward ops top down; a backend with
   // HasFastPath(kRecurrentStackBackward) runs the stack as one primitive.
   virtual absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
                                               const RecurrentDirectionGrads* dweights,
                                               const float* dout, float* scratch, const float* inp,
                                               const RecurrentDirectionWeights* weights,
                                               const RecurrentDims& dims, int num_layers,
-                                              const RecurrentSaved* saved);
+                                              RecurrentSaved* saved);
   virtual absl::Status AttentionLastQueryBackward(float* dq, float* dkv, const float* dout,
                                                   const float* q, const float* kv, int64_t B,
                                                   int64_t T, int64_t D, int64_t NH) = 0;

@@ -217,7 +217,7 @@ absl::Status CudaBackend::GruLayerBackward(float* dinp, const RecurrentDirection
 absl::Status CudaBackend::RecurrentStackBackward(
     RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
     float* /*scratch*/, const float* inp, const RecurrentDirectionWeights* weights,
-    const RecurrentDims& dims, int num_layers, const RecurrentSaved* saved) {
+    const RecurrentDims& dims, int num_layers, RecurrentSaved* saved) {
   if (num_layers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackBackward: num_layers is ", num_layers, "; it must be >= 1"));

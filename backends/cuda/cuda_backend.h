@@ -159,7 +159,7 @@ class CudaBackend final : public Backend {
                                       float* scratch, const float* inp,
                                       const RecurrentDirectionWeights* weights,
                                       const RecurrentDims& dims, int num_layers,
-                                      const RecurrentSaved* saved) override;
+                                      RecurrentSaved* saved) override;
   absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp, const float* gamma,
                          const float* beta, int64_t N, int64_t C, float eps) override;
   absl::Status Gelu(float* out, const float* inp, int64_t n, GeluForm form) override;
@@ -309,8 +309,7 @@ class CudaBackend final : public Backend {
                                        const float* inp, const float* h_0, const float* c_0,
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims, int num_layers,
-                                       const RecurrentSaved* saved)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                                       RecurrentSaved* saved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cudnnRNNForward in inference mode on `plan`'s data (x, y in its layout and data type), after
   // copying `weights` into the weight space; states as RecurrentForwardLocked takes them.
   absl::Status RnnInferenceLocked(const RnnPlan& plan, RecurrentCell cell,

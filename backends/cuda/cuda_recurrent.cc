@@ -582,7 +582,7 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
 absl::Status CudaBackend::RecurrentBackwardLocked(
     RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
     const float* inp, const float* h_0, const float* c_0, const RecurrentDirectionWeights* weights,
-    const RecurrentDims& dims, int num_layers, const RecurrentSaved* saved) {
+    const RecurrentDims& dims, int num_layers, RecurrentSaved* saved) {
   const bool lstm = cell == RecurrentCell::kLstm;
   RETURN_IF_ERROR(CheckDims(dims, num_layers > 1 ? "RecurrentStackBackward"
                                   : lstm         ? "LstmLayerBackward"
@@ -633,6 +633,8 @@ absl::Status CudaBackend::RecurrentBackwardLocked(
 
   if (use_saved) {
     ++stats_.rnn_saved_forwards_read;
+    // cudnnRNNBackwardData_v8 writes into the reserve space: the state serves this backward only.
+    saved->filled = false;
   } else {
     // The forward again, in training mode: y and the reserve space feed both backward passes.
     CUDNN_RETURN_IF_ERROR(cudnnRNNForward(

@@ -94,7 +94,7 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
 
 absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams, const float* dout,
                                                TrainingTape& tape) const {
-  const Tape* const t = tape.model_tape<Tape>();
+  Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
   const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int64_t S = B * T * ND * H;

@@ -92,6 +92,10 @@ class TrainingTape {
   const ModelTape* model_tape() const {
     return std::any_cast<ModelTape>(&model_tape_);
   }
+  template <typename ModelTape>
+  ModelTape* model_tape() {
+    return std::any_cast<ModelTape>(&model_tape_);
+  }
   int64_t batch = 0;
 
  private:

@@ -590,7 +590,7 @@ TEST_CASE("CudaBackend's RecurrentStackLast is the stack's last time step") {
 // RecurrentSaved, and the backward given it reads it instead of recomputing (counted in
 // Stats::rnn_saved_forwards_read); the gradients are those of the backward that recomputes the
 // forward itself (given no saved state). The saved state is the caller's: other recurrent calls
-// in between leave it valid.
+// in between leave it valid; it serves one backward, which marks it used.
 TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
   std::unique_ptr<CudaBackend> backend = RequireBackend();
   for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
@@ -623,9 +623,10 @@ TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
       }
       return g;
     };
-    std::vector<float*> recomputed_buffers, saved_buffers, between_buffers;
+    std::vector<float*> recomputed_buffers, saved_buffers, again_buffers, between_buffers;
     const std::vector<RecurrentDirectionGrads> recomputed = grads(recomputed_buffers);
     const std::vector<RecurrentDirectionGrads> from_saved = grads(saved_buffers);
+    const std::vector<RecurrentDirectionGrads> again = grads(again_buffers);
     const std::vector<RecurrentDirectionGrads> between = grads(between_buffers);
     float* out = mem.Output(out_n);
     float* train_out = mem.Output(out_n);
@@ -657,9 +658,22 @@ TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
                                          dev_weights.data(), dims, L, &saved)
                 .ok());
     CHECK(backend->stats().rnn_saved_forwards_read == read + 1);
+    // The backward used the state up (cuDNN's backward writes into its reserve space): a second
+    // backward given it recomputes, and its gradients are still right.
+    CHECK_FALSE(saved.filled);
+    REQUIRE(backend
+                ->RecurrentStackBackward(rcell, nullptr, again.data(), dout, nullptr, inp,
+                                         dev_weights.data(), dims, L, &saved)
+                .ok());
+    CHECK(backend->stats().rnn_saved_forwards_read == read + 1);
 
-    // Other recurrent calls in between (inference, and a layer backward that recomputes into
-    // the backend's own scratch) leave the saved forward as it was.
+    // Other recurrent calls between a training forward and its backward (inference, and a
+    // backward that recomputes into the backend's own scratch) leave the saved forward as it
+    // was.
+    REQUIRE(backend
+                ->RecurrentStackForTraining(rcell, train_out, nullptr, inp, dev_weights.data(),
+                                            dims, L, &saved)
+                .ok());
     REQUIRE(backend->RecurrentStack(rcell, out, nullptr, inp, dev_weights.data(), dims, L).ok());
     REQUIRE(backend
                 ->RecurrentStackBackward(rcell, nullptr, between.data(), dout, nullptr, inp,
@@ -690,6 +704,8 @@ TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
       const std::vector<float> want = mem.Download(recomputed_buffers[i], n);
       ExpectAllClose("gradient from the saved forward", mem.Download(saved_buffers[i], n), want,
                      1e-6, 1e-5);
+      ExpectAllClose("gradient of a second backward given the used state",
+                     mem.Download(again_buffers[i], n), want, 1e-6, 1e-5);
       ExpectAllClose("gradient from the saved forward after other calls",
                      mem.Download(between_buffers[i], n), want, 1e-6, 1e-5);
     }
