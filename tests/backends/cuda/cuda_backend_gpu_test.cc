@@ -687,6 +687,7 @@ TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
 
     // A saved state too small for the stack is refused.
     RecurrentSaved small = saved;
+    small.filled = true;
     small.state_floats = 1;
     CHECK(backend
               ->RecurrentStackBackward(rcell, nullptr, between.data(), dout, nullptr, inp,
