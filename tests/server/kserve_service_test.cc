@@ -39,15 +39,7 @@ constexpr int64_t kMaxBatch = 4;
 
 // "gru": point forecasts of one target, two priority levels; versions 1 and 2 on disk.
 ModelConfig GruConfig() {
-  ModelConfig c;
-  c.set_name("gru");
-  c.set_lookback(T);
-  c.set_horizon(P);
-  c.add_feature_names("price");
-  c.add_feature_names("volume");
-  c.add_target_names("price");
-  c.mutable_gru()->set_hidden_size(3);
-  c.mutable_gru()->set_num_layers(1);
+  ModelConfig c = testing::SmallGruConfig("gru", T, P);
   v1::BatchingConfig* b = c.mutable_batching();
   b->set_max_batch_size(kMaxBatch);
   b->add_preferred_batch_size(2);
@@ -120,16 +112,10 @@ struct Env {
     REQUIRE(PublishVersion(*gru_v2, root + "/gru", 2).ok());
     REQUIRE(PublishVersion(*quant, root + "/quant", 1).ok());
 
-    DeviceScheduler::Options scheduler_options;
-    scheduler_options.num_workers = 2;
-    scheduler = DeviceScheduler::Create(scheduler_options).value();
     ModelRegistry::Options registry_options;
     registry_options.repository_path = root;
-    registry_options.backend = &backend;
-    registry_options.scheduler = scheduler.get();
     registry_options.models_to_load = std::move(load);
-    registry = ModelRegistry::Create(registry_options).value();
-    REQUIRE(registry->Start().ok());
+    registry = testing::StartCpuRegistry(registry_options, backend, scheduler);
 
     options.registry = registry.get();
     if (!options.ready) options.ready = [this] { return ready.load(); };

@@ -34,15 +34,7 @@ constexpr int64_t T = 4;  // lookback
 constexpr int64_t kMaxBatch = 4;
 
 ModelConfig GruConfig() {
-  ModelConfig c;
-  c.set_name("m");
-  c.set_lookback(T);
-  c.set_horizon(2);
-  c.add_feature_names("price");
-  c.add_feature_names("volume");
-  c.add_target_names("price");
-  c.mutable_gru()->set_hidden_size(3);
-  c.mutable_gru()->set_num_layers(1);
+  ModelConfig c = testing::SmallGruConfig("m", T, 2);
   v1::BatchingConfig* b = c.mutable_batching();
   b->set_max_batch_size(kMaxBatch);
   b->set_max_queue_delay_us(100);
@@ -61,16 +53,10 @@ struct Env {
     for (const auto& [version, model] : models) {
       REQUIRE(PublishVersion(*model, root + "/m", version).ok());
     }
-    DeviceScheduler::Options scheduler_options;
-    scheduler_options.num_workers = 2;
-    scheduler = DeviceScheduler::Create(scheduler_options).value();
     ModelRegistry::Options registry_options;
     registry_options.repository_path = root;
-    registry_options.backend = &backend;
-    registry_options.scheduler = scheduler.get();
     registry_options.drain_timeout = absl::Seconds(30);
-    registry = ModelRegistry::Create(registry_options).value();
-    REQUIRE(registry->Start().ok());
+    registry = testing::StartCpuRegistry(registry_options, backend, scheduler);
   }
   ~Env() { registry->Shutdown(absl::Seconds(30)); }
 

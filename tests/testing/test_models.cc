@@ -7,6 +7,32 @@
 
 namespace forecastd::testing {
 
+ModelConfig SmallGruConfig(const std::string& name, int64_t lookback, int64_t horizon) {
+  ModelConfig c;
+  c.set_name(name);
+  c.set_lookback(lookback);
+  c.set_horizon(horizon);
+  c.add_feature_names("price");
+  c.add_feature_names("volume");
+  c.add_target_names("price");
+  c.mutable_gru()->set_hidden_size(3);
+  c.mutable_gru()->set_num_layers(1);
+  return c;
+}
+
+std::unique_ptr<ModelRegistry> StartCpuRegistry(ModelRegistry::Options options, Backend& backend,
+                                                std::unique_ptr<DeviceScheduler>& scheduler,
+                                                int workers) {
+  DeviceScheduler::Options scheduler_options;
+  scheduler_options.num_workers = workers;
+  scheduler = DeviceScheduler::Create(scheduler_options).value();
+  options.backend = &backend;
+  options.scheduler = scheduler.get();
+  std::unique_ptr<ModelRegistry> registry = ModelRegistry::Create(options).value();
+  REQUIRE(registry->Start().ok());
+  return registry;
+}
+
 std::unique_ptr<Forecaster> RandomModel(const ModelConfig& config, uint32_t seed) {
   std::unique_ptr<Forecaster> model = Forecaster::Create(config).value();
   std::mt19937 gen(seed);

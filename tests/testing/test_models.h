@@ -7,12 +7,26 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/models/forecaster.h"
 #include "engine/models/model_config.h"
+#include "engine/serving/device_scheduler.h"
+#include "engine/serving/model_registry.h"
 
 namespace forecastd::testing {
+
+// `name`: a one-layer GRU (hidden size 3) over the two features "price" and "volume" that
+// RandomWindows draws, forecasting "price" `horizon` steps ahead from `lookback` steps.
+ModelConfig SmallGruConfig(const std::string& name, int64_t lookback, int64_t horizon);
+
+// A started ModelRegistry serving on the CPU with `backend` and a scheduler of `workers` workers
+// made into `scheduler` (both must outlive the registry); `options` gives the repository and the
+// rest. The test fails if it cannot start.
+std::unique_ptr<ModelRegistry> StartCpuRegistry(ModelRegistry::Options options, Backend& backend,
+                                                std::unique_ptr<DeviceScheduler>& scheduler,
+                                                int workers = 2);
 
 // A Forecaster of `config` (which must have two features and be valid) whose weights `seed`
 // draws uniformly from [-0.8, 0.8], with normaliser statistics near RandomWindows' features:
