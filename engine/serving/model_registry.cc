@@ -249,10 +249,13 @@ absl::Status ModelRegistry::Enqueue(const LoadedModel& pinned, std::unique_ptr<P
     const std::string& name = validated.config().name();
     ASSIGN_OR_RETURN(loaded, FindVersion(name, pinned.requested_version));
     if (!SameInputsAndOutputs(validated, *loaded->model) || task->rows > loaded->max_batch_size) {
-      return absl::UnavailableError(absl::StrCat(
-          "model '", name, "' switched from version ", pinned.version, " to version ",
-          loaded->version, ", which takes other inputs or outputs, while the request was ",
-          "admitted; send it again"));
+      const std::string to = loaded->version == pinned.version
+                                 ? absl::StrCat("was reloaded (version ", pinned.version, ")")
+                                 : absl::StrCat("switched from version ", pinned.version,
+                                                " to version ", loaded->version);
+      return absl::UnavailableError(absl::StrCat("model '", name, "' ", to,
+                                                 " with other inputs, outputs or batch limits ",
+                                                 "while the request was admitted; send it again"));
     }
   }
 }
