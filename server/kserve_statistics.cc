@@ -54,13 +54,6 @@ std::set<int64_t> KServeStatistics::Versions(const std::string& model) const {
   return versions;
 }
 
-std::set<std::string> KServeStatistics::Models() const {
-  absl::MutexLock lock(&mu_);
-  std::set<std::string> models;
-  for (const auto& [key, stats] : stats_) models.insert(key.first);
-  return models;
-}
-
 inference::ModelStatistics KServeStatistics::Report(const std::string& model,
                                                     int64_t version) const {
   inference::ModelStatistics out;

@@ -28,7 +28,6 @@ class KServeStatistics {
 
   // The versions of `model` that have statistics.
   std::set<int64_t> Versions(const std::string& model) const;
-  std::set<std::string> Models() const;
 
   // The statistics of `version` of `model`; zeros when it has none.
   inference::ModelStatistics Report(const std::string& model, int64_t version) const;

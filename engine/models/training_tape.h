@@ -89,10 +89,6 @@ class TrainingTape {
     return model_tape_.emplace<ModelTape>();
   }
   template <typename ModelTape>
-  const ModelTape* model_tape() const {
-    return std::any_cast<ModelTape>(&model_tape_);
-  }
-  template <typename ModelTape>
   ModelTape* model_tape() {
     return std::any_cast<ModelTape>(&model_tape_);
   }

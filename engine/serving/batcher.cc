@@ -55,8 +55,9 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                                      options_.max_batch_size, " per request"));
     }
     const int64_t floats = task->rows * options_.input_floats_per_row;
-    const int64_t given = static_cast<int64_t>(task->InputBytes().size() / sizeof(float));
-    if (given != floats || task->InputBytes().size() % sizeof(float) != 0) {
+    const size_t bytes = task->InputBytes().size();
+    const int64_t given = static_cast<int64_t>(bytes / sizeof(float));
+    if (given != floats || bytes % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("input holds ", given, " values; ", task->rows, " rows need ", floats));
     }

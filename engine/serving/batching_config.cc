@@ -42,9 +42,6 @@ absl::StatusOr<PriorityQueue::Policy> PolicyFromProto(const v1::QueuePolicy& pro
   policy.max_queue_size = proto.max_queue_size();
   return policy;
 }
-absl::Status WithContext(const absl::Status& status, absl::string_view context) {
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
-}
 
 }  // namespace
 

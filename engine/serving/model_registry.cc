@@ -14,7 +14,6 @@
 namespace forecastd {
 
 using registry_internal::Contains;
-using registry_internal::WithContext;
 
 namespace {
 

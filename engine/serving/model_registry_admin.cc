@@ -18,7 +18,6 @@
 namespace forecastd {
 
 using registry_internal::Contains;
-using registry_internal::WithContext;
 
 // --- Loading
 

@@ -15,9 +15,6 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "engine/serving/model_registry.h"
 
@@ -26,10 +23,6 @@ namespace registry_internal {
 
 inline bool Contains(const std::vector<int64_t>& sorted, int64_t value) {
   return std::binary_search(sorted.begin(), sorted.end(), value);
-}
-
-inline absl::Status WithContext(const absl::Status& status, absl::string_view context) {
-  return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
 }
 
 }  // namespace registry_internal

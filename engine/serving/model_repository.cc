@@ -97,7 +97,7 @@ absl::StatusOr<ModelConfig> ModelRepository::ReadConfig(absl::string_view name) 
                                                    "'; they must be equal"));
   }
   if (absl::Status status = ValidateModelConfig(config); !status.ok()) {
-    return absl::Status(status.code(), absl::StrCat(path, ": ", status.message()));
+    return WithContext(status, path);
   }
   return config;
 }

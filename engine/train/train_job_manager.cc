@@ -71,7 +71,7 @@ absl::StatusOr<std::unique_ptr<TrainJobManager>> TrainJobManager::Create(Options
     return absl::InvalidArgumentError("max_running_jobs must be >= 1");
   if (!options.checkpoint_dir.empty()) {
     if (absl::Status status = CreateDirectories(options.checkpoint_dir); !status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("checkpoint directory: ", status.message()));
+      return WithContext(status, "checkpoint directory");
     }
   }
   return std::unique_ptr<TrainJobManager>(new TrainJobManager(std::move(options)));

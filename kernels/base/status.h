@@ -1,5 +1,5 @@
-// Status plumbing shared by every layer: RETURN_IF_ERROR, ASSIGN_OR_RETURN and the one
-// formatter that turns a vendor library's error code into an absl::Status.
+// Status plumbing shared by every layer: RETURN_IF_ERROR, ASSIGN_OR_RETURN, WithContext and the
+// one formatter that turns a vendor library's error code into an absl::Status.
 // It lives in the lowest layer so that kernels, backends, engine and server all use it.
 // Everything here is stateless and thread-safe.
 #ifndef FORECASTD_KERNELS_BASE_STATUS_H_
@@ -44,6 +44,9 @@ absl::Status ToStatus(const absl::StatusOr<T>& status_or) {
   return status_or.status();
 }
 }  // namespace internal
+
+// `status` with "<context>: " put before its message (same code); OK stays OK.
+absl::Status WithContext(const absl::Status& status, absl::string_view context);
 
 // Where a failing vendor call was made and what it was.
 struct VendorCallSite {
