@@ -13,6 +13,7 @@
 #include "server/grpc_status.h"
 #include "server/predict_call.h"
 #include "server/predict_input.h"
+#include "server/stream_call.h"
 
 namespace forecastd {
 namespace {
@@ -88,6 +89,16 @@ ForecasterService::ForecasterService(Options options)
                   .max_batch_rows = options_.max_batch_rows,
                   .max_request_memory_bytes = options_.max_request_memory_bytes,
                   .allow_non_finite_inputs = options_.allow_non_finite_inputs}) {}
+
+grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* ForecasterService::Stream(
+    grpc::CallbackServerContext* context) {
+  absl::Status refuse = Authorize(*context);
+  if (refuse.ok() && !accepting()) refuse = absl::UnavailableError("forecastd is shutting down");
+  if (refuse.ok() && options_.streams == nullptr) {
+    refuse = absl::UnavailableError("this server keeps no tick streams");
+  }
+  return new StreamCall(options_.streams, refuse);
+}
 
 grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext* context,
                                                      const v1::PredictRequest* request,

@@ -1,8 +1,9 @@
 // forecastd.v1.Forecaster: Predict goes through the admission step (server/predict_call.h)
 // to the model's batcher without blocking a gRPC thread (callback API); the training-job methods
-// call the TrainJobManager; Benchmark drives a model through the same engine path with synthetic
-// windows. Handlers validate, convert, enqueue and convert back; errors leave through ToGrpcStatus.
-// Thread-safe: gRPC calls every handler concurrently.
+// call the TrainJobManager; Stream carries tick streams to the StreamHub; Benchmark drives a model
+// through the same engine path with synthetic windows. Handlers validate, convert, enqueue and
+// convert back; errors leave through ToGrpcStatus. Thread-safe: gRPC calls every handler
+// concurrently.
 #ifndef FORECASTD_SERVER_FORECASTER_SERVICE_H_
 #define FORECASTD_SERVER_FORECASTER_SERVICE_H_
 
@@ -13,6 +14,7 @@
 
 #include "engine/clock.h"
 #include "engine/serving/model_registry.h"
+#include "engine/serving/stream_hub.h"
 #include "engine/train/train_job_manager.h"
 #include "forecastd/v1/forecaster.grpc.pb.h"
 #include "server/predict_call.h"
@@ -21,12 +23,14 @@
 namespace forecastd {
 
 class ForecasterService final
-    : public v1::Forecaster::WithCallbackMethod_Predict<v1::Forecaster::Service> {
+    : public v1::Forecaster::WithCallbackMethod_Predict<
+          v1::Forecaster::WithCallbackMethod_Stream<v1::Forecaster::Service>> {
  public:
   struct Options {
     ModelRegistry* registry = nullptr;  // not owned
     TrainJobManager* jobs = nullptr;    // not owned
     ServingMetrics* metrics = nullptr;  // not owned; may be nullptr
+    StreamHub* streams = nullptr;       // not owned; nullptr: Stream answers UNAVAILABLE
     Clock* clock = nullptr;             // not owned; nullptr: real clock
     bool allow_non_finite_inputs = false;
     // False once the server drains: new Predict, Train and Benchmark calls get UNAVAILABLE.
@@ -61,6 +65,9 @@ class ForecasterService final
                               v1::TrainJobInfo* response) override;
   grpc::Status Benchmark(grpc::ServerContext* context, const v1::BenchmarkRequest* request,
                          v1::BenchmarkResponse* response) override;
+  // Tick streams: server/stream_call.h.
+  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(
+      grpc::CallbackServerContext* context) override;
 
   // Predict calls taken into a model's queue so far, and those of them answered (with a
   // forecast or an error); equal once the server has drained. The shutdown log reports both.

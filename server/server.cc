@@ -251,6 +251,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   registry_options.observer = s.registry_metrics_.get();
   ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));
   RETURN_IF_ERROR(s.registry_->Start());
+  ASSIGN_OR_RETURN(s.streams_,
+                   StreamHub::Create({.registry = s.registry_.get(),
+                                      .clock = nullptr,
+                                      .allow_non_finite_inputs = options.allow_non_finite_inputs,
+                                      .observer = s.serving_metrics_.get()}));
 
   TrainJobManager::Options job_options;
   job_options.repository = options.model_repository;
@@ -309,6 +314,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   TrainJobManager* jobs = s.jobs_.get();
   probes.train_jobs_running = [jobs]() { return jobs->running_jobs(); };
   probes.gpus = GpuReadings(s.devices_);
+  StreamHub* streams = s.streams_.get();
+  probes.streams = [streams]() { return streams->Usage(); };
   s.state_metrics_ = s.serving_metrics_->MakeStateCollectable(std::move(probes));
   s.metrics_->AddCollectable(s.state_metrics_);
 
@@ -318,6 +325,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
       ForecasterService::Options{.registry = registry,
                                  .jobs = jobs,
                                  .metrics = s.serving_metrics_.get(),
+                                 .streams = s.streams_.get(),
                                  .clock = nullptr,
                                  .allow_non_finite_inputs = options.allow_non_finite_inputs,
                                  .accepting = is_accepting,

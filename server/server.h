@@ -21,6 +21,7 @@
 #include "backends/device.h"
 #include "engine/serving/device_scheduler.h"
 #include "engine/serving/model_registry.h"
+#include "engine/serving/stream_hub.h"
 #include "engine/train/train_job_manager.h"
 #include "forecastd/v1/admin.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -79,6 +80,8 @@ class Server {
   std::vector<std::unique_ptr<ExecutionDevice>> execution_devices_;
   std::unique_ptr<RegistryMetrics> registry_metrics_;
   std::unique_ptr<ModelRegistry> registry_;
+  // Declared after registry_, so its streams let go of their versions first.
+  std::unique_ptr<StreamHub> streams_;
   std::unique_ptr<TrainJobManager> jobs_;
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<ForecasterService> forecaster_;

@@ -55,6 +55,28 @@ class StateCollectable final : public prometheus::Collectable {
       f.metric.push_back(m);
       families.push_back(std::move(f));
     };
+    if (probes_.streams) {
+      prometheus::MetricFamily open{"forecastd_streams_open",
+                                    "Tick streams open or kept for resumption, by model and mode.",
+                                    prometheus::MetricType::Gauge,
+                                    {}};
+      prometheus::MetricFamily bytes{"forecastd_stream_state_bytes",
+                                     "Memory of tick streams' states and ring buffers, by model.",
+                                     prometheus::MetricType::Gauge,
+                                     {}};
+      for (const auto& [model, usage] : probes_.streams()) {
+        prometheus::ClientMetric m;
+        m.label = {{"model", model}, {"mode", usage.state_mode ? "state" : "window"}};
+        m.gauge.value = static_cast<double>(usage.streams);
+        open.metric.push_back(m);
+        prometheus::ClientMetric b;
+        b.label = {{"model", model}};
+        b.gauge.value = static_cast<double>(usage.state_bytes);
+        bytes.metric.push_back(b);
+      }
+      families.push_back(std::move(open));
+      families.push_back(std::move(bytes));
+    }
     if (probes_.models_loaded) {
       scalar("forecastd_models_loaded", "Models with a version loaded and serving.",
              static_cast<double>(probes_.models_loaded()));
@@ -148,7 +170,34 @@ ServingMetrics::ServingMetrics(prometheus::Registry& registry)
       train_steps_(prometheus::BuildCounter()
                        .Name("forecastd_train_steps_total")
                        .Help("Optimiser steps taken, by model.")
-                       .Register(registry)) {}
+                       .Register(registry)),
+      stream_ticks_(prometheus::BuildCounter()
+                        .Name("forecastd_stream_ticks_total")
+                        .Help("Tick messages answered on tick streams, by model and gRPC code.")
+                        .Register(registry)),
+      stream_tick_seconds_(prometheus::BuildHistogram()
+                               .Name("forecastd_stream_tick_duration_seconds")
+                               .Help("Tick time from arrival to its forecast, by model.")
+                               .Register(registry)),
+      streams_ended_(prometheus::BuildCounter()
+                         .Name("forecastd_streams_ended_total")
+                         .Help("Tick streams ended, by model and reason (closed, idle, "
+                               "disconnected, replaced).")
+                         .Register(registry)) {}
+
+void ServingMetrics::OnTick(const std::string& model, const absl::Status& status,
+                            absl::Duration total) {
+  const grpc::StatusCode code = ToGrpcStatus(status).error_code();
+  stream_ticks_.Add({{"model", model}, {"code", GrpcCodeName(code)}}).Increment();
+  if (status.ok()) {
+    stream_tick_seconds_.Add({{"model", model}}, LatencyBuckets())
+        .Observe(absl::ToDoubleSeconds(total));
+  }
+}
+
+void ServingMetrics::OnStreamEnded(const std::string& model, const char* reason) {
+  streams_ended_.Add({{"model", model}, {"reason", reason}}).Increment();
+}
 
 ServingMetrics::~ServingMetrics() = default;
 

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/serving/batcher.h"
+#include "engine/serving/stream_hub.h"
 #include "engine/train/train_job_manager.h"
 #include "grpcpp/support/status.h"
 #include "prometheus/collectable.h"
@@ -43,7 +44,7 @@
 
 namespace forecastd {
 
-class ServingMetrics : public TrainJobObserver {
+class ServingMetrics : public TrainJobObserver, public StreamObserver {
  public:
   // What the scrape-time gauges read: called on the exposer's thread at every scrape.
   // One GPU as a scrape sees it (forecastd_gpu_*{gpu="<CUDA ordinal>"}).
@@ -60,6 +61,8 @@ class ServingMetrics : public TrainJobObserver {
     std::function<int64_t()> train_jobs_running;
     // The GPUs the server uses, read at each scrape; empty (or unset): no GPU series.
     std::function<std::vector<GpuReading>()> gpus;
+    // Tick streams per model (open or kept) and their state bytes; unset: no stream gauges.
+    std::function<std::map<std::string, StreamHub::ModelUsage>()> streams;
   };
 
   // Registers the families in `registry`; returns the collectable for the scrape-time gauges,
@@ -78,6 +81,10 @@ class ServingMetrics : public TrainJobObserver {
 
   // A BatcherObserver for one model version (owned here, alive as long as this object).
   BatcherObserver* ForModel(const std::string& model);
+
+  // StreamObserver: ticks answered and their latency, streams ended by reason.
+  void OnTick(const std::string& model, const absl::Status& status, absl::Duration total) override;
+  void OnStreamEnded(const std::string& model, const char* reason) override;
 
   // TrainJobObserver.
   void OnProgress(const std::string& job_id, const std::string& model,
@@ -98,6 +105,9 @@ class ServingMetrics : public TrainJobObserver {
   prometheus::Family<prometheus::Gauge>& train_epoch_;
   prometheus::Family<prometheus::Gauge>& train_rate_;
   prometheus::Family<prometheus::Counter>& train_steps_;
+  prometheus::Family<prometheus::Counter>& stream_ticks_;
+  prometheus::Family<prometheus::Histogram>& stream_tick_seconds_;
+  prometheus::Family<prometheus::Counter>& streams_ended_;
 
   absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<ModelObserver>> observers_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,7 @@
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/normalize.h"
+#include "kernels/cuda/slots.h"
 
 namespace forecastd {
 
@@ -34,6 +35,16 @@ absl::Status CudaDataOps::Copy(float* out, const float* inp, int64_t n) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, inp, static_cast<size_t>(n) * sizeof(float),
                                        cudaMemcpyDeviceToDevice, stream_));
   return absl::OkStatus();
+}
+
+absl::Status CudaDataOps::GatherSlots(float* out, const float* slab, const int32_t* slots,
+                                      int64_t R, int64_t stride, int64_t W) {
+  return cuda::GatherSlotsLaunch(out, slab, slots, R, stride, W, stream_);
+}
+
+absl::Status CudaDataOps::ScatterSlots(float* slab, const float* inp, const int32_t* slots,
+                                       int64_t R, int64_t stride, int64_t W) {
+  return cuda::ScatterSlotsLaunch(slab, inp, slots, R, stride, W, stream_);
 }
 
 absl::Status CudaDataOps::ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,

@@ -28,6 +28,10 @@ class CudaDataOps final : public DataOps {
                           int64_t W) override;
   absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
                            int64_t W) override;
+  absl::Status GatherSlots(float* out, const float* slab, const int32_t* slots, int64_t R,
+                           int64_t stride, int64_t W) override;
+  absl::Status ScatterSlots(float* slab, const float* inp, const int32_t* slots, int64_t R,
+                            int64_t stride, int64_t W) override;
   absl::Status Copy(float* out, const float* inp, int64_t n) override;
   absl::Status Zero(float* out, int64_t n) override;
   absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) override;

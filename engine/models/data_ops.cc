@@ -34,6 +34,21 @@ class HostLoopDataOps final : public DataOps {
     for (int64_t r = 0; r < R; ++r) std::copy(inp + r * W, inp + (r + 1) * W, out + r * stride);
     return absl::OkStatus();
   }
+  absl::Status GatherSlots(float* out, const float* slab, const int32_t* slots, int64_t R,
+                           int64_t stride, int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) {
+      const float* row = slab + int64_t{slots[r]} * stride;
+      std::copy(row, row + W, out + r * W);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status ScatterSlots(float* slab, const float* inp, const int32_t* slots, int64_t R,
+                            int64_t stride, int64_t W) override {
+    for (int64_t r = 0; r < R; ++r) {
+      std::copy(inp + r * W, inp + (r + 1) * W, slab + int64_t{slots[r]} * stride);
+    }
+    return absl::OkStatus();
+  }
   absl::Status Copy(float* out, const float* inp, int64_t n) override {
     std::copy(inp, inp + n, out);
     return absl::OkStatus();

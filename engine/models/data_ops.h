@@ -32,6 +32,13 @@ class DataOps {
   // GatherRows' inverse: out[r * stride, r * stride + W) = inp[r, :] (the rest untouched).
   virtual absl::Status ScatterRows(float* out, const float* inp, int64_t R, int64_t stride,
                                    int64_t W) = 0;
+  // Rows of a slab picked by slot: out[r, :] = slab[slots[r] * stride, + W) for r < R; slots
+  // are int32 of the same memory as the slab.
+  virtual absl::Status GatherSlots(float* out, const float* slab, const int32_t* slots, int64_t R,
+                                   int64_t stride, int64_t W) = 0;
+  // GatherSlots' inverse: slab[slots[r] * stride, + W) = inp[r, :]; slots are distinct.
+  virtual absl::Status ScatterSlots(float* slab, const float* inp, const int32_t* slots, int64_t R,
+                                    int64_t stride, int64_t W) = 0;
   // out[i] = inp[i] for i < n.
   virtual absl::Status Copy(float* out, const float* inp, int64_t n) = 0;
   // out[i] = 0 for i < n.

@@ -90,14 +90,59 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
   float* y = workspace.Alloc(B * P * K * Q);
   RETURN_IF_ERROR(ForwardStandardized(backend, p, data, y, xn, B, workspace));
 
-  if (!standardized()) return data.Copy(out, y, B * P * K * Q);
+  return Destandardize(data, p, out, y, B);
+}
+
+absl::Status Forecaster::Destandardize(DataOps& data, const ParameterView& p, float* out,
+                                       const float* y, int64_t rows) const {
+  const int64_t P = horizon(), K = num_targets_, Q = num_quantiles_;
+  if (!standardized()) return data.Copy(out, y, rows * P * K * Q);
   const float* mean = p.at("normalizer.mean");
   const float* std = p.at("normalizer.std");
   for (int64_t k = 0; k < K; ++k) {
     const int f = target_features_[static_cast<size_t>(k)];
-    RETURN_IF_ERROR(data.Destandardize(out, y, mean + f, std + f, B * P, K * Q, k * Q, Q));
+    RETURN_IF_ERROR(data.Destandardize(out, y, mean + f, std + f, rows * P, K * Q, k * Q, Q));
   }
   return absl::OkStatus();
+}
+
+int64_t Forecaster::StepWorkspaceFloats(int64_t B) const {
+  const int64_t pad = 16;
+  return (B * num_features_ + pad) + (B * num_outputs() + pad) + StepBodyWorkspaceFloats(B);
+}
+
+absl::Status Forecaster::Step(Backend& backend, float* out, const float* x, float* slab,
+                              const int32_t* slots, int64_t B, Workspace& workspace,
+                              const ForwardPlacement& placement) const {
+  if (StateFloats() == 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "model '", config_.name(),
+        "' has no state mode (only a unidirectional lstm or gru keeps a state per stream)"));
+  }
+  if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
+  const int64_t F = num_features_;
+  RETURN_IF_ERROR(workspace.Reserve(StepWorkspaceFloats(B)));
+  workspace.Reset();
+  const ParameterView p(parameters_,
+                        placement.weights != nullptr ? placement.weights : parameters_.data());
+  DataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostDataOps();
+  const float* xn = x;
+  if (standardized()) {
+    float* scaled = workspace.Alloc(B * F);
+    RETURN_IF_ERROR(
+        data.Standardize(scaled, x, p.at("normalizer.mean"), p.at("normalizer.std"), B, F));
+    xn = scaled;
+  }
+  float* y = workspace.Alloc(B * num_outputs());
+  RETURN_IF_ERROR(StepStandardized(backend, p, data, y, xn, slab, slots, B, workspace));
+  return Destandardize(data, p, out, y, B);
+}
+
+absl::Status Forecaster::StepStandardized(Backend& /*backend*/, const ParameterView& /*p*/,
+                                          DataOps& /*data*/, float* /*out*/, const float* /*xn*/,
+                                          float* /*slab*/, const int32_t* /*slots*/, int64_t /*B*/,
+                                          Workspace& /*workspace*/) const {
+  return absl::UnimplementedError("no state mode");
 }
 
 bool Forecaster::IsTrainable(const ParameterSpec& spec) {

@@ -94,6 +94,21 @@ class Forecaster {
 
   // Floats of scratch one Forward with batch B needs.
   int64_t WorkspaceFloats(int64_t B) const;
+
+  // --- State mode (tick streams of a unidirectional LSTM / GRU; see SupportsStateMode).
+  // Floats of one stream's state: each layer's h then, for an LSTM, its c: L * (2 or 1) * H.
+  // 0 for a model without a state mode.
+  virtual int64_t StateFloats() const { return 0; }
+  // One time step for B streams: out (B, P, targets[, Q]) raw forecasts after one more raw tick
+  // x (B, F) per stream, whose state before the tick is slab[slots[b] * StateFloats(), + that)
+  // and is replaced by the state after it. Slots are distinct, int32 of the slab's memory. So
+  // B streams fed x_1..x_N one step at a time from zero states forecast what Forward does on
+  // the window x_1..x_N (a model of lookback N). Memory and asynchrony as Forward with a
+  // placement. UNIMPLEMENTED for a model without a state mode.
+  absl::Status Step(Backend& backend, float* out, const float* x, float* slab, const int32_t* slots,
+                    int64_t B, Workspace& workspace, const ForwardPlacement& placement) const;
+  // Floats of scratch one Step with batch B needs.
+  int64_t StepWorkspaceFloats(int64_t B) const;
   // B raw windows (B, T, F) at the normaliser's mean (zeros for a model without one): they
   // standardise to zeros, so a forecast from them is finite whenever the weights are. For
   // warm-up and padding.
@@ -110,6 +125,12 @@ class Forecaster {
                                            float* out, const float* xn, int64_t B,
                                            Workspace& workspace) const = 0;
   virtual int64_t BodyWorkspaceFloats(int64_t B) const = 0;
+  // Step's body in standardised units: out (B, P*targets*Q) from xn (B, F); see Step.
+  virtual absl::Status StepStandardized(Backend& backend, const ParameterView& p, DataOps& data,
+                                        float* out, const float* xn, float* slab,
+                                        const int32_t* slots, int64_t B,
+                                        Workspace& workspace) const;
+  virtual int64_t StepBodyWorkspaceFloats(int64_t /*B*/) const { return 0; }
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                         TrainingTape& tape) const = 0;
@@ -129,6 +150,10 @@ class Forecaster {
   bool standardized() const;
 
  private:
+  // out (rows, P, targets[, Q]) raw forecasts from y, the same standardised.
+  absl::Status Destandardize(DataOps& data, const ParameterView& p, float* out, const float* y,
+                             int64_t rows) const;
+
   const ModelConfig config_;
   const int num_features_;
   const int num_targets_;

@@ -118,6 +118,30 @@ absl::StatusOr<std::string> ModelConfigToJson(const ModelConfig& config) {
   return json;
 }
 
+namespace {
+
+constexpr int kMaxStreams = 1 << 24;
+constexpr int kMaxTickBatch = 1 << 16;
+
+absl::Status ValidateStreaming(const ModelConfig& config) {
+  const v1::StreamingConfig& streaming = config.streaming();
+  if (streaming.mode() == v1::StreamingConfig::STREAM_MODE_STATE && !SupportsStateMode(config)) {
+    return Invalid(config,
+                   "streaming.mode STREAM_MODE_STATE needs a unidirectional lstm or gru (a "
+                   "transformer or a bidirectional model sees the whole window at once); use "
+                   "STREAM_MODE_WINDOW");
+  }
+  if (absl::Status s =
+          CheckRange(config, "streaming.max_streams", streaming.max_streams(), 0, kMaxStreams);
+      !s.ok()) {
+    return s;
+  }
+  return CheckRange(config, "streaming.max_tick_batch", streaming.max_tick_batch(), 0,
+                    kMaxTickBatch);
+}
+
+}  // namespace
+
 absl::Status ValidateModelConfig(const ModelConfig& config) {
   if (config.name().empty()) return Invalid(config, "name is empty");
   if (absl::Status s = CheckRange(config, "lookback", config.lookback(), 1, kMaxLookback);
@@ -159,6 +183,7 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
       return Invalid(config, "quantiles must be strictly increasing");
     }
   }
+  if (absl::Status s = ValidateStreaming(config); !s.ok()) return s;
   switch (config.architecture_case()) {
     case ModelConfig::kLstm:
       return ValidateRecurrent(config, config.lstm(), "lstm");
@@ -170,6 +195,17 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
       break;
   }
   return Invalid(config, "no architecture: set one of lstm, gru or transformer");
+}
+
+bool SupportsStateMode(const ModelConfig& config) {
+  return (config.has_lstm() && !config.lstm().bidirectional()) ||
+         (config.has_gru() && !config.gru().bidirectional());
+}
+
+v1::StreamingConfig::Mode StreamMode(const ModelConfig& config) {
+  return config.streaming().mode() == v1::StreamingConfig::STREAM_MODE_STATE
+             ? v1::StreamingConfig::STREAM_MODE_STATE
+             : v1::StreamingConfig::STREAM_MODE_WINDOW;
 }
 
 int NumFeatures(const ModelConfig& config) { return config.feature_names_size(); }

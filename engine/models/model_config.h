@@ -33,6 +33,11 @@ int NumQuantiles(const ModelConfig& config);
 // For each target, its column in the input features.
 std::vector<int> TargetFeatureIndices(const ModelConfig& config);
 float LayerNormEps(const v1::TransformerConfig& config);
+// Whether tick streams may keep the model's recurrent state (StreamingConfig::STREAM_MODE_STATE):
+// a unidirectional LSTM or GRU.
+bool SupportsStateMode(const ModelConfig& config);
+// The mode tick streams of a validated config run in: STATE or WINDOW (never UNSPECIFIED).
+v1::StreamingConfig::Mode StreamMode(const ModelConfig& config);
 
 }  // namespace forecastd
 

@@ -109,4 +109,50 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
                         num_outputs());
 }
 
+// State mode. A stream's state is, layer after layer, h (H) and for an LSTM c (H):
+//   slab[slot * S + l * SL, + H) = h_l,  slab[slot * S + l * SL + H, + H) = c_l,
+// with SL = 2H (LSTM) or H (GRU) and S = L * SL. One step runs each layer for T = 1 from the
+// gathered states: out_l = h_l' (B, H) feeds layer l + 1, and the head reads the top one.
+int64_t RecurrentForecaster::StateFloats() const {
+  if (directions_ != 1) return 0;
+  return int64_t{rnn_.num_layers()} * (is_lstm_ ? 2 : 1) * rnn_.hidden_size();
+}
+
+int64_t RecurrentForecaster::StepBodyWorkspaceFloats(int64_t B) const {
+  const int64_t H = rnn_.hidden_size(), pad = 16;
+  // h_0, c_0, c_n and two ping-pong outputs, each (B, H).
+  return 5 * (B * H + pad);
+}
+
+absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const ParameterView& p,
+                                                   DataOps& data, float* out, const float* xn,
+                                                   float* slab, const int32_t* slots, int64_t B,
+                                                   Workspace& workspace) const {
+  const int64_t H = rnn_.hidden_size(), S = StateFloats(), SL = (is_lstm_ ? 2 : 1) * H;
+  float* h_0 = workspace.Alloc(B * H);
+  float* c_0 = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
+  float* c_n = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
+  float* outputs[2] = {workspace.Alloc(B * H), workspace.Alloc(B * H)};
+  const float* inp = xn;
+  for (int l = 0; l < rnn_.num_layers(); ++l) {
+    float* h = slab + l * SL;
+    float* layer_out = outputs[l % 2];
+    RecurrentDirectionWeights weights[1];
+    LayerWeights(p, l, weights);
+    const RecurrentDims dims{B, 1, l == 0 ? int64_t{num_features()} : H, H, 1};
+    RETURN_IF_ERROR(data.GatherSlots(h_0, h, slots, B, S, H));
+    if (is_lstm_) {
+      RETURN_IF_ERROR(data.GatherSlots(c_0, h + H, slots, B, S, H));
+      RETURN_IF_ERROR(backend.LstmLayer(layer_out, nullptr, c_n, inp, h_0, c_0, weights, dims));
+      RETURN_IF_ERROR(data.ScatterSlots(h + H, c_n, slots, B, S, H));
+    } else {
+      RETURN_IF_ERROR(backend.GruLayer(layer_out, nullptr, inp, h_0, weights, dims));
+    }
+    // For one time step the layer's output is its final h.
+    RETURN_IF_ERROR(data.ScatterSlots(h, layer_out, slots, B, S, H));
+    inp = layer_out;
+  }
+  return backend.Linear(out, inp, p.at("head.weight"), p.at("head.bias"), B, H, num_outputs());
+}
+
 }  // namespace forecastd

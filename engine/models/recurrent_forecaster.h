@@ -15,12 +15,19 @@ class RecurrentForecaster final : public Forecaster {
  public:
   explicit RecurrentForecaster(const ModelConfig& config);
 
+ public:
+  int64_t StateFloats() const override;
+
  private:
   void DeclareParameters(ParameterArena& arena) const override;
   absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                    float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
   int64_t BodyWorkspaceFloats(int64_t B) const override;
+  absl::Status StepStandardized(Backend& backend, const ParameterView& p, DataOps& data, float* out,
+                                const float* xn, float* slab, const int32_t* slots, int64_t B,
+                                Workspace& workspace) const override;
+  int64_t StepBodyWorkspaceFloats(int64_t B) const override;
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                 TrainingTape& tape) const override;
   absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,

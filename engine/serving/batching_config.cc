@@ -1,5 +1,6 @@
 #include "engine/serving/batching_config.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "absl/status/status.h"
@@ -94,6 +95,21 @@ absl::StatusOr<Batcher::Options> BatcherOptionsFromConfig(const v1::BatchingConf
     return WithContext(status, "batching");
   }
   return options;
+}
+
+StreamLimits StreamLimitsFor(const ModelConfig& config, int64_t max_batch_size) {
+  const v1::StreamingConfig& streaming = config.streaming();
+  StreamLimits limits;
+  limits.mode = StreamMode(config);
+  if (streaming.max_streams() > 0) limits.max_streams = streaming.max_streams();
+  const bool state = limits.mode == v1::StreamingConfig::STREAM_MODE_STATE;
+  limits.max_tick_batch = streaming.max_tick_batch() > 0 ? streaming.max_tick_batch()
+                          : state                        ? 1024
+                                                         : max_batch_size;
+  if (!state) limits.max_tick_batch = std::min(limits.max_tick_batch, max_batch_size);
+  limits.idle_ttl = absl::Seconds(static_cast<int64_t>(streaming.idle_ttl_seconds()));
+  limits.keep_on_disconnect = streaming.on_disconnect() == v1::StreamingConfig::DISCONNECT_KEEP;
+  return limits;
 }
 
 }  // namespace forecastd

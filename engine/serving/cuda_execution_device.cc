@@ -33,6 +33,13 @@ class CudaModelInstance final : public ModelInstance {
     std::vector<int64_t> graph_batch_sizes;
     CudaBackend::Options::Math math = CudaBackend::Options::Math::kFp32;
     int64_t workspace_bytes = 0;
+    // State mode: the version's state slab, (state_slots + 1, StateFloats) floats, the last row
+    // the padding rows' slot; nullptr: none. Steps of up to max_step_rows ticks, captured at
+    // step_graph_sizes (ascending; empty: eager only).
+    std::shared_ptr<DeviceBuffer> slab;
+    int64_t state_slots = 0;
+    int64_t max_step_rows = 0;
+    std::vector<int64_t> step_graph_sizes;
   };
 
   static absl::StatusOr<std::unique_ptr<CudaModelInstance>> Create(
@@ -45,6 +52,11 @@ class CudaModelInstance final : public ModelInstance {
   }
 
   absl::Status Run(const float* input, int64_t rows, float* output) override;
+
+  absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
+                    float* output) override;
+  absl::Status ReadState(int32_t slot, float* state) override;
+  absl::Status WriteState(int32_t slot, const float* state) override;
 
   float* input_staging() override { return static_cast<float*>(staging_input_); }
   float* output_staging() override { return static_cast<float*>(staging_output_); }
@@ -61,6 +73,9 @@ class CudaModelInstance final : public ModelInstance {
 
   // Forecaster::Forward on the device buffers at `rows` rows, queued on the stream.
   absl::Status QueueForward(int64_t rows);
+  // Forecaster::Step on the step buffers at `rows` rows, queued on the stream.
+  absl::Status QueueStep(int64_t rows);
+  absl::Status CheckSlot(int32_t slot) const;
 
   const std::shared_ptr<const Forecaster> model_;
   const std::shared_ptr<const DeviceBuffer> weights_;  // the version's, shared per GPU
@@ -78,6 +93,15 @@ class CudaModelInstance final : public ModelInstance {
   void* staging_input_ = nullptr;   // pinned, max_batch_size rows
   void* staging_output_ = nullptr;  // pinned, max_batch_size rows
   std::map<int64_t, CudaGraph> graphs_;
+
+  // State mode (slab_ set).
+  std::shared_ptr<DeviceBuffer> slab_;  // shared by the version's instances
+  int64_t state_slots_ = 0;
+  int64_t max_step_rows_ = 0;
+  DeviceBuffer step_slots_;   // (max_step_rows) int32
+  DeviceBuffer step_x_;       // (max_step_rows, F)
+  DeviceBuffer step_output_;  // (max_step_rows, num_outputs)
+  std::map<int64_t, CudaGraph> step_graphs_;
 };
 
 absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
@@ -95,18 +119,23 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   stream_options.device = allocator->device();
   stream_options.num_streams = 1;
   stream_options.workspace_bytes = options.workspace_bytes;
-  stream_options.staging_bytes = B * std::max(in_floats, out_floats) * int64_t{sizeof(float)};
+  const int64_t step_rows = options.slab != nullptr ? options.max_step_rows : 0;
+  const int64_t F = m.num_features();
+  // Staged together: a step's slots (int32) and ticks, and its forecasts.
+  const int64_t step_in_bytes = step_rows * (F + 1) * int64_t{sizeof(float)};
+  const int64_t in_bytes = std::max(B * in_floats * int64_t{sizeof(float)}, step_in_bytes);
+  const int64_t out_bytes = std::max(B, step_rows) * out_floats * int64_t{sizeof(float)};
+  stream_options.staging_bytes = std::max(in_bytes, out_bytes);
   ASSIGN_OR_RETURN(s.streams_, InstanceStreams::Create(stream_options, allocator));
   s.lease_.emplace(s.streams_->Lease());
-  ASSIGN_OR_RETURN(s.staging_input_, s.lease_->HostStaging(StreamLease::Staging::kInput,
-                                                           B * in_floats * int64_t{sizeof(float)}));
+  ASSIGN_OR_RETURN(s.staging_input_, s.lease_->HostStaging(StreamLease::Staging::kInput, in_bytes));
   ASSIGN_OR_RETURN(s.staging_output_,
-                   s.lease_->HostStaging(StreamLease::Staging::kOutput,
-                                         B * out_floats * int64_t{sizeof(float)}));
+                   s.lease_->HostStaging(StreamLease::Staging::kOutput, out_bytes));
 
   ASSIGN_OR_RETURN(s.input_, allocator->Allocate(B * in_floats * int64_t{sizeof(float)}));
   ASSIGN_OR_RETURN(s.output_, allocator->Allocate(B * out_floats * int64_t{sizeof(float)}));
-  const int64_t workspace_floats = m.WorkspaceFloats(B);
+  const int64_t workspace_floats =
+      std::max(m.WorkspaceFloats(B), step_rows > 0 ? m.StepWorkspaceFloats(step_rows) : 0);
   ASSIGN_OR_RETURN(s.scratch_, allocator->Allocate(workspace_floats * int64_t{sizeof(float)}));
   s.workspace_.emplace(s.scratch_.as<float>(), workspace_floats);
 
@@ -141,7 +170,132 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
     }
     s.graphs_.emplace(rows, *std::move(graph));
   }
+  if (step_rows == 0) return instance;
+
+  // State mode: every step row starts at the padding slot with zero ticks, so rows a padded
+  // step computes but never returns read and write only that slot.
+  s.slab_ = options.slab;
+  s.state_slots_ = options.state_slots;
+  s.max_step_rows_ = step_rows;
+  ASSIGN_OR_RETURN(s.step_slots_, allocator->Allocate(step_rows * int64_t{sizeof(int32_t)}));
+  ASSIGN_OR_RETURN(s.step_x_, allocator->Allocate(step_rows * F * int64_t{sizeof(float)}));
+  ASSIGN_OR_RETURN(s.step_output_,
+                   allocator->Allocate(step_rows * out_floats * int64_t{sizeof(float)}));
+  const std::vector<int32_t> padding(static_cast<size_t>(step_rows),
+                                     static_cast<int32_t>(options.state_slots));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(s.step_slots_.data(), padding.data(),
+                                  padding.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_RETURN_IF_ERROR(cudaMemset(s.step_x_.data(), 0, step_rows * F * sizeof(float)));
+  std::vector<int64_t> step_sizes = options.step_graph_sizes;
+  std::sort(step_sizes.rbegin(), step_sizes.rend());
+  for (const int64_t rows : step_sizes) RETURN_IF_ERROR(s.QueueStep(rows));
+  RETURN_IF_ERROR(s.lease_->Synchronize());
+  for (const int64_t rows : step_sizes) {
+    absl::StatusOr<CudaGraph> graph =
+        CudaGraph::Capture(s.lease_->stream(), [&s, rows]() { return s.QueueStep(rows); });
+    if (!graph.ok()) {
+      spdlog::warn("model '{}': no CUDA graph for steps of {} ticks, running them eagerly: {}",
+                   m.config().name(), rows, graph.status().ToString());
+      continue;
+    }
+    s.step_graphs_.emplace(rows, *std::move(graph));
+  }
+  // The warm-up steps wrote the padding slot only; it starts clean all the same.
+  const int64_t S = m.StateFloats();
+  CUDA_RETURN_IF_ERROR(
+      cudaMemset(s.slab_->as<float>() + options.state_slots * S, 0, S * sizeof(float)));
   return instance;
+}
+
+absl::Status CudaModelInstance::QueueStep(int64_t rows) {
+  const ForwardPlacement placement{weights_->as<const float>(), data_ops_.get()};
+  return model_->Step(*backend_, step_output_.as<float>(), step_x_.as<const float>(),
+                      slab_->as<float>(), step_slots_.as<const int32_t>(), rows, *workspace_,
+                      placement);
+}
+
+absl::Status CudaModelInstance::CheckSlot(int32_t slot) const {
+  if (slab_ == nullptr) return absl::UnimplementedError("this instance keeps no stream states");
+  if (slot < 0 || slot >= state_slots_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("slot ", slot, " outside [0, ", state_slots_, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, const float* x,
+                                     int64_t rows, float* output) {
+  if (slab_ == nullptr) return absl::UnimplementedError("this instance keeps no stream states");
+  if (rows < 1 || rows > max_step_rows_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step of ", rows, " ticks; this instance takes 1 to ", max_step_rows_));
+  }
+  const int64_t F = model_->num_features(), S = model_->StateFloats();
+  const auto graph = step_graphs_.lower_bound(rows);
+  const int64_t computed = graph != step_graphs_.end() ? graph->first : rows;
+  const cudaStream_t stream = lease_->stream();
+  const ScopedCudaDevice scoped(lease_->device());
+  RETURN_IF_ERROR(scoped.status());
+  // Staged as [slots (computed) | ticks (rows, F)]; the padding rows' slots point at the
+  // padding slot, their ticks stay what the device buffer held.
+  auto* staged_slots = static_cast<int32_t*>(staging_input_);
+  float* staged_x = static_cast<float*>(staging_input_) + computed;
+  for (int64_t r = 0; r < rows; ++r) {
+    RETURN_IF_ERROR(CheckSlot(slots[r]));
+    staged_slots[r] = slots[r];
+  }
+  std::fill(staged_slots + rows, staged_slots + computed, static_cast<int32_t>(state_slots_));
+  std::memcpy(staged_x, x, static_cast<size_t>(rows * F) * sizeof(float));
+  for (int64_t r = 0; r < rows; ++r) {
+    if (!zero[r]) continue;
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(slab_->as<float>() + int64_t{slots[r]} * S, 0,
+                                         static_cast<size_t>(S) * sizeof(float), stream));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_slots_.data(), staged_slots,
+                                       static_cast<size_t>(computed) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_x_.data(), staged_x,
+                                       static_cast<size_t>(rows * F) * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream));
+  if (graph != step_graphs_.end()) {
+    RETURN_IF_ERROR(graph->second.Launch(stream));
+  } else {
+    RETURN_IF_ERROR(QueueStep(rows));
+  }
+  const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, step_output_.data(),
+                                       static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
+                                       stream));
+  RETURN_IF_ERROR(lease_->Synchronize());
+  std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelInstance::ReadState(int32_t slot, float* state) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  const int64_t S = model_->StateFloats();
+  const ScopedCudaDevice scoped(lease_->device());
+  RETURN_IF_ERROR(scoped.status());
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(state, slab_->as<float>() + int64_t{slot} * S,
+                                       static_cast<size_t>(S) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, lease_->stream()));
+  return lease_->Synchronize();
+}
+
+absl::Status CudaModelInstance::WriteState(int32_t slot, const float* state) {
+  RETURN_IF_ERROR(CheckSlot(slot));
+  const int64_t S = model_->StateFloats();
+  const ScopedCudaDevice scoped(lease_->device());
+  RETURN_IF_ERROR(scoped.status());
+  float* row = slab_->as<float>() + int64_t{slot} * S;
+  if (state == nullptr) {
+    CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(row, 0, static_cast<size_t>(S) * sizeof(float), lease_->stream()));
+  } else {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(row, state, static_cast<size_t>(S) * sizeof(float),
+                                         cudaMemcpyHostToDevice, lease_->stream()));
+  }
+  return lease_->Synchronize();
 }
 
 absl::Status CudaModelInstance::QueueForward(int64_t rows) {
@@ -251,8 +405,23 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
                                   cudaMemcpyHostToDevice));
   const auto shared_weights = std::make_shared<const DeviceBuffer>(std::move(weights));
 
+  RETURN_IF_ERROR(CheckStateOptions(*model, options));
   CudaModelInstance::Options instance_options;
   instance_options.max_batch_size = options.max_batch_size;
+  if (options.state_slots > 0) {
+    // One extra row: the slot padded step rows read and write.
+    const int64_t slab_floats = (options.state_slots + 1) * model->StateFloats();
+    ASSIGN_OR_RETURN(DeviceBuffer slab, allocator_->Allocate(slab_floats * int64_t{sizeof(float)}));
+    CUDA_RETURN_IF_ERROR(cudaMemset(slab.data(), 0, slab_floats * sizeof(float)));
+    instance_options.slab = std::make_shared<DeviceBuffer>(std::move(slab));
+    instance_options.state_slots = options.state_slots;
+    instance_options.max_step_rows = options.max_step_rows;
+    if (options_.use_graphs) {
+      ExecutionDevice::InstanceOptions step_sizes;
+      step_sizes.max_batch_size = options.max_step_rows;
+      instance_options.step_graph_sizes = FixedBatchSizes(step_sizes);
+    }
+  }
   if (options_.use_graphs) instance_options.graph_batch_sizes = FixedBatchSizes(options);
   instance_options.math = CudaMathForPrecision(model->config().precision());
   instance_options.workspace_bytes = options_.workspace_bytes_per_instance;

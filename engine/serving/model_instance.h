@@ -38,6 +38,20 @@ class ModelInstance {
   // The batch size the device actually computes for `rows` rows: rows itself, or the captured
   // size a GPU instance pads it to.
   virtual int64_t ComputedRows(int64_t rows) const { return rows; }
+
+  // --- State mode (InstanceOptions::state_slots > 0): the version's tick streams keep their
+  // recurrent states in one state slab on the device, shared by all its instances, one row of
+  // Forecaster::StateFloats() floats per slot. A slot is used by one call at a time.
+  // output (rows, num_outputs) raw forecasts after one time step of x (rows, F) raw ticks for
+  // the streams at `slots` (rows distinct slots in [0, state_slots)), whose states are read and
+  // replaced in the slab; a row whose `zero` is nonzero starts from a zero state. All host
+  // memory; rows in [1, max_step_rows]. Returns once output is written. UNIMPLEMENTED without a
+  // slab.
+  virtual absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
+                            float* output);
+  // state (StateFloats floats, host) = the state at `slot`, and the reverse (nullptr: zeros).
+  virtual absl::Status ReadState(int32_t slot, float* state);
+  virtual absl::Status WriteState(int32_t slot, const float* state);
 };
 
 class ExecutionDevice {
@@ -48,6 +62,11 @@ class ExecutionDevice {
     // The batcher's preferred batch sizes, each in [1, max_batch_size]; a device that
     // computes fixed batch sizes (captured CUDA graphs) includes them among its sizes.
     std::vector<int64_t> preferred_batch_sizes;
+    // State mode: stream slots of the version's state slab (0: no slab; Step is unavailable),
+    // and the ticks one Step computes at most (>= 1 with a slab). The device makes one slab per
+    // CreateInstances call, shared by the instances it returns.
+    int64_t state_slots = 0;
+    int64_t max_step_rows = 0;
   };
 
   virtual ~ExecutionDevice() = default;
@@ -68,6 +87,11 @@ class ExecutionDevice {
 // ascending, each once. A batch of r rows then runs at the smallest of them >= r: fewer than
 // 2r rows.
 std::vector<int64_t> FixedBatchSizes(const ExecutionDevice::InstanceOptions& options);
+
+// INVALID_ARGUMENT when options ask for a state slab that `model` cannot use (no state mode) or
+// is malformed; for ExecutionDevice implementations.
+absl::Status CheckStateOptions(const Forecaster& model,
+                               const ExecutionDevice::InstanceOptions& options);
 
 // The CPU: every instance runs Forecaster::Forward on host memory with one shared Backend and
 // a Workspace of its own.

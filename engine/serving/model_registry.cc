@@ -347,4 +347,8 @@ int ModelRegistry::loaded_model_count() const {
   return count;
 }
 
+TickEngine& ModelRegistry::Ticks(const LoadedModel& pinned) { return *pinned.pinned->ticks; }
+
+bool ModelRegistry::Retired(const LoadedModel& pinned) { return pinned.pinned->retired.load(); }
+
 }  // namespace forecastd

@@ -30,6 +30,7 @@
 #include "engine/serving/model_instance.h"
 #include "engine/serving/model_repository.h"
 #include "engine/serving/predict_task.h"
+#include "engine/serving/tick_engine.h"
 
 namespace forecastd {
 
@@ -182,6 +183,12 @@ class ModelRegistry {
   // explicit version, UNAVAILABLE saying so), so a version switch never fails a request with
   // anything but a clean UNAVAILABLE or NOT_FOUND.
   absl::Status Enqueue(const LoadedModel& pinned, std::unique_ptr<PredictTask>& task);
+
+  // The tick path of the pinned version (never null for a pin GetLoadedModel returned), and
+  // whether that version has stopped taking work (replaced or unloaded): a stream that follows
+  // the serving version then moves to the new one.
+  static TickEngine& Ticks(const LoadedModel& pinned);
+  static bool Retired(const LoadedModel& pinned);
 
   // GetLoadedModel, then Enqueue: for callers that validated against nothing version-specific.
   absl::Status Enqueue(const std::string& model, int64_t version,

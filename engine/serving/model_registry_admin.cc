@@ -37,6 +37,15 @@ absl::Status ModelRegistry::WarmUp(LoadedVersion& loaded) const {
       }
       if (B == 1) break;
     }
+    if (StreamMode(model.config()) == v1::StreamingConfig::STREAM_MODE_STATE) {
+      // The first tick of a stream should not pay for the step's primitives: one step on
+      // slot 0, whose state is zeroed again before any stream gets it.
+      const int32_t slot = 0;
+      const uint8_t zero = 1;
+      const std::vector<float> tick(input.begin(), input.begin() + model.num_features());
+      RETURN_IF_ERROR(instance->Step(&slot, &zero, tick.data(), 1, output.data()));
+      if (absl::Status s = instance->WriteState(slot, nullptr); !s.ok()) return s;
+    }
   }
   return absl::OkStatus();
 }
@@ -59,6 +68,11 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
   ExecutionDevice::InstanceOptions instance_options;
   instance_options.max_batch_size = batcher_options->max_batch_size;
   instance_options.preferred_batch_sizes = batcher_options->preferred_batch_sizes;
+  const StreamLimits streams = StreamLimitsFor(config, batcher_options->max_batch_size);
+  if (streams.mode == v1::StreamingConfig::STREAM_MODE_STATE) {
+    instance_options.state_slots = streams.max_streams;
+    instance_options.max_step_rows = streams.max_tick_batch;
+  }
   absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> instances =
       loaded->device->CreateInstances(loaded->model, instance_options);
   if (!instances.ok()) {
@@ -69,6 +83,24 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     if (absl::Status status = WarmUp(*loaded); !status.ok()) {
       return WithContext(status, absl::StrCat(context, ": warm-up"));
     }
+  }
+  {
+    const Forecaster& m = *loaded->model;
+    TickEngine::Options tick_options;
+    tick_options.version = version;
+    tick_options.mode = streams.mode;
+    tick_options.slots = instance_options.state_slots;
+    tick_options.max_batch = streams.max_tick_batch;
+    tick_options.tick_floats = m.num_features();
+    tick_options.window_floats = int64_t{m.lookback()} * m.num_features();
+    tick_options.output_floats = m.num_outputs();
+    tick_options.state_floats = m.StateFloats();
+    tick_options.instances = &loaded->instances;
+    tick_options.scheduler = &loaded->device->scheduler();
+    tick_options.clock = options_.clock;
+    absl::StatusOr<std::unique_ptr<TickEngine>> ticks = TickEngine::Create(tick_options);
+    if (!ticks.ok()) return WithContext(ticks.status(), absl::StrCat(context, ": tick streams"));
+    loaded->ticks = *std::move(ticks);
   }
   if (options_.observer != nullptr) {
     loaded->observer = options_.observer->NewBatcherObserver(config.name(), version);
@@ -213,7 +245,9 @@ absl::Status ModelRegistry::LoadAndSwitch(ModelEntry& entry, int64_t pin) {
 
 void ModelRegistry::Retire(ModelEntry& entry, std::shared_ptr<LoadedVersion> retired,
                            absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
   retired->batcher->Drain(timeout);
+  retired->ticks->Drain(std::max(deadline - absl::Now(), absl::ZeroDuration()));
   const int64_t unfinished = retired->batcher->in_flight_tasks();
   {
     absl::MutexLock l(&entry.mu);

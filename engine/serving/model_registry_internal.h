@@ -43,6 +43,9 @@ struct registry_internal::LoadedVersion {
   // Set, under the entry's mu, before the version stops taking requests (replaced or
   // unloaded); a request that then meets its draining batcher looks the model up again.
   std::atomic<bool> retired{false};
+  // Tick streams of this version (engine/serving/stream_hub.h): its state slab lives with the
+  // instances; destroyed before them.
+  std::unique_ptr<TickEngine> ticks;
   // Declared last, so destroyed first: no batch runs once the members above are gone.
   std::unique_ptr<Batcher> batcher;
 };

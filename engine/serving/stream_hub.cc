@@ -1,0 +1,600 @@
+#include "engine/serving/stream_hub.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "engine/serving/batching_config.h"
+#include "engine/serving/tick_engine.h"
+#include "kernels/base/status.h"
+
+namespace forecastd {
+
+// One request of a stream waiting for the one before it.
+struct StreamHub::Pending {
+  enum class Kind { kOpen, kTicks, kReplay, kReset, kClose };
+  Kind kind = Kind::kTicks;
+  // kTicks: rows * F raw values; kReplay: one row, already in the ring buffer.
+  std::vector<float> values;
+  int64_t rows = 0;
+  int64_t next_row = 0;  // kTicks: rows done (state mode: stepped)
+  bool in_ring = false;  // window mode: its rows are in the ring buffer
+  int retries = 0;       // re-sent after its version was replaced under it
+  uint64_t tag = 0;
+  absl::Time arrival;
+};
+
+struct StreamHub::Connection {
+  Sink sink;
+};
+
+struct StreamHub::Stream {
+  std::string model;
+  std::string key;
+  int64_t requested_version = 0;  // 0: follows the serving version
+  // The version computing the stream; nullopt until the next tick pins one.
+  std::optional<LoadedModel> pin;
+  v1::StreamingConfig::Mode mode = v1::StreamingConfig::STREAM_MODE_WINDOW;
+  StreamLimits limits;
+  int32_t slot = -1;            // state mode: its row of the pinned version's slab
+  bool zero_state = true;       // state mode: the next step starts from a zero state
+  int T = 0, F = 0;             // lookback and features of the model when opened
+  std::vector<int64_t> shape;   // of one forecast
+  std::vector<float> ring;      // (T, F): the last T ticks stepped, ring[(n % T) * F] the n-th
+  int64_t ring_count = 0;       // ticks ever put in the ring since the last reset
+  int64_t sequence = 0;         // ticks received
+  int64_t sequence_done = 0;    // ticks done: stepped (state mode) or buffered (window mode)
+  ConnectionId connection = 0;  // 0: detached
+  absl::Time last_active;
+  std::deque<Pending> pending;
+  bool busy = false;   // a task of it is in an engine
+  bool ended = false;  // closed or evicted: out of the map
+  bool resumed = false;
+
+  int32_t buffered() const { return static_cast<int32_t>(std::min<int64_t>(ring_count, T)); }
+  // The last min(T, ring_count) ticks, oldest first.
+  std::vector<float> Window(int64_t n) const {
+    std::vector<float> window(static_cast<size_t>(n * F));
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = (ring_count - n + i) % T;
+      std::copy_n(ring.begin() + t * F, F, window.begin() + i * F);
+    }
+    return window;
+  }
+};
+
+// A task for an engine, with the pin that keeps the engine alive.
+struct StreamHub::Dispatch {
+  std::shared_ptr<Stream> stream;
+  LoadedModel pin;
+  std::unique_ptr<TickTask> task;
+};
+
+absl::StatusOr<std::unique_ptr<StreamHub>> StreamHub::Create(const Options& options) {
+  if (options.registry == nullptr) return absl::InvalidArgumentError("StreamHub needs a registry");
+  return std::unique_ptr<StreamHub>(new StreamHub(options));
+}
+
+StreamHub::StreamHub(const Options& options)
+    : options_(options), clock_(options.clock != nullptr ? options.clock : Clock::Real()) {
+  sweeper_ = std::thread([this] { SweeperLoop(); });
+}
+
+StreamHub::~StreamHub() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  sweeper_.join();
+  // Tasks in flight hold their stream and pin, not the hub's maps; their replies go nowhere.
+  absl::MutexLock l(&mu_);
+  connections_.clear();
+}
+
+void StreamHub::SweeperLoop() {
+  absl::MutexLock l(&mu_);
+  while (!stopping_) {
+    const auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) break;
+    mu_.Unlock();
+    Sweep();
+    mu_.Lock();
+  }
+}
+
+StreamHub::ConnectionId StreamHub::Connect(Sink sink) {
+  absl::MutexLock l(&mu_);
+  const ConnectionId id = next_connection_++;
+  connections_[id] = std::make_shared<Connection>(Connection{std::move(sink)});
+  return id;
+}
+
+void StreamHub::Disconnect(ConnectionId connection) {
+  absl::MutexLock l(&mu_);
+  connections_.erase(connection);
+  std::vector<std::shared_ptr<Stream>> ended;
+  for (auto& [id, stream] : streams_) {
+    if (stream->connection != connection) continue;
+    stream->connection = 0;
+    stream->last_active = clock_->Now();
+    if (!stream->limits.keep_on_disconnect) ended.push_back(stream);
+  }
+  for (const auto& stream : ended) EndLocked(stream, "disconnected");
+}
+
+void StreamHub::SendLocked(ConnectionId connection, StreamReply reply) {
+  const auto it = connections_.find(connection);
+  if (it == connections_.end()) return;
+  it->second->sink(std::move(reply));
+}
+
+void StreamHub::SendLocked(const Stream& stream, StreamReply reply) {
+  reply.key = stream.key;
+  SendLocked(stream.connection, std::move(reply));
+}
+
+StreamInfo StreamHub::InfoLocked(const Stream& stream) const {
+  StreamInfo info;
+  info.model = stream.model;
+  info.key = stream.key;
+  info.version = stream.pin.has_value() ? stream.pin->version : 0;
+  info.requested_version = stream.requested_version;
+  info.mode = stream.mode;
+  info.sequence = stream.sequence;
+  info.ticks_buffered = stream.buffered();
+  info.lookback = stream.T;
+  info.resumed = stream.resumed;
+  info.closed = stream.ended;
+  info.connected = stream.connection != 0;
+  info.idle = clock_->Now() - stream.last_active;
+  return info;
+}
+
+void StreamHub::UnpinLocked(Stream& stream) {
+  if (stream.pin.has_value() && stream.slot >= 0) {
+    ModelRegistry::Ticks(*stream.pin).ReleaseSlot(stream.slot);
+  }
+  stream.slot = -1;
+  stream.pin.reset();
+}
+
+void StreamHub::EndLocked(const std::shared_ptr<Stream>& stream, const char* reason) {
+  if (stream->ended) return;
+  stream->ended = true;
+  // A task in flight still writes its slot: the slot is released when it completes.
+  if (!stream->busy) UnpinLocked(*stream);
+  stream->pending.clear();
+  streams_.erase({stream->model, stream->key});
+  if (options_.observer != nullptr) options_.observer->OnStreamEnded(stream->model, reason);
+}
+
+void StreamHub::Open(ConnectionId connection, const std::string& key, const std::string& model,
+                     int64_t version, bool resume) {
+  absl::MutexLock l(&mu_);
+  StreamReply error;
+  error.key = key;
+  const auto fail = [&](absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    error.status = std::move(status);
+    SendLocked(connection, std::move(error));
+  };
+  if (key.empty()) return fail(absl::InvalidArgumentError("a stream needs a key"));
+  for (const auto& [id, stream] : streams_) {
+    if (stream->connection == connection && stream->key == key) {
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("key '", key, "' is already open on this connection (model '", stream->model,
+                       "'); close it first")));
+    }
+  }
+  const auto it = streams_.find({model, key});
+  std::shared_ptr<Stream> existing = it != streams_.end() ? it->second : nullptr;
+  if (existing != nullptr && existing->connection != 0) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("key '", key, "' of model '", model, "' is open on another connection")));
+  }
+  if (resume) {
+    if (existing == nullptr) {
+      return fail(absl::NotFoundError(absl::StrCat("no stream '", key, "' of model '", model,
+                                                   "' is kept to resume; open it afresh")));
+    }
+    if (version != 0 && version != existing->requested_version) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("stream '", key, "' was opened for version ", existing->requested_version,
+                       "; resume it with that version (or 0)")));
+    }
+    existing->connection = connection;
+    existing->resumed = true;
+    existing->last_active = clock_->Now();
+    StreamReply reply;
+    reply.kind = StreamReply::Kind::kStatus;
+    reply.info = InfoLocked(*existing);
+    SendLocked(*existing, std::move(reply));
+    return;
+  }
+  absl::StatusOr<LoadedModel> pin = options_.registry->GetLoadedModel(model, version);
+  if (!pin.ok()) return fail(pin.status());
+  const StreamLimits limits = StreamLimitsFor(pin->model->config(), pin->max_batch_size);
+  int64_t open = 0;
+  for (const auto& [id, stream] : streams_) open += stream->model == model ? 1 : 0;
+  if (existing != nullptr) {
+    EndLocked(existing, "replaced");
+    --open;
+  }
+  if (open >= limits.max_streams) {
+    return fail(absl::ResourceExhaustedError(absl::StrCat(
+        "model '", model, "' has ", open, " open streams, its streaming.max_streams")));
+  }
+  auto stream = std::make_shared<Stream>();
+  stream->model = model;
+  stream->key = key;
+  stream->requested_version = version;
+  stream->mode = limits.mode;
+  stream->limits = limits;
+  stream->T = pin->model->lookback();
+  stream->F = pin->model->num_features();
+  stream->ring.assign(static_cast<size_t>(stream->T) * stream->F, 0.0f);
+  stream->shape = {pin->model->horizon(), pin->model->num_targets()};
+  if (!pin->model->config().quantiles().empty())
+    stream->shape.push_back(pin->model->num_quantiles());
+  stream->connection = connection;
+  stream->last_active = clock_->Now();
+  stream->pin = *std::move(pin);
+  if (stream->mode == v1::StreamingConfig::STREAM_MODE_STATE) {
+    absl::StatusOr<int32_t> slot = ModelRegistry::Ticks(*stream->pin).AllocateSlot();
+    if (!slot.ok()) return fail(slot.status());
+    stream->slot = *slot;
+  }
+  streams_[{model, key}] = stream;
+  StreamReply reply;
+  reply.kind = StreamReply::Kind::kStatus;
+  reply.info = InfoLocked(*stream);
+  SendLocked(*stream, std::move(reply));
+}
+
+std::shared_ptr<StreamHub::Stream> StreamHub::FindLocked(ConnectionId connection,
+                                                         const std::string& key,
+                                                         StreamReply* error) {
+  for (const auto& [id, stream] : streams_) {
+    if (stream->connection == connection && stream->key == key) return stream;
+  }
+  error->key = key;
+  error->status = absl::NotFoundError(
+      absl::StrCat("key '", key, "' is not open on this connection; open it first"));
+  return nullptr;
+}
+
+void StreamHub::Ticks(ConnectionId connection, const std::string& key,
+                      absl::Span<const float> values, uint64_t tag) {
+  Pending pending;
+  pending.kind = Pending::Kind::kTicks;
+  pending.values.assign(values.begin(), values.end());
+  pending.tag = tag;
+  Submit(connection, key, std::move(pending));
+}
+
+void StreamHub::Reset(ConnectionId connection, const std::string& key) {
+  Pending pending;
+  pending.kind = Pending::Kind::kReset;
+  Submit(connection, key, std::move(pending));
+}
+
+void StreamHub::Close(ConnectionId connection, const std::string& key) {
+  Pending pending;
+  pending.kind = Pending::Kind::kClose;
+  Submit(connection, key, std::move(pending));
+}
+
+void StreamHub::Submit(ConnectionId connection, const std::string& key, Pending pending) {
+  std::vector<Dispatch> dispatches;
+  {
+    absl::MutexLock l(&mu_);
+    StreamReply error;
+    error.tag = pending.tag;
+    std::shared_ptr<Stream> stream = FindLocked(connection, key, &error);
+    if (stream == nullptr) {
+      if (pending.kind == Pending::Kind::kTicks && options_.observer != nullptr) {
+        options_.observer->OnTick("", error.status, absl::ZeroDuration());
+      }
+      SendLocked(connection, std::move(error));
+      return;
+    }
+    pending.arrival = clock_->Now();
+    stream->last_active = pending.arrival;
+    if (pending.kind == Pending::Kind::kTicks) {
+      const int64_t n = static_cast<int64_t>(pending.values.size());
+      absl::Status bad;
+      if (n == 0 || n % stream->F != 0) {
+        bad = absl::InvalidArgumentError(absl::StrCat("ticks of ", n, " values for key '", key,
+                                                      "'; expected rows of ", stream->F,
+                                                      " features (model '", stream->model, "')"));
+      } else if (!options_.allow_non_finite_inputs) {
+        for (int64_t i = 0; i < n; ++i) {
+          if (!std::isfinite(pending.values[static_cast<size_t>(i)])) {
+            bad = absl::InvalidArgumentError(absl::StrCat("tick value ", i, " for key '", key,
+                                                          "' is not finite (row ", i / stream->F,
+                                                          ", feature ", i % stream->F, ")"));
+            break;
+          }
+        }
+      }
+      if (!bad.ok()) {
+        error.status = bad;
+        if (options_.observer != nullptr) {
+          options_.observer->OnTick(stream->model, bad, absl::ZeroDuration());
+        }
+        SendLocked(*stream, std::move(error));
+        return;
+      }
+      pending.rows = n / stream->F;
+      stream->sequence += pending.rows;
+    }
+    stream->pending.push_back(std::move(pending));
+    PumpLocked(stream, dispatches);
+  }
+  EnqueueAll(std::move(dispatches));
+}
+
+absl::Status StreamHub::EnsurePinnedLocked(Stream& stream) {
+  if (stream.pin.has_value() && !ModelRegistry::Retired(*stream.pin)) return absl::OkStatus();
+  if (stream.busy) return absl::InternalError("re-pinning a stream with a task in flight");
+  UnpinLocked(stream);
+  absl::StatusOr<LoadedModel> pin =
+      options_.registry->GetLoadedModel(stream.model, stream.requested_version);
+  if (!pin.ok()) {
+    if (stream.requested_version != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "version ", stream.requested_version, " of model '", stream.model, "', which stream '",
+          stream.key, "' is pinned to, is no longer loaded: ", pin.status().message()));
+    }
+    return pin.status();
+  }
+  const Forecaster& model = *pin->model;
+  if (model.lookback() != stream.T || model.num_features() != stream.F ||
+      StreamMode(model.config()) != stream.mode) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "model '", stream.model, "' now serves version ", pin->version,
+        " with another lookback, feature count or stream mode; reopen stream '", stream.key, "'"));
+  }
+  if (stream.mode == v1::StreamingConfig::STREAM_MODE_STATE) {
+    ASSIGN_OR_RETURN(stream.slot, ModelRegistry::Ticks(*pin).AllocateSlot());
+    // Re-prime the new version's state from the ring buffer, oldest tick first, ahead of
+    // anything still waiting: the stream then continues as if the new version had seen them.
+    const int64_t n = stream.buffered();
+    const std::vector<float> window = stream.Window(n);
+    for (int64_t i = n - 1; i >= 0; --i) {
+      Pending replay;
+      replay.kind = Pending::Kind::kReplay;
+      replay.values.assign(window.begin() + i * stream.F, window.begin() + (i + 1) * stream.F);
+      stream.pending.push_front(std::move(replay));
+    }
+    stream.zero_state = true;
+  }
+  stream.pin = *std::move(pin);
+  return absl::OkStatus();
+}
+
+void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Dispatch>& out) {
+  Stream& s = *stream;
+  const bool state = s.mode == v1::StreamingConfig::STREAM_MODE_STATE;
+  while (!s.busy && !s.ended && !s.pending.empty()) {
+    if (s.pending.front().kind == Pending::Kind::kReset ||
+        s.pending.front().kind == Pending::Kind::kClose) {
+      const bool close = s.pending.front().kind == Pending::Kind::kClose;
+      s.pending.pop_front();
+      if (close) {
+        EndLocked(stream, "closed");
+      } else {
+        s.ring_count = 0;
+        s.zero_state = true;
+      }
+      StreamReply reply;
+      reply.kind = StreamReply::Kind::kStatus;
+      reply.info = InfoLocked(s);
+      SendLocked(s, std::move(reply));
+      continue;
+    }
+    // A tick or a replayed one: the version first, which may put replays in front of it.
+    if (s.pending.front().kind == Pending::Kind::kTicks) {
+      if (absl::Status pinned = EnsurePinnedLocked(s); !pinned.ok()) {
+        FailFrontLocked(s, pinned);
+        continue;
+      }
+    }
+    Pending& next = s.pending.front();
+    if (next.kind == Pending::Kind::kReplay) {
+      auto task = std::make_unique<TickTask>();
+      task->kind = TickTask::Kind::kStep;
+      task->slot = s.slot;
+      task->zero_state = s.zero_state;
+      task->input = next.values;
+      s.zero_state = false;
+      s.busy = true;
+      out.push_back(Dispatch{stream, *s.pin, std::move(task)});
+      return;
+    }
+    if (state) {
+      // One step per row; the row joins the ring buffer when its step has succeeded.
+      const float* row = next.values.data() + next.next_row * s.F;
+      auto task = std::make_unique<TickTask>();
+      task->kind = TickTask::Kind::kStep;
+      task->slot = s.slot;
+      task->zero_state = s.zero_state;
+      task->input.assign(row, row + s.F);
+      s.zero_state = false;
+      s.busy = true;
+      out.push_back(Dispatch{stream, *s.pin, std::move(task)});
+      return;
+    }
+    // Window mode: every row joins the ring buffer at once; only the last one's window runs.
+    if (!next.in_ring) {
+      for (int64_t r = 0; r < next.rows; ++r) {
+        std::copy_n(next.values.begin() + r * s.F, s.F,
+                    s.ring.begin() + (s.ring_count % s.T) * s.F);
+        ++s.ring_count;
+      }
+      s.sequence_done += next.rows;
+      next.next_row = next.rows - 1;
+      next.in_ring = true;
+    }
+    if (s.ring_count < s.T) {
+      StreamReply needed;
+      needed.kind = StreamReply::Kind::kForecast;
+      needed.sequence = s.sequence_done;
+      needed.version = s.pin->version;
+      needed.ticks_needed = static_cast<int32_t>(s.T - s.ring_count);
+      needed.tag = next.tag;
+      needed.total_time = clock_->Now() - next.arrival;
+      if (options_.observer != nullptr) {
+        options_.observer->OnTick(s.model, absl::OkStatus(), needed.total_time);
+      }
+      s.pending.pop_front();
+      SendLocked(s, std::move(needed));
+      continue;
+    }
+    auto task = std::make_unique<TickTask>();
+    task->kind = TickTask::Kind::kWindow;
+    task->input = s.Window(s.T);
+    s.busy = true;
+    out.push_back(Dispatch{stream, *s.pin, std::move(task)});
+    return;
+  }
+}
+
+void StreamHub::FailFrontLocked(Stream& s, const absl::Status& status) {
+  Pending failed = std::move(s.pending.front());
+  s.pending.pop_front();
+  if (failed.kind == Pending::Kind::kReplay) {
+    // The replay cannot finish: drop the others too; the key's next tick tries again.
+    while (!s.pending.empty() && s.pending.front().kind == Pending::Kind::kReplay) {
+      s.pending.pop_front();
+    }
+    UnpinLocked(s);
+    return;
+  }
+  if (!failed.in_ring) s.sequence_done += failed.rows - failed.next_row;
+  StreamReply reply;
+  reply.status = status;
+  reply.tag = failed.tag;
+  reply.sequence = s.sequence_done;
+  if (options_.observer != nullptr) {
+    options_.observer->OnTick(s.model, status, clock_->Now() - failed.arrival);
+  }
+  SendLocked(s, std::move(reply));
+}
+
+void StreamHub::EnqueueAll(std::vector<Dispatch> dispatches) {
+  for (Dispatch& d : dispatches) {
+    std::shared_ptr<Stream> stream = d.stream;
+    d.task->done = [this, stream](TickResult result) { OnTaskDone(stream, std::move(result)); };
+    if (absl::Status status = ModelRegistry::Ticks(d.pin).Enqueue(d.task); !status.ok()) {
+      TickResult refused;
+      refused.status = std::move(status);
+      refused.version = d.pin.version;
+      OnTaskDone(stream, std::move(refused));
+    }
+  }
+}
+
+void StreamHub::OnTaskDone(const std::shared_ptr<Stream>& stream, TickResult result) {
+  std::vector<Dispatch> dispatches;
+  {
+    absl::MutexLock l(&mu_);
+    Stream& s = *stream;
+    s.busy = false;
+    if (s.ended) {
+      UnpinLocked(s);
+      return;
+    }
+    if (s.pending.empty()) return;  // cannot happen: the task's request is at the front
+    const bool state = s.mode == v1::StreamingConfig::STREAM_MODE_STATE;
+    Pending& front = s.pending.front();
+    if (!result.status.ok()) {
+      // The state after a failed step is unknown: the slot goes, and the next step re-primes
+      // a new one from the ring buffer (a version that was replaced meanwhile is left for the
+      // serving one the same way). A stream that follows the serving version retries on it.
+      const bool retired = s.pin.has_value() && ModelRegistry::Retired(*s.pin);
+      if (state || retired) UnpinLocked(s);
+      if (retired && s.requested_version == 0 && ++front.retries <= 3) {
+        // Nothing is lost: the request is still at the front.
+      } else {
+        FailFrontLocked(s, result.status);
+      }
+    } else if (front.kind == Pending::Kind::kReplay) {
+      s.pending.pop_front();
+    } else {
+      if (state) {
+        std::copy_n(front.values.begin() + front.next_row * s.F, s.F,
+                    s.ring.begin() + (s.ring_count % s.T) * s.F);
+        ++s.ring_count;
+        ++s.sequence_done;
+        ++front.next_row;
+      }
+      if (!state || front.next_row == front.rows) {
+        StreamReply reply;
+        reply.kind = StreamReply::Kind::kForecast;
+        reply.sequence = s.sequence_done;
+        reply.version = result.version;
+        reply.forecast = std::move(result.output);
+        reply.forecast_shape = s.shape;
+        reply.queue_time = result.queue_time;
+        reply.compute_time = result.compute_time;
+        reply.batch_rows = result.batch_rows;
+        reply.tag = front.tag;
+        reply.total_time = clock_->Now() - front.arrival;
+        if (options_.observer != nullptr) {
+          options_.observer->OnTick(s.model, absl::OkStatus(), reply.total_time);
+        }
+        s.pending.pop_front();
+        SendLocked(s, std::move(reply));
+      }
+    }
+    PumpLocked(stream, dispatches);
+  }
+  EnqueueAll(std::move(dispatches));
+}
+
+void StreamHub::Sweep() {
+  absl::MutexLock l(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<std::shared_ptr<Stream>> idle;
+  for (auto& [id, stream] : streams_) {
+    Stream& s = *stream;
+    if (s.busy || !s.pending.empty()) continue;
+    if (s.limits.idle_ttl > absl::ZeroDuration() && now - s.last_active >= s.limits.idle_ttl) {
+      idle.push_back(stream);
+    } else if (s.pin.has_value() && s.requested_version == 0 && ModelRegistry::Retired(*s.pin)) {
+      // Let go of a replaced version now rather than at the next tick, so it can be freed.
+      UnpinLocked(s);
+    }
+  }
+  for (const auto& stream : idle) EndLocked(stream, "idle");
+}
+
+std::vector<StreamInfo> StreamHub::List(const std::string& model) const {
+  absl::MutexLock l(&mu_);
+  std::vector<StreamInfo> infos;
+  for (const auto& [id, stream] : streams_) {
+    if (model.empty() || stream->model == model) infos.push_back(InfoLocked(*stream));
+  }
+  return infos;
+}
+
+std::map<std::string, StreamHub::ModelUsage> StreamHub::Usage() const {
+  absl::MutexLock l(&mu_);
+  std::map<std::string, ModelUsage> usage;
+  for (const auto& [id, stream] : streams_) {
+    ModelUsage& u = usage[stream->model];
+    ++u.streams;
+    u.state_mode = stream->mode == v1::StreamingConfig::STREAM_MODE_STATE;
+    int64_t bytes = static_cast<int64_t>(stream->ring.size() * sizeof(float));
+    if (stream->pin.has_value() && stream->slot >= 0) {
+      bytes += stream->pin->model->StateFloats() * int64_t{sizeof(float)};
+    }
+    u.state_bytes += bytes;
+  }
+  return usage;
+}
+
+}  // namespace forecastd

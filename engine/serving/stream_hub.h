@@ -1,0 +1,183 @@
+// Tick streams: the server keeps each stream's history so a new observation costs one step, not
+// a whole window. A stream is named by (model, key), the key chosen by the client (an instrument
+// id), and is attached to at most one connection at a time (a gRPC Stream call). The hub keeps,
+// per stream, a ring buffer of its last T ticks (both modes), its place in the version's state
+// slab (state mode), its sequence numbers and the requests still waiting for the one before them;
+// it hands each stream's next step to the version's TickEngine, at most one at a time, so a key's
+// ticks are computed and answered in order while the ticks of different keys share batches.
+// A stream that follows the serving version moves to a new one at its next tick, replaying its
+// ring buffer through the new version (state mode). Streams outlive their connection until their
+// idle TTL (or are closed with it, per the model's StreamingConfig), so a client can resume them.
+// Thread-safe: every method may be called from any thread. A connection's sink is called with
+// the hub's lock held and must neither block nor call the hub.
+#ifndef FORECASTD_ENGINE_SERVING_STREAM_HUB_H_
+#define FORECASTD_ENGINE_SERVING_STREAM_HUB_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "engine/clock.h"
+#include "engine/serving/model_registry.h"
+
+namespace forecastd {
+
+// A stream as the API reports it.
+struct StreamInfo {
+  std::string model;
+  std::string key;
+  int64_t version = 0;            // the version computing it now (0: none yet, after a switch)
+  int64_t requested_version = 0;  // 0: follows the serving version
+  v1::StreamingConfig::Mode mode = v1::StreamingConfig::STREAM_MODE_WINDOW;
+  int64_t sequence = 0;        // ticks received
+  int32_t ticks_buffered = 0;  // in its ring buffer
+  int32_t lookback = 0;        // T
+  bool resumed = false;        // Open: a kept stream was continued
+  bool closed = false;         // Close: the stream is gone
+  bool connected = false;      // attached to a connection
+  absl::Duration idle;         // since its last request
+};
+
+// One answer on a connection, for the stream `key` of the connection.
+struct StreamReply {
+  enum class Kind { kForecast, kStatus, kError };
+  Kind kind = Kind::kError;
+  std::string key;
+  // kError: why (a tick of a key never opened, bad values, a version gone, ...).
+  absl::Status status;
+  // kStatus: the stream after an open, reset or close.
+  StreamInfo info;
+  // kForecast: the forecast after the last tick of one Tick call.
+  int64_t sequence = 0;
+  int64_t version = 0;
+  std::vector<float> forecast;          // (P, targets[, Q]); empty while ticks_needed > 0
+  std::vector<int64_t> forecast_shape;  // {P, targets} or {P, targets, Q}
+  int32_t ticks_needed = 0;             // window mode, before T ticks have arrived
+  absl::Duration queue_time, compute_time, total_time;
+  int64_t batch_rows = 0;
+  uint64_t tag = 0;  // the Tick call's tag
+};
+
+// What the hub reports, for metrics; called with the hub's lock held: cheap, thread-safe, never
+// calling the hub. Every method has a no-op default.
+class StreamObserver {
+ public:
+  virtual ~StreamObserver() = default;
+  // A tick was answered (OK or not), `total` after it arrived.
+  virtual void OnTick(const std::string& /*model*/, const absl::Status& /*status*/,
+                      absl::Duration /*total*/) {}
+  // A stream ended for `reason`: "closed", "idle", "disconnected", "replaced", "error".
+  virtual void OnStreamEnded(const std::string& /*model*/, const char* /*reason*/) {}
+};
+
+class StreamHub {
+ public:
+  struct Options {
+    ModelRegistry* registry = nullptr;  // not owned; must outlive the hub
+    Clock* clock = nullptr;             // not owned; nullptr: the real clock
+    bool allow_non_finite_inputs = false;
+    StreamObserver* observer = nullptr;  // not owned; may be nullptr
+  };
+
+  static absl::StatusOr<std::unique_ptr<StreamHub>> Create(const Options& options);
+  ~StreamHub();
+
+  using ConnectionId = uint64_t;
+  using Sink = std::function<void(StreamReply)>;
+  // A new connection whose replies go to `sink` until Disconnect.
+  ConnectionId Connect(Sink sink);
+  // The connection ended: its streams are kept (detached, resumable until their idle TTL) or
+  // closed, as each model's streaming.on_disconnect says; their replies are dropped from now on.
+  void Disconnect(ConnectionId connection);
+
+  // Each request below is answered on the connection's sink, in the key's order: an error (on
+  // that key only) or, for Open, Reset and Close, a kStatus reply; for Ticks, one kForecast after
+  // its last row. They never fail as calls.
+  //
+  // Opens `key` of `model` on `connection`, at `version` (0: following the serving version).
+  // With `resume` the stream kept under that key carries on (NOT_FOUND when there is none);
+  // without, a kept stream of that key is replaced by a fresh one. FAILED_PRECONDITION when
+  // the key is open on another connection (or already on this one); RESOURCE_EXHAUSTED at the
+  // model's streaming.max_streams.
+  void Open(ConnectionId connection, const std::string& key, const std::string& model,
+            int64_t version, bool resume);
+  // `values` holds n >= 1 rows of F raw features, the key's next n observations.
+  void Ticks(ConnectionId connection, const std::string& key, absl::Span<const float> values,
+             uint64_t tag);
+  void Reset(ConnectionId connection, const std::string& key);
+  void Close(ConnectionId connection, const std::string& key);
+
+  // Closes streams idle longer than their model's TTL, and lets idle streams of a replaced
+  // version go of it (they re-prime on their next tick). The hub calls it periodically itself;
+  // tests call it after moving a fake clock.
+  void Sweep();
+
+  std::vector<StreamInfo> List(const std::string& model) const;  // "": every model
+  // Streams and their state bytes (slab rows in use plus ring buffers) per model.
+  struct ModelUsage {
+    int64_t streams = 0;
+    int64_t state_bytes = 0;
+    bool state_mode = false;
+  };
+  std::map<std::string, ModelUsage> Usage() const;
+
+ private:
+  struct Stream;
+  struct Pending;
+  struct Connection;
+  using StreamMap = std::map<std::pair<std::string, std::string>, std::shared_ptr<Stream>>;
+
+  explicit StreamHub(const Options& options);
+
+  // Takes the stream's next requests while it has nothing in the engine; tasks to hand to the
+  // engine go to `out` (enqueued after the lock is released, because an engine may complete a
+  // task inline when its device is shutting down).
+  struct Dispatch;
+  void PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Dispatch>& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EnqueueAll(std::vector<Dispatch> dispatches) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the front request out with `status` (an error reply, unless it was a replay).
+  void FailFrontLocked(Stream& stream, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnTaskDone(const std::shared_ptr<Stream>& stream, struct TickResult result)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Pins the version the stream computes on now, moving it (and re-priming its state) when
+  // the version it had was replaced.
+  absl::Status EnsurePinnedLocked(Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnpinLocked(Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendLocked(const Stream& stream, StreamReply reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendLocked(ConnectionId connection, StreamReply reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndLocked(const std::shared_ptr<Stream>& stream, const char* reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  StreamInfo InfoLocked(const Stream& stream) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<Stream> FindLocked(ConnectionId connection, const std::string& key,
+                                     StreamReply* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Submit(ConnectionId connection, const std::string& key, Pending pending);
+  void SweeperLoop();
+
+  const Options options_;
+  Clock* const clock_;
+
+  mutable absl::Mutex mu_;
+  StreamMap streams_ ABSL_GUARDED_BY(mu_);
+  std::map<ConnectionId, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  ConnectionId next_connection_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Runs Sweep every second until the hub is destroyed.
+  std::thread sweeper_;
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_ENGINE_SERVING_STREAM_HUB_H_

@@ -1,0 +1,219 @@
+#include "server/stream_call.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/grpc_status.h"
+
+namespace forecastd {
+namespace {
+
+v1::StreamStatus ToStatusMessage(const StreamInfo& info) {
+  v1::StreamStatus status;
+  status.set_model(info.model);
+  status.set_version(info.version);
+  status.set_mode(info.mode);
+  status.set_sequence(info.sequence);
+  status.set_ticks_buffered(info.ticks_buffered);
+  status.set_lookback(info.lookback);
+  status.set_resumed(info.resumed);
+  status.set_closed(info.closed);
+  return status;
+}
+
+uint64_t Micros(absl::Duration d) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, absl::ToInt64Microseconds(d)));
+}
+
+}  // namespace
+
+absl::Status DecodeStreamTicks(const v1::StreamTicks& ticks, std::vector<float>* values,
+                               bool* raw) {
+  *raw = !ticks.raw().empty();
+  if (*raw && ticks.values_size() > 0) {
+    return absl::InvalidArgumentError("ticks carry both raw bytes and values; send one");
+  }
+  if (*raw) {
+    if (ticks.raw().size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("ticks.raw has ", ticks.raw().size(),
+                                                     " bytes, not a whole number of float32s"));
+    }
+    values->resize(ticks.raw().size() / sizeof(float));
+    std::memcpy(values->data(), ticks.raw().data(), ticks.raw().size());
+  } else {
+    values->assign(ticks.values().begin(), ticks.values().end());
+  }
+  if (values->empty()) return absl::InvalidArgumentError("ticks carry no values");
+  return absl::OkStatus();
+}
+
+v1::StreamResponse ToStreamResponse(const StreamReply& reply) {
+  v1::StreamResponse response;
+  response.set_key(reply.key);
+  switch (reply.kind) {
+    case StreamReply::Kind::kError: {
+      const grpc::Status status = ToGrpcStatus(reply.status);
+      v1::StreamError* error = response.mutable_error();
+      error->set_code(static_cast<int32_t>(status.error_code()));
+      error->set_message(status.error_message());
+      break;
+    }
+    case StreamReply::Kind::kStatus:
+      *response.mutable_status() = ToStatusMessage(reply.info);
+      break;
+    case StreamReply::Kind::kForecast: {
+      v1::StreamForecast* forecast = response.mutable_forecast();
+      forecast->set_sequence(reply.sequence);
+      forecast->set_version(reply.version);
+      forecast->set_ticks_needed(reply.ticks_needed);
+      if (!reply.forecast.empty()) {
+        v1::Tensor* tensor = forecast->mutable_forecast();
+        for (const int64_t d : reply.forecast_shape) tensor->add_shape(d);
+        if (reply.tag & 1) {
+          tensor->set_raw(reinterpret_cast<const char*>(reply.forecast.data()),
+                          reply.forecast.size() * sizeof(float));
+        } else {
+          tensor->mutable_values()->Add(reply.forecast.begin(), reply.forecast.end());
+        }
+      }
+      v1::Timing* timing = forecast->mutable_timing();
+      timing->set_queue_us(Micros(reply.queue_time));
+      timing->set_compute_us(Micros(reply.compute_time));
+      timing->set_total_us(Micros(reply.total_time));
+      timing->set_batch_size(reply.batch_rows);
+      break;
+    }
+  }
+  return response;
+}
+
+StreamCall::StreamCall(StreamHub* hub, absl::Status refuse) : hub_(hub), refuse_(refuse) {
+  if (!refuse_.ok()) {
+    {
+      absl::MutexLock l(&mu_);
+      finished_ = true;
+    }
+    Finish(ToGrpcStatus(refuse_));
+    return;
+  }
+  connection_ = hub_->Connect([this](StreamReply reply) { Push(ToStreamResponse(reply)); });
+  StartRead(&request_);
+}
+
+void StreamCall::Handle(const v1::StreamRequest& request) {
+  {
+    absl::MutexLock l(&mu_);
+    ++unanswered_;
+  }
+  const std::string& key = request.key();
+  switch (request.action_case()) {
+    case v1::StreamRequest::kOpen:
+      hub_->Open(connection_, key, request.open().model(), request.open().version(),
+                 request.open().resume());
+      return;
+    case v1::StreamRequest::kTicks: {
+      bool raw = false;
+      if (absl::Status decoded = DecodeStreamTicks(request.ticks(), &values_, &raw);
+          !decoded.ok()) {
+        StreamReply error;
+        error.key = key;
+        error.status = decoded;
+        Push(ToStreamResponse(error));
+        return;
+      }
+      hub_->Ticks(connection_, key, values_, raw ? 1 : 0);
+      return;
+    }
+    case v1::StreamRequest::kReset:
+      hub_->Reset(connection_, key);
+      return;
+    case v1::StreamRequest::kClose:
+      hub_->Close(connection_, key);
+      return;
+    case v1::StreamRequest::ACTION_NOT_SET:
+      break;
+  }
+  StreamReply error;
+  error.key = key;
+  error.status =
+      absl::InvalidArgumentError("a StreamRequest needs one of open, ticks, reset or close");
+  Push(ToStreamResponse(error));
+}
+
+void StreamCall::OnReadDone(bool ok) {
+  if (!ok) {
+    {
+      absl::MutexLock l(&mu_);
+      read_done_ = true;
+    }
+    Advance();
+    return;
+  }
+  Handle(request_);
+  StartRead(&request_);
+}
+
+void StreamCall::Push(v1::StreamResponse response) {
+  const v1::StreamResponse* start = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    --unanswered_;
+    if (finished_) return;
+    outbox_.push_back(std::move(response));
+    if (!writing_) {
+      writing_ = true;
+      start = &outbox_.front();
+    }
+  }
+  if (start != nullptr) StartWrite(start);
+}
+
+void StreamCall::OnWriteDone(bool ok) {
+  {
+    absl::MutexLock l(&mu_);
+    outbox_.pop_front();
+    writing_ = false;
+    if (!ok && !finished_) {
+      // The client is gone; OnCancel or OnDone follows.
+      finished_ = true;
+      outbox_.clear();
+    }
+  }
+  Advance();
+}
+
+void StreamCall::Advance() {
+  const v1::StreamResponse* start = nullptr;
+  bool finish = false;
+  {
+    absl::MutexLock l(&mu_);
+    if (finished_ || writing_) return;
+    if (!outbox_.empty()) {
+      writing_ = true;
+      start = &outbox_.front();
+    } else if (read_done_ && unanswered_ == 0) {
+      finished_ = true;
+      finish = true;
+    }
+  }
+  if (start != nullptr) StartWrite(start);
+  if (finish) Finish(grpc::Status::OK);
+}
+
+void StreamCall::OnCancel() {
+  {
+    absl::MutexLock l(&mu_);
+    if (finished_) return;
+    finished_ = true;
+  }
+  Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
+}
+
+void StreamCall::OnDone() {
+  if (connection_ != 0) hub_->Disconnect(connection_);
+  delete this;
+}
+
+}  // namespace forecastd

@@ -1,0 +1,67 @@
+// One Forecaster.Stream call: a bidirectional gRPC stream carrying the requests of any number of
+// tick streams (StreamRequest) and their answers (StreamResponse). The call is one connection of
+// the StreamHub: it translates each request into a hub call and each hub reply into a response,
+// writing them one at a time in the order the hub produced them. It finishes with OK once the
+// client has half-closed and every request has been answered, or when the client cancels; its
+// streams are then kept or closed by the hub (StreamingConfig.on_disconnect).
+// Thread-safety: gRPC calls the reactions; the hub calls the sink under its lock. Both only touch
+// the members guarded by mu_, and the call deletes itself in OnDone, after leaving the hub.
+#ifndef FORECASTD_SERVER_STREAM_CALL_H_
+#define FORECASTD_SERVER_STREAM_CALL_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/serving/stream_hub.h"
+#include "forecastd/v1/forecaster.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace forecastd {
+
+// Validates, converts and hands one StreamRequest to the hub; a request that cannot be
+// converted is answered with an error on its key instead. Exposed for tests and fuzzing.
+// `values` is scratch for decoded rows; `tag` carries whether the ticks came as raw bytes.
+absl::Status DecodeStreamTicks(const v1::StreamTicks& ticks, std::vector<float>* values, bool* raw);
+
+// The response for a hub reply.
+v1::StreamResponse ToStreamResponse(const StreamReply& reply);
+
+class StreamCall final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+ public:
+  // `hub` must outlive the call. `refuse`, when set, is an error every request is answered with
+  // (the server is draining, or the caller may not stream) and the call then finishes.
+  StreamCall(StreamHub* hub, absl::Status refuse);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+ private:
+  // Called by the hub under its lock.
+  void Push(v1::StreamResponse response);
+  // Starts the next write or finishes, as the state allows. Called without mu_ held.
+  void Advance() ABSL_LOCKS_EXCLUDED(mu_);
+  void Handle(const v1::StreamRequest& request);
+
+  StreamHub* const hub_;
+  const absl::Status refuse_;
+  StreamHub::ConnectionId connection_ = 0;
+  v1::StreamRequest request_;  // the read in progress
+  std::vector<float> values_;  // decoded tick rows
+
+  absl::Mutex mu_;
+  std::deque<v1::StreamResponse> outbox_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;    // outbox_.front() is being written
+  bool read_done_ ABSL_GUARDED_BY(mu_) = false;  // the client half-closed (or failed)
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t unanswered_ ABSL_GUARDED_BY(mu_) = 0;  // requests read and not yet answered
+};
+
+}  // namespace forecastd
+
+#endif  // FORECASTD_SERVER_STREAM_CALL_H_

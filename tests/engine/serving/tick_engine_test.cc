@@ -1,0 +1,165 @@
+// TickEngine on CPU instances: a state-mode step computes Forecaster::Step at the task's slot,
+// state reads and writes round-trip, ticks queued while the device is busy share one batch,
+// slots run out with RESOURCE_EXHAUSTED, and a draining engine refuses new tasks.
+#include "engine/serving/tick_engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "backends/reference_backend.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/test_models.h"
+
+namespace forecastd {
+namespace {
+
+ModelConfig StateConfig() {
+  ModelConfig c = testing::SmallGruConfig("g", 4, 2);
+  c.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
+  return c;
+}
+
+struct Env {
+  explicit Env(int64_t slots = 4) {
+    model = testing::RandomModel(StateConfig(), 5);
+    DeviceScheduler::Options scheduler_options;
+    scheduler_options.num_workers = 1;
+    scheduler = DeviceScheduler::Create(scheduler_options).value();
+    CpuExecutionDevice device(&backend, scheduler.get());
+    ExecutionDevice::InstanceOptions instance_options;
+    instance_options.max_batch_size = 4;
+    instance_options.state_slots = slots;
+    instance_options.max_step_rows = 8;
+    instances = device.CreateInstances(model, instance_options).value();
+    TickEngine::Options options;
+    options.version = 3;
+    options.mode = v1::StreamingConfig::STREAM_MODE_STATE;
+    options.slots = slots;
+    options.max_batch = 8;
+    options.tick_floats = model->num_features();
+    options.window_floats = int64_t{model->lookback()} * model->num_features();
+    options.output_floats = model->num_outputs();
+    options.state_floats = model->StateFloats();
+    options.instances = &instances;
+    options.scheduler = scheduler.get();
+    engine = TickEngine::Create(options).value();
+  }
+  ~Env() {
+    engine.reset();
+    scheduler->Shutdown();
+  }
+
+  std::future<TickResult> Submit(TickTask::Kind kind, int32_t slot, std::vector<float> input,
+                                 bool zero = false) {
+    auto promise = std::make_shared<std::promise<TickResult>>();
+    auto task = std::make_unique<TickTask>();
+    task->kind = kind;
+    task->slot = slot;
+    task->zero_state = zero;
+    task->input = std::move(input);
+    task->done = [promise](TickResult r) { promise->set_value(std::move(r)); };
+    const absl::Status status = engine->Enqueue(task);
+    INFO(status.ToString());
+    REQUIRE(status.ok());
+    return promise->get_future();
+  }
+
+  ReferenceBackend backend;
+  std::shared_ptr<Forecaster> model;
+  std::unique_ptr<DeviceScheduler> scheduler;
+  std::vector<std::unique_ptr<ModelInstance>> instances;
+  std::unique_ptr<TickEngine> engine;
+};
+
+TickResult Get(std::future<TickResult>& f) {
+  REQUIRE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  return f.get();
+}
+
+TEST_CASE("A step task computes Forecaster::Step at its slot, and state reads and writes round-trip",
+          "[unit][stream]") {
+  Env env;
+  const std::vector<float> x = testing::RandomWindows(1, 1, 3);
+  auto step = env.Submit(TickTask::Kind::kStep, 2, x, /*zero=*/true);
+  const TickResult result = Get(step);
+  INFO(result.status.ToString());
+  REQUIRE(result.status.ok());
+  REQUIRE(result.version == 3);
+  // The reference: one step from a zero state is the model over the one-tick window.
+  ModelConfig one = env.model->config();
+  one.set_lookback(1);
+  auto windowed = Forecaster::Create(one).value();
+  std::copy_n(env.model->parameters().data(), env.model->parameters().size(),
+              windowed->parameters().data());
+  const std::vector<float> want = testing::ReferenceForward(*windowed, x, 1);
+  REQUIRE(result.output.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) REQUIRE(std::fabs(result.output[i] - want[i]) < 1e-5f);
+
+  auto read = env.Submit(TickTask::Kind::kReadState, 2, {});
+  const std::vector<float> state = Get(read).output;
+  REQUIRE(state.size() == static_cast<size_t>(env.model->StateFloats()));
+  REQUIRE(std::any_of(state.begin(), state.end(), [](float v) { return v != 0.0f; }));
+  auto write = env.Submit(TickTask::Kind::kWriteState, 1, state);
+  REQUIRE(Get(write).status.ok());
+  auto copy = env.Submit(TickTask::Kind::kReadState, 1, {});
+  REQUIRE(Get(copy).output == state);
+}
+
+TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][stream]") {
+  Env env;
+  // Hold the only worker so the ticks queue up behind it.
+  absl::Notification release;
+  std::promise<void> holding;
+  env.scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    holding.set_value();
+    release.WaitForNotification();
+  });
+  holding.get_future().wait();
+  std::vector<std::future<TickResult>> results;
+  for (int32_t slot = 0; slot < 4; ++slot) {
+    results.push_back(env.Submit(TickTask::Kind::kStep, slot, {10.0f, 100.0f}, true));
+  }
+  release.Notify();
+  for (auto& r : results) {
+    const TickResult result = Get(r);
+    REQUIRE(result.status.ok());
+    REQUIRE(result.batch_rows == 4);
+  }
+}
+
+TEST_CASE("Slots run out with RESOURCE_EXHAUSTED and a draining engine refuses tasks",
+          "[unit][stream]") {
+  Env env(/*slots=*/2);
+  const int32_t a = env.engine->AllocateSlot().value();
+  const int32_t b = env.engine->AllocateSlot().value();
+  REQUIRE(a != b);
+  const absl::StatusOr<int32_t> none = env.engine->AllocateSlot();
+  REQUIRE(none.status().code() == absl::StatusCode::kResourceExhausted);
+  env.engine->ReleaseSlot(a);
+  REQUIRE(env.engine->AllocateSlot().value() == a);
+  REQUIRE(env.engine->slots_in_use() == 2);
+
+  auto wrong = std::make_unique<TickTask>();
+  wrong->kind = TickTask::Kind::kStep;
+  wrong->slot = 0;
+  wrong->input = {1.0f};
+  wrong->done = [](TickResult) {};
+  REQUIRE(env.engine->Enqueue(wrong).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(wrong != nullptr);
+
+  env.engine->Drain();
+  auto late = std::make_unique<TickTask>();
+  late->kind = TickTask::Kind::kStep;
+  late->slot = 0;
+  late->input = {10.0f, 100.0f};
+  late->done = [](TickResult) {};
+  REQUIRE(env.engine->Enqueue(late).code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace forecastd

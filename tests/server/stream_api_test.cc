@@ -1,0 +1,171 @@
+// Tick streams through the real forecastd binary: Forecaster.Stream carrying several keys of a
+// state-mode and a window-mode model on one gRPC stream, forecasts checked against the engine's
+// own forward pass over the same ticks, errors on one key leaving the others alone, resuming a
+// kept key on a new connection, a clean finish on half-close, and the stream metrics.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "forecastd/v1/forecaster.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/forecastd_api_fixture.h"
+#include "tests/testing/forecastd_daemon.h"
+#include "tests/testing/process.h"
+
+namespace forecastd::api_test {
+namespace {
+
+using ::forecastd::testing::ForecastdDaemon;
+using ::forecastd::testing::TempDir;
+using Stream = grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
+
+ModelConfig StreamConfig(const std::string& name, v1::StreamingConfig::Mode mode) {
+  ModelConfig config = BaseConfig(name, kT, {"load"});
+  config.mutable_lstm()->set_hidden_size(8);
+  config.mutable_lstm()->set_num_layers(2);
+  config.mutable_streaming()->set_mode(mode);
+  return config;
+}
+
+// The same weights in a model of lookback n.
+std::shared_ptr<Forecaster> WithLookback(const Forecaster& model, int n) {
+  ModelConfig config = model.config();
+  config.set_lookback(n);
+  std::shared_ptr<Forecaster> copy = Forecaster::Create(config).value();
+  std::copy_n(model.parameters().data(), model.parameters().size(), copy->parameters().data());
+  return copy;
+}
+
+v1::StreamRequest Open(const std::string& key, const std::string& model, bool resume = false) {
+  v1::StreamRequest request;
+  request.set_key(key);
+  request.mutable_open()->set_model(model);
+  request.mutable_open()->set_resume(resume);
+  return request;
+}
+
+v1::StreamRequest Ticks(const std::string& key, const std::vector<float>& rows, bool raw) {
+  v1::StreamRequest request;
+  request.set_key(key);
+  if (raw) {
+    request.mutable_ticks()->set_raw(reinterpret_cast<const char*>(rows.data()),
+                                     rows.size() * sizeof(float));
+  } else {
+    request.mutable_ticks()->mutable_values()->Add(rows.begin(), rows.end());
+  }
+  return request;
+}
+
+v1::StreamResponse Read(Stream& stream) {
+  v1::StreamResponse response;
+  REQUIRE(stream.Read(&response));
+  return response;
+}
+
+struct Fixture {
+  Fixture() {
+    state = MakeModel(StreamConfig("ticks", v1::StreamingConfig::STREAM_MODE_STATE), 5);
+    window = MakeModel(StreamConfig("windows", v1::StreamingConfig::STREAM_MODE_WINDOW), 6);
+    Publish(dir, *state, 1);
+    Publish(dir, *window, 1);
+    daemon = StartDaemon(dir.path());
+    channel = grpc::CreateChannel(daemon->grpc_address(), grpc::InsecureChannelCredentials());
+    stub = v1::Forecaster::NewStub(channel);
+  }
+  TempDir dir;
+  std::shared_ptr<Forecaster> state, window;
+  std::unique_ptr<ForecastdDaemon> daemon;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Forecaster::Stub> stub;
+};
+
+TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts",
+          "[integration][api][stream]") {
+  Fixture f;
+  auto context = Context();
+  std::unique_ptr<Stream> stream = f.stub->Stream(context.get());
+  REQUIRE(stream->Write(Open("AAPL", "ticks")));
+  REQUIRE(stream->Write(Open("MSFT", "windows")));
+  for (int i = 0; i < 2; ++i) {
+    const v1::StreamResponse opened = Read(*stream);
+    INFO(opened.DebugString());
+    REQUIRE(opened.has_status());
+    REQUIRE(opened.status().lookback() == kT);
+    REQUIRE(opened.status().mode() == (opened.key() == "AAPL"
+                                           ? v1::StreamingConfig::STREAM_MODE_STATE
+                                           : v1::StreamingConfig::STREAM_MODE_WINDOW));
+  }
+  const int N = 2 * kT + 1;
+  const std::vector<float> series = Windows(1, N, 17);  // (N, F)
+  std::map<std::string, int64_t> last;
+  for (int n = 1; n <= N; ++n) {
+    const std::vector<float> row(series.begin() + (n - 1) * kF, series.begin() + n * kF);
+    REQUIRE(stream->Write(Ticks("AAPL", row, n % 2 == 0)));
+    REQUIRE(stream->Write(Ticks("MSFT", row, false)));
+    for (int i = 0; i < 2; ++i) {
+      const v1::StreamResponse reply = Read(*stream);
+      INFO(reply.DebugString());
+      REQUIRE(reply.has_forecast());
+      REQUIRE(reply.forecast().sequence() == ++last[reply.key()]);
+      if (reply.key() == "AAPL") {
+        const std::vector<float> ticks(series.begin(), series.begin() + n * kF);
+        REQUIRE(Shape(reply.forecast().forecast()) == std::vector<int64_t>{kP, 1});
+        REQUIRE(reply.forecast().forecast().raw().empty() == (n % 2 != 0));
+        RequireClose(Floats(reply.forecast().forecast()), Expected(*WithLookback(*f.state, n), ticks));
+        REQUIRE(reply.forecast().timing().total_us() > 0);
+      } else if (n < kT) {
+        REQUIRE(reply.forecast().ticks_needed() == kT - n);
+      } else {
+        const std::vector<float> window(series.begin() + (n - kT) * kF, series.begin() + n * kF);
+        RequireClose(Floats(reply.forecast().forecast()), Expected(*f.window, window));
+      }
+    }
+  }
+  // A bad tick is refused on its key; the key goes on.
+  REQUIRE(stream->Write(Ticks("AAPL", {1.0f, 2.0f, 3.0f}, false)));
+  const v1::StreamResponse refused = Read(*stream);
+  REQUIRE(refused.key() == "AAPL");
+  REQUIRE(refused.error().code() == static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  REQUIRE(refused.error().message().find("rows of 2 features") != std::string::npos);
+  REQUIRE(stream->Write(Ticks("nobody", {1.0f, 2.0f}, false)));
+  REQUIRE(Read(*stream).error().code() == static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  v1::StreamRequest empty;
+  empty.set_key("AAPL");
+  REQUIRE(stream->Write(empty));
+  REQUIRE(Read(*stream).error().code() == static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  REQUIRE(stream->WritesDone());
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+
+  // The key was kept: a new connection resumes it where it left off.
+  auto context2 = Context();
+  std::unique_ptr<Stream> again = f.stub->Stream(context2.get());
+  REQUIRE(again->Write(Open("AAPL", "ticks", /*resume=*/true)));
+  const v1::StreamResponse resumed = Read(*again);
+  INFO(resumed.DebugString());
+  REQUIRE(resumed.status().resumed());
+  REQUIRE(resumed.status().sequence() == N);
+  const std::vector<float> next = Windows(1, 1, 99);
+  REQUIRE(again->Write(Ticks("AAPL", next, false)));
+  const v1::StreamResponse after = Read(*again);
+  REQUIRE(after.forecast().sequence() == N + 1);
+  std::vector<float> all = series;
+  all.insert(all.end(), next.begin(), next.end());
+  RequireClose(Floats(after.forecast().forecast()), Expected(*WithLookback(*f.state, N + 1), all));
+  REQUIRE(again->WritesDone());
+  REQUIRE(again->Finish().ok());
+
+  const std::string metrics = Metrics(*f.daemon);
+  REQUIRE(metrics.find("forecastd_stream_ticks_total{code=\"OK\",model=\"ticks\"}") !=
+          std::string::npos);
+  REQUIRE(metrics.find("forecastd_streams_open{mode=\"state\",model=\"ticks\"} 1") !=
+          std::string::npos);
+  REQUIRE(metrics.find("forecastd_stream_tick_duration_seconds_bucket") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace forecastd::api_test
