@@ -199,7 +199,12 @@ void StreamCall::Advance() {
     }
   }
   if (start != nullptr) StartWrite(start);
-  if (finish) Finish(grpc::Status::OK);
+  if (finish) {
+    // Leave the hub before the client learns the call is over, so a new call may resume its
+    // keys at once.
+    hub_->Disconnect(connection_);
+    Finish(grpc::Status::OK);
+  }
 }
 
 void StreamCall::OnCancel() {
@@ -208,6 +213,7 @@ void StreamCall::OnCancel() {
     if (finished_) return;
     finished_ = true;
   }
+  hub_->Disconnect(connection_);
   Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the stream was cancelled"));
 }
 

@@ -14,6 +14,7 @@
 #include "tests/testing/forecastd_api_fixture.h"
 #include "tests/testing/forecastd_daemon.h"
 #include "tests/testing/process.h"
+#include "tests/testing/prometheus_text.h"
 
 namespace forecastd::api_test {
 namespace {
@@ -114,7 +115,8 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
         const std::vector<float> ticks(series.begin(), series.begin() + n * kF);
         REQUIRE(Shape(reply.forecast().forecast()) == std::vector<int64_t>{kP, 1});
         REQUIRE(reply.forecast().forecast().raw().empty() == (n % 2 != 0));
-        RequireClose(Floats(reply.forecast().forecast()), Expected(*WithLookback(*f.state, n), ticks));
+        RequireClose(Floats(reply.forecast().forecast()),
+                     Expected(*WithLookback(*f.state, n), ticks));
         REQUIRE(reply.forecast().timing().total_us() > 0);
       } else if (n < kT) {
         REQUIRE(reply.forecast().ticks_needed() == kT - n);
@@ -160,11 +162,20 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
   REQUIRE(again->Finish().ok());
 
   const std::string metrics = Metrics(*f.daemon);
-  REQUIRE(metrics.find("forecastd_stream_ticks_total{code=\"OK\",model=\"ticks\"}") !=
-          std::string::npos);
-  REQUIRE(metrics.find("forecastd_streams_open{mode=\"state\",model=\"ticks\"} 1") !=
-          std::string::npos);
-  REQUIRE(metrics.find("forecastd_stream_tick_duration_seconds_bucket") != std::string::npos);
+  INFO(metrics);
+  using ::forecastd::testing::SumSamples;
+  // N + 1 good tick messages on AAPL; the bad one is counted under its code.
+  REQUIRE(SumSamples(metrics, "forecastd_stream_ticks_total", {{"model", "ticks"}, {"code", "OK"}})
+              .sum == N + 1);
+  REQUIRE(SumSamples(metrics, "forecastd_stream_ticks_total",
+                     {{"model", "ticks"}, {"code", "INVALID_ARGUMENT"}})
+              .sum == 1);
+  REQUIRE(
+      SumSamples(metrics, "forecastd_streams_open", {{"model", "ticks"}, {"mode", "state"}}).sum ==
+      1);
+  REQUIRE(SumSamples(metrics, "forecastd_stream_state_bytes", {{"model", "ticks"}}).sum > 0);
+  REQUIRE(SumSamples(metrics, "forecastd_stream_tick_duration_seconds_count", {{"model", "ticks"}})
+              .sum == N + 1);
 }
 
 }  // namespace
