@@ -273,6 +273,7 @@ absl::StatusOr<TrainCheckpoint> TrainJob::Resume() {
 }
 
 absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
+  if (train_chunks_.has_value()) return RunStatefulEpoch(epoch, run);
   const Forecaster& model = *model_;
   const uint64_t seed = options_.training.seed();
   const int64_t T = model.lookback(), F = model.num_features();
