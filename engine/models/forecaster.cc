@@ -157,6 +157,36 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
   return ForwardTrainBody(backend, out, xn, B, tape);
 }
 
+absl::Status Forecaster::SupportsStatefulTraining() const {
+  return absl::InvalidArgumentError(
+      "stateful training (training.stateful.chunk_length > 0) needs a unidirectional LSTM or "
+      "GRU: a transformer keeps no recurrent state to carry from tick to tick; train it on "
+      "windows (chunk_length 0)");
+}
+
+int64_t Forecaster::ChunkStateFloats(int64_t) const { return 0; }
+
+absl::Status Forecaster::ForwardTrainChunkBody(Backend&, float*, float*, const float*, const float*,
+                                               int64_t, int64_t, TrainingTape&) const {
+  return SupportsStatefulTraining();
+}
+
+absl::Status Forecaster::ForwardTrainChunk(Backend& backend, float* out, float* state_n,
+                                           const float* xn, const float* state_0, int64_t B,
+                                           int64_t K, TrainingTape& tape) const {
+  RETURN_IF_ERROR(SupportsStatefulTraining());
+  if (B <= 0 || K <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk of ", B, " streams and ", K, " steps: both must be > 0"));
+  }
+  if (state_n == state_0) {
+    return absl::InvalidArgumentError("a chunk's final states may not overwrite its initial ones");
+  }
+  tape.Reset();
+  tape.batch = B;
+  return ForwardTrainChunkBody(backend, out, state_n, xn, state_0, B, K, tape);
+}
+
 absl::Status Forecaster::Backward(Backend& backend, float* dparams, const float* dout,
                                   TrainingTape& tape) const {
   if (tape.batch <= 0) return absl::FailedPreconditionError("Backward without ForwardTrain");

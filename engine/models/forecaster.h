@@ -92,6 +92,23 @@ class Forecaster {
   // False for the normaliser's statistics, which training fits from data, not by gradient.
   static bool IsTrainable(const ParameterSpec& spec);
 
+  // Stateful training (truncated back-propagation through time, TrainingConfig.stateful; the
+  // maths is in recurrent_stateful_training.cc). OK when this model can be trained so (a
+  // unidirectional LSTM or GRU); otherwise INVALID_ARGUMENT saying why.
+  virtual absl::Status SupportsStatefulTraining() const;
+  // Floats of the recurrent state B streams carry between chunks: every layer's h, then, for
+  // an LSTM, every layer's c, each (L, B, H). 0 when SupportsStatefulTraining() is not OK.
+  virtual int64_t ChunkStateFloats(int64_t B) const;
+  // The training forward of one chunk of K time steps of B streams, from the states state_0
+  // (ChunkStateFloats(B) floats; zeros start a stream): out (B, K, num_outputs()) standardised
+  // forecasts, one per step from the top layer's output at that step, and state_n, the final
+  // states (not aliasing state_0). Backward then gives d(loss)/d(parameter) through the chunk
+  // only (no gradient reaches state_0). xn (B, K, F) and state_0 must stay valid and unchanged
+  // until Backward. Memory and dropout as ForwardTrain.
+  absl::Status ForwardTrainChunk(Backend& backend, float* out, float* state_n, const float* xn,
+                                 const float* state_0, int64_t B, int64_t K,
+                                 TrainingTape& tape) const;
+
   // Floats of scratch one Forward with batch B needs.
   int64_t WorkspaceFloats(int64_t B) const;
 
@@ -136,6 +153,12 @@ class Forecaster {
                                         TrainingTape& tape) const = 0;
   virtual absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                                     TrainingTape& tape) const = 0;
+  // The training pair's chunk forward (ForwardTrainChunk), for a model whose
+  // SupportsStatefulTraining() is OK; BackwardBody then runs the chunk's backward. The
+  // default returns SupportsStatefulTraining()'s error.
+  virtual absl::Status ForwardTrainChunkBody(Backend& backend, float* out, float* state_n,
+                                             const float* xn, const float* state_0, int64_t B,
+                                             int64_t K, TrainingTape& tape) const;
   // x (n) *= mask (n), in place; nothing when mask is nullptr (no dropout).
   static absl::Status ApplyDropout(DataOps& data, float* x, const float* mask, int64_t n) {
     if (mask == nullptr) return absl::OkStatus();

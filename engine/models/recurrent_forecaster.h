@@ -15,8 +15,10 @@ class RecurrentForecaster final : public Forecaster {
  public:
   explicit RecurrentForecaster(const ModelConfig& config);
 
- public:
   int64_t StateFloats() const override;
+  // Stateful training: unidirectional models only.
+  absl::Status SupportsStatefulTraining() const override;
+  int64_t ChunkStateFloats(int64_t B) const override;
 
  private:
   void DeclareParameters(ParameterArena& arena) const override;
@@ -32,6 +34,16 @@ class RecurrentForecaster final : public Forecaster {
                                 TrainingTape& tape) const override;
   absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
                             TrainingTape& tape) const override;
+
+  absl::Status ForwardTrainChunkBody(Backend& backend, float* out, float* state_n, const float* xn,
+                                     const float* state_0, int64_t B, int64_t K,
+                                     TrainingTape& tape) const override;
+  // What a chunk's training forward keeps for its backward, and that backward, which
+  // BackwardBody runs when the tape holds a ChunkTape; see recurrent_stateful_training.cc.
+  struct ChunkTape;
+  static bool HoldsChunkTape(TrainingTape& tape);
+  absl::Status BackwardChunk(Backend& backend, float* dparams, const float* dout,
+                             TrainingTape& tape) const;
 
   // Layer l's weights in `p`, and where their gradients go in a dparams array.
   void LayerWeights(const ParameterView& p, int l, RecurrentDirectionWeights* weights) const;

@@ -94,6 +94,7 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
 
 absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams, const float* dout,
                                                TrainingTape& tape) const {
+  if (HoldsChunkTape(tape)) return BackwardChunk(backend, dparams, dout, tape);
   Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
   const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;

@@ -299,6 +299,16 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
         "training precision PRECISION_FP16 is not supported (it needs loss scaling); use "
         "PRECISION_BF16 for mixed precision");
   }
+  if (config.stateful().chunk_length() > 0) {
+    // The model's chunk pair runs on any backend; what this engine lacks is device memory for
+    // the carried states and the chunk-shaped batch buffers.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "stateful training (training.stateful.chunk_length > 0) runs on the CPU only; this "
+        "job would train on cuda:",
+        options.device,
+        " (start forecastd with --train-device cpu, "
+        "or train on windows)"));
+  }
   if (options.workspace_bytes < 0) {
     return absl::InvalidArgumentError("CudaTrainingEngineOptions: workspace_bytes must be >= 0");
   }

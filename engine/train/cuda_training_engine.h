@@ -31,8 +31,9 @@ struct CudaTrainingEngineOptions {
   int64_t attention_scratch_bytes = CudaBackend::Options{}.attention_scratch_bytes;
 };
 
-// INVALID_ARGUMENT for precision FP16 (it would need loss scaling); RESOURCE_EXHAUSTED when the
-// weights, gradients and optimiser state do not fit; the CUDA error when the GPU cannot be
+// INVALID_ARGUMENT for precision FP16 (it would need loss scaling); FAILED_PRECONDITION for
+// stateful training (TrainingConfig.stateful), which runs on the CPU only; RESOURCE_EXHAUSTED when
+// the weights, gradients and optimiser state do not fit; the CUDA error when the GPU cannot be
 // used. The first Step allocates the tape for its batch size; a later, larger batch grows it.
 absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
     const CudaTrainingEngineOptions& options, Forecaster& model, Optimizer& optimizer,

@@ -220,6 +220,12 @@ absl::Status WindowedDataset::FillBatch(Split split, absl::Span<const int64_t> w
   return absl::OkStatus();
 }
 
+absl::Span<const float> WindowedDataset::PartRows(Split split) const {
+  const absl::Span<const float> all(normalized_);
+  const size_t train_floats = static_cast<size_t>(num_train_rows_ * F_);
+  return split == Split::kTrain ? all.subspan(0, train_floats) : all.subspan(train_floats);
+}
+
 std::vector<int64_t> WindowedDataset::TrainOrder(uint64_t seed, int64_t epoch) const {
   return ShuffledOrder(num_train_windows_, seed, epoch);
 }

@@ -83,6 +83,10 @@ class WindowedDataset {
   absl::Status FillBatch(Split split, absl::Span<const int64_t> window_indices, absl::Span<float> x,
                          absl::Span<float> y) const;
 
+  // The normalised rows of `split`'s part, (rows of the part, F) row-major: what stateful
+  // training (stream_chunks.h) cuts into streams.
+  absl::Span<const float> PartRows(Split split) const;
+
   // The permutation of [0, num_train_windows()) that epoch `epoch` of a job seeded with `seed`
   // visits: ShuffledOrder(num_train_windows(), seed, epoch).
   std::vector<int64_t> TrainOrder(uint64_t seed, int64_t epoch) const;

@@ -21,6 +21,7 @@ namespace {
 
 constexpr int64_t kMaxBatchSize = 1 << 16;
 constexpr int64_t kMaxEpochs = 1 << 20;
+constexpr int64_t kMaxChunkLength = 1 << 16;
 
 std::string ToJson(const google::protobuf::Message& message) {
   std::string json;
@@ -57,6 +58,12 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
     return absl::InvalidArgumentError("min_delta must be finite and >= 0");
   }
   if (t.base_version() < 0) return absl::InvalidArgumentError("base_version must be >= 0");
+  const int64_t chunk_length = t.stateful().chunk_length();
+  if (chunk_length < 0 || chunk_length > kMaxChunkLength) {
+    return absl::InvalidArgumentError(absl::StrCat("stateful.chunk_length = ", chunk_length,
+                                                   ": must be in [0, ", kMaxChunkLength,
+                                                   "] (0: window training)"));
+  }
   if (options.output_version < 0) return absl::InvalidArgumentError("output_version must be >= 0");
   RETURN_IF_ERROR(ValidateModelConfig(options.model));
 
@@ -67,8 +74,13 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   job->batch_size_ = batch_size;
   ASSIGN_OR_RETURN(job->model_, Forecaster::Create(o.model));
   Forecaster& model = *job->model_;
+  if (chunk_length > 0) RETURN_IF_ERROR(model.SupportsStatefulTraining());
   if (o.max_step_bytes > 0) {
-    const int64_t bytes = EstimateTrainStepBytes(model, batch_size);
+    // A chunk keeps what about ceil(k / T) windows per stream would.
+    const int64_t T = model.lookback();
+    const int64_t windows =
+        chunk_length > 0 ? batch_size * ((chunk_length + T - 1) / T) : batch_size;
+    const int64_t bytes = EstimateTrainStepBytes(model, windows);
     if (bytes > o.max_step_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "a training step of this model at batch_size ", batch_size, " needs an estimated ", bytes,
@@ -121,6 +133,20 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
     std::copy(mean.begin(), mean.end(), model.parameters().at("normalizer.mean"));
     std::copy(std.begin(), std.end(), model.parameters().at("normalizer.std"));
   }
+  job->samples_per_step_ = batch_size;
+  if (chunk_length > 0) {
+    const WindowedDataset& data = *job->dataset_;
+    ASSIGN_OR_RETURN(job->train_chunks_,
+                     StreamChunks::Create(data, Split::kTrain, batch_size, chunk_length));
+    if (data.num_validation_windows() > 0) {
+      ASSIGN_OR_RETURN(
+          job->validation_chunks_,
+          StreamChunks::Create(data, Split::kValidation,
+                               StreamChunks::StreamsFor(data, Split::kValidation, batch_size),
+                               chunk_length));
+    }
+    job->samples_per_step_ = batch_size * chunk_length;
+  }
 
   ASSIGN_OR_RETURN(job->optimizer_, Optimizer::Create(config.optimizer(), model.parameters()));
   ASSIGN_OR_RETURN(
@@ -142,6 +168,7 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
 TrainJob::TrainJob(TrainJobOptions options) : options_(std::move(options)) {}
 
 int64_t TrainJob::steps_per_epoch() const {
+  if (train_chunks_.has_value()) return train_chunks_->num_chunks();
   return (dataset_->num_train_windows() + batch_size_ - 1) / batch_size_;
 }
 
@@ -150,6 +177,7 @@ std::string TrainJob::Fingerprint() const {
 }
 
 absl::StatusOr<double> TrainJob::Validate() {
+  if (train_chunks_.has_value()) return ValidateStateful();
   const int64_t n = dataset_->num_validation_windows();
   if (n == 0) return std::nan("");
   const Forecaster& model = *model_;
@@ -171,6 +199,25 @@ absl::StatusOr<double> TrainJob::Validate() {
     total += loss * static_cast<double>(B);
   }
   return total / static_cast<double>(n);
+}
+
+absl::StatusOr<double> TrainJob::ValidateStateful() {
+  if (!validation_chunks_.has_value()) return std::nan("");
+  const StreamChunks& chunks = *validation_chunks_;
+  const int64_t B = chunks.streams(), F = model_->num_features();
+  const int64_t per_target = int64_t{model_->horizon()} * model_->num_targets();
+  std::vector<float> x, y;
+  RETURN_IF_ERROR(engine_->ResetStates(B));
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks.num_chunks(); ++c) {
+    const int64_t K = chunks.chunk_steps(c);
+    x.resize(static_cast<size_t>(B * K * F));
+    y.resize(static_cast<size_t>(B * K * per_target));
+    RETURN_IF_ERROR(chunks.FillChunk(c, absl::MakeSpan(x), absl::MakeSpan(y)));
+    ASSIGN_OR_RETURN(const double loss, engine_->EvaluateChunk(x.data(), y.data(), B, K));
+    total += loss * static_cast<double>(K);
+  }
+  return total / static_cast<double>(chunks.steps());
 }
 
 absl::StatusOr<TrainResult> TrainJob::Run() {
@@ -226,6 +273,7 @@ absl::StatusOr<TrainCheckpoint> TrainJob::Resume() {
 }
 
 absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
+  if (train_chunks_.has_value()) return RunStatefulEpoch(epoch, run);
   const Forecaster& model = *model_;
   const uint64_t seed = options_.training.seed();
   const int64_t T = model.lookback(), F = model.num_features();
@@ -235,16 +283,7 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
   double loss_sum = 0.0;
   int64_t loss_count = 0;
   for (int64_t first = 0; first < n; first += batch_size_) {
-    if (cancelled()) {
-      return absl::CancelledError(
-          absl::StrCat("training of '", model.config().name(), "' cancelled in epoch ", epoch + 1));
-    }
-    std::optional<DeviceScheduler::TrainingLease> lease;
-    if (options_.scheduler != nullptr) {
-      ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
-                       options_.scheduler->AcquireTrainingLease());
-      lease.emplace(std::move(granted));
-    }
+    ASSIGN_OR_RETURN(const std::optional<DeviceScheduler::TrainingLease> lease, BeginStep(epoch));
     const int64_t B = std::min(batch_size_, n - first);
     run.ids.assign(order.begin() + first, order.begin() + first + B);
     run.x.resize(static_cast<size_t>(B * T * F));
@@ -259,11 +298,7 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
         const double loss,
         engine_->Step(run.x.data(), run.y.data(), B, run.learning_rate,
                       DeriveSeed(seed, SeedPurpose::kDropout, static_cast<uint64_t>(step))));
-    if (!std::isfinite(loss)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "training of '", model.config().name(), "' diverged: the loss is ", loss, " at epoch ",
-          epoch + 1, ", step ", step + 1, "; lower the learning rate or clip gradients"));
-    }
+    RETURN_IF_ERROR(CheckLoss(loss, epoch, step));
     loss_sum += loss * static_cast<double>(B);
     loss_count += B;
     run.samples_this_run += B;
@@ -273,6 +308,59 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
     }
   }
   return loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+}
+
+absl::StatusOr<double> TrainJob::RunStatefulEpoch(int64_t epoch, RunState& run) {
+  const StreamChunks& chunks = *train_chunks_;
+  const int64_t B = chunks.streams(), F = model_->num_features();
+  const int64_t per_target = int64_t{model_->horizon()} * model_->num_targets();
+  // Every epoch walks the streams from their start, from zero states.
+  RETURN_IF_ERROR(engine_->ResetStates(B));
+  double loss_sum = 0.0;
+  int64_t loss_count = 0;
+  for (int64_t c = 0; c < chunks.num_chunks(); ++c) {
+    ASSIGN_OR_RETURN(const std::optional<DeviceScheduler::TrainingLease> lease, BeginStep(epoch));
+    const int64_t K = chunks.chunk_steps(c);
+    run.x.resize(static_cast<size_t>(B * K * F));
+    run.y.resize(static_cast<size_t>(B * K * per_target));
+    RETURN_IF_ERROR(chunks.FillChunk(c, absl::MakeSpan(run.x), absl::MakeSpan(run.y)));
+    const int64_t step = engine_->steps_taken();
+    run.learning_rate = schedule_->At(step, epoch);
+    ASSIGN_OR_RETURN(const double loss,
+                     engine_->StepChunk(run.x.data(), run.y.data(), B, K, run.learning_rate,
+                                        DeriveSeed(options_.training.seed(), SeedPurpose::kDropout,
+                                                   static_cast<uint64_t>(step))));
+    RETURN_IF_ERROR(CheckLoss(loss, epoch, step));
+    loss_sum += loss * static_cast<double>(B * K);
+    loss_count += B * K;
+    run.samples_this_run += B * K;
+    if (engine_->steps_taken() % options_.progress_every_steps == 0) {
+      Report(Progress(TrainProgress::Kind::kStep, epoch, loss_sum / static_cast<double>(loss_count),
+                      std::nan(""), run));
+    }
+  }
+  return loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
+}
+
+absl::StatusOr<std::optional<DeviceScheduler::TrainingLease>> TrainJob::BeginStep(int64_t epoch) {
+  if (cancelled()) {
+    return absl::CancelledError(
+        absl::StrCat("training of '", model_->config().name(), "' cancelled in epoch ", epoch + 1));
+  }
+  std::optional<DeviceScheduler::TrainingLease> lease;
+  if (options_.scheduler != nullptr) {
+    ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
+                     options_.scheduler->AcquireTrainingLease());
+    lease.emplace(std::move(granted));
+  }
+  return lease;
+}
+
+absl::Status TrainJob::CheckLoss(double loss, int64_t epoch, int64_t step) const {
+  if (std::isfinite(loss)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "training of '", model_->config().name(), "' diverged: the loss is ", loss, " at epoch ",
+      epoch + 1, ", step ", step + 1, "; lower the learning rate or clip gradients"));
 }
 
 absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& run) {
@@ -360,8 +448,8 @@ TrainProgress TrainJob::Progress(TrainProgress::Kind kind, int64_t epoch, double
   const double seconds = absl::ToDoubleSeconds(options_.clock->Now() - run.start);
   progress.samples_per_second =
       seconds > 0.0 ? static_cast<double>(run.samples_this_run) / seconds : 0.0;
-  const double remaining_samples =
-      static_cast<double>(progress.total_steps - progress.step) * static_cast<double>(batch_size_);
+  const double remaining_samples = static_cast<double>(progress.total_steps - progress.step) *
+                                   static_cast<double>(samples_per_step_);
   progress.eta_seconds =
       progress.samples_per_second > 0.0 ? remaining_samples / progress.samples_per_second : 0.0;
   return progress;

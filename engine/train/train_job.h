@@ -1,6 +1,8 @@
 // A training or fine-tuning job: windows from a series, a forecaster initialised fresh or
 // from an existing version, epochs of shuffled mini-batches with an optimiser, a learning-rate
-// schedule and a loss, validation after every epoch with early stopping, checkpoints after
+// schedule and a loss (or, with TrainingConfig.stateful, epochs of chunks of parallel streams
+// with states carried between chunks: stream_chunks.h), validation after every epoch with
+// early stopping, checkpoints after
 // every epoch (a restarted job resumes from the last), and finally the best weights published
 // as a new model version. Run() does the work on the caller's thread and reports progress
 // through a callback; Cancel() may come from any thread.
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,7 @@
 #include "engine/train/loss.h"
 #include "engine/train/lr_schedule.h"
 #include "engine/train/optimizer.h"
+#include "engine/train/stream_chunks.h"
 #include "engine/train/training_engine.h"
 #include "forecastd/v1/training.pb.h"
 
@@ -142,6 +146,14 @@ class TrainJob {
   // The optimiser steps of epoch `epoch` (0-based) over the shuffled training windows, with
   // step progress events; the epoch's mean training loss. CANCELLED after Cancel().
   absl::StatusOr<double> RunEpoch(int64_t epoch, RunState& run);
+  // RunEpoch for stateful training: one step per chunk of the training streams, in order,
+  // from zero states; the epoch's mean loss over its scored steps.
+  absl::StatusOr<double> RunStatefulEpoch(int64_t epoch, RunState& run);
+  // What every optimiser step does first: CANCELLED after Cancel(); else the scheduler's lease
+  // (none without a scheduler), to be held through the step.
+  absl::StatusOr<std::optional<DeviceScheduler::TrainingLease>> BeginStep(int64_t epoch);
+  // FAILED_PRECONDITION for a non-finite loss at `step` (0-based) of epoch `epoch`.
+  absl::Status CheckLoss(double loss, int64_t epoch, int64_t step) const;
   // After epoch `epoch`: validates, pulls the weights, keeps the best ones, writes the
   // checkpoint and reports the epoch event.
   absl::Status CloseEpoch(int64_t epoch, double train_loss, RunState& run);
@@ -156,6 +168,8 @@ class TrainJob {
 
   // The mean validation loss of the current weights; NaN without validation windows.
   absl::StatusOr<double> Validate();
+  // Validate for stateful training: over the validation streams from zero states.
+  absl::StatusOr<double> ValidateStateful();
   std::string Fingerprint() const;
 
   // Constant after Create.
@@ -164,6 +178,11 @@ class TrainJob {
   int64_t batch_size_ = 0;
   std::unique_ptr<Forecaster> model_;
   std::unique_ptr<WindowedDataset> dataset_;
+  // Stateful training only (TrainingConfig.stateful.chunk_length > 0): the streams of each
+  // part; no validation_chunks_ without a validation part.
+  std::optional<StreamChunks> train_chunks_, validation_chunks_;
+  // Samples (windows, or stream steps when stateful) one full optimiser step covers.
+  int64_t samples_per_step_ = 0;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LearningRateSchedule> schedule_;
   std::unique_ptr<TrainingLoss> loss_;

@@ -45,16 +45,81 @@ class HostTrainingEngine final : public TrainingEngine {
     return loss_.Evaluate(pred_.data(), y, B);
   }
 
+  absl::Status ResetStates(int64_t B) override {
+    RETURN_IF_ERROR(model_.SupportsStatefulTraining());
+    const auto n = static_cast<size_t>(model_.ChunkStateFloats(B));
+    for (std::vector<float>& state : states_) state.assign(n, 0.0f);
+    streams_ = B;
+    current_ = 0;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<double> StepChunk(const float* x, const float* y, int64_t B, int64_t K, float lr,
+                                   std::optional<uint64_t> dropout_seed) override {
+    tape_.dropout_seed = dropout_seed;
+    ASSIGN_OR_RETURN(const double loss, ForwardChunk(x, y, B, K, /*gradient=*/true));
+    if (!std::isfinite(loss)) return loss;
+    RETURN_IF_ERROR(model_.Backward(backend_, grads_.data(), dpred_.data(), tape_));
+    optimizer_.Step(model_.parameters(), grads_.data(), lr);
+    // The backward read the chunk's initial states; only now may the next chunk overwrite them.
+    current_ ^= 1;
+    return loss;
+  }
+
+  absl::StatusOr<double> EvaluateChunk(const float* x, const float* y, int64_t B,
+                                       int64_t K) override {
+    tape_.dropout_seed.reset();
+    ASSIGN_OR_RETURN(const double loss, ForwardChunk(x, y, B, K, /*gradient=*/false));
+    current_ ^= 1;
+    return loss;
+  }
+
  private:
+  // The chunk's forward from states_[current_] into states_[current_ ^ 1], and its loss
+  // (with dpred_ when `gradient`).
+  absl::StatusOr<double> ForwardChunk(const float* x, const float* y, int64_t B, int64_t K,
+                                      bool gradient) {
+    if (B != streams_) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("a chunk of ", B, " streams, but the states were reset for ", streams_));
+    }
+    pred_.resize(static_cast<size_t>(B * K * model_.num_outputs()));
+    dpred_.resize(pred_.size());
+    RETURN_IF_ERROR(model_.ForwardTrainChunk(backend_, pred_.data(), states_[current_ ^ 1].data(),
+                                             x, states_[current_].data(), B, K, tape_));
+    // Each step's row is one window's worth of forecasts.
+    return gradient ? loss_.Compute(dpred_.data(), pred_.data(), y, B * K)
+                    : loss_.Evaluate(pred_.data(), y, B * K);
+  }
+
   Backend& backend_;
   Forecaster& model_;
   Optimizer& optimizer_;
   const TrainingLoss& loss_;
   TrainingTape tape_;
   std::vector<float> grads_, pred_, dpred_;
+  // Stateful training: the streams' states at the next chunk's start are states_[current_];
+  // the other one receives the chunk's final states. (B, ChunkStateFloats(B) / B) each.
+  std::vector<float> states_[2];
+  int64_t streams_ = 0;
+  int current_ = 0;
 };
 
 }  // namespace
+
+absl::Status TrainingEngine::ResetStates(int64_t) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("stateful training does not run on ", device(), " yet; train on the CPU"));
+}
+
+absl::StatusOr<double> TrainingEngine::StepChunk(const float*, const float*, int64_t, int64_t,
+                                                 float, std::optional<uint64_t>) {
+  return ResetStates(0);
+}
+
+absl::StatusOr<double> TrainingEngine::EvaluateChunk(const float*, const float*, int64_t, int64_t) {
+  return ResetStates(0);
+}
 
 absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeHostTrainingEngine(
     Backend& backend, Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,

@@ -48,6 +48,22 @@ class TrainingEngine {
   virtual absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) = 0;
   // Optimiser steps taken, including those of a pushed checkpoint.
   virtual int64_t steps_taken() const = 0;
+
+  // Stateful training (TrainingConfig.stateful): B streams side by side, each carrying its
+  // recurrent state (Forecaster::ChunkStateFloats) from one chunk to the next. ResetStates
+  // sets the B streams' states to zero (the start of an epoch, or of validation). StepChunk
+  // takes one optimiser step at rate `lr` on the next chunk of K steps: x (B, K, F)
+  // standardised inputs, y (B, K, P, targets) standardised targets (host memory), the loss the
+  // mean over all B*K steps' outputs, gradients through this chunk only; the chunk's final
+  // states, detached, become the states the next chunk starts from. Returns the loss under the
+  // weights before the update (non-finite as Step). EvaluateChunk: the loss without dropout or
+  // update, carrying the states likewise. FAILED_PRECONDITION from an engine without stateful
+  // training (the default), or when B differs from the last ResetStates'.
+  virtual absl::Status ResetStates(int64_t B);
+  virtual absl::StatusOr<double> StepChunk(const float* x, const float* y, int64_t B, int64_t K,
+                                           float lr, std::optional<uint64_t> dropout_seed);
+  virtual absl::StatusOr<double> EvaluateChunk(const float* x, const float* y, int64_t B,
+                                               int64_t K);
 };
 
 // Makes the engine a job's steps run on, for its model, optimiser, loss and configuration

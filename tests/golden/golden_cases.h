@@ -1,6 +1,7 @@
 // The golden cases: the folders under tests/golden/ that make_golden.py writes, each a model
 // (config.json, model.safetensors), its forecast (io.safetensors) and its training run
-// (train.safetensors). golden_test and train_golden_test both run every one of them.
+// (train.safetensors). golden_test and train_golden_test both run every one of them. The
+// stateful training cases (lstm_tbptt, gru_tbptt) are tbptt_golden_test's alone.
 #ifndef FORECASTD_TESTS_GOLDEN_GOLDEN_CASES_H_
 #define FORECASTD_TESTS_GOLDEN_GOLDEN_CASES_H_
 

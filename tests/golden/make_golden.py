@@ -14,10 +14,19 @@ fills them with seeded random weights, runs them, and writes one directory per c
                                     PyTorch: `target`, `loss`, `grad.<param>`, `losses`,
                                     `after.<param>`, the loss / optimiser settings as metadata
 
+Stateful (truncated back-propagation through time) cases, TBPTT_CASES, write instead:
+
+    <out>/<case>/config.json        as above (unidirectional LSTM / GRU)
+    <out>/<case>/model.safetensors  the initial weights, with the normaliser fitted on the
+                                    series' training split
+    <out>/<case>/tbptt.safetensors  `series` (N, F) raw, and ten optimiser steps of stateful
+                                    training on it in PyTorch: `loss`, `grad.<param>`, `losses`,
+                                    `validation_loss`, `after.<param>`, settings as metadata
+
 Usage:
     make_golden.py                    regenerate every case under tests/golden/ (deterministic)
     make_golden.py --out DIR          write the cases under DIR instead
-    make_golden.py --case NAME ...    only these cases
+    make_golden.py --case NAME ...    only these cases (e.g. --case lstm_tbptt gru_tbptt)
     make_golden.py --verify DIR ...   load DIR/config.json (or DIR/../config.json, the
                                       models/<name>/<version>/ layout) and DIR/model.safetensors,
                                       build the PyTorch module, load_state_dict(strict=True), run
@@ -709,6 +718,207 @@ def generate_case(case, out_root):
 
 
 # ----------------------------------------------------------------------------------------------
+# Stateful training (TrainingConfig.stateful): truncated back-propagation through time over
+# `batch` contiguous streams of one series, states carried (detached) between chunks.
+# ----------------------------------------------------------------------------------------------
+
+TBPTT_STEPS = 10
+
+
+def _tbptt(name, seed, arch, layers, targets, chunk, train=None):
+    case = _recurrent(name, seed, arch, 5, layers, False, targets, train=train)
+    # 80 rows, the last 0.25 validate: 60 training rows, 3 streams of 20, of which the first
+    # 16 steps have their 4 future rows; chunks of 5 give 5, 5, 5, 1 steps (4 optimiser steps an
+    # epoch), so ten steps cross two epoch starts (states back to zero) and two short chunks.
+    # Validation: 20 rows, 3 streams of 6, 2 scored steps each.
+    case.update(rows=80, validation_fraction=0.25, batch=3, chunk=chunk)
+    return case
+
+
+TBPTT_CASES = [
+    _tbptt("lstm_tbptt", 1501, "lstm", 2, ["price", "load"], 5),
+    _tbptt("gru_tbptt", 1502, "gru", 2, ["load", "temperature"], 5,
+           train=_train(optimizer="sgd", lr=0.05, momentum=0.9)),
+]
+
+
+def tbptt_series(module, seed, rows):
+    """(rows, F) float32 raw series: mean + std * z per feature (the randomised normaliser's
+    statistics), z an AR(1) process z_t = 0.8 z_{t-1} + 0.6 e_t, e ~ N(0, 1) drawn in float64
+    from a generator seeded with seed + 7919."""
+    g = torch.Generator().manual_seed(seed + 7919)
+    e = torch.randn((rows, module.spec.F), dtype=torch.float64, generator=g).numpy()
+    z = np.zeros_like(e)
+    z[0] = e[0]
+    for t in range(1, rows):
+        z[t] = 0.8 * z[t - 1] + 0.6 * e[t]
+    mean = module.normalizer.mean.double().numpy()
+    std = module.normalizer.std.double().numpy()
+    return (mean + std * z).astype(np.float32)
+
+
+def tbptt_train_rows(rows, fraction):
+    """WindowedDataset's split: floor(rows * (1 - fraction)) with 1e-6 rows of slack."""
+    return int(math.floor(rows * (1.0 - fraction) + 1e-6))
+
+
+def fit_normalizer(series, n_train):
+    """Per-feature mean and population std (ddof 0) of the first n_train rows, in float64,
+    rounded to float32 (a std below 1e-12 becomes 1), as forecastd's dataset fits them."""
+    x = series[:n_train].astype(np.float64)
+    mean = x.mean(axis=0)
+    std = np.sqrt(((x - mean) ** 2).mean(axis=0))
+    std = np.where(std < 1e-12, 1.0, std)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def tbptt_streams(xn, batch, P, target_index):
+    """xn (N, F) standardised rows -> inp (B, S, F), tgt (B, S, P, K): `batch` contiguous
+    streams of Ls = N // batch rows (the remainder dropped); step s of a stream reads row s and
+    forecasts the targets of rows s+1 .. s+P, for s < S = Ls - P."""
+    N, F = xn.shape
+    Ls = N // batch
+    xs = xn[:batch * Ls].reshape(batch, Ls, F)
+    S = Ls - P
+    if S < 1:
+        raise ValueError(f"streams of {Ls} rows have no step with {P} rows after it")
+    idx = torch.tensor(target_index, dtype=torch.long)
+    tgt = torch.stack([xs[:, s + 1:s + 1 + P, :][:, :, idx] for s in range(S)], dim=1)
+    return xs[:, :S, :], tgt
+
+
+def tbptt_chunks(S, k):
+    return [(a, min(a + k, S)) for a in range(0, S, k)]
+
+
+def _detach(state):
+    if isinstance(state, tuple):
+        return tuple(s.detach() for s in state)
+    return state.detach()
+
+
+def tbptt_chunk_loss(module, spec, st, inp, tgt, a, e, state):
+    out, state_n = module.rnn(inp[:, a:e], state)  # out (B, e-a, H)
+    pred = module.head(out).reshape(inp.shape[0], e - a, spec.P, spec.K)
+    return training_loss(st, spec, pred, tgt[:, a:e]), state_n
+
+
+def tbptt_evaluate(module, spec, st, inp, tgt, k):
+    """The stateful loss over all steps from zero states: sum of chunk losses weighted by
+    their steps, over the steps."""
+    with torch.no_grad():
+        state, total = None, 0.0
+        S = inp.shape[1]
+        for a, e in tbptt_chunks(S, k):
+            loss, state = tbptt_chunk_loss(module, spec, st, inp, tgt, a, e, state)
+            total += float(loss) * (e - a)
+        return total / S
+
+
+def tbptt_run(module, spec, st, inp, tgt, val, k, steps):
+    """Stateful training: epochs over the chunks of the streams, states zero at each epoch's
+    start and carried detached between chunks, one optimiser step per chunk, `steps` steps.
+    losses[i]: the loss step i+1 computed (before its update)."""
+    names = [n for n, _ in module.named_parameters()]
+    params = [p for _, p in module.named_parameters()]
+    opt = make_optimizer(params, st)
+    module.train()
+    val_before = tbptt_evaluate(module, spec, st, *val, k)
+    losses, grads, step = [], None, 0
+    chunks = tbptt_chunks(inp.shape[1], k)
+    while step < steps:
+        state = None  # each epoch starts from zero states
+        for a, e in chunks:
+            if step == steps:
+                break
+            opt.zero_grad(set_to_none=True)
+            loss, state_n = tbptt_chunk_loss(module, spec, st, inp, tgt, a, e, state)
+            losses.append(loss.detach().reshape(1).clone())
+            loss.backward()
+            if grads is None:
+                grads = {n: p.grad.detach().clone() for n, p in zip(names, params)}
+            if st["clip_grad_norm"] > 0.0:
+                torch.nn.utils.clip_grad_norm_(params, st["clip_grad_norm"])
+            opt.step()
+            state = _detach(state_n)
+            step += 1
+    val_after = tbptt_evaluate(module, spec, st, *val, k)
+    return dict(losses=torch.cat(losses), grads=grads,
+                validation=torch.tensor([val_before, val_after], dtype=torch.float64),
+                after={n: p.detach().clone() for n, p in zip(names, params)})
+
+
+def tbptt_training(case, spec, state, xn, n_train, dtype):
+    module = training_module(spec, state).to(dtype)
+    xn = xn.to(dtype)
+    B, P, k = case["batch"], spec.P, case["chunk"]
+    inp, tgt = tbptt_streams(xn[:n_train], B, P, spec.target_index)
+    n_val = xn.shape[0] - n_train
+    B_val = min(B, n_val // (P + 1))
+    val = tbptt_streams(xn[n_train:], B_val, P, spec.target_index)
+    return tbptt_run(module, spec, train_settings(case["train"]), inp, tgt, val, k, TBPTT_STEPS)
+
+
+def generate_tbptt_case(case, out_root):
+    cfg = case_config(case)
+    spec = Spec(cfg)
+    if spec.arch == "transformer" or spec.bidirectional:
+        raise ValueError("stateful training needs a unidirectional LSTM or GRU")
+    module = build_module(spec)
+    randomize(module, case["seed"])
+    series = tbptt_series(module, case["seed"], case["rows"])
+    fraction = _f32(case["validation_fraction"])
+    n_train = tbptt_train_rows(case["rows"], case["validation_fraction"])
+    mean, std = fit_normalizer(series, n_train)
+    with torch.no_grad():
+        module.normalizer.mean.copy_(torch.from_numpy(mean))
+        module.normalizer.std.copy_(torch.from_numpy(std))
+    # Standardised as forecastd does: in float64 from the float32 statistics, rounded.
+    xn64 = (series.astype(np.float64) - mean.astype(np.float64)) / std.astype(np.float64)
+    xn = torch.from_numpy(xn64.astype(np.float32))
+    state = module.state_dict()
+    r32 = tbptt_training(case, spec, state, xn, n_train, torch.float32)
+    r64 = tbptt_training(case, spec, state, torch.from_numpy(xn64), n_train, torch.float64)
+    errs = {
+        "losses": max_rel_err(r32["losses"].numpy(), r64["losses"].numpy()),
+        "validation": max_rel_err(r32["validation"].numpy(), r64["validation"].numpy()),
+        "grad": _max_err(r32["grads"], r64["grads"]),
+        "after": _max_err(r32["after"], r64["after"]),
+    }
+    for what, err in errs.items():
+        if not err <= TRAIN_RTOL / 4:
+            raise AssertionError(f"{case['name']}: float32 vs float64 {what} differ by {err:.3g}")
+
+    st = train_settings(case["train"])
+    meta = {"format": "pt", "generator": "tests/golden/make_golden.py", "case": case["name"]}
+    tmeta = dict(meta)
+    tmeta.update(train_metadata(st, TBPTT_STEPS, []))
+    tmeta.update(batch_size=str(case["batch"]), chunk_length=str(case["chunk"]),
+                 validation_fraction=repr(fraction), train_rows=str(n_train))
+    d = os.path.join(out_root, case["name"])
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json.tmp"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(cfg, indent=2) + "\n")
+    os.replace(os.path.join(d, "config.json.tmp"), os.path.join(d, "config.json"))
+    write_safetensors(os.path.join(d, "model.safetensors"),
+                      [(k, v.detach().cpu().numpy()) for k, v in state.items()], meta)
+    names = list(r32["grads"])
+    tensors = ([("series", series), ("loss", r32["losses"][:1].numpy())]
+               + [(f"grad.{n}", r32["grads"][n].numpy()) for n in names]
+               + [("losses", r32["losses"].numpy()),
+                  ("validation_loss", r32["validation"].numpy().astype(np.float32))]
+               + [(f"after.{n}", r32["after"][n].numpy()) for n in names])
+    write_safetensors(os.path.join(d, "tbptt.safetensors"), tensors, tmeta)
+    l = r32["losses"]
+    print(f"{case['name']:<31} {spec.describe()} streams={case['batch']} chunk={case['chunk']} "
+          f"rows={case['rows']} (train {n_train})")
+    print(f"  tbptt {st['loss']:<8} {st['optimizer']:<13} loss {float(l[0]):.5f} -> "
+          f"{float(l[-1]):.5f}  validation {float(r32['validation'][0]):.5f} -> "
+          f"{float(r32['validation'][1]):.5f}  fp32-vs-fp64 "
+          + " ".join(f"{k}={v:.0e}" for k, v in errs.items()))
+
+
+# ----------------------------------------------------------------------------------------------
 # Verification of a model directory (e.g. one forecastd wrote).
 # ----------------------------------------------------------------------------------------------
 
@@ -871,7 +1081,7 @@ def main(argv=None):
             return 1
         return 0
 
-    names = [c["name"] for c in CASES]
+    names = [c["name"] for c in CASES + TBPTT_CASES]
     if args.case:
         unknown = [n for n in args.case if n not in names]
         if unknown:
@@ -881,6 +1091,10 @@ def main(argv=None):
         if args.case and case["name"] not in args.case:
             continue
         generate_case(case, args.out)
+    for case in TBPTT_CASES:
+        if args.case and case["name"] not in args.case:
+            continue
+        generate_tbptt_case(case, args.out)
     return 0
 
 

@@ -21,12 +21,13 @@
 #include "engine/train/optimizer.h"
 #include "tests/golden/golden_cases.h"
 #include "tests/golden/golden_dir.h"
+#include "tests/golden/golden_training.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
 namespace {
 
-constexpr double kTolerance = 1e-4;
+constexpr double kTolerance = kTrainGoldenTolerance;
 
 struct Case {
   std::unique_ptr<Forecaster> model;
@@ -35,22 +36,6 @@ struct Case {
   int64_t B = 0;
   std::unique_ptr<SafetensorsFile> train;
 };
-
-float Number(const SafetensorsFile& file, const std::string& key) {
-  const auto it = file.metadata().find(key);
-  INFO(key);
-  REQUIRE(it != file.metadata().end());
-  double x = 0.0;
-  REQUIRE(absl::SimpleAtod(it->second, &x));
-  return static_cast<float>(x);
-}
-
-std::string Text(const SafetensorsFile& file, const std::string& key) {
-  const auto it = file.metadata().find(key);
-  INFO(key);
-  REQUIRE(it != file.metadata().end());
-  return it->second;
-}
 
 Case Load(const std::string& name) {
   const std::string dir = GoldenCaseDir(name);
@@ -91,43 +76,6 @@ Case Load(const std::string& name) {
   return c;
 }
 
-TrainingLoss LossOf(const Case& c) {
-  v1::LossConfig config;
-  const std::string kind = Text(*c.train, "loss");
-  if (kind == "mse") config.set_kind(v1::LOSS_MSE);
-  if (kind == "mae") config.set_kind(v1::LOSS_MAE);
-  if (kind == "huber") config.set_kind(v1::LOSS_HUBER);
-  if (kind == "quantile") config.set_kind(v1::LOSS_QUANTILE);
-  REQUIRE(config.kind() != v1::LOSS_UNSPECIFIED);
-  config.set_huber_delta(Number(*c.train, "huber_delta"));
-  return TrainingLoss::Create(config, c.model->config()).value();
-}
-
-std::unique_ptr<Optimizer> OptimizerOf(const Case& c) {
-  v1::OptimizerConfig config;
-  const std::string kind = Text(*c.train, "optimizer");
-  if (kind == "sgd") config.set_kind(v1::OPTIMIZER_SGD);
-  if (kind == "adam") config.set_kind(v1::OPTIMIZER_ADAM);
-  if (kind == "adamw") config.set_kind(v1::OPTIMIZER_ADAMW);
-  REQUIRE(config.kind() != v1::OPTIMIZER_UNSPECIFIED);
-  config.set_learning_rate(Number(*c.train, "lr"));
-  config.set_beta1(Number(*c.train, "beta1"));
-  config.set_beta2(Number(*c.train, "beta2"));
-  config.set_eps(Number(*c.train, "eps"));
-  config.set_weight_decay(Number(*c.train, "weight_decay"));
-  config.set_momentum(Number(*c.train, "momentum"));
-  config.set_nesterov(Text(*c.train, "nesterov") == "true");
-  config.set_clip_grad_norm(Number(*c.train, "clip_grad_norm"));
-  auto optimizer = Optimizer::Create(config, c.model->parameters());
-  INFO(optimizer.status().ToString());
-  REQUIRE(optimizer.ok());
-  return *std::move(optimizer);
-}
-
-double Error(double got, double want) {
-  return std::abs(got - want) / std::max(std::abs(want), 1.0);
-}
-
 // One forward and backward; returns the loss and fills `grads`.
 double Step(Case& c, Backend& backend, const TrainingLoss& loss, std::vector<float>& grads) {
   const Forecaster& m = *c.model;
@@ -161,12 +109,12 @@ bool Excluded(const std::string& exclude, const std::string& name, int64_t i) {
 void CheckCase(const std::string& name, Backend& backend) {
   CAPTURE(name, backend.name());
   Case c = Load(name);
-  const TrainingLoss loss = LossOf(c);
+  const TrainingLoss loss = GoldenLoss(*c.train, c.model->config());
   std::vector<float> grads;
   const double loss0 = Step(c, backend, loss, grads);
   const float want_loss = c.train->ReadF32("loss", {1}).value()[0];
   CAPTURE(loss0, want_loss);
-  REQUIRE(Error(loss0, want_loss) <= kTolerance);
+  REQUIRE(GoldenError(loss0, want_loss) <= kTolerance);
 
   int64_t compared = 0;
   for (const ParameterSpec& spec : c.model->parameters().specs()) {
@@ -176,7 +124,7 @@ void CheckCase(const std::string& name, Backend& backend) {
     for (int64_t i = 0; i < spec.numel; ++i) {
       const float got = grads[static_cast<size_t>(spec.offset + i)];
       CAPTURE(spec.name, i, got, want[static_cast<size_t>(i)]);
-      REQUIRE(Error(got, want[static_cast<size_t>(i)]) <= kTolerance);
+      REQUIRE(GoldenError(got, want[static_cast<size_t>(i)]) <= kTolerance);
       ++compared;
     }
   }
@@ -184,15 +132,15 @@ void CheckCase(const std::string& name, Backend& backend) {
 
   // Ten optimiser steps on the same batch; losses[k] is the loss before step k + 1.
   const std::vector<float> losses = c.train->ReadF32("losses", {11}).value();
-  std::unique_ptr<Optimizer> optimizer = OptimizerOf(c);
-  const float lr = Number(*c.train, "lr");
+  std::unique_ptr<Optimizer> optimizer = GoldenOptimizer(*c.train, c.model->parameters());
+  const float lr = GoldenNumber(*c.train, "lr");
   for (int k = 0; k <= 10; ++k) {
     const double value = k == 0 ? loss0 : Step(c, backend, loss, grads);
     CAPTURE(k, value, losses[static_cast<size_t>(k)]);
-    REQUIRE(Error(value, losses[static_cast<size_t>(k)]) <= kTolerance);
+    REQUIRE(GoldenError(value, losses[static_cast<size_t>(k)]) <= kTolerance);
     if (k < 10) optimizer->Step(c.model->parameters(), grads.data(), lr);
   }
-  const std::string exclude = Text(*c.train, "after_exclude");
+  const std::string exclude = GoldenText(*c.train, "after_exclude");
   for (const ParameterSpec& spec : c.model->parameters().specs()) {
     if (!Forecaster::IsTrainable(spec)) continue;
     const std::vector<float> want =
@@ -201,7 +149,7 @@ void CheckCase(const std::string& name, Backend& backend) {
       if (Excluded(exclude, spec.name, i)) continue;
       const float got = c.model->parameters().data()[spec.offset + i];
       CAPTURE(spec.name, i, got, want[static_cast<size_t>(i)]);
-      REQUIRE(Error(got, want[static_cast<size_t>(i)]) <= kTolerance);
+      REQUIRE(GoldenError(got, want[static_cast<size_t>(i)]) <= kTolerance);
     }
   }
 }

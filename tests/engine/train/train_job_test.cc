@@ -1,7 +1,8 @@
 // TrainJob end to end on small series: it learns, is deterministic for a seed, stops early
 // and keeps the best epoch, cancels, resumes from a checkpoint bit for bit (with dropout too),
 // fine-tunes from a published version, reports progress, and refuses bad requests before
-// doing any work.
+// doing any work; stateful (truncated BPTT) jobs train, publish and refuse what they cannot
+// train.
 #include "engine/train/train_job.h"
 
 #include <algorithm>
@@ -440,6 +441,104 @@ TEST_CASE("Quantile and transformer models train too", "[unit][train]") {
   t->set_norm_first(true);
   TrainResult tr = RunOk(Options(backend->get(), dir.path(), transformer));
   REQUIRE(tr.validation_losses.back() < tr.validation_losses.front());
+}
+
+TEST_CASE("A stateful job (truncated BPTT) learns, checkpoints and publishes a version that loads",
+          "[unit][train]") {
+  ScratchDir dir;
+  auto backend = DnnlBackend::Create({});
+  REQUIRE(backend.ok());
+  for (const bool lstm : {true, false}) {
+    CAPTURE(lstm);
+    ModelConfig config = Lstm();
+    config.set_name(lstm ? "stateful_lstm" : "stateful_gru");
+    v1::RecurrentConfig rnn;
+    rnn.set_hidden_size(8);
+    rnn.set_num_layers(2);
+    rnn.set_dropout(0.1f);  // between the layers, as in window training
+    if (lstm) {
+      *config.mutable_lstm() = rnn;
+    } else {
+      config.clear_lstm();
+      *config.mutable_gru() = rnn;
+    }
+    TrainJobOptions options = Options(backend->get(), dir.path(), config);
+    options.publish = true;
+    options.checkpoint_path = (dir.path() / (config.name() + ".ckpt")).string();
+    options.training.set_batch_size(4);
+    options.training.set_epochs(5);
+    options.training.mutable_stateful()->set_chunk_length(8);
+    auto job = TrainJob::Create(options);
+    INFO(job.status().ToString());
+    REQUIRE(job.ok());
+    // 192 training rows: 4 streams of 48 rows, 45 steps each (3 rows forecast), chunks of 8.
+    REQUIRE((*job)->steps_per_epoch() == 6);
+    const TrainResult result = (*job)->Run().value();
+    REQUIRE(result.epochs_run == 5);
+    REQUIRE(result.steps == 5 * 6);
+    REQUIRE(result.validation_losses.size() == 5);
+    REQUIRE(std::isfinite(result.validation_losses.back()));
+    REQUIRE(result.validation_losses.back() < result.validation_losses.front());
+    REQUIRE(result.version == 1);
+    REQUIRE_FALSE(fs::exists(options.checkpoint_path));  // removed once published
+
+    // The published version loads and forecasts with the job's weights.
+    const ParameterArena& trained = (*job)->model().parameters();
+    REQUIRE(Weights(options, 1) ==
+            std::vector<float>(trained.data(), trained.data() + trained.size()));
+    auto loaded = LoadForecaster(options.model_dir, 1);
+    REQUIRE(loaded.ok());
+    const Forecaster& model = **loaded;
+    Workspace workspace;
+    const std::vector<float> windows = model.NeutralWindows(2);
+    std::vector<float> forecast(static_cast<size_t>(2 * model.num_outputs()));
+    REQUIRE(model.Forward(**backend, forecast.data(), windows.data(), 2, workspace).ok());
+    for (const float v : forecast) REQUIRE(std::isfinite(v));
+  }
+}
+
+TEST_CASE("Stateful training refuses bidirectional and transformer models and bad chunks",
+          "[unit][train]") {
+  ScratchDir dir;
+  ReferenceBackend backend;
+  TrainJobOptions good = Options(&backend, dir.path(), Lstm());
+  good.training.mutable_stateful()->set_chunk_length(8);
+  good.training.set_batch_size(4);
+  REQUIRE(TrainJob::Create(good).ok());
+  const auto refused = [](const TrainJobOptions& o, absl::string_view what) {
+    const absl::Status status = TrainJob::Create(o).status();
+    CAPTURE(status.ToString());
+    REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE_THAT(std::string(status.message()), Catch::Contains(std::string(what)));
+  };
+
+  TrainJobOptions o = good;
+  o.model.mutable_lstm()->set_bidirectional(true);
+  refused(o, "bidirectional");
+  o = good;
+  o.model.clear_lstm();
+  o.model.mutable_gru()->set_hidden_size(4);
+  o.model.mutable_gru()->set_num_layers(1);
+  o.model.mutable_gru()->set_bidirectional(true);
+  refused(o, "unidirectional LSTM or GRU");
+  o = good;
+  o.model.clear_lstm();
+  o.model.mutable_transformer()->set_d_model(8);
+  o.model.mutable_transformer()->set_num_heads(2);
+  o.model.mutable_transformer()->set_num_layers(1);
+  o.model.mutable_transformer()->set_dim_feedforward(16);
+  refused(o, "transformer");
+  // The same models train on windows.
+  o.training.mutable_stateful()->set_chunk_length(0);
+  REQUIRE(TrainJob::Create(o).ok());
+
+  o = good;
+  o.training.mutable_stateful()->set_chunk_length(-1);
+  refused(o, "chunk_length");
+  // 192 training rows in 100 streams leave 1 row each; a step needs horizon + 1 = 4.
+  o = good;
+  o.training.set_batch_size(100);
+  refused(o, "streams");
 }
 
 TEST_CASE("Bad requests fail at Create with a clear error", "[unit][train]") {
