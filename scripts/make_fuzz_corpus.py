@@ -257,6 +257,29 @@ def predict_request_seeds():
     return seeds
 
 
+def stream_request_seeds():
+    # A StreamRequest with ticks: key (field 1), ticks (field 3: raw 1, values 2 packed). The
+    # fuzz target reads F = 1 + len(key) % 4 and allows non-finite values for keys "nan...".
+    def ticks(key, raw=None, values=None):
+        body = b""
+        if raw is not None:
+            body += field(1, 2, raw)
+        if values is not None:
+            body += field(2, 2, f32(*values))
+        return field(1, 2, key.encode()) + field(3, 2, body)
+
+    seeds = {}
+    seeds["values_f3.pb"] = ticks("abcd", values=[1.0, 2.0, 3.0, 4.0])  # F = 1
+    seeds["raw_f2_rows2.pb"] = ticks("a", raw=f32(1.5, 2.5, 3.5, 4.5))  # F = 2
+    seeds["nan_allowed.pb"] = ticks("nan", values=[math.nan, 1.0])  # F = 4: refused shape
+    seeds["nan_refused.pb"] = ticks("k", raw=f32(math.nan, 1.0))
+    seeds["bad_both.pb"] = ticks("k", raw=f32(1.0, 2.0), values=[1.0, 2.0])
+    seeds["bad_raw_size.pb"] = ticks("k", raw=f32(1.0, 2.0)[:-1])
+    seeds["bad_empty.pb"] = ticks("k")
+    seeds["open.pb"] = field(1, 2, b"k") + field(2, 2, field(1, 2, b"m"))
+    return seeds
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "tests/fuzz/corpus")
@@ -266,6 +289,7 @@ def main():
         "model_config": model_config_seeds(),
         "csv": csv_seeds(),
         "predict_request": predict_request_seeds(),
+        "stream_request": stream_request_seeds(),
     }
     total = 0
     for target, seeds in targets.items():

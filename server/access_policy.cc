@@ -14,6 +14,7 @@ constexpr MethodAccess Needs(Role role) { return {MethodAccess::Kind::kRole, rol
 // Benchmark needs admin: it can keep every worker busy for a minute with 1024 client threads.
 constexpr MethodRule kRules[] = {
     {"/forecastd.v1.Forecaster/Predict", Needs(Role::kPredict)},
+    {"/forecastd.v1.Forecaster/Stream", Needs(Role::kPredict)},
     {"/forecastd.v1.Forecaster/Train", Needs(Role::kTrain)},
     {"/forecastd.v1.Forecaster/WatchTrainJob", Needs(Role::kTrain)},
     {"/forecastd.v1.Forecaster/GetTrainJob", Needs(Role::kTrain)},

@@ -1,11 +1,11 @@
 #include "server/stream_call.h"
 
-#include <cstring>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "server/grpc_status.h"
+#include "server/stream_input.h"
 
 namespace forecastd {
 namespace {
@@ -28,26 +28,6 @@ uint64_t Micros(absl::Duration d) {
 }
 
 }  // namespace
-
-absl::Status DecodeStreamTicks(const v1::StreamTicks& ticks, std::vector<float>* values,
-                               bool* raw) {
-  *raw = !ticks.raw().empty();
-  if (*raw && ticks.values_size() > 0) {
-    return absl::InvalidArgumentError("ticks carry both raw bytes and values; send one");
-  }
-  if (*raw) {
-    if (ticks.raw().size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("ticks.raw has ", ticks.raw().size(),
-                                                     " bytes, not a whole number of float32s"));
-    }
-    values->resize(ticks.raw().size() / sizeof(float));
-    std::memcpy(values->data(), ticks.raw().data(), ticks.raw().size());
-  } else {
-    values->assign(ticks.values().begin(), ticks.values().end());
-  }
-  if (values->empty()) return absl::InvalidArgumentError("ticks carry no values");
-  return absl::OkStatus();
-}
 
 v1::StreamResponse ToStreamResponse(const StreamReply& reply) {
   v1::StreamResponse response;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/serving/batching_config.h"
 #include "engine/serving/tick_engine.h"
+#include "engine/serving/tick_rows.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -303,31 +304,18 @@ void StreamHub::Submit(ConnectionId connection, const std::string& key, Pending 
     pending.arrival = clock_->Now();
     stream->last_active = pending.arrival;
     if (pending.kind == Pending::Kind::kTicks) {
-      const int64_t n = static_cast<int64_t>(pending.values.size());
-      absl::Status bad;
-      if (n == 0 || n % stream->F != 0) {
-        bad = absl::InvalidArgumentError(absl::StrCat("ticks of ", n, " values for key '", key,
-                                                      "'; expected rows of ", stream->F,
-                                                      " features (model '", stream->model, "')"));
-      } else if (!options_.allow_non_finite_inputs) {
-        for (int64_t i = 0; i < n; ++i) {
-          if (!std::isfinite(pending.values[static_cast<size_t>(i)])) {
-            bad = absl::InvalidArgumentError(absl::StrCat("tick value ", i, " for key '", key,
-                                                          "' is not finite (row ", i / stream->F,
-                                                          ", feature ", i % stream->F, ")"));
-            break;
-          }
-        }
-      }
-      if (!bad.ok()) {
-        error.status = bad;
+      absl::StatusOr<int64_t> rows =
+          CheckTickRows(pending.values, stream->F, options_.allow_non_finite_inputs);
+      if (!rows.ok()) {
+        error.status = absl::InvalidArgumentError(absl::StrCat(
+            rows.status().message(), " (key '", key, "', model '", stream->model, "')"));
         if (options_.observer != nullptr) {
-          options_.observer->OnTick(stream->model, bad, absl::ZeroDuration());
+          options_.observer->OnTick(stream->model, error.status, absl::ZeroDuration());
         }
         SendLocked(*stream, std::move(error));
         return;
       }
-      pending.rows = n / stream->F;
+      pending.rows = *rows;
       stream->sequence += pending.rows;
     }
     stream->pending.push_back(std::move(pending));

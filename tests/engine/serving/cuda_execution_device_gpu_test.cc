@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "backends/reference_backend.h"
 #include "engine/file_io.h"
 #include "engine/models/model_files.h"
 #include "engine/serving/model_registry.h"
@@ -273,6 +275,90 @@ TEST_CASE("A registry serves a model on the GPU under concurrent requests", "[gp
   for (std::thread& t : clients) t.join();
   for (const double w : worst) CHECK(w < 1e-4);
   registry.reset();  // before the device its instances live on
+}
+
+}  // namespace
+}  // namespace forecastd
+
+namespace forecastd {
+namespace {
+
+// State mode on the GPU: steps of up to 1,024 ticks over a slab of 10,000 streams, gathered and
+// scattered by slot inside captured graphs, forecast what the reference's steps do on the CPU.
+TEST_CASE("GPU state-mode steps forecast what the CPU's steps do, for 1 to 1,024 streams a step",
+          "[gpu][serving][stream]") {
+  constexpr int64_t kSlots = 10000, kMaxStep = 1024;
+  for (const bool lstm : {true, false}) {
+    ModelConfig config = BaseConfig(lstm ? "lstm_state" : "gru_state");
+    v1::RecurrentConfig* rnn = lstm ? config.mutable_lstm() : config.mutable_gru();
+    rnn->set_hidden_size(lstm ? 32 : 9);  // an odd H too
+    rnn->set_num_layers(2);
+    config.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
+    const std::shared_ptr<const Forecaster> model = testing::RandomModel(config, 5);
+    const int64_t S = model->StateFloats(), O = model->num_outputs();
+    std::unique_ptr<CudaExecutionDevice> device = MakeDevice(/*use_graphs=*/true, 1);
+    ExecutionDevice::InstanceOptions options;
+    options.max_batch_size = 4;
+    options.state_slots = kSlots;
+    options.max_step_rows = kMaxStep;
+    auto gpu = device->CreateInstances(model, options);
+    INFO(gpu.status().ToString());
+    REQUIRE(gpu.ok());
+    ReferenceBackend reference;
+    DeviceScheduler::Options scheduler_options;
+    auto scheduler = DeviceScheduler::Create(scheduler_options).value();
+    CpuExecutionDevice cpu_device(&reference, scheduler.get(), 1);
+    auto cpu = cpu_device.CreateInstances(model, options).value();
+
+    std::mt19937 gen(3);
+    for (const int64_t B : {int64_t{1}, int64_t{3}, int64_t{100}, kMaxStep}) {
+      // B distinct slots scattered over the slab, three steps from zero states.
+      std::vector<int32_t> slots(static_cast<size_t>(kSlots));
+      for (int32_t s = 0; s < kSlots; ++s) slots[static_cast<size_t>(s)] = s;
+      std::shuffle(slots.begin(), slots.end(), gen);
+      slots.resize(static_cast<size_t>(B));
+      for (int step = 0; step < 3; ++step) {
+        const std::vector<uint8_t> zero(static_cast<size_t>(B), step == 0 ? 1 : 0);
+        const std::vector<float> x = testing::RandomWindows(B, 1, static_cast<uint32_t>(step));
+        std::vector<float> want(static_cast<size_t>(B * O)), got(want.size(), NAN);
+        REQUIRE(cpu[0]->Step(slots.data(), zero.data(), x.data(), B, want.data()).ok());
+        const absl::Status status =
+            (*gpu)[0]->Step(slots.data(), zero.data(), x.data(), B, got.data());
+        INFO(status.ToString());
+        REQUIRE(status.ok());
+        const double worst = WorstError(got, want);
+        std::printf("%-10s B=%4lld step %d  max rel err %.2e\n", config.name().c_str(),
+                    static_cast<long long>(B), step, worst);
+        CHECK(worst < 1e-4);
+      }
+      std::vector<float> state(static_cast<size_t>(S)), cpu_state(state.size());
+      REQUIRE((*gpu)[0]->ReadState(slots[0], state.data()).ok());
+      REQUIRE(cpu[0]->ReadState(slots[0], cpu_state.data()).ok());
+      CHECK(WorstError(state, cpu_state) < 1e-4);
+    }
+    // Informational: one step of 1,024 of the 10,000 resident streams (graph replay).
+    std::vector<int32_t> slots(static_cast<size_t>(kMaxStep));
+    for (int64_t b = 0; b < kMaxStep; ++b)
+      slots[static_cast<size_t>(b)] = static_cast<int32_t>(b * 9);
+    const std::vector<uint8_t> zero(static_cast<size_t>(kMaxStep), 0);
+    const std::vector<float> x = testing::RandomWindows(kMaxStep, 1, 9);
+    std::vector<float> out(static_cast<size_t>(kMaxStep * O));
+    for (int i = 0; i < 10; ++i)
+      REQUIRE((*gpu)[0]->Step(slots.data(), zero.data(), x.data(), kMaxStep, out.data()).ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    constexpr int kIters = 100;
+    for (int i = 0; i < kIters; ++i) {
+      REQUIRE((*gpu)[0]->Step(slots.data(), zero.data(), x.data(), kMaxStep, out.data()).ok());
+    }
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        kIters;
+    std::printf("%-10s %lld resident streams: a step of %lld ticks takes %.1f us end to end\n",
+                config.name().c_str(), static_cast<long long>(kSlots),
+                static_cast<long long>(kMaxStep), us);
+    cpu.clear();
+    scheduler->Shutdown();
+  }
 }
 
 }  // namespace
