@@ -83,6 +83,14 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "seconds queued and in-flight predictions may take to finish on shutdown, "
                  "unload or a version switch")
       ->capture_default_str();
+  app.add_option("--state-dir", options.state_dir,
+                 "where tick streams are kept across restarts (streams.pb); default: "
+                 "<model repository>/.streams");
+  double snapshot_seconds = absl::ToDoubleSeconds(options.stream_snapshot_interval);
+  app.add_option("--stream-snapshot-interval", snapshot_seconds,
+                 "seconds between periodic snapshots of the tick streams (0: only on drain); a "
+                 "killed daemon loses at most the ticks since the last one")
+      ->capture_default_str();
   app.add_option("--load-model", options.load_models,
                  "load only these models at start (repeatable); default: every model");
   app.add_option("--data-dir", options.data_dir,
@@ -195,6 +203,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--drain-timeout must be between 0 and 3600 seconds");
   }
   options.drain_timeout = absl::Seconds(drain_timeout_seconds);
+  if (!(snapshot_seconds >= 0 && snapshot_seconds <= 86400)) {
+    return UsageError("--stream-snapshot-interval must be between 0 and 86400 seconds");
+  }
+  options.stream_snapshot_interval = absl::Seconds(snapshot_seconds);
   if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");

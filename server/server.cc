@@ -255,7 +255,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                    StreamHub::Create({.registry = s.registry_.get(),
                                       .clock = nullptr,
                                       .allow_non_finite_inputs = options.allow_non_finite_inputs,
-                                      .observer = s.serving_metrics_.get()}));
+                                      .observer = s.serving_metrics_.get(),
+                                      .snapshot_path = s.StreamSnapshotPath(),
+                                      .snapshot_interval = options.stream_snapshot_interval}));
+  s.RestoreStreams();
 
   TrainJobManager::Options job_options;
   job_options.repository = options.model_repository;
@@ -464,6 +467,41 @@ absl::Status Server::ReloadTokens() {
   return absl::OkStatus();
 }
 
+std::string Server::StreamSnapshotPath() const {
+  const std::string dir = options_.state_dir.empty()
+                              ? absl::StrCat(options_.model_repository, "/.streams")
+                              : options_.state_dir;
+  return absl::StrCat(dir, "/streams.pb");
+}
+
+void Server::RestoreStreams() {
+  const std::string path = StreamSnapshotPath();
+  int64_t restored = 0;
+  absl::StatusOr<v1::StreamSnapshot> snapshot =
+      streams_->LoadSnapshot(path, &restored, options_.drain_timeout);
+  if (absl::IsNotFound(snapshot.status())) return;
+  if (!snapshot.ok()) {
+    spdlog::error("tick streams: cannot restore {}: {}", path, snapshot.status().ToString());
+    return;
+  }
+  const std::string written =
+      absl::FormatTime(absl::FromUnixMillis(snapshot->written_unix_ms()), absl::UTCTimeZone());
+  if (snapshot->clean()) {
+    spdlog::info("tick streams: {} restored from {} (written on drain at {})", restored, path,
+                 written);
+  } else {
+    spdlog::warn(
+        "tick streams: {} restored from {}, a periodic snapshot written at {}: the daemon did "
+        "not drain, so ticks answered after that time are lost",
+        restored, path, written);
+  }
+  // From here on the file on disk is no longer the drain's: a crash must not pass it off as one.
+  if (absl::Status saved = streams_->SaveSnapshot(path, /*clean=*/false, options_.drain_timeout);
+      !saved.ok()) {
+    spdlog::warn("tick streams: cannot rewrite {}: {}", path, saved.ToString());
+  }
+}
+
 void Server::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
@@ -474,6 +512,22 @@ void Server::Shutdown() {
   // move traffic away while the queued work finishes.
   accepting_.store(false);
   health_->Shutdown();
+  if (streams_ != nullptr) {
+    // Every tick already taken is answered, then every stream is written down, before the
+    // versions that hold their states drain.
+    streams_->StopAccepting();
+    if (!streams_->AwaitIdle(options_.drain_timeout)) {
+      spdlog::warn("tick streams: still computing after {}",
+                   absl::FormatDuration(options_.drain_timeout));
+    }
+    const std::string path = StreamSnapshotPath();
+    if (absl::Status saved = streams_->SaveSnapshot(path, /*clean=*/true, options_.drain_timeout);
+        !saved.ok()) {
+      spdlog::error("tick streams: cannot write {}: {}", path, saved.ToString());
+    } else {
+      spdlog::info("tick streams: {} written to {}", streams_->List("").size(), path);
+    }
+  }
   if (registry_ != nullptr) registry_->Shutdown(options_.drain_timeout);
   if (jobs_ != nullptr) jobs_->Shutdown();
   if (grpc_server_ != nullptr) {

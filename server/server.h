@@ -65,6 +65,9 @@ class Server {
   Server(ServerOptions options, std::vector<Device> devices,
          std::unique_ptr<MetricsExposer> metrics);
   v1::ServerStatus Status() const;
+  // <state dir>/streams.pb; and loading it at start.
+  std::string StreamSnapshotPath() const;
+  void RestoreStreams();
 
   // Constant after construction (the pointers' objects have their own synchronisation).
   const ServerOptions options_;

@@ -42,6 +42,12 @@ struct ServerOptions {
   // Predict work may take to finish before what is left is refused.
   absl::Duration drain_timeout = absl::Seconds(30);
 
+  // Where tick streams are kept across restarts: `<state_dir>/streams.pb`, written on drain
+  // (after every accepted tick is answered) and every stream_snapshot_interval, and read at
+  // start. Empty: `<model_repository>/.streams`. A zero interval: only on drain.
+  std::string state_dir;
+  absl::Duration stream_snapshot_interval = absl::Seconds(30);
+
   // Where training CSV files are looked up (DataConfig.csv_path is relative to it).
   std::string data_dir = "data";
   // Where training checkpoints go; "": `<model_repository>/.checkpoints`.

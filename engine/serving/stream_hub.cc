@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <filesystem>
+#include <future>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/file_io.h"
 #include "engine/serving/batching_config.h"
 #include "engine/serving/tick_engine.h"
 #include "engine/serving/tick_rows.h"
 #include "kernels/base/status.h"
+#include "spdlog/spdlog.h"
 
 namespace forecastd {
 
@@ -52,6 +56,7 @@ struct StreamHub::Stream {
   absl::Time last_active;
   std::deque<Pending> pending;
   bool busy = false;   // a task of it is in an engine
+  bool held = false;   // a snapshot is reading it: nothing new is dispatched
   bool ended = false;  // closed or evicted: out of the map
   bool resumed = false;
 
@@ -96,12 +101,24 @@ StreamHub::~StreamHub() {
 }
 
 void StreamHub::SweeperLoop() {
+  const bool snapshots =
+      !options_.snapshot_path.empty() && options_.snapshot_interval > absl::ZeroDuration();
+  absl::Time next_snapshot = absl::Now() + options_.snapshot_interval;
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     const auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) break;
+    const bool take = snapshots && accepting_ && absl::Now() >= next_snapshot;
     mu_.Unlock();
     Sweep();
+    if (take) {
+      if (absl::Status saved =
+              SaveSnapshot(options_.snapshot_path, /*clean=*/false, absl::Seconds(5));
+          !saved.ok()) {
+        spdlog::warn("tick streams: periodic snapshot failed: {}", saved.ToString());
+      }
+      next_snapshot = absl::Now() + options_.snapshot_interval;
+    }
     mu_.Lock();
   }
 }
@@ -181,6 +198,9 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
     error.status = std::move(status);
     SendLocked(connection, std::move(error));
   };
+  if (!accepting_) {
+    return fail(absl::UnavailableError("forecastd is shutting down; resume the key later"));
+  }
   if (key.empty()) return fail(absl::InvalidArgumentError("a stream needs a key"));
   for (const auto& [id, stream] : streams_) {
     if (stream->connection == connection && stream->key == key) {
@@ -293,6 +313,12 @@ void StreamHub::Submit(ConnectionId connection, const std::string& key, Pending 
     absl::MutexLock l(&mu_);
     StreamReply error;
     error.tag = pending.tag;
+    if (!accepting_) {
+      error.key = key;
+      error.status = absl::UnavailableError("forecastd is shutting down; resume the key later");
+      SendLocked(connection, std::move(error));
+      return;
+    }
     std::shared_ptr<Stream> stream = FindLocked(connection, key, &error);
     if (stream == nullptr) {
       if (pending.kind == Pending::Kind::kTicks && options_.observer != nullptr) {
@@ -366,7 +392,7 @@ absl::Status StreamHub::EnsurePinnedLocked(Stream& stream) {
 void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Dispatch>& out) {
   Stream& s = *stream;
   const bool state = s.mode == v1::StreamingConfig::STREAM_MODE_STATE;
-  while (!s.busy && !s.ended && !s.pending.empty()) {
+  while (!s.busy && !s.held && !s.ended && !s.pending.empty()) {
     if (s.pending.front().kind == Pending::Kind::kReset ||
         s.pending.front().kind == Pending::Kind::kClose) {
       const bool close = s.pending.front().kind == Pending::Kind::kClose;
@@ -583,6 +609,315 @@ std::map<std::string, StreamHub::ModelUsage> StreamHub::Usage() const {
     u.state_bytes += bytes;
   }
   return usage;
+}
+
+// --- Snapshots, export and import
+
+void StreamHub::StopAccepting() {
+  absl::MutexLock l(&mu_);
+  accepting_ = false;
+}
+
+bool StreamHub::AwaitIdle(absl::Duration timeout) {
+  absl::MutexLock l(&mu_);
+  const auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [id, stream] : streams_) {
+      if (stream->busy || !stream->pending.empty()) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&idle), timeout);
+}
+
+v1::StreamRecord StreamHub::RecordLocked(const Stream& s) const {
+  v1::StreamRecord record;
+  record.set_model(s.model);
+  record.set_key(s.key);
+  record.set_requested_version(s.requested_version);
+  record.set_mode(s.mode);
+  record.set_lookback(s.T);
+  record.set_features(s.F);
+  record.set_sequence(s.sequence_done);
+  const int64_t n = s.buffered();
+  const std::vector<float> window = s.Window(n);
+  record.mutable_ring()->Add(window.begin(), window.end());
+  record.set_ring_count(s.ring_count);
+  record.set_zero_state(s.zero_state);
+  return record;
+}
+
+absl::StatusOr<std::vector<v1::StreamRecord>> StreamHub::ReadRecords(
+    std::vector<std::shared_ptr<Stream>> streams, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  struct Reads {
+    absl::Mutex mu;
+    int64_t outstanding ABSL_GUARDED_BY(mu) = 0;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::map<const Stream*, std::vector<float>> states ABSL_GUARDED_BY(mu);
+  };
+  auto reads = std::make_shared<Reads>();
+  std::vector<Dispatch> dispatches;
+  const auto release = [&]() {
+    std::vector<Dispatch> resumed;
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& stream : streams) {
+        stream->held = false;
+        PumpLocked(stream, resumed);
+      }
+    }
+    EnqueueAll(std::move(resumed));
+  };
+  bool rested = false;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& stream : streams) stream->held = true;
+    // Between two requests: the task in flight, if any, finishes first.
+    const auto resting = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      for (const auto& stream : streams) {
+        if (stream->busy) return false;
+      }
+      return true;
+    };
+    rested = mu_.AwaitWithDeadline(absl::Condition(&resting), deadline);
+  }
+  if (!rested) {
+    release();
+    return absl::DeadlineExceededError("tick streams did not come to rest for a snapshot");
+  }
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& stream : streams) {
+      Stream& s = *stream;
+      if (s.ended || s.mode != v1::StreamingConfig::STREAM_MODE_STATE || !s.pin.has_value() ||
+          s.slot < 0 || s.zero_state || ModelRegistry::Retired(*s.pin)) {
+        continue;
+      }
+      auto task = std::make_unique<TickTask>();
+      task->kind = TickTask::Kind::kReadState;
+      task->slot = s.slot;
+      const Stream* key = stream.get();
+      task->done = [reads, key](TickResult result) {
+        absl::MutexLock rl(&reads->mu);
+        if (result.status.ok()) {
+          reads->states[key] = std::move(result.output);
+        } else if (reads->status.ok()) {
+          reads->status = result.status;
+        }
+        --reads->outstanding;
+      };
+      {
+        absl::MutexLock rl(&reads->mu);
+        ++reads->outstanding;
+      }
+      dispatches.push_back(Dispatch{stream, *s.pin, std::move(task)});
+    }
+  }
+  for (Dispatch& d : dispatches) {
+    if (absl::Status status = ModelRegistry::Ticks(d.pin).Enqueue(d.task); !status.ok()) {
+      TickResult refused;
+      refused.status = status;
+      d.task->done(std::move(refused));
+    }
+  }
+  {
+    absl::MutexLock rl(&reads->mu);
+    const auto done = [&reads]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reads->mu) {
+      return reads->outstanding == 0;
+    };
+    reads->mu.Await(absl::Condition(&done));
+  }
+  std::vector<v1::StreamRecord> records;
+  absl::Status status;
+  {
+    absl::MutexLock l(&mu_);
+    absl::MutexLock rl(&reads->mu);
+    status = reads->status;
+    for (const auto& stream : streams) {
+      if (stream->ended) continue;
+      v1::StreamRecord record = RecordLocked(*stream);
+      const auto state = reads->states.find(stream.get());
+      if (state != reads->states.end()) {
+        record.set_version(stream->pin->version);
+        record.mutable_state()->Add(state->second.begin(), state->second.end());
+      } else if (stream->zero_state && stream->pin.has_value()) {
+        record.set_version(stream->pin->version);
+      }
+      records.push_back(std::move(record));
+    }
+  }
+  release();
+  if (!status.ok()) return status;
+  return records;
+}
+
+absl::StatusOr<v1::StreamSnapshot> StreamHub::Snapshot(bool clean, absl::Duration timeout) {
+  absl::MutexLock one_at_a_time(&snapshot_mu_);
+  std::vector<std::shared_ptr<Stream>> streams;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [id, stream] : streams_) streams.push_back(stream);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::StreamRecord> records, ReadRecords(std::move(streams), timeout));
+  v1::StreamSnapshot snapshot;
+  snapshot.set_written_unix_ms(absl::ToUnixMillis(absl::Now()));
+  snapshot.set_clean(clean);
+  for (v1::StreamRecord& record : records) *snapshot.add_streams() = std::move(record);
+  return snapshot;
+}
+
+absl::StatusOr<v1::StreamRecord> StreamHub::Export(const std::string& model, const std::string& key,
+                                                   absl::Duration timeout) {
+  absl::MutexLock one_at_a_time(&snapshot_mu_);
+  std::shared_ptr<Stream> stream;
+  {
+    absl::MutexLock l(&mu_);
+    const auto it = streams_.find({model, key});
+    if (it == streams_.end()) {
+      return absl::NotFoundError(absl::StrCat("model '", model, "' has no stream '", key, "'"));
+    }
+    stream = it->second;
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::StreamRecord> records, ReadRecords({stream}, timeout));
+  if (records.empty()) {
+    return absl::NotFoundError(absl::StrCat("stream '", key, "' of model '", model, "' ended"));
+  }
+  return records.front();
+}
+
+absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration timeout) {
+  const std::string context =
+      absl::StrCat("stream '", record.key(), "' of model '", record.model(), "'");
+  if (record.key().empty()) return absl::InvalidArgumentError("a stream record needs a key");
+  ASSIGN_OR_RETURN(LoadedModel pin,
+                   options_.registry->GetLoadedModel(record.model(), record.requested_version()));
+  const Forecaster& model = *pin.model;
+  const StreamLimits limits = StreamLimitsFor(model.config(), pin.max_batch_size);
+  const int64_t T = model.lookback(), F = model.num_features();
+  if (record.lookback() != T || record.features() != F || record.mode() != limits.mode) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        context, " was kept for lookback ", record.lookback(), ", ", record.features(),
+        " features and mode ", v1::StreamingConfig::Mode_Name(record.mode()), "; version ",
+        pin.version, " has ", T, ", ", F, " and ", v1::StreamingConfig::Mode_Name(limits.mode)));
+  }
+  const int64_t n = record.ring_size() / F;
+  if (record.ring_size() % F != 0 || n > T || n > record.ring_count() || record.sequence() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": malformed ring buffer"));
+  }
+  const bool state = limits.mode == v1::StreamingConfig::STREAM_MODE_STATE;
+  const bool same_version = record.version() == pin.version;
+  if (state && same_version && !record.zero_state() && record.state_size() != model.StateFloats()) {
+    return absl::InvalidArgumentError(absl::StrCat(context, ": a state of ", record.state_size(),
+                                                   " values; the model keeps ",
+                                                   model.StateFloats()));
+  }
+  auto stream = std::make_shared<Stream>();
+  stream->model = record.model();
+  stream->key = record.key();
+  stream->requested_version = record.requested_version();
+  stream->mode = limits.mode;
+  stream->limits = limits;
+  stream->T = static_cast<int>(T);
+  stream->F = static_cast<int>(F);
+  stream->shape = {model.horizon(), model.num_targets()};
+  if (!model.config().quantiles().empty()) stream->shape.push_back(model.num_quantiles());
+  stream->ring.assign(static_cast<size_t>(T * F), 0.0f);
+  stream->ring_count = record.ring_count();
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t t = (record.ring_count() - n + i) % T;
+    std::copy_n(record.ring().begin() + i * F, F, stream->ring.begin() + t * F);
+  }
+  stream->sequence = stream->sequence_done = record.sequence();
+  stream->last_active = clock_->Now();
+  std::unique_ptr<TickTask> write;
+  if (state && (same_version || record.ring_count() == 0)) {
+    // The state is this version's (or zero): it comes back as it was.
+    ASSIGN_OR_RETURN(stream->slot, ModelRegistry::Ticks(pin).AllocateSlot());
+    stream->zero_state = record.zero_state() || record.state().empty();
+    if (!stream->zero_state) {
+      write = std::make_unique<TickTask>();
+      write->kind = TickTask::Kind::kWriteState;
+      write->slot = stream->slot;
+      write->input.assign(record.state().begin(), record.state().end());
+    }
+    stream->pin = pin;
+  } else if (!state) {
+    stream->pin = pin;
+  }
+  // Otherwise no pin: the next tick re-primes a new state from the ring buffer.
+  if (write != nullptr) {
+    auto written = std::make_shared<std::promise<absl::Status>>();
+    std::future<absl::Status> result = written->get_future();
+    write->done = [written](TickResult r) { written->set_value(r.status); };
+    if (absl::Status status = ModelRegistry::Ticks(pin).Enqueue(write); !status.ok()) {
+      ModelRegistry::Ticks(pin).ReleaseSlot(stream->slot);
+      return WithContext(status, context);
+    }
+    if (result.wait_for(absl::ToChronoMilliseconds(timeout)) != std::future_status::ready) {
+      // The write still runs; the slot stays taken by it.
+      return absl::DeadlineExceededError(absl::StrCat(context, ": restoring its state timed out"));
+    }
+    if (absl::Status status = result.get(); !status.ok()) {
+      ModelRegistry::Ticks(pin).ReleaseSlot(stream->slot);
+      return WithContext(status, context);
+    }
+  }
+  absl::MutexLock l(&mu_);
+  const auto it = streams_.find({record.model(), record.key()});
+  if (it != streams_.end()) {
+    if (it->second->connection != 0) {
+      UnpinLocked(*stream);
+      return absl::FailedPreconditionError(
+          absl::StrCat(context, " is open on a connection; close it before importing"));
+    }
+    EndLocked(it->second, "replaced");
+  }
+  int64_t open = 0;
+  for (const auto& [id, other] : streams_) open += other->model == record.model() ? 1 : 0;
+  if (open >= limits.max_streams) {
+    UnpinLocked(*stream);
+    return absl::ResourceExhaustedError(absl::StrCat("model '", record.model(), "' has ", open,
+                                                     " open streams, its streaming.max_streams"));
+  }
+  streams_[{record.model(), record.key()}] = stream;
+  return absl::OkStatus();
+}
+
+absl::Status StreamHub::SaveSnapshot(const std::string& path, bool clean, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(v1::StreamSnapshot snapshot, Snapshot(clean, timeout));
+  std::string bytes;
+  if (!snapshot.SerializeToString(&bytes)) {
+    return absl::InternalError("cannot serialise the stream snapshot");
+  }
+  const size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos) {
+    std::error_code error;
+    std::filesystem::create_directories(path.substr(0, slash), error);
+  }
+  return WriteFileAtomically(path, bytes);
+}
+
+absl::StatusOr<v1::StreamSnapshot> StreamHub::LoadSnapshot(const std::string& path,
+                                                           int64_t* restored,
+                                                           absl::Duration timeout) {
+  *restored = 0;
+  if (!std::filesystem::exists(path)) {
+    return absl::NotFoundError(absl::StrCat("no stream snapshot at ", path));
+  }
+  ASSIGN_OR_RETURN(std::string bytes, ReadFileBytes(path, "stream snapshot"));
+  v1::StreamSnapshot snapshot;
+  if (!snapshot.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("stream snapshot ", path, " is not readable"));
+  }
+  for (const v1::StreamRecord& record : snapshot.streams()) {
+    if (absl::Status status = Import(record, timeout); !status.ok()) {
+      spdlog::warn("tick streams: not restored: {}", status.ToString());
+      continue;
+    }
+    ++*restored;
+  }
+  snapshot.clear_streams();
+  return snapshot;
 }
 
 }  // namespace forecastd

@@ -29,6 +29,7 @@
 #include "absl/types/span.h"
 #include "engine/clock.h"
 #include "engine/serving/model_registry.h"
+#include "forecastd/v1/streams.pb.h"
 
 namespace forecastd {
 
@@ -87,6 +88,10 @@ class StreamHub {
     Clock* clock = nullptr;             // not owned; nullptr: the real clock
     bool allow_non_finite_inputs = false;
     StreamObserver* observer = nullptr;  // not owned; may be nullptr
+    // Where the periodic snapshot goes (SaveSnapshot, clean = false) every
+    // `snapshot_interval`; empty or a zero interval: none.
+    std::string snapshot_path;
+    absl::Duration snapshot_interval = absl::ZeroDuration();
   };
 
   static absl::StatusOr<std::unique_ptr<StreamHub>> Create(const Options& options);
@@ -123,6 +128,31 @@ class StreamHub {
   void Sweep();
 
   std::vector<StreamInfo> List(const std::string& model) const;  // "": every model
+
+  // --- Keeping streams across restarts and replicas.
+  // From now on every request is answered UNAVAILABLE on its key; those already taken go on.
+  void StopAccepting();
+  // Waits until no stream has a request waiting or computing; false when `timeout` passed first.
+  bool AwaitIdle(absl::Duration timeout);
+  // Every stream's record: ring buffer, sequence numbers and, in state mode, its state read from
+  // the device. Each stream is held between two of its requests while it is read, so a record
+  // is always consistent. DEADLINE_EXCEEDED when the streams do not come to rest in `timeout`.
+  absl::StatusOr<v1::StreamSnapshot> Snapshot(bool clean, absl::Duration timeout);
+  // The record of one stream (NOT_FOUND when there is none), as Snapshot reads it.
+  absl::StatusOr<v1::StreamRecord> Export(const std::string& model, const std::string& key,
+                                          absl::Duration timeout);
+  // Re-creates a stream, detached, from its record (start-up restore, Admin import); it can be
+  // resumed. When the record's version is the one the stream computes on now, its state comes
+  // back bit for bit; otherwise the stream re-primes from its ring buffer at its next tick.
+  // FAILED_PRECONDITION when the key is open on a connection or the model's lookback, features
+  // or stream mode differ from the record's; NOT_FOUND / UNAVAILABLE as GetLoadedModel.
+  absl::Status Import(const v1::StreamRecord& record, absl::Duration timeout);
+  // Snapshot, written atomically to `path`.
+  absl::Status SaveSnapshot(const std::string& path, bool clean, absl::Duration timeout);
+  // Imports every stream of the snapshot at `path`: how many, and the snapshot's header (with
+  // its streams cleared). NOT_FOUND when there is no file.
+  absl::StatusOr<v1::StreamSnapshot> LoadSnapshot(const std::string& path, int64_t* restored,
+                                                  absl::Duration timeout);
   // Streams and their state bytes (slab rows in use plus ring buffers) per model.
   struct ModelUsage {
     int64_t streams = 0;
@@ -164,6 +194,11 @@ class StreamHub {
                                      StreamReply* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Submit(ConnectionId connection, const std::string& key, Pending pending);
   void SweeperLoop();
+  // Holds `streams` between requests, reads their states and returns their records.
+  absl::StatusOr<std::vector<v1::StreamRecord>> ReadRecords(
+      std::vector<std::shared_ptr<Stream>> streams, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  v1::StreamRecord RecordLocked(const Stream& stream) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Clock* const clock_;
@@ -173,6 +208,9 @@ class StreamHub {
   std::map<ConnectionId, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   ConnectionId next_connection_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool accepting_ ABSL_GUARDED_BY(mu_) = true;
+  // Serialises snapshots and exports (each holds streams while it reads them).
+  absl::Mutex snapshot_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 
   // Runs Sweep every second until the hub is destroyed.
   std::thread sweeper_;

@@ -2,6 +2,8 @@
 // state-mode and a window-mode model on one gRPC stream, forecasts checked against the engine's
 // own forward pass over the same ticks, errors on one key leaving the others alone, resuming a
 // kept key on a new connection, a clean finish on half-close, and the stream metrics.
+#include <signal.h>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -176,6 +178,65 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
   REQUIRE(SumSamples(metrics, "forecastd_stream_state_bytes", {{"model", "ticks"}}).sum > 0);
   REQUIRE(SumSamples(metrics, "forecastd_stream_tick_duration_seconds_count", {{"model", "ticks"}})
               .sum == N + 1);
+}
+
+// Feeds `rows` (n, F) one tick per message to `key` on a new connection (opening or resuming it)
+// and returns each forecast's raw bytes; leaves the key kept for a later resume.
+std::vector<std::string> Feed(ForecastdDaemon& daemon, const std::string& key, bool resume,
+                              const std::vector<float>& rows) {
+  auto stub = v1::Forecaster::NewStub(
+      grpc::CreateChannel(daemon.grpc_address(), grpc::InsecureChannelCredentials()));
+  auto context = Context();
+  std::unique_ptr<Stream> stream = stub->Stream(context.get());
+  REQUIRE(stream->Write(Open(key, "ticks", resume)));
+  const v1::StreamResponse opened = Read(*stream);
+  INFO(opened.DebugString());
+  REQUIRE(opened.has_status());
+  REQUIRE(opened.status().resumed() == resume);
+  std::vector<std::string> forecasts;
+  for (size_t i = 0; i < rows.size(); i += kF) {
+    REQUIRE(stream->Write(Ticks(key, std::vector<float>(rows.begin() + i, rows.begin() + i + kF),
+                                /*raw=*/true)));
+    const v1::StreamResponse reply = Read(*stream);
+    INFO(reply.DebugString());
+    REQUIRE(reply.has_forecast());
+    forecasts.push_back(reply.forecast().forecast().raw());
+  }
+  REQUIRE(stream->WritesDone());
+  REQUIRE(stream->Finish().ok());
+  return forecasts;
+}
+
+TEST_CASE("A stream resumed after a SIGTERM restart forecasts bit for bit as without the restart",
+          "[integration][api][stream]") {
+  TempDir dir;
+  const std::shared_ptr<Forecaster> model =
+      MakeModel(StreamConfig("ticks", v1::StreamingConfig::STREAM_MODE_STATE), 5);
+  Publish(dir, *model, 1);
+  const int N = 3 * kT, k = 2 * kT;  // ticks in all; the restart after k of them
+  const std::vector<float> series = Windows(1, N, 41);
+  const std::vector<float> before(series.begin(), series.begin() + k * kF);
+  const std::vector<float> after(series.begin() + k * kF, series.end());
+
+  std::unique_ptr<ForecastdDaemon> daemon = StartDaemon(dir.path());
+  // The run without a restart.
+  Feed(*daemon, "straight", false, before);
+  const std::vector<std::string> want = Feed(*daemon, "straight", true, after);
+  // The run with one: k ticks, a drain, a new daemon, the rest.
+  Feed(*daemon, "restarted", false, before);
+  REQUIRE(daemon->process().Signal(SIGTERM));
+  const absl::StatusOr<int> code = daemon->process().WaitForExit(kExitBound);
+  REQUIRE(code.ok());
+  REQUIRE(*code == 0);
+  REQUIRE(daemon->process().Output().find("tick streams: 2 written to") != std::string::npos);
+  daemon = StartDaemon(dir.path());
+  const std::vector<std::string> got = Feed(*daemon, "restarted", true, after);
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(got[i] == want[i]);
+  }
+  REQUIRE(daemon->process().Output().find("2 restored from") != std::string::npos);
 }
 
 }  // namespace

@@ -129,7 +129,10 @@ struct Env {
     options.clock = &clock;
     registry = ModelRegistry::Create(options).value();
     REQUIRE(registry->Start().ok());
-    hub = StreamHub::Create({.registry = registry.get(), .clock = &clock}).value();
+    StreamHub::Options hub_options;
+    hub_options.registry = registry.get();
+    hub_options.clock = &clock;
+    hub = StreamHub::Create(hub_options).value();
     return *hub;
   }
 
@@ -413,6 +416,54 @@ TEST_CASE("Streams idle past their TTL are closed", "[unit][stream]") {
   REQUIRE(left.size() == 1);
   REQUIRE(left[0].key == "b");
   REQUIRE(hub.Usage()["m"].streams == 1);
+}
+
+TEST_CASE("An exported stream imported again (another replica's way) carries on bit for bit",
+          "[unit][stream]") {
+  Env env;
+  env.Publish(LstmConfig("m", v1::StreamingConfig::STREAM_MODE_STATE), 1, 3);
+  StreamHub& hub = env.Start();
+  Inbox inbox;
+  const auto c = hub.Connect(inbox.sink());
+  size_t seen = 0;
+  const std::vector<float> series = testing::RandomWindows(1, 3 * kT, 44);
+  const std::vector<float> head(series.begin(), series.begin() + 2 * kT * kF);
+  const std::vector<float> tail(series.begin() + 2 * kT * kF, series.end());
+  for (const char* key : {"a", "b"}) {
+    hub.Open(c, key, "m", 0, false);
+    inbox.Next(seen);
+    hub.Ticks(c, key, head, 0);
+    inbox.Next(seen);
+  }
+  // "a" goes on here; "b" is exported, closed and imported (as onto another replica).
+  absl::StatusOr<v1::StreamRecord> record = hub.Export("m", "b", absl::Seconds(60));
+  INFO(record.status().ToString());
+  REQUIRE(record.ok());
+  REQUIRE(record->sequence() == 2 * kT);
+  REQUIRE(record->ring_size() == kT * kF);
+  REQUIRE(record->state_size() == 2 * 2 * 4);  // L * (h, c) * H
+  hub.Close(c, "b");
+  REQUIRE(inbox.Next(seen).info.closed);
+  REQUIRE(hub.Export("m", "b", absl::Seconds(1)).status().code() == absl::StatusCode::kNotFound);
+  const absl::Status imported = hub.Import(*record, absl::Seconds(60));
+  INFO(imported.ToString());
+  REQUIRE(imported.ok());
+  hub.Open(c, "b", "m", 0, /*resume=*/true);
+  REQUIRE(inbox.Next(seen).info.sequence == 2 * kT);
+  hub.Ticks(c, "a", tail, 0);
+  const StreamReply a = inbox.Next(seen);
+  hub.Ticks(c, "b", tail, 0);
+  const StreamReply b = inbox.Next(seen);
+  REQUIRE(a.sequence == 3 * kT);
+  REQUIRE(b.sequence == 3 * kT);
+  REQUIRE(a.forecast == b.forecast);
+  // An import onto a key open on a connection is refused.
+  REQUIRE(hub.Import(*record, absl::Seconds(60)).code() == absl::StatusCode::kFailedPrecondition);
+  // The whole hub's snapshot holds both streams.
+  absl::StatusOr<v1::StreamSnapshot> snapshot = hub.Snapshot(/*clean=*/true, absl::Seconds(60));
+  REQUIRE(snapshot.ok());
+  REQUIRE(snapshot->streams_size() == 2);
+  REQUIRE(snapshot->clean());
 }
 
 }  // namespace
