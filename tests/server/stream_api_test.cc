@@ -4,13 +4,17 @@
 // kept key on a new connection, a clean finish on half-close, and the stream metrics.
 #include <signal.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/file_io.h"
 #include "forecastd/v1/forecaster.grpc.pb.h"
+#include "forecastd/v1/streams.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/forecastd_api_fixture.h"
@@ -237,6 +241,46 @@ TEST_CASE("A stream resumed after a SIGTERM restart forecasts bit for bit as wit
     REQUIRE(got[i] == want[i]);
   }
   REQUIRE(daemon->process().Output().find("2 restored from") != std::string::npos);
+}
+
+TEST_CASE("After SIGKILL a restart restores the last periodic snapshot and says ticks were lost",
+          "[integration][api][stream]") {
+  TempDir dir;
+  TempDir state;
+  const std::shared_ptr<Forecaster> model =
+      MakeModel(StreamConfig("ticks", v1::StreamingConfig::STREAM_MODE_STATE), 5);
+  Publish(dir, *model, 1);
+  const std::vector<std::string> flags = {"--state-dir", state.path(), "--stream-snapshot-interval",
+                                          "1"};
+  std::unique_ptr<ForecastdDaemon> daemon = StartDaemon(dir.path(), flags);
+  const int k = kT + 3;
+  Feed(*daemon, "x", false, Windows(1, k, 5));
+  // Wait (a bound, not a measurement) for a periodic snapshot that has seen all k ticks.
+  const std::string path = state.path() + "/streams.pb";
+  bool saved = false;
+  for (int i = 0; i < 600 && !saved; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    absl::StatusOr<std::string> bytes = ReadFileBytes(path, "snapshot");
+    v1::StreamSnapshot snapshot;
+    saved = bytes.ok() && snapshot.ParseFromString(*bytes) && snapshot.streams_size() == 1 &&
+            snapshot.streams(0).sequence() == k && !snapshot.clean();
+  }
+  REQUIRE(saved);
+  REQUIRE(daemon->process().Signal(SIGKILL));
+  REQUIRE(daemon->process().WaitForExit(kExitBound).ok());
+  daemon = StartDaemon(dir.path(), flags);
+  REQUIRE(daemon->process().Output().find("did not drain") != std::string::npos);
+  auto stub = v1::Forecaster::NewStub(
+      grpc::CreateChannel(daemon->grpc_address(), grpc::InsecureChannelCredentials()));
+  auto context = Context();
+  std::unique_ptr<Stream> stream = stub->Stream(context.get());
+  REQUIRE(stream->Write(Open("x", "ticks", /*resume=*/true)));
+  const v1::StreamResponse resumed = Read(*stream);
+  INFO(resumed.DebugString());
+  REQUIRE(resumed.status().resumed());
+  REQUIRE(resumed.status().sequence() == k);
+  REQUIRE(stream->WritesDone());
+  REQUIRE(stream->Finish().ok());
 }
 
 }  // namespace
