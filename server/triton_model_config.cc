@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -58,17 +59,31 @@ absl::StatusOr<inference::ModelConfig> ToTritonModelConfig(const v1::ModelConfig
     output->add_dims(dim);
   }
 
-  inference::ModelDynamicBatching* dynamic = out.mutable_dynamic_batching();
-  for (const int64_t size : batching.preferred_batch_sizes) {
-    dynamic->add_preferred_batch_size(static_cast<int32_t>(size));
-  }
-  dynamic->set_max_queue_delay_microseconds(
-      static_cast<uint64_t>(absl::ToInt64Microseconds(batching.max_queue_delay)));
-  dynamic->set_priority_levels(batching.queue.levels);
-  dynamic->set_default_priority_level(batching.queue.default_level);
-  *dynamic->mutable_default_queue_policy() = ToTritonPolicy(batching.queue.default_policy);
-  for (const auto& [level, policy] : batching.queue.level_policies) {
-    (*dynamic->mutable_priority_queue_policy())[level] = ToTritonPolicy(policy);
+  if (config.has_streaming()) {
+    // A model configured for tick streams is a sequence model to Triton's clients: requests
+    // with a sequence_id go to its streams (forecastd still batches requests without one).
+    const StreamLimits streams = StreamLimitsFor(config, batching.max_batch_size);
+    inference::ModelSequenceBatching* sequence = out.mutable_sequence_batching();
+    sequence->set_max_sequence_idle_microseconds(
+        streams.idle_ttl > absl::ZeroDuration()
+            ? static_cast<uint64_t>(absl::ToInt64Microseconds(streams.idle_ttl))
+            : std::numeric_limits<uint64_t>::max());
+    inference::ModelSequenceBatching::StrategyOldest* oldest = sequence->mutable_oldest();
+    oldest->set_max_candidate_sequences(static_cast<int32_t>(streams.max_streams));
+    oldest->add_preferred_batch_size(static_cast<int32_t>(streams.max_tick_batch));
+  } else {
+    inference::ModelDynamicBatching* dynamic = out.mutable_dynamic_batching();
+    for (const int64_t size : batching.preferred_batch_sizes) {
+      dynamic->add_preferred_batch_size(static_cast<int32_t>(size));
+    }
+    dynamic->set_max_queue_delay_microseconds(
+        static_cast<uint64_t>(absl::ToInt64Microseconds(batching.max_queue_delay)));
+    dynamic->set_priority_levels(batching.queue.levels);
+    dynamic->set_default_priority_level(batching.queue.default_level);
+    *dynamic->mutable_default_queue_policy() = ToTritonPolicy(batching.queue.default_policy);
+    for (const auto& [level, policy] : batching.queue.level_policies) {
+      (*dynamic->mutable_priority_queue_policy())[level] = ToTritonPolicy(policy);
+    }
   }
 
   // InstanceConfig: replicas per device; devices "cpu" and "cuda:N", empty for every device.
