@@ -33,6 +33,7 @@ constexpr MethodRule kRules[] = {
     {"/inference.GRPCInferenceService/ServerMetadata", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelMetadata", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelInfer", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/ModelStreamInfer", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelConfig", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelStatistics", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/RepositoryIndex", Needs(Role::kPredict)},
