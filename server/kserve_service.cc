@@ -68,6 +68,13 @@ std::string StateReason(const ModelStatus& status) {
   return "";
 }
 
+constexpr char kNoSystemSharedMemory[] =
+    "forecastd does not support system shared memory; send tensors in the request "
+    "(raw_input_contents or contents)";
+constexpr char kNoCudaSharedMemory[] =
+    "forecastd does not support CUDA shared memory; send tensors in the request "
+    "(raw_input_contents or contents)";
+
 absl::Status RepositoryNameSupported(const std::string& repository_name) {
   if (repository_name.empty()) return absl::OkStatus();
   return absl::UnimplementedError(
@@ -403,6 +410,64 @@ grpc::Status KServeService::RepositoryModelUnload(
         absl::InvalidArgumentError(absl::StrCat("unload parameter '", key, "' is not supported")));
   }
   return ToGrpcStatus(options_.registry->Unload(request->model_name()));
+}
+
+grpc::Status KServeService::SystemSharedMemoryStatus(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* /*request*/,
+    inference::SystemSharedMemoryStatusResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::SystemSharedMemoryRegister(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* /*request*/,
+    inference::SystemSharedMemoryRegisterResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::SystemSharedMemoryUnregister(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* /*request*/,
+    inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryStatus(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryStatusRequest* /*request*/,
+    inference::CudaSharedMemoryStatusResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryRegister(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* /*request*/,
+    inference::CudaSharedMemoryRegisterResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryUnregister(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* /*request*/,
+    inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,
+                                         const inference::TraceSettingRequest* /*request*/,
+                                         inference::TraceSettingResponse* /*response*/) {
+  return Unsupported(*context,
+                     "forecastd does not support Triton's request tracing (TraceSetting); its "
+                     "Prometheus metrics give queue and compute time per model");
+}
+
+grpc::Status KServeService::LogSettings(grpc::ServerContext* context,
+                                        const inference::LogSettingsRequest* /*request*/,
+                                        inference::LogSettingsResponse* /*response*/) {
+  return Unsupported(*context,
+                     "forecastd does not support changing its logging over gRPC (LogSettings); "
+                     "start it with --log-level and --log-format");
+}
+
+grpc::Status KServeService::Unsupported(const grpc::ServerContextBase& context,
+                                        absl::string_view what) const {
+  if (absl::Status allowed = Authorize(context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(absl::UnimplementedError(what));
 }
 
 }  // namespace forecastd

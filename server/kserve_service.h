@@ -22,7 +22,8 @@
 // through DispatchStreamRequest, which sends an ordinary request through the same admission
 // as ModelInfer; its answer, or its error as error_message, is written back in completion
 // order with the request's id, and the stream stays open after a failed request. The other
-// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up).
+// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up). Triton's
+// shared-memory, trace and log-settings methods answer UNIMPLEMENTED, saying why.
 // Thread-safe: gRPC calls every handler concurrently. The statistics live in shared state
 // that completion callbacks keep alive, so the service may be destroyed before the registry
 // has drained; the registry and metrics must outlive every call in flight.
@@ -115,6 +116,32 @@ class KServeService final : public KServeServiceBase {
                                      const inference::RepositoryModelUnloadRequest* request,
                                      inference::RepositoryModelUnloadResponse* response) override;
 
+  // Not supported: UNIMPLEMENTED, saying so.
+  grpc::Status SystemSharedMemoryStatus(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::Status SystemSharedMemoryRegister(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::Status SystemSharedMemoryUnregister(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::Status CudaSharedMemoryStatus(grpc::ServerContext* context,
+                                      const inference::CudaSharedMemoryStatusRequest* request,
+                                      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::Status CudaSharedMemoryRegister(
+      grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::Status CudaSharedMemoryUnregister(
+      grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
+  grpc::Status TraceSetting(grpc::ServerContext* context,
+                            const inference::TraceSettingRequest* request,
+                            inference::TraceSettingResponse* response) override;
+  grpc::Status LogSettings(grpc::ServerContext* context,
+                           const inference::LogSettingsRequest* request,
+                           inference::LogSettingsResponse* response) override;
+
   // Ends every open ModelStreamInfer call once the requests it has in flight are answered
   // (UNAVAILABLE: shutting down), and every later one at once. Server::Shutdown calls it
   // after the registry has drained, so that gRPC's shutdown finds no stream open.
@@ -128,6 +155,9 @@ class KServeService final : public KServeServiceBase {
   absl::Status Authorize(const grpc::ServerContextBase& context) const {
     return options_.authorize ? options_.authorize(context) : absl::OkStatus();
   }
+
+  // UNIMPLEMENTED with `what` (after the authorization every handler starts with).
+  grpc::Status Unsupported(const grpc::ServerContextBase& context, absl::string_view what) const;
 
   // The one inference path of ModelInfer and of ModelStreamInfer's ordinary requests: checks
   // readiness, pins the model, reads the request and admits it, counting it under `method`.

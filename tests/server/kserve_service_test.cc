@@ -3,10 +3,11 @@
 // kserve_env.h), called through the generated C++ stub as Triton's clients call it: ModelInfer
 // against Forecaster::Forward on the same input, every validation error's code and message,
 // readiness, metadata, the Triton model config, statistics, the repository index and
-// load/unload round trips.
+// load/unload round trips, and an UNIMPLEMENTED that says why from every method not served.
 // ModelStreamInfer has its own file, kserve_stream_test.cc.
 #include "server/kserve_service.h"
 
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -15,6 +16,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "kernels/base/version.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/kserve_env.h"
@@ -458,6 +462,104 @@ TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload
     inference::RepositoryIndexResponse unused;
     RequireError(env.stub->RepositoryIndex(&context, request, &unused),
                  grpc::StatusCode::UNIMPLEMENTED, "repository_name 'other' is not supported");
+  }
+}
+
+TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying why",
+          "[integration][kserve]") {
+  Env env;
+  const auto unimplemented = [](const grpc::Status& status, const std::string& part) {
+    INFO("code " << status.error_code() << ": " << status.error_message());
+    REQUIRE(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    REQUIRE_FALSE(status.error_message().empty());
+    REQUIRE(absl::StrContains(status.error_message(), part));
+  };
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryStatusResponse response;
+    unimplemented(env.stub->SystemSharedMemoryStatus(&context, {}, &response),
+                  "does not support system shared memory; send tensors in the request");
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name("region");
+    request.set_key("/shm");
+    request.set_byte_size(64);
+    inference::SystemSharedMemoryRegisterResponse response;
+    unimplemented(env.stub->SystemSharedMemoryRegister(&context, request, &response),
+                  "system shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryUnregisterResponse response;
+    unimplemented(env.stub->SystemSharedMemoryUnregister(&context, {}, &response),
+                  "system shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusResponse response;
+    unimplemented(env.stub->CudaSharedMemoryStatus(&context, {}, &response),
+                  "does not support CUDA shared memory; send tensors in the request");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterResponse response;
+    unimplemented(env.stub->CudaSharedMemoryRegister(&context, {}, &response),
+                  "CUDA shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterResponse response;
+    unimplemented(env.stub->CudaSharedMemoryUnregister(&context, {}, &response),
+                  "CUDA shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::TraceSettingResponse response;
+    unimplemented(env.stub->TraceSetting(&context, {}, &response), "request tracing");
+  }
+  {
+    grpc::ClientContext context;
+    inference::LogSettingsResponse response;
+    unimplemented(env.stub->LogSettings(&context, {}, &response), "--log-level");
+  }
+  {
+    grpc::ClientContext context;
+    inference::RepositoryIndexRequest request;
+    request.set_repository_name("other");
+    inference::RepositoryIndexResponse response;
+    unimplemented(env.stub->RepositoryIndex(&context, request, &response),
+                  "repository_name 'other' is not supported");
+  }
+
+  // And no method of the service, called by name with an empty request, answers a bare
+  // UNIMPLEMENTED: each is served or says what it does not support.
+  const google::protobuf::ServiceDescriptor* service =
+      inference::ModelInferRequest::descriptor()->file()->FindServiceByName("GRPCInferenceService");
+  REQUIRE(service != nullptr);
+  grpc::GenericStub generic(env.channel);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string method =
+        absl::StrCat("/", service->full_name(), "/", service->method(i)->name());
+    CAPTURE(method);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Slice empty("");
+    const grpc::ByteBuffer request(&empty, 1);
+    grpc::ByteBuffer response;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    REQUIRE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    INFO("code " << status.error_code() << ": " << status.error_message());
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      REQUIRE_FALSE(status.error_message().empty());
+    }
   }
 }
 
