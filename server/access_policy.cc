@@ -34,11 +34,21 @@ constexpr MethodRule kRules[] = {
     {"/inference.GRPCInferenceService/ServerMetadata", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelMetadata", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelInfer", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/ModelStreamInfer", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelConfig", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/ModelStatistics", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/RepositoryIndex", Needs(Role::kPredict)},
     {"/inference.GRPCInferenceService/RepositoryModelLoad", Needs(Role::kAdmin)},
     {"/inference.GRPCInferenceService/RepositoryModelUnload", Needs(Role::kAdmin)},
+    // Not served (UNIMPLEMENTED with a message); the roles of their would-be callers.
+    {"/inference.GRPCInferenceService/SystemSharedMemoryStatus", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryRegister", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/SystemSharedMemoryUnregister", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryStatus", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryRegister", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/CudaSharedMemoryUnregister", Needs(Role::kPredict)},
+    {"/inference.GRPCInferenceService/TraceSetting", Needs(Role::kAdmin)},
+    {"/inference.GRPCInferenceService/LogSettings", Needs(Role::kAdmin)},
 };
 
 // Services open as a whole: probes and tools must reach them without a token.

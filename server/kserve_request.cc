@@ -82,18 +82,27 @@ absl::StatusOr<RequestParameters> ParseParameters(const inference::ModelInferReq
       UnsignedParameter(parameters, "timeout",
                         static_cast<uint64_t>(std::numeric_limits<int64_t>::max() / 1000)));
   if (timeout_us.has_value()) out.timeout = absl::Microseconds(static_cast<int64_t>(*timeout_us));
-  if (const auto it = parameters.find("sequence_id"); it != parameters.end()) {
-    const inference::InferParameter& id = it->second;
-    const bool set = (id.has_int64_param() && id.int64_param() != 0) ||
-                     (id.has_uint64_param() && id.uint64_param() != 0) ||
-                     (id.has_string_param() && !id.string_param().empty());
-    if (set) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "model '", request.model_name(), "' is not a sequence model; drop 'sequence_id'"));
-    }
-  }
+  if (CarriesSequence(request)) return NotASequenceModel(request);
   return out;
 }
+
+bool CarriesSequence(const inference::ModelInferRequest& request) {
+  const auto it = request.parameters().find("sequence_id");
+  if (it == request.parameters().end()) return false;
+  // Triton's correlation id: 0 and "" mean none.
+  const inference::InferParameter& id = it->second;
+  return (id.has_int64_param() && id.int64_param() != 0) ||
+         (id.has_uint64_param() && id.uint64_param() != 0) ||
+         (id.has_string_param() && !id.string_param().empty());
+}
+
+absl::Status NotASequenceModel(const inference::ModelInferRequest& request) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("model '", request.model_name(),
+                   "' is not a sequence model (sequence batching is not configured for it); "
+                   "drop 'sequence_id' and send each window whole"));
+}
+
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
                        int64_t max_batch_rows, PredictCall& call) {
   const std::string& name = model.config().name();

@@ -45,6 +45,11 @@ struct RequestParameters {
 };
 absl::StatusOr<RequestParameters> ParseParameters(const inference::ModelInferRequest& request);
 
+// Whether `request` carries Triton's sequence parameters: a "sequence_id" other than 0 or "".
+bool CarriesSequence(const inference::ModelInferRequest& request);
+// The INVALID_ARGUMENT such a request gets from a model that is not a sequence model.
+absl::Status NotASequenceModel(const inference::ModelInferRequest& request);
+
 // Points `call` at the (B, T, F) windows of the request's one input, after the checks only
 // KServe's message needs (names, datatype, where the values are); the admission step checks
 // the windows themselves against `model`.

@@ -29,6 +29,7 @@ using kserve::VersionString;
 namespace {
 
 constexpr char kMethod[] = "ModelInfer";
+constexpr char kStreamMethod[] = "ModelStreamInfer";
 
 // Triton's state words for a model's state.
 const char* TritonState(ModelState state) {
@@ -67,6 +68,13 @@ std::string StateReason(const ModelStatus& status) {
   return "";
 }
 
+constexpr char kNoSystemSharedMemory[] =
+    "forecastd does not support system shared memory; send tensors in the request "
+    "(raw_input_contents or contents)";
+constexpr char kNoCudaSharedMemory[] =
+    "forecastd does not support CUDA shared memory; send tensors in the request "
+    "(raw_input_contents or contents)";
+
 absl::Status RepositoryNameSupported(const std::string& repository_name) {
   if (repository_name.empty()) return absl::OkStatus();
   return absl::UnimplementedError(
@@ -91,7 +99,8 @@ KServeService::KServeService(Options options, Clock* clock)
                   .max_batch_rows = options_.max_batch_rows,
                   .max_request_memory_bytes = options_.max_request_memory_bytes,
                   .allow_non_finite_inputs = options_.allow_non_finite_inputs}),
-      statistics_(std::make_shared<KServeStatistics>()) {}
+      statistics_(std::make_shared<KServeStatistics>()),
+      streams_(std::make_shared<KServeStreams>()) {}
 
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest* /*request*/,
@@ -168,44 +177,51 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
+  Infer(*context, kMethod, *request, response,
+        [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  return reactor;
+}
+
+void KServeService::Infer(const grpc::ServerContextBase& context, const char* method,
+                          const inference::ModelInferRequest& request,
+                          inference::ModelInferResponse* response,
+                          std::function<void(const absl::Status&)> finish) {
   Clock* clock = clock_;
   ServingMetrics* metrics = options_.metrics;
   const absl::Time arrival = clock->Now();
-  const std::string model_name = request->model_name();
+  const std::string model_name = request.model_name();
   uint32_t priority = 0;
   int64_t stats_version = 0;  // known once the model is: failures are counted from then on
   const auto fail = [&](const absl::Status& status) {
-    const grpc::Status grpc_status = ToGrpcStatus(status);
     const absl::Duration total = clock->Now() - arrival;
     if (metrics != nullptr) {
-      metrics->ObserveRequest(model_name, stats_version, kMethod, priority,
-                              grpc_status.error_code(), total, absl::ZeroDuration(),
+      metrics->ObserveRequest(model_name, stats_version, method, priority,
+                              ToGrpcStatus(status).error_code(), total, absl::ZeroDuration(),
                               absl::ZeroDuration());
     }
     if (stats_version > 0) statistics_->RecordFailure(model_name, stats_version, total);
-    reactor->Finish(grpc_status);
-    return reactor;
+    finish(status);
   };
   if (!ready()) {
     return fail(absl::UnavailableError("forecastd is not ready: it is starting or shutting down"));
   }
-  absl::StatusOr<int64_t> version = ParseVersion(request->model_version());
+  absl::StatusOr<int64_t> version = ParseVersion(request.model_version());
   if (!version.ok()) return fail(version.status());
   absl::StatusOr<LoadedModel> pinned = admission_.Pin(model_name, *version);
   if (!pinned.ok()) return fail(pinned.status());
   stats_version = pinned->version;
-  absl::StatusOr<RequestParameters> parameters = ParseParameters(*request);
+  absl::StatusOr<RequestParameters> parameters = ParseParameters(request);
   if (!parameters.ok()) return fail(parameters.status());
   // Metrics label the level the request runs at (0 is the model's default level).
   priority = PredictAdmission::LevelOf(*pinned, parameters->priority);
   PredictCall call;
-  if (absl::Status status = ReadInput(*request, *pinned->model, pinned->max_batch_size, call);
+  if (absl::Status status = ReadInput(request, *pinned->model, pinned->max_batch_size, call);
       !status.ok()) {
     return fail(status);
   }
-  if (absl::Status status = CheckRequestedOutputs(*request); !status.ok()) return fail(status);
+  if (absl::Status status = CheckRequestedOutputs(request); !status.ok()) return fail(status);
   call.priority = parameters->priority;
-  call.deadline = EngineDeadline(*context, *clock);
+  call.deadline = EngineDeadline(context, *clock);
   call.timeout_override = parameters->timeout;
   // The forecasts go straight into the reply's one raw output.
   const int64_t per_row = pinned->model->num_outputs();
@@ -214,8 +230,8 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     raw->resize(static_cast<size_t>(rows * per_row) * sizeof(float));
     return raw->data();
   };
-  auto done = [reactor, response, metrics, clock, arrival, model_name, priority,
-               statistics = statistics_, id = request->id(), fallback_version = pinned->version,
+  auto done = [finish, response, metrics, clock, arrival, model_name, priority, method,
+               statistics = statistics_, id = request.id(), fallback_version = pinned->version,
                forecaster = pinned->model, rows = call.shape[0]](PredictResult result) {
     const int64_t version = result.version > 0 ? result.version : fallback_version;
     const absl::Duration total = clock->Now() - arrival;
@@ -233,21 +249,46 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     } else {
       statistics->RecordFailure(model_name, version, total);
     }
-    const grpc::Status status = ToGrpcStatus(result.status);
     if (metrics != nullptr) {
-      if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        metrics->ObserveDeadlineMiss(model_name);
-      }
-      metrics->ObserveRequest(model_name, version, kMethod, priority, status.error_code(), total,
-                              result.queue_time, result.compute_time);
+      const grpc::StatusCode code = ToGrpcStatus(result.status).error_code();
+      if (code == grpc::StatusCode::DEADLINE_EXCEEDED) metrics->ObserveDeadlineMiss(model_name);
+      metrics->ObserveRequest(model_name, version, method, priority, code, total, result.queue_time,
+                              result.compute_time);
     }
-    reactor->Finish(status);
+    finish(result.status);
   };
   if (absl::Status status = admission_.Admit(*pinned, call, reply_buffer, std::move(done));
       !status.ok()) {
     return fail(status);
   }
-  return reactor;
+}
+
+grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
+  KServeInferStream* stream = KServeInferStream::Start(
+      streams_, [this, context](std::shared_ptr<StreamInferCall> call, StreamReply reply) {
+        DispatchStreamRequest(*context, std::move(call), std::move(reply));
+      });
+  // A refused caller gets the stream's status and no answer to any request.
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) stream->Close(allowed);
+  return stream;
+}
+
+void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& context,
+                                          std::shared_ptr<StreamInferCall> call,
+                                          StreamReply reply) {
+  if (kserve::CarriesSequence(call->request)) {
+    reply(kserve::NotASequenceModel(call->request));
+    return;
+  }
+  // `reply` holds `call`, so its request and response outlive the task.
+  StreamInferCall& c = *call;
+  Infer(context, kStreamMethod, c.request, &c.response, std::move(reply));
+}
+
+void KServeService::CloseStreams() {
+  streams_->CloseAll(
+      absl::UnavailableError("forecastd is shutting down: open a new stream to another replica"));
 }
 
 grpc::Status KServeService::ModelConfig(grpc::ServerContext* context,
@@ -369,6 +410,64 @@ grpc::Status KServeService::RepositoryModelUnload(
         absl::InvalidArgumentError(absl::StrCat("unload parameter '", key, "' is not supported")));
   }
   return ToGrpcStatus(options_.registry->Unload(request->model_name()));
+}
+
+grpc::Status KServeService::SystemSharedMemoryStatus(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* /*request*/,
+    inference::SystemSharedMemoryStatusResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::SystemSharedMemoryRegister(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* /*request*/,
+    inference::SystemSharedMemoryRegisterResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::SystemSharedMemoryUnregister(
+    grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* /*request*/,
+    inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
+  return Unsupported(*context, kNoSystemSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryStatus(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryStatusRequest* /*request*/,
+    inference::CudaSharedMemoryStatusResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryRegister(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* /*request*/,
+    inference::CudaSharedMemoryRegisterResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::CudaSharedMemoryUnregister(
+    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* /*request*/,
+    inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
+  return Unsupported(*context, kNoCudaSharedMemory);
+}
+
+grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,
+                                         const inference::TraceSettingRequest* /*request*/,
+                                         inference::TraceSettingResponse* /*response*/) {
+  return Unsupported(*context,
+                     "forecastd does not support Triton's request tracing (TraceSetting); its "
+                     "Prometheus metrics give queue and compute time per model");
+}
+
+grpc::Status KServeService::LogSettings(grpc::ServerContext* context,
+                                        const inference::LogSettingsRequest* /*request*/,
+                                        inference::LogSettingsResponse* /*response*/) {
+  return Unsupported(*context,
+                     "forecastd does not support changing its logging over gRPC (LogSettings); "
+                     "start it with --log-level and --log-format");
+}
+
+grpc::Status KServeService::Unsupported(const grpc::ServerContextBase& context,
+                                        absl::string_view what) const {
+  if (absl::Status allowed = Authorize(context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(absl::UnimplementedError(what));
 }
 
 }  // namespace forecastd

@@ -17,8 +17,13 @@
 // shorten the level's policy); the gRPC deadline becomes the task's deadline.
 //
 // ModelInfer uses the callback API: the handler enqueues and returns, and the engine thread
-// that completes the task finishes the call, so no gRPC thread waits on compute. The other
-// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up).
+// that completes the task finishes the call, so no gRPC thread waits on compute.
+// ModelStreamInfer is a callback stream (server/kserve_stream.h): each request read goes
+// through DispatchStreamRequest, which sends an ordinary request through the same admission
+// as ModelInfer; its answer, or its error as error_message, is written back in completion
+// order with the request's id, and the stream stays open after a failed request. The other
+// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up). Triton's
+// shared-memory, trace and log-settings methods answer UNIMPLEMENTED, saying why.
 // Thread-safe: gRPC calls every handler concurrently. The statistics live in shared state
 // that completion callbacks keep alive, so the service may be destroyed before the registry
 // has drained; the registry and metrics must outlive every call in flight.
@@ -34,6 +39,7 @@
 #include "engine/serving/model_registry.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/kserve_request.h"
+#include "server/kserve_stream.h"
 #include "server/predict_call.h"
 #include "server/serving_metrics.h"
 #include "server/triton_model_config.h"
@@ -42,20 +48,25 @@ namespace forecastd {
 
 class KServeStatistics;
 
-class KServeService final : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
-                                inference::GRPCInferenceService::Service> {
+// The generated service with ModelInfer and ModelStreamInfer on the callback API.
+using KServeServiceBase = inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+    inference::GRPCInferenceService::WithCallbackMethod_ModelStreamInfer<
+        inference::GRPCInferenceService::Service>>;
+
+class KServeService final : public KServeServiceBase {
  public:
   struct Options {
     // What serves the models. Not owned; required; must outlive every call in flight.
     ModelRegistry* registry = nullptr;
-    // Where ModelInfer calls are counted (method "ModelInfer"). Not owned; may be nullptr.
+    // Where requests are counted (method "ModelInfer", or "ModelStreamInfer" for each request
+    // on a stream). Not owned; may be nullptr.
     ServingMetrics* metrics = nullptr;
     // The engine's clock, which task deadlines and the statistics' durations are read on.
     // Not owned; nullptr: the real clock.
     Clock* clock = nullptr;
     // Whether the server is ready: false while it starts or drains. ServerReady reports it,
     // ModelReady answers false and ModelInfer refuses new calls (UNAVAILABLE) while it is
-    // false. Empty: always ready.
+    // false, as a stream refuses new requests. Empty: always ready.
     std::function<bool()> ready;
     // Accept NaN and infinite input values (refused with INVALID_ARGUMENT by default).
     bool allow_non_finite_inputs = false;
@@ -87,6 +98,8 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
   grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
                                        const inference::ModelInferRequest* request,
                                        inference::ModelInferResponse* response) override;
+  grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
+  ModelStreamInfer(grpc::CallbackServerContext* context) override;
   grpc::Status ModelConfig(grpc::ServerContext* context,
                            const inference::ModelConfigRequest* request,
                            inference::ModelConfigResponse* response) override;
@@ -103,6 +116,39 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
                                      const inference::RepositoryModelUnloadRequest* request,
                                      inference::RepositoryModelUnloadResponse* response) override;
 
+  // Not supported: UNIMPLEMENTED, saying so.
+  grpc::Status SystemSharedMemoryStatus(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+      inference::SystemSharedMemoryStatusResponse* response) override;
+  grpc::Status SystemSharedMemoryRegister(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* request,
+      inference::SystemSharedMemoryRegisterResponse* response) override;
+  grpc::Status SystemSharedMemoryUnregister(
+      grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
+      inference::SystemSharedMemoryUnregisterResponse* response) override;
+  grpc::Status CudaSharedMemoryStatus(grpc::ServerContext* context,
+                                      const inference::CudaSharedMemoryStatusRequest* request,
+                                      inference::CudaSharedMemoryStatusResponse* response) override;
+  grpc::Status CudaSharedMemoryRegister(
+      grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
+      inference::CudaSharedMemoryRegisterResponse* response) override;
+  grpc::Status CudaSharedMemoryUnregister(
+      grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
+      inference::CudaSharedMemoryUnregisterResponse* response) override;
+  grpc::Status TraceSetting(grpc::ServerContext* context,
+                            const inference::TraceSettingRequest* request,
+                            inference::TraceSettingResponse* response) override;
+  grpc::Status LogSettings(grpc::ServerContext* context,
+                           const inference::LogSettingsRequest* request,
+                           inference::LogSettingsResponse* response) override;
+
+  // Ends every open ModelStreamInfer call once the requests it has in flight are answered
+  // (UNAVAILABLE: shutting down), and every later one at once. Server::Shutdown calls it
+  // after the registry has drained, so that gRPC's shutdown finds no stream open.
+  void CloseStreams();
+  // How many ModelStreamInfer calls are open.
+  int open_streams() const { return streams_->open_streams(); }
+
  private:
   KServeService(Options options, Clock* clock);
   bool ready() const { return !options_.ready || options_.ready(); }
@@ -110,12 +156,32 @@ class KServeService final : public inference::GRPCInferenceService::WithCallback
     return options_.authorize ? options_.authorize(context) : absl::OkStatus();
   }
 
+  // UNIMPLEMENTED with `what` (after the authorization every handler starts with).
+  grpc::Status Unsupported(const grpc::ServerContextBase& context, absl::string_view what) const;
+
+  // The one inference path of ModelInfer and of ModelStreamInfer's ordinary requests: checks
+  // readiness, pins the model, reads the request and admits it, counting it under `method`.
+  // `finish` is called exactly once: on this thread if the request is refused before it is
+  // enqueued, else on the engine thread that completed it; with OK once `*response` holds the
+  // forecast, or with the request's error. `request` and `response` must stay valid until then.
+  void Infer(const grpc::ServerContextBase& context, const char* method,
+             const inference::ModelInferRequest& request, inference::ModelInferResponse* response,
+             std::function<void(const absl::Status&)> finish);
+
+  // What ModelStreamInfer does with each request it reads (the stream's StreamDispatch).
+  // Requests with Triton's sequence parameters would go to a sequence scheduler here; no model
+  // is a sequence model yet, so each is answered INVALID_ARGUMENT. The others go to Infer.
+  void DispatchStreamRequest(const grpc::CallbackServerContext& context,
+                             std::shared_ptr<StreamInferCall> call, StreamReply reply);
+
   // Constant after construction.
   const Options options_;
   Clock* const clock_;
   const PredictAdmission admission_;
   // Own synchronisation; shared with the completion callbacks of calls in flight.
   const std::shared_ptr<KServeStatistics> statistics_;
+  // Own synchronisation; shared with the open streams.
+  const std::shared_ptr<KServeStreams> streams_;
 };
 
 }  // namespace forecastd

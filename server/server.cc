@@ -529,11 +529,13 @@ void Server::Shutdown() {
     }
   }
   if (registry_ != nullptr) registry_->Shutdown(options_.drain_timeout);
+  // The streams' requests are answered now; each ends once its answers are written.
+  if (kserve_ != nullptr) kserve_->CloseStreams();
   if (jobs_ != nullptr) jobs_->Shutdown();
   if (grpc_server_ != nullptr) {
-    // Every call of ours has ended by now (predictions drained, jobs and their watchers
-    // finished); gRPC's shutdown also waits for idle client connections to close, up to the
-    // deadline, and then cancels what is left.
+    // Every call of ours has ended by now (predictions drained, streams closed, jobs and their
+    // watchers finished); gRPC's shutdown also waits for idle client connections to close, up to
+    // the deadline, and then cancels what is left.
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoMilliseconds(options_.shutdown_grace);
     grpc_server_->Shutdown(deadline);

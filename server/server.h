@@ -29,6 +29,7 @@
 #include "server/auth_interceptor.h"
 #include "server/forecaster_service.h"
 #include "server/health_service.h"
+#include "server/kserve_service.h"
 #include "server/metrics.h"
 #include "server/server_options.h"
 #include "server/serving_metrics.h"
@@ -89,7 +90,7 @@ class Server {
   std::unique_ptr<HealthService> health_;
   std::unique_ptr<ForecasterService> forecaster_;
   std::unique_ptr<AdminService> admin_;
-  std::unique_ptr<grpc::Service> kserve_;
+  std::unique_ptr<KServeService> kserve_;
   // Both null without --token-file; declared before grpc_server_, so they outlive its calls.
   std::unique_ptr<TokenStore> tokens_;
   std::unique_ptr<CallAuthenticator> authenticator_;

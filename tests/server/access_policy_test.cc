@@ -55,6 +55,7 @@ TEST_CASE("predict, train and admin cover what the issue gives them", "[unit][au
        {"/forecastd.v1.Forecaster/Predict", "/forecastd.v1.Admin/ListModels",
         "/forecastd.v1.Admin/GetModel", "/forecastd.v1.Admin/GetServerStatus",
         "/inference.GRPCInferenceService/ModelInfer",
+        "/inference.GRPCInferenceService/ModelStreamInfer",
         "/inference.GRPCInferenceService/ModelMetadata",
         "/inference.GRPCInferenceService/ServerMetadata",
         "/inference.GRPCInferenceService/ModelReady", "/inference.GRPCInferenceService/ModelConfig",

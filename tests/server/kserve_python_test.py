@@ -3,8 +3,12 @@
 
 Starts the forecastd binary on free loopback ports over a model repository, waits until it is
 ready, then sends the same windows through KServe v2's ModelInfer and through forecastd's own
-Predict, and checks that both return the same forecasts, the shape and the metadata. Exits 0
-when every check holds, 1 otherwise (printing what differed).
+Predict, and checks that both return the same forecasts, the shape and the metadata; then sends
+several windows (and a bad one) on one ModelStreamInfer stream and checks each answer against
+ModelInfer's. Where tritonclient is importable (it is not a Debian package: put it on
+PYTHONPATH), its start_stream / async_stream_infer are checked against its infer too; otherwise
+that part says it was skipped. Exits 0 when every check holds, 1 otherwise (printing what
+differed).
 
 Usage: kserve_python_test.py --binary BUILD/server/forecastd --proto-dir proto
                              --repository models --model demo_lstm --csv models/sample_input.csv
@@ -50,14 +54,136 @@ def read_windows(csv_path, features, T):
     return [[row[i] for i in idx] for row in rows]
 
 
+def infer_request(grpc_service_pb2, model, input_name, window, T, F, request_id):
+    flat = [v for row in window for v in row]
+    request = grpc_service_pb2.ModelInferRequest(model_name=model, id=request_id)
+    tensor = request.inputs.add()
+    tensor.name = input_name
+    tensor.datatype = "FP32"
+    tensor.shape.extend([1, T, F])
+    request.raw_input_contents.append(struct.pack(f"<{len(flat)}f", *flat))
+    return request
+
+
+def check_stream(kserve, grpc_service_pb2, model, input_name, window, T, F, failures):
+    """Several requests and a bad one on one ModelStreamInfer stream, against ModelInfer."""
+    requests = [infer_request(grpc_service_pb2, model, input_name,
+                              [[v * (1.0 + 0.05 * k) for v in row] for row in window], T, F,
+                              f"py-stream-{k}") for k in range(4)]
+    bad = infer_request(grpc_service_pb2, model, input_name, window[:-1], T - 1, F, "py-bad")
+    sent = requests[:2] + [bad] + requests[2:]
+    answers = {}
+    for reply in kserve.ModelStreamInfer(iter(sent), timeout=30):
+        answers[reply.infer_response.id] = reply
+    if sorted(answers) != sorted(r.id for r in sent):
+        failures.append(f"stream answered ids {sorted(answers)}, sent {[r.id for r in sent]}")
+        return
+    if not answers["py-bad"].error_message:
+        failures.append("a window of the wrong lookback on the stream got no error_message")
+    worst = 0.0
+    for request in requests:
+        streamed = answers[request.id]
+        unary = kserve.ModelInfer(request, timeout=30)
+        if streamed.error_message:
+            failures.append(f"stream request {request.id}: {streamed.error_message}")
+            continue
+        if list(streamed.infer_response.outputs[0].shape) != list(unary.outputs[0].shape):
+            failures.append(f"stream request {request.id}: shape differs from ModelInfer's")
+            continue
+        # Requests in flight together may run in one batch, whose float rounding may differ
+        # from a batch of one in the last bits.
+        raw_s, raw_u = streamed.infer_response.raw_output_contents[0], unary.raw_output_contents[0]
+        a = struct.unpack(f"<{len(raw_s) // 4}f", raw_s)
+        b = struct.unpack(f"<{len(raw_u) // 4}f", raw_u)
+        diff = max((abs(x - y) / max(abs(y), 1.0) for x, y in zip(a, b)), default=float("inf"))
+        worst = max(worst, diff)
+        if len(a) != len(b) or diff > 1e-5:
+            failures.append(f"stream request {request.id} differs from ModelInfer by {diff}")
+    print(f"ModelStreamInfer: {len(requests)} answers equal ModelInfer's (max relative difference "
+          f"{worst:.3g}); the bad request got {answers['py-bad'].error_message!r}")
+
+
+def check_tritonclient_stream(url, model, input_name, window, failures):
+    """tritonclient.grpc's start_stream / async_stream_infer against its infer, in a process
+    of its own: tritonclient's messages have the same names as the stubs generated here, and
+    one protobuf pool cannot hold both."""
+    import json
+    code = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--tritonclient-url", url, "--model", model,
+         "--input-name", input_name, "--window-json", json.dumps(window)]).returncode
+    if code != 0:
+        failures.append(f"the tritonclient stream check failed (exit {code})")
+
+
+def tritonclient_stream_main(url, model, input_name, window):
+    try:
+        import numpy as np
+        import tritonclient.grpc as triton
+    except (ImportError, RuntimeError) as e:
+        print(f"tritonclient stream check skipped: tritonclient.grpc is not importable ({e})")
+        return 0
+    failures = []
+    import queue
+    client = triton.InferenceServerClient(url=url)
+    windows = [np.array([window], dtype=np.float32) * (1.0 + 0.1 * k) for k in range(3)]
+
+    def inputs(x):
+        tensor = triton.InferInput(input_name, list(x.shape), "FP32")
+        tensor.set_data_from_numpy(x)
+        return [tensor]
+
+    expected = {f"tc-{k}": client.infer(model, inputs(x)).as_numpy("FORECAST")
+                for k, x in enumerate(windows)}
+    results = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        for k, x in enumerate(windows):
+            client.async_stream_infer(model, inputs(x), request_id=f"tc-{k}")
+        client.async_stream_infer(model, inputs(windows[0]), request_id="tc-seq", sequence_id=5,
+                                  sequence_start=True)
+        got, errors = {}, []
+        for _ in range(len(windows) + 1):
+            result, error = results.get(timeout=30)
+            if error is not None:
+                errors.append(str(error))
+            else:
+                got[result.get_response().id] = result.as_numpy("FORECAST")
+    finally:
+        client.stop_stream()
+    if sorted(got) != sorted(expected):
+        failures.append(f"tritonclient stream answered {sorted(got)}, expected {sorted(expected)}")
+    # As in check_stream: a batch of several may round differently from a batch of one.
+    for request_id, values in expected.items():
+        if request_id in got and not np.allclose(got[request_id], values, rtol=1e-5, atol=1e-5):
+            failures.append(f"tritonclient stream {request_id} differs from infer")
+    if len(errors) != 1 or "not a sequence model" not in errors[0]:
+        failures.append(f"tritonclient stream errors {errors}, expected one sequence refusal")
+    print(f"tritonclient async_stream_infer: {len(got)} results equal infer's; "
+          f"sequence_id refused: {errors}")
+    for failure in failures:
+        print("FAILED:", failure, file=sys.stderr)
+    return 1 if failures else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--binary", required=True)
-    ap.add_argument("--proto-dir", required=True)
-    ap.add_argument("--repository", required=True)
+    ap.add_argument("--binary")
+    ap.add_argument("--proto-dir")
+    ap.add_argument("--repository")
     ap.add_argument("--model", default="demo_lstm")
-    ap.add_argument("--csv", required=True)
+    ap.add_argument("--csv")
+    # The tritonclient check's own process (check_tritonclient_stream).
+    ap.add_argument("--tritonclient-url")
+    ap.add_argument("--input-name")
+    ap.add_argument("--window-json")
     args = ap.parse_args()
+    if args.tritonclient_url:
+        import json
+        return tritonclient_stream_main(args.tritonclient_url, args.model, args.input_name,
+                                        json.loads(args.window_json))
+    for required in ("binary", "proto_dir", "repository", "csv"):
+        if getattr(args, required) is None:
+            ap.error(f"--{required.replace('_', '-')} is required")
 
     import grpc  # noqa: E402  (Debian's python3-grpcio)
 
@@ -151,6 +277,11 @@ def main():
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
                 failures.append(f"wrong lookback gave {e.code()}, not INVALID_ARGUMENT")
+
+        check_stream(kserve, grpc_service_pb2, args.model, meta.inputs[0].name, window, T, F,
+                     failures)
+        check_tritonclient_stream(f"127.0.0.1:{grpc_port}", args.model, meta.inputs[0].name,
+                                  window, failures)
     finally:
         if daemon is not None and daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)

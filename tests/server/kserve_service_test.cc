@@ -1,13 +1,14 @@
 // KServeService in an in-process gRPC server on 127.0.0.1, over a real ModelRegistry
-// (reference backend, 2-worker scheduler) on a repository in a temp dir, called through the
-// generated C++ stub as Triton's clients call it: ModelInfer against Forecaster::Forward on
-// the same input, every validation error's code and message, readiness, metadata, the
-// Triton model config, statistics, the repository index and load/unload round trips.
+// (reference backend, 2-worker scheduler) on a repository in a temp dir (tests/testing/
+// kserve_env.h), called through the generated C++ stub as Triton's clients call it: ModelInfer
+// against Forecaster::Forward on the same input, every validation error's code and message,
+// readiness, metadata, the Triton model config, statistics, the repository index and
+// load/unload round trips, and an UNIMPLEMENTED that says why from every method not served.
+// ModelStreamInfer has its own file, kserve_stream_test.cc.
 #include "server/kserve_service.h"
 
+#include <chrono>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <limits>
 #include <memory>
 #include <string>
@@ -15,199 +16,25 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "backends/reference_backend.h"
-#include "engine/models/model_files.h"
-#include "engine/serving/device_scheduler.h"
-#include "grpcpp/create_channel.h"
-#include "grpcpp/security/credentials.h"
-#include "grpcpp/security/server_credentials.h"
-#include "grpcpp/server_builder.h"
+#include "absl/synchronization/notification.h"
+#include "google/protobuf/descriptor.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "kernels/base/version.h"
 #include "tests/testing/catch.h"
-#include "tests/testing/process.h"
+#include "tests/testing/kserve_env.h"
 #include "tests/testing/test_models.h"
 
 namespace forecastd {
 namespace {
 
-namespace fs = std::filesystem;
-
-constexpr int64_t T = 4;  // lookback
-constexpr int64_t F = 2;  // features
-constexpr int64_t P = 2;  // horizon
-constexpr int64_t kMaxBatch = 4;
-
-// "gru": point forecasts of one target, two priority levels; versions 1 and 2 on disk.
-ModelConfig GruConfig() {
-  ModelConfig c = testing::SmallGruConfig("gru", T, P);
-  v1::BatchingConfig* b = c.mutable_batching();
-  b->set_max_batch_size(kMaxBatch);
-  b->add_preferred_batch_size(2);
-  b->set_priority_levels(2);
-  b->set_default_priority_level(2);
-  b->mutable_default_queue_policy()->set_max_queue_size(64);
-  v1::QueuePolicy& high = (*b->mutable_priority_queue_policy())[1];
-  high.set_timeout_action(v1::QueuePolicy::DELAY);
-  high.set_default_timeout_us(5000000);
-  high.set_allow_timeout_override(true);
-  c.mutable_instances()->set_count(2);
-  c.mutable_instances()->add_devices("cpu");
-  return c;
-}
-
-// "quant": a transformer forecasting two targets at three quantiles; not loaded at start.
-ModelConfig QuantileConfig() {
-  ModelConfig c;
-  c.set_name("quant");
-  c.set_lookback(T);
-  c.set_horizon(P);
-  c.add_feature_names("price");
-  c.add_feature_names("volume");
-  c.add_target_names("price");
-  c.add_target_names("volume");
-  for (float q : {0.1f, 0.5f, 0.9f}) c.add_quantiles(q);
-  v1::TransformerConfig* t = c.mutable_transformer();
-  t->set_d_model(4);
-  t->set_num_heads(2);
-  t->set_num_layers(1);
-  t->set_dim_feedforward(8);
-  return c;
-}
-
-std::string Bytes(const std::vector<float>& values) {
-  std::string bytes(values.size() * sizeof(float), '\0');
-  // An empty vector's data() may be null, which memcpy may not be given even for 0 bytes.
-  if (!values.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
-  return bytes;
-}
-
-std::vector<float> Floats(const std::string& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  if (!values.empty()) std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-// The request tritonclient sends: one FP32 input as raw bytes.
-inference::ModelInferRequest RawRequest(const std::string& model, const std::vector<float>& input,
-                                        int64_t rows) {
-  inference::ModelInferRequest request;
-  request.set_model_name(model);
-  auto* tensor = request.add_inputs();
-  tensor->set_name("INPUT");
-  tensor->set_datatype("FP32");
-  for (int64_t dim : {rows, T, F}) tensor->add_shape(dim);
-  request.add_raw_input_contents(Bytes(input));
-  return request;
-}
-
-// The repository, engine, service and server of one test, torn down in the reverse order.
-struct Env {
-  explicit Env(KServeService::Options options = {}, std::vector<std::string> load = {"gru"}) {
-    root = dir.path() + "/models";
-    fs::create_directories(root);
-    gru_v1 = testing::RandomModel(GruConfig(), 1);
-    gru_v2 = testing::RandomModel(GruConfig(), 2);
-    quant = testing::RandomModel(QuantileConfig(), 3);
-    REQUIRE(PublishVersion(*gru_v1, root + "/gru", 1).ok());
-    REQUIRE(PublishVersion(*gru_v2, root + "/gru", 2).ok());
-    REQUIRE(PublishVersion(*quant, root + "/quant", 1).ok());
-
-    ModelRegistry::Options registry_options;
-    registry_options.repository_path = root;
-    registry_options.models_to_load = std::move(load);
-    registry = testing::StartCpuRegistry(registry_options, backend, scheduler);
-
-    options.registry = registry.get();
-    if (!options.ready) options.ready = [this] { return ready.load(); };
-    service = KServeService::Create(std::move(options)).value();
-    int port = 0;
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service.get());
-    server = builder.BuildAndStart();
-    REQUIRE(server != nullptr);
-    REQUIRE(port > 0);
-    stub = inference::GRPCInferenceService::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
-  }
-
-  ~Env() {
-    registry->Shutdown(absl::Seconds(30));
-    server->Shutdown();
-  }
-
-  grpc::Status Infer(const inference::ModelInferRequest& request,
-                     inference::ModelInferResponse* response) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    return stub->ModelInfer(&context, request, response);
-  }
-  grpc::Status Infer(const inference::ModelInferRequest& request) {
-    inference::ModelInferResponse response;
-    return Infer(request, &response);
-  }
-
-  bool ModelReady(const std::string& name, const std::string& version = "") {
-    grpc::ClientContext context;
-    inference::ModelReadyRequest request;
-    request.set_name(name);
-    request.set_version(version);
-    inference::ModelReadyResponse response;
-    REQUIRE(stub->ModelReady(&context, request, &response).ok());
-    return response.ready();
-  }
-
-  inference::RepositoryIndexResponse Index(bool ready_only = false) {
-    grpc::ClientContext context;
-    inference::RepositoryIndexRequest request;
-    request.set_ready(ready_only);
-    inference::RepositoryIndexResponse response;
-    REQUIRE(stub->RepositoryIndex(&context, request, &response).ok());
-    return response;
-  }
-
-  grpc::Status Load(const std::string& name) {
-    grpc::ClientContext context;
-    inference::RepositoryModelLoadRequest request;
-    request.set_model_name(name);
-    inference::RepositoryModelLoadResponse response;
-    return stub->RepositoryModelLoad(&context, request, &response);
-  }
-
-  grpc::Status Unload(const std::string& name) {
-    grpc::ClientContext context;
-    inference::RepositoryModelUnloadRequest request;
-    request.set_model_name(name);
-    inference::RepositoryModelUnloadResponse response;
-    return stub->RepositoryModelUnload(&context, request, &response);
-  }
-
-  grpc::Status Statistics(const std::string& name, const std::string& version,
-                          inference::ModelStatisticsResponse* response) {
-    grpc::ClientContext context;
-    inference::ModelStatisticsRequest request;
-    request.set_name(name);
-    request.set_version(version);
-    return stub->ModelStatistics(&context, request, response);
-  }
-
-  testing::TempDir dir;
-  std::string root;
-  std::unique_ptr<Forecaster> gru_v1, gru_v2, quant;
-  std::atomic<bool> ready{true};
-  ReferenceBackend backend;
-  std::unique_ptr<DeviceScheduler> scheduler;
-  std::unique_ptr<ModelRegistry> registry;
-  std::unique_ptr<KServeService> service;
-  std::unique_ptr<grpc::Server> server;
-  std::unique_ptr<inference::GRPCInferenceService::Stub> stub;
-};
-
-void RequireError(const grpc::Status& status, grpc::StatusCode code, const std::string& part) {
-  INFO("code " << status.error_code() << ": " << status.error_message());
-  REQUIRE(status.error_code() == code);
-  REQUIRE(absl::StrContains(status.error_message(), part));
-}
+using kserve_test::Env;
+using kserve_test::F;
+using kserve_test::Floats;
+using kserve_test::kMaxBatch;
+using kserve_test::P;
+using kserve_test::RawRequest;
+using kserve_test::RequireError;
+using kserve_test::T;
 
 TEST_CASE("KServe ModelInfer forecasts exactly what Forecaster::Forward computes",
           "[integration][kserve]") {
@@ -635,6 +462,104 @@ TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload
     inference::RepositoryIndexResponse unused;
     RequireError(env.stub->RepositoryIndex(&context, request, &unused),
                  grpc::StatusCode::UNIMPLEMENTED, "repository_name 'other' is not supported");
+  }
+}
+
+TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying why",
+          "[integration][kserve]") {
+  Env env;
+  const auto unimplemented = [](const grpc::Status& status, const std::string& part) {
+    INFO("code " << status.error_code() << ": " << status.error_message());
+    REQUIRE(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    REQUIRE_FALSE(status.error_message().empty());
+    REQUIRE(absl::StrContains(status.error_message(), part));
+  };
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryStatusResponse response;
+    unimplemented(env.stub->SystemSharedMemoryStatus(&context, {}, &response),
+                  "does not support system shared memory; send tensors in the request");
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryRegisterRequest request;
+    request.set_name("region");
+    request.set_key("/shm");
+    request.set_byte_size(64);
+    inference::SystemSharedMemoryRegisterResponse response;
+    unimplemented(env.stub->SystemSharedMemoryRegister(&context, request, &response),
+                  "system shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::SystemSharedMemoryUnregisterResponse response;
+    unimplemented(env.stub->SystemSharedMemoryUnregister(&context, {}, &response),
+                  "system shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusResponse response;
+    unimplemented(env.stub->CudaSharedMemoryStatus(&context, {}, &response),
+                  "does not support CUDA shared memory; send tensors in the request");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterResponse response;
+    unimplemented(env.stub->CudaSharedMemoryRegister(&context, {}, &response),
+                  "CUDA shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterResponse response;
+    unimplemented(env.stub->CudaSharedMemoryUnregister(&context, {}, &response),
+                  "CUDA shared memory");
+  }
+  {
+    grpc::ClientContext context;
+    inference::TraceSettingResponse response;
+    unimplemented(env.stub->TraceSetting(&context, {}, &response), "request tracing");
+  }
+  {
+    grpc::ClientContext context;
+    inference::LogSettingsResponse response;
+    unimplemented(env.stub->LogSettings(&context, {}, &response), "--log-level");
+  }
+  {
+    grpc::ClientContext context;
+    inference::RepositoryIndexRequest request;
+    request.set_repository_name("other");
+    inference::RepositoryIndexResponse response;
+    unimplemented(env.stub->RepositoryIndex(&context, request, &response),
+                  "repository_name 'other' is not supported");
+  }
+
+  // And no method of the service, called by name with an empty request, answers a bare
+  // UNIMPLEMENTED: each is served or says what it does not support.
+  const google::protobuf::ServiceDescriptor* service =
+      inference::ModelInferRequest::descriptor()->file()->FindServiceByName("GRPCInferenceService");
+  REQUIRE(service != nullptr);
+  grpc::GenericStub generic(env.channel);
+  for (int i = 0; i < service->method_count(); ++i) {
+    const std::string method =
+        absl::StrCat("/", service->full_name(), "/", service->method(i)->name());
+    CAPTURE(method);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Slice empty("");
+    const grpc::ByteBuffer request(&empty, 1);
+    grpc::ByteBuffer response;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                      [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    REQUIRE(done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+    INFO("code " << status.error_code() << ": " << status.error_message());
+    if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+      REQUIRE_FALSE(status.error_message().empty());
+    }
   }
 }
 
