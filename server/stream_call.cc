@@ -199,7 +199,13 @@ void StreamCall::Advance() {
     }
   }
   if (start != nullptr) StartWrite(start);
-  if (finish) Finish(grpc::Status::OK);
+  if (finish) {
+    // Detach the keys before the client sees the OK: a client that reconnects as soon as its
+    // call has finished must find them kept, not still held by this call. (OnDone's Disconnect
+    // then finds nothing left.)
+    hub_->Disconnect(connection_);
+    Finish(grpc::Status::OK);
+  }
 }
 
 void StreamCall::OnCancel() {
