@@ -44,6 +44,21 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status) {
   return out;
 }
 
+v1::StreamInfo ToStreamInfoProto(const StreamInfo& info) {
+  v1::StreamInfo out;
+  out.set_model(info.model);
+  out.set_key(info.key);
+  out.set_version(info.version);
+  out.set_requested_version(info.requested_version);
+  out.set_mode(info.mode);
+  out.set_sequence(info.sequence);
+  out.set_ticks_buffered(info.ticks_buffered);
+  out.set_lookback(info.lookback);
+  out.set_connected(info.connected);
+  out.set_idle_ms(absl::ToInt64Milliseconds(info.idle));
+  return out;
+}
+
 grpc::Status AdminService::ListModels(grpc::ServerContext* context,
                                       const v1::ListModelsRequest* /*request*/,
                                       v1::ListModelsResponse* response) {
@@ -101,6 +116,24 @@ grpc::Status AdminService::GetServerStatus(grpc::ServerContext* context,
                                            v1::ServerStatus* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (options_.server_status) *response = options_.server_status();
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListStreams(grpc::ServerContext* context,
+                                       const v1::ListStreamsRequest* request,
+                                       v1::ListStreamsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  // A misspelt model is NOT_FOUND rather than an empty list.
+  if (!request->model().empty()) {
+    if (absl::StatusOr<ModelStatus> model = options_.registry->GetModel(request->model());
+        !model.ok()) {
+      return ToGrpcStatus(model.status());
+    }
+  }
+  if (options_.streams == nullptr) return grpc::Status::OK;
+  for (const StreamInfo& info : options_.streams->List(request->model())) {
+    *response->add_streams() = ToStreamInfoProto(info);
+  }
   return grpc::Status::OK;
 }
 

@@ -1,13 +1,15 @@
 // Tick streams through the real forecastd binary: Forecaster.Stream carrying several keys of a
 // state-mode and a window-mode model on one gRPC stream, forecasts checked against the engine's
 // own forward pass over the same ticks, errors on one key leaving the others alone, resuming a
-// kept key on a new connection, a clean finish on half-close, and the stream metrics.
+// kept key on a new connection, a clean finish on half-close, the stream metrics, and
+// Admin.ListStreams.
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "forecastd/v1/admin.grpc.pb.h"
 #include "forecastd/v1/forecaster.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/testing/catch.h"
@@ -114,7 +116,8 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
         const std::vector<float> ticks(series.begin(), series.begin() + n * kF);
         REQUIRE(Shape(reply.forecast().forecast()) == std::vector<int64_t>{kP, 1});
         REQUIRE(reply.forecast().forecast().raw().empty() == (n % 2 != 0));
-        RequireClose(Floats(reply.forecast().forecast()), Expected(*WithLookback(*f.state, n), ticks));
+        RequireClose(Floats(reply.forecast().forecast()),
+                     Expected(*WithLookback(*f.state, n), ticks));
         REQUIRE(reply.forecast().timing().total_us() > 0);
       } else if (n < kT) {
         REQUIRE(reply.forecast().ticks_needed() == kT - n);
@@ -165,6 +168,69 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
   REQUIRE(metrics.find("forecastd_streams_open{mode=\"state\",model=\"ticks\"} 1") !=
           std::string::npos);
   REQUIRE(metrics.find("forecastd_stream_tick_duration_seconds_bucket") != std::string::npos);
+}
+
+TEST_CASE("Admin.ListStreams lists open and kept streams per model", "[integration][api][stream]") {
+  Fixture f;
+  const auto list = [&](const std::string& model) {
+    v1::ListStreamsRequest request;
+    request.set_model(model);
+    v1::ListStreamsResponse response;
+    auto context = Context();
+    const grpc::Status status = f.daemon->admin().ListStreams(context.get(), request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return response;
+  };
+  REQUIRE(list("").streams().empty());
+
+  auto context = Context();
+  std::unique_ptr<Stream> stream = f.stub->Stream(context.get());
+  REQUIRE(stream->Write(Open("AAPL", "ticks")));
+  REQUIRE(stream->Write(Open("MSFT", "windows")));
+  REQUIRE(Read(*stream).has_status());
+  REQUIRE(Read(*stream).has_status());
+  const std::vector<float> rows = Windows(1, 3, 5);  // three ticks in one message
+  REQUIRE(stream->Write(Ticks("AAPL", rows, true)));
+  REQUIRE(Read(*stream).forecast().sequence() == 3);
+
+  const v1::ListStreamsResponse all = list("");
+  INFO(all.DebugString());
+  REQUIRE(all.streams_size() == 2);
+  const v1::StreamInfo& aapl = all.streams(0);  // by model: "ticks" < "windows"
+  REQUIRE(aapl.model() == "ticks");
+  REQUIRE(aapl.key() == "AAPL");
+  REQUIRE(aapl.version() == 1);
+  REQUIRE(aapl.requested_version() == 0);
+  REQUIRE(aapl.mode() == v1::StreamingConfig::STREAM_MODE_STATE);
+  REQUIRE(aapl.sequence() == 3);
+  REQUIRE(aapl.ticks_buffered() == 3);
+  REQUIRE(aapl.lookback() == kT);
+  REQUIRE(aapl.connected());
+  REQUIRE(aapl.idle_ms() >= 0);
+  REQUIRE(all.streams(1).key() == "MSFT");
+  REQUIRE(all.streams(1).mode() == v1::StreamingConfig::STREAM_MODE_WINDOW);
+  REQUIRE(list("windows").streams_size() == 1);
+
+  // After the connection ends the streams are kept (on_disconnect KEEP), detached. The server
+  // lets go of the connection just after the call finishes, so look until it has.
+  REQUIRE(stream->WritesDone());
+  REQUIRE(stream->Finish().ok());
+  v1::ListStreamsResponse kept;
+  const absl::Time give_up = absl::Now() + kRpcBound;
+  do {
+    kept = list("ticks");
+    REQUIRE(kept.streams_size() == 1);
+  } while (kept.streams(0).connected() && absl::Now() < give_up);
+  REQUIRE_FALSE(kept.streams(0).connected());
+  REQUIRE(kept.streams(0).sequence() == 3);
+
+  v1::ListStreamsRequest unknown;
+  unknown.set_model("nope");
+  v1::ListStreamsResponse response;
+  auto context2 = Context();
+  RequireError(f.daemon->admin().ListStreams(context2.get(), unknown, &response),
+               grpc::StatusCode::NOT_FOUND, "nope");
 }
 
 }  // namespace
