@@ -3,8 +3,11 @@
 // holds a (B, T, F) `raw` window, and answers with a fixed (B, P, targets) forecast of zeros
 // in `raw`, the model name, the target names and a Timing, so request and response are the
 // same messages, of the same size, as forecastd's. Predict runs on the callback API and
-// finishes inline, like forecastd's handler without the queue and the forward pass; the other
-// Forecaster methods answer UNIMPLEMENTED.
+// finishes inline, like forecastd's handler without the queue and the forward pass. Stream
+// (bench/stream.sh's floor) answers each StreamOpen / StreamClose with a StreamStatus and each
+// StreamTicks with a StreamForecast of zeros (P, targets), numbered per key, `raw` when the
+// ticks were: forecastd's tick messages without the hub and the step. Its reactor reads and
+// writes concurrently, as forecastd's does. The other Forecaster methods answer UNIMPLEMENTED.
 //
 // Prints "echo_server listening on port N" once serving, then serves until SIGTERM or SIGINT.
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
@@ -13,7 +16,10 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +36,103 @@ struct EchoOptions {
   std::vector<std::string> target_names = {"price", "load"};
   int64_t version = 1;
   int64_t max_batch_rows = 64;
+};
+
+// One Stream call. gRPC runs at most one OnReadDone and one OnWriteDone at a time, but the two
+// may overlap: the outbox and the flags are guarded by mu_; sequences_ is touched by reads only.
+class EchoStream final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+ public:
+  EchoStream(const EchoOptions& options, const std::string& zeros)
+      : options_(options), zeros_(zeros) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      bool finish = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        read_done_ = true;
+        finish = !writing_ && !finished_;
+        finished_ = finished_ || finish;
+      }
+      if (finish) Finish(grpc::Status::OK);
+      return;
+    }
+    // Queued before the next read starts, so answers keep the order of the requests.
+    v1::StreamResponse response = Answer(request_);
+    const v1::StreamResponse* start = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outbox_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        start = &outbox_.front();
+      }
+    }
+    StartRead(&request_);
+    if (start != nullptr) StartWrite(start);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::StreamResponse* next = nullptr;
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      outbox_.pop_front();
+      if (ok && !outbox_.empty()) {
+        next = &outbox_.front();
+      } else {
+        writing_ = false;
+        finish = (read_done_ || !ok) && !finished_;
+        finished_ = finished_ || finish;
+      }
+    }
+    if (next != nullptr) StartWrite(next);
+    if (finish) Finish(grpc::Status::OK);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  v1::StreamResponse Answer(const v1::StreamRequest& request) {
+    v1::StreamResponse response;
+    response.set_key(request.key());
+    if (request.has_ticks()) {
+      const int64_t P = options_.horizon, K = static_cast<int64_t>(options_.target_names.size());
+      v1::StreamForecast* forecast = response.mutable_forecast();
+      forecast->set_sequence(++sequences_[request.key()]);
+      forecast->set_version(options_.version);
+      v1::Tensor* out = forecast->mutable_forecast();
+      out->add_shape(P);
+      out->add_shape(K);
+      if (!request.ticks().raw().empty()) {
+        out->set_raw(zeros_.data(), P * K * sizeof(float));
+      } else {
+        for (int64_t i = 0; i < P * K; ++i) out->add_values(0.0f);
+      }
+      forecast->mutable_timing()->set_batch_size(1);
+    } else {
+      v1::StreamStatus* status = response.mutable_status();
+      status->set_model(request.has_open() ? request.open().model() : "");
+      status->set_version(options_.version);
+      status->set_sequence(sequences_[request.key()]);
+      status->set_closed(request.has_close());
+      if (request.has_close()) sequences_.erase(request.key());
+    }
+    return response;
+  }
+
+  const EchoOptions& options_;
+  const std::string& zeros_;
+  v1::StreamRequest request_;
+  std::map<std::string, int64_t> sequences_;
+
+  std::mutex mu_;
+  std::deque<v1::StreamResponse> outbox_;  // guarded by mu_; front() is being written
+  bool writing_ = false;                   // guarded by mu_
+  bool read_done_ = false;                 // guarded by mu_
+  bool finished_ = false;                  // guarded by mu_
 };
 
 // Thread-safe: constant after construction.
@@ -68,6 +171,11 @@ class EchoForecaster final : public v1::Forecaster::CallbackService {
     timing->set_batch_size(B);
     reactor->Finish(grpc::Status::OK);
     return reactor;
+  }
+
+  grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse>* Stream(
+      grpc::CallbackServerContext* /*context*/) override {
+    return new EchoStream(options_, zeros_);
   }
 
  private:

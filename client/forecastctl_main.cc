@@ -29,8 +29,8 @@ std::string CommandPath(const CLI::App& app) {
 int Main(int argc, char** argv) {
   Context context;
   CLI::App app(
-      "forecastctl: operate a forecastd daemon: models, forecasts, training jobs, "
-      "benchmarks and metrics.",
+      "forecastctl: operate a forecastd daemon: models, forecasts, tick streams, training "
+      "jobs, benchmarks and metrics.",
       "forecastctl");
   app.set_version_flag("--version", absl::StrCat("forecastctl ", kForecastdVersion));
   // Global flags may follow the subcommand: `forecastctl models list --json`.
@@ -41,6 +41,7 @@ int Main(int argc, char** argv) {
       "  forecastctl status\n"
       "  forecastctl models list\n"
       "  forecastctl predict demo_lstm --csv models/sample_input.csv\n"
+      "  forecastctl stream demo_lstm --csv models/sample_input.csv --key AAPL\n"
       "  forecastctl train my_model --inline-csv series.csv --epochs 20 --promote\n"
       "  forecastctl --address 10.0.0.5:8001 jobs list --json\n"
       "  forecastctl --address fd.example:8001 --tls-ca ca.pem --token-file ~/.fd-token status\n"
@@ -76,6 +77,7 @@ int Main(int argc, char** argv) {
 
   AddAdminCommands(app, context);
   AddPredictCommand(app, context);
+  AddStreamCommands(app, context);
   AddTrainCommands(app, context);
   AddBenchCommand(app, context);
   AddMetricsCommand(app, context);

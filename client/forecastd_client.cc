@@ -113,6 +113,14 @@ absl::StatusOr<v1::ModelStatus> ForecastdClient::SetServingVersion(const std::st
   });
 }
 
+absl::StatusOr<v1::ListStreamsResponse> ForecastdClient::ListStreams(const std::string& model) {
+  v1::ListStreamsRequest request;
+  request.set_model(model);
+  return Unary<v1::ListStreamsResponse>([&](v1::ListStreamsResponse* response) {
+    return admin_->ListStreams(UnaryContext().get(), request, response);
+  });
+}
+
 absl::StatusOr<v1::PredictResponse> ForecastdClient::Predict(const v1::PredictRequest& request) {
   return Unary<v1::PredictResponse>([&](v1::PredictResponse* response) {
     return forecaster_->Predict(UnaryContext().get(), request, response);
@@ -187,6 +195,12 @@ absl::StatusOr<v1::TrainJobInfo> ForecastdClient::WatchTrainJob(
         absl::StrCat("the watch of job ", job_id, " ended without the job's final state"));
   }
   return finished;
+}
+
+std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>>
+ForecastdClient::Stream(grpc::ClientContext& context) {
+  AddToken(context);
+  return forecaster_->Stream(&context);
 }
 
 }  // namespace forecastd

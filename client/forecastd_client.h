@@ -52,6 +52,8 @@ class ForecastdClient {
   absl::StatusOr<v1::ModelStatus> LoadModel(const std::string& name);
   absl::StatusOr<v1::ModelStatus> UnloadModel(const std::string& name);
   absl::StatusOr<v1::ModelStatus> SetServingVersion(const std::string& name, int64_t version);
+  // The tick streams of `model` ("": of every model).
+  absl::StatusOr<v1::ListStreamsResponse> ListStreams(const std::string& model);
 
   // --- Forecaster
   absl::StatusOr<v1::PredictResponse> Predict(const v1::PredictRequest& request);
@@ -70,6 +72,11 @@ class ForecastdClient {
   absl::StatusOr<v1::TrainJobInfo> WatchTrainJob(
       const std::string& job_id, grpc::ClientContext& context,
       const std::function<void(const v1::TrainProgressEvent&)>& on_progress);
+
+  // Starts a Forecaster.Stream call on `context` (fresh; the token is added to it, no
+  // deadline: a stream lasts as long as its caller keeps it).
+  std::unique_ptr<grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>> Stream(
+      grpc::ClientContext& context);
 
  private:
   explicit ForecastdClient(const Options& options);

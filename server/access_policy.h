@@ -16,7 +16,7 @@
 namespace forecastd {
 
 enum class Role : uint8_t {
-  kPredict = 1 << 0,  // Predict, ModelInfer, model and server metadata
+  kPredict = 1 << 0,  // Predict, Stream, ModelInfer, model, stream and server metadata
   kTrain = 1 << 1,    // Train and training-job control
   kAdmin = 1 << 2,    // load, unload and promote models; Benchmark
 };

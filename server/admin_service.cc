@@ -3,6 +3,11 @@
 #include "server/grpc_status.h"
 
 namespace forecastd {
+
+namespace {
+// How long an export or import waits for a stream to come to rest or its state to be written.
+constexpr absl::Duration kStreamTimeout = absl::Seconds(30);
+}  // namespace
 namespace {
 
 v1::ModelState ToProto(ModelState state) {
@@ -41,6 +46,21 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status) {
   if (!status.last_error.ok()) out.set_last_error(status.last_error.ToString());
   if (status.config.has_value()) *out.mutable_config() = *status.config;
   if (!status.loaded.empty()) out.set_device(status.loaded.front().device);
+  return out;
+}
+
+v1::StreamInfo ToStreamInfoProto(const StreamInfo& info) {
+  v1::StreamInfo out;
+  out.set_model(info.model);
+  out.set_key(info.key);
+  out.set_version(info.version);
+  out.set_requested_version(info.requested_version);
+  out.set_mode(info.mode);
+  out.set_sequence(info.sequence);
+  out.set_ticks_buffered(info.ticks_buffered);
+  out.set_lookback(info.lookback);
+  out.set_connected(info.connected);
+  out.set_idle_ms(absl::ToInt64Milliseconds(info.idle));
   return out;
 }
 
@@ -101,6 +121,53 @@ grpc::Status AdminService::GetServerStatus(grpc::ServerContext* context,
                                            v1::ServerStatus* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
   if (options_.server_status) *response = options_.server_status();
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ListStreams(grpc::ServerContext* context,
+                                       const v1::ListStreamsRequest* request,
+                                       v1::ListStreamsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  // A misspelt model is NOT_FOUND rather than an empty list.
+  if (!request->model().empty()) {
+    if (absl::StatusOr<ModelStatus> model = options_.registry->GetModel(request->model());
+        !model.ok()) {
+      return ToGrpcStatus(model.status());
+    }
+  }
+  if (options_.streams == nullptr) return grpc::Status::OK;
+  for (const StreamInfo& info : options_.streams->List(request->model())) {
+    *response->add_streams() = ToStreamInfoProto(info);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ExportStream(grpc::ServerContext* context,
+                                        const v1::ExportStreamRequest* request,
+                                        v1::StreamRecord* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  if (options_.streams == nullptr) {
+    return ToGrpcStatus(absl::UnavailableError("this server keeps no tick streams"));
+  }
+  absl::StatusOr<v1::StreamRecord> record =
+      options_.streams->Export(request->model(), request->key(), kStreamTimeout);
+  if (!record.ok()) return ToGrpcStatus(record.status());
+  *response = *std::move(record);
+  return grpc::Status::OK;
+}
+
+grpc::Status AdminService::ImportStream(grpc::ServerContext* context,
+                                        const v1::StreamRecord* request, v1::StreamInfo* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  if (options_.streams == nullptr) {
+    return ToGrpcStatus(absl::UnavailableError("this server keeps no tick streams"));
+  }
+  if (absl::Status imported = options_.streams->Import(*request, kStreamTimeout); !imported.ok()) {
+    return ToGrpcStatus(imported);
+  }
+  for (const StreamInfo& info : options_.streams->List(request->model())) {
+    if (info.key == request->key()) *response = ToStreamInfoProto(info);
+  }
   return grpc::Status::OK;
 }
 

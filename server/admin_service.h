@@ -1,7 +1,7 @@
 // forecastd.v1.Admin: what is loaded and serving, loading, unloading and promoting versions,
-// and the server's state. Thin: each handler converts, calls the ModelRegistry (or the status
-// probes), and converts back. Thread-safe: gRPC calls handlers concurrently; the registry
-// serialises admin operations per model.
+// the tick streams kept, and the server's state. Thin: each handler converts, calls the
+// ModelRegistry (or the StreamHub, or the status probes), and converts back. Thread-safe: gRPC
+// calls handlers concurrently; the registry serialises admin operations per model.
 #ifndef FORECASTD_SERVER_ADMIN_SERVICE_H_
 #define FORECASTD_SERVER_ADMIN_SERVICE_H_
 
@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "engine/serving/model_registry.h"
+#include "engine/serving/stream_hub.h"
 #include "forecastd/v1/admin.grpc.pb.h"
 
 namespace forecastd {
@@ -19,6 +20,7 @@ class AdminService final : public v1::Admin::Service {
  public:
   struct Options {
     ModelRegistry* registry = nullptr;  // not owned
+    StreamHub* streams = nullptr;       // not owned; nullptr: ListStreams lists none
     // The server's live state for GetServerStatus.
     std::function<v1::ServerStatus()> server_status;
     std::function<bool()> accepting;  // false while draining: Load and promote refused
@@ -43,6 +45,12 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status GetServerStatus(grpc::ServerContext* context,
                                const v1::GetServerStatusRequest* request,
                                v1::ServerStatus* response) override;
+  grpc::Status ListStreams(grpc::ServerContext* context, const v1::ListStreamsRequest* request,
+                           v1::ListStreamsResponse* response) override;
+  grpc::Status ExportStream(grpc::ServerContext* context, const v1::ExportStreamRequest* request,
+                            v1::StreamRecord* response) override;
+  grpc::Status ImportStream(grpc::ServerContext* context, const v1::StreamRecord* request,
+                            v1::StreamInfo* response) override;
 
  private:
   // Fills `response` with the model's status after an operation that returned `done`.
@@ -56,6 +64,7 @@ class AdminService final : public v1::Admin::Service {
 };
 
 v1::ModelStatus ToModelStatusProto(const ModelStatus& status);
+v1::StreamInfo ToStreamInfoProto(const StreamInfo& info);
 
 }  // namespace forecastd
 

@@ -66,7 +66,8 @@ class StateCollectable final : public prometheus::Collectable {
                                      {}};
       for (const auto& [model, usage] : probes_.streams()) {
         prometheus::ClientMetric m;
-        m.label = {{"model", model}, {"mode", usage.state_mode ? "state" : "window"}};
+        // In name order, as prometheus-cpp writes every other family's labels.
+        m.label = {{"mode", usage.state_mode ? "state" : "window"}, {"model", model}};
         m.gauge.value = static_cast<double>(usage.streams);
         open.metric.push_back(m);
         prometheus::ClientMetric b;

@@ -180,8 +180,9 @@ void StreamCall::Advance() {
   }
   if (start != nullptr) StartWrite(start);
   if (finish) {
-    // Leave the hub before the client learns the call is over, so a new call may resume its
-    // keys at once.
+    // Detach the keys before the client sees the OK: a client that reconnects as soon as its
+    // call has finished must find them kept, not still held by this call. (OnDone's Disconnect
+    // then finds nothing left.)
     hub_->Disconnect(connection_);
     Finish(grpc::Status::OK);
   }

@@ -56,6 +56,8 @@ void AddAdminCommands(CLI::App& app, Context& context);
 void AddPredictCommand(CLI::App& app, Context& context);
 // train; jobs list|show|watch|cancel.
 void AddTrainCommands(CLI::App& app, Context& context);
+// stream, streams: tick streams.
+void AddStreamCommands(CLI::App& app, Context& context);
 // bench.
 void AddBenchCommand(CLI::App& app, Context& context);
 // metrics.

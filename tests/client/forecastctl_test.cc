@@ -1,9 +1,9 @@
 // Runs the real forecastctl binary against a real forecastd (free loopback ports, a temporary
 // repository with small models) the way an operator or a script would, and checks what it
-// prints and how it exits: forecasts equal to the Predict RPC's, a training job followed to
-// SUCCEEDED, model management, jobs, benchmarks, metrics, error and usage exit codes, --help
-// and the bash completion script. ctest runs each TEST_CASE in its own process, each with its
-// own daemon.
+// prints and how it exits: forecasts equal to the Predict RPC's, a CSV replayed as a tick
+// stream and the streams kept, a training job followed to SUCCEEDED, model management, jobs,
+// benchmarks, metrics, error and usage exit codes, --help and the bash completion script. ctest
+// runs each TEST_CASE in its own process, each with its own daemon.
 #include <signal.h>
 
 #include <algorithm>
@@ -68,10 +68,12 @@ ModelConfig BaseConfig(const std::string& name, std::vector<std::string> targets
   return c;
 }
 
+// Tick streams of toy keep a recurrent state (quant's keep windows, the default).
 ModelConfig ToyConfig() {
   ModelConfig c = BaseConfig("toy", {"temp", "load"});
   c.mutable_lstm()->set_hidden_size(8);
   c.mutable_lstm()->set_num_layers(1);
+  c.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
   return c;
 }
 
@@ -354,6 +356,104 @@ TEST_CASE("predict --output json equals the Predict RPC on the same windows",
   }
 }
 
+// --- Tick streams
+
+TEST_CASE("stream replays a CSV one tick per row; streams lists a kept key",
+          "[integration][forecastctl]") {
+  Fixture f;
+  constexpr int kRows = 12;
+  WriteFile(f.Path("series.csv"), SeriesCsv(kRows));
+
+  // Table: one line per row with its sequence number, then the summary.
+  const CtlResult table = Ctl(f, {"stream", "toy", "--csv", f.Path("series.csv"), "--key", "AAPL"});
+  REQUIRE(table.exit_code == 0);
+  REQUIRE(absl::StrContains(table.out, "state mode, lookback 8"));
+  REQUIRE(absl::StrContains(table.out, "temp+1"));
+  std::vector<int64_t> sequences;
+  for (const std::string& line : Lines(table.out)) {
+    const std::vector<std::string> cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    int64_t n = 0;
+    if (cells.size() == 2 + kP * 2 && absl::SimpleAtoi(cells[0], &n)) sequences.push_back(n);
+  }
+  std::vector<int64_t> want_sequences(kRows);
+  for (int i = 0; i < kRows; ++i) want_sequences[i] = i + 1;
+  REQUIRE(sequences == want_sequences);
+  REQUIRE(absl::StrContains(table.out, absl::StrCat("summary: ", kRows, " ticks, 0 errors")));
+  REQUIRE(absl::StrContains(table.out, "round trip us: p50"));
+
+  // JSON lines: the forecast after the first T ticks is Predict's on that window.
+  const CtlResult json = Ctl(f, {"stream", "toy", "--csv", f.Path("series.csv"), "--json"});
+  REQUIRE(json.exit_code == 0);
+  const std::vector<std::string> lines = Lines(json.out);
+  REQUIRE(lines.size() == kRows + 1);
+  std::vector<double> at_lookback;
+  for (int i = 0; i < kRows; ++i) {
+    const auto line = ParseJson<google::protobuf::Value>(lines[i]);
+    REQUIRE(Field(line, "sequence").number_value() == i + 1);
+    REQUIRE(Field(line, "version").number_value() == 1);
+    if (i + 1 == kT) Flatten(Field(line, "forecast"), at_lookback);
+  }
+  const auto summary = ParseJson<google::protobuf::Value>(lines.back());
+  REQUIRE(Field(Field(summary, "summary"), "ticks").number_value() == kRows);
+  const std::vector<float> series = SeriesValues(kRows);
+  v1::PredictRequest request;
+  request.set_model("toy");
+  for (const int64_t d : {1, kT, kF}) request.mutable_inputs()->add_shape(d);
+  for (int i = 0; i < kT * kF; ++i) request.mutable_inputs()->add_values(series[i]);
+  grpc::ClientContext context;
+  v1::PredictResponse response;
+  REQUIRE(f.daemon->forecaster().Predict(&context, request, &response).ok());
+  const std::vector<float> want = Floats(response.forecasts());
+  REQUIRE(at_lookback.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i, at_lookback[i], want[i]);
+    REQUIRE(std::fabs(static_cast<float>(at_lookback[i]) - want[i]) <=
+            1e-4f * std::fabs(want[i]) + 1e-4f);
+  }
+
+  // Window mode: the first T-1 ticks need more; CSV keeps the summary on stderr.
+  const CtlResult csv = Ctl(f, {"stream", "quant", "--csv", f.Path("series.csv"), "-o", "csv"});
+  REQUIRE(csv.exit_code == 0);
+  const std::vector<std::string> rows = Lines(csv.out);
+  REQUIRE(rows.size() == kRows + 1);
+  REQUIRE(absl::StartsWith(rows[0], "sequence,version,ticks_needed,load+1_q0.1,load+1_q0.5"));
+  REQUIRE(absl::StartsWith(rows[1], absl::StrCat("1,1,", kT - 1, ",")));
+  REQUIRE(absl::StartsWith(rows[kT], absl::StrCat(kT, ",1,0,")));
+  REQUIRE(absl::StrContains(csv.err, absl::StrCat("summary: ", kRows, " ticks")));
+  REQUIRE(absl::StrContains(
+      Ctl(f, {"stream", "quant", "--csv", f.Path("series.csv"), "--rate", "1000"}).out,
+      absl::StrCat("needs ", kT - 1, " more ticks")));
+
+  // --keep leaves the key open: streams lists it, detached, and --resume carries on from it.
+  REQUIRE(Ctl(f, {"stream", "toy", "--csv", f.Path("series.csv"), "--key", "KEPT", "--keep"})
+              .exit_code == 0);
+  const CtlResult listed = Ctl(f, {"streams"});
+  REQUIRE(listed.exit_code == 0);
+  REQUIRE(absl::StrContains(listed.out, "KEY"));
+  REQUIRE(absl::StrContains(listed.out, "KEPT"));
+  REQUIRE(absl::StrContains(listed.out, "state"));
+  REQUIRE_FALSE(absl::StrContains(listed.out, "AAPL"));  // closed at the end of its run
+  const auto kept = ParseJson<v1::ListStreamsResponse>(Ctl(f, {"streams", "toy", "--json"}).out);
+  REQUIRE(kept.streams_size() == 1);
+  REQUIRE(kept.streams(0).key() == "KEPT");
+  REQUIRE(kept.streams(0).sequence() == kRows);
+  REQUIRE(kept.streams(0).ticks_buffered() == kT);
+  const CtlResult resumed = Ctl(
+      f, {"stream", "toy", "--csv", f.Path("series.csv"), "--key", "KEPT", "--resume", "--json"});
+  REQUIRE(resumed.exit_code == 0);
+  REQUIRE(Field(ParseJson<google::protobuf::Value>(Lines(resumed.out).front()), "sequence")
+              .number_value() == kRows + 1);
+  REQUIRE(absl::StrContains(Ctl(f, {"streams", "toy"}).out, "no tick streams of model toy"));
+
+  // Errors: a key with nothing kept to resume, an unknown model.
+  const CtlResult nothing =
+      Ctl(f, {"stream", "toy", "--csv", f.Path("series.csv"), "--key", "NONE", "--resume"});
+  REQUIRE(nothing.exit_code == 1);
+  REQUIRE(absl::StartsWith(nothing.err, "error: NOT_FOUND: "));
+  REQUIRE(Ctl(f, {"streams", "ghost"}).exit_code == 1);
+  REQUIRE(Ctl(f, {"stream", "toy", "--key", "x"}).exit_code == 2);  // no --csv
+}
+
 // --- Training and jobs
 
 TEST_CASE("train --json follows a new model's job to SUCCEEDED, then models and jobs show it",
@@ -589,6 +689,8 @@ TEST_CASE("every command has --help with an example", "[integration][forecastctl
                                              "models unload",
                                              "models promote",
                                              "predict",
+                                             "stream",
+                                             "streams",
                                              "train",
                                              "jobs",
                                              "jobs list",

@@ -52,8 +52,9 @@ TEST_CASE("Every method of forecastd's services is in the access table", "[unit]
 
 TEST_CASE("predict, train and admin cover what the issue gives them", "[unit][auth]") {
   for (const char* m :
-       {"/forecastd.v1.Forecaster/Predict", "/forecastd.v1.Admin/ListModels",
-        "/forecastd.v1.Admin/GetModel", "/forecastd.v1.Admin/GetServerStatus",
+       {"/forecastd.v1.Forecaster/Predict", "/forecastd.v1.Forecaster/Stream",
+        "/forecastd.v1.Admin/ListModels", "/forecastd.v1.Admin/GetModel",
+        "/forecastd.v1.Admin/GetServerStatus", "/forecastd.v1.Admin/ListStreams",
         "/inference.GRPCInferenceService/ModelInfer",
         "/inference.GRPCInferenceService/ModelStreamInfer",
         "/inference.GRPCInferenceService/ModelMetadata",

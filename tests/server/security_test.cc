@@ -393,7 +393,7 @@ TEST_CASE("Tokens: every method needs its role, health and reflection stay open"
       REQUIRE_FALSE(Refused(status.error_code()));
     }
   }
-  REQUIRE(guarded == 32);
+  REQUIRE(guarded == 35);
 
   // The right roles do the real work.
   const v1::PredictRequest request = ToyRequest(2, 204);

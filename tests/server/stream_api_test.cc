@@ -1,7 +1,8 @@
 // Tick streams through the real forecastd binary: Forecaster.Stream carrying several keys of a
 // state-mode and a window-mode model on one gRPC stream, forecasts checked against the engine's
 // own forward pass over the same ticks, errors on one key leaving the others alone, resuming a
-// kept key on a new connection, a clean finish on half-close, and the stream metrics.
+// kept key on a new connection, a clean finish on half-close, the stream metrics,
+// Admin.ListStreams, and keeping streams across a SIGTERM restart and a SIGKILL.
 #include <signal.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/file_io.h"
+#include "forecastd/v1/admin.grpc.pb.h"
 #include "forecastd/v1/forecaster.grpc.pb.h"
 #include "forecastd/v1/streams.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -243,6 +245,53 @@ TEST_CASE("A stream resumed after a SIGTERM restart forecasts bit for bit as wit
   REQUIRE(daemon->process().Output().find("2 restored from") != std::string::npos);
 }
 
+TEST_CASE("Admin.ExportStream and ImportStream move a stream to another replica bit for bit",
+          "[integration][api][stream]") {
+  TempDir dir;
+  const std::shared_ptr<Forecaster> model =
+      MakeModel(StreamConfig("ticks", v1::StreamingConfig::STREAM_MODE_STATE), 5);
+  Publish(dir, *model, 1);
+  std::unique_ptr<ForecastdDaemon> a = StartDaemon(dir.path());
+  std::unique_ptr<ForecastdDaemon> b = StartDaemon(dir.path(), {"--state-dir", dir.path() + "/b"});
+  const std::vector<float> series = Windows(1, 3 * kT, 61);
+  const std::vector<float> head(series.begin(), series.begin() + 2 * kT * kF);
+  const std::vector<float> tail(series.begin() + 2 * kT * kF, series.end());
+  Feed(*a, "stay", false, head);
+  Feed(*a, "move", false, head);
+  v1::ExportStreamRequest request;
+  request.set_model("ticks");
+  request.set_key("move");
+  v1::StreamRecord record;
+  grpc::Status status = a->admin().ExportStream(Context().get(), request, &record);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(record.sequence() == 2 * kT);
+  v1::StreamInfo imported;
+  status = b->admin().ImportStream(Context().get(), record, &imported);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(imported.key() == "move");
+  REQUIRE(imported.sequence() == 2 * kT);
+  REQUIRE_FALSE(imported.connected());
+  // The moved stream on b forecasts exactly what the one that stayed on a does.
+  const std::vector<std::string> want = Feed(*a, "stay", true, tail);
+  const std::vector<std::string> got = Feed(*b, "move", true, tail);
+  REQUIRE(got == want);
+  // Importing onto a key that is open there is refused.
+  request.set_key("stay");
+  REQUIRE(a->admin().ExportStream(Context().get(), request, &record).ok());
+  auto stub = v1::Forecaster::NewStub(
+      grpc::CreateChannel(b->grpc_address(), grpc::InsecureChannelCredentials()));
+  auto context = Context();
+  std::unique_ptr<Stream> open = stub->Stream(context.get());
+  REQUIRE(open->Write(Open("stay", "ticks")));
+  REQUIRE(Read(*open).has_status());
+  status = b->admin().ImportStream(Context().get(), record, &imported);
+  REQUIRE(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  REQUIRE(open->WritesDone());
+  REQUIRE(open->Finish().ok());
+}
+
 TEST_CASE("After SIGKILL a restart restores the last periodic snapshot and says ticks were lost",
           "[integration][api][stream]") {
   TempDir dir;
@@ -281,6 +330,69 @@ TEST_CASE("After SIGKILL a restart restores the last periodic snapshot and says 
   REQUIRE(resumed.status().sequence() == k);
   REQUIRE(stream->WritesDone());
   REQUIRE(stream->Finish().ok());
+}
+
+TEST_CASE("Admin.ListStreams lists open and kept streams per model", "[integration][api][stream]") {
+  Fixture f;
+  const auto list = [&](const std::string& model) {
+    v1::ListStreamsRequest request;
+    request.set_model(model);
+    v1::ListStreamsResponse response;
+    auto context = Context();
+    const grpc::Status status = f.daemon->admin().ListStreams(context.get(), request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return response;
+  };
+  REQUIRE(list("").streams().empty());
+
+  auto context = Context();
+  std::unique_ptr<Stream> stream = f.stub->Stream(context.get());
+  REQUIRE(stream->Write(Open("AAPL", "ticks")));
+  REQUIRE(stream->Write(Open("MSFT", "windows")));
+  REQUIRE(Read(*stream).has_status());
+  REQUIRE(Read(*stream).has_status());
+  const std::vector<float> rows = Windows(1, 3, 5);  // three ticks in one message
+  REQUIRE(stream->Write(Ticks("AAPL", rows, true)));
+  REQUIRE(Read(*stream).forecast().sequence() == 3);
+
+  const v1::ListStreamsResponse all = list("");
+  INFO(all.DebugString());
+  REQUIRE(all.streams_size() == 2);
+  const v1::StreamInfo& aapl = all.streams(0);  // by model: "ticks" < "windows"
+  REQUIRE(aapl.model() == "ticks");
+  REQUIRE(aapl.key() == "AAPL");
+  REQUIRE(aapl.version() == 1);
+  REQUIRE(aapl.requested_version() == 0);
+  REQUIRE(aapl.mode() == v1::StreamingConfig::STREAM_MODE_STATE);
+  REQUIRE(aapl.sequence() == 3);
+  REQUIRE(aapl.ticks_buffered() == 3);
+  REQUIRE(aapl.lookback() == kT);
+  REQUIRE(aapl.connected());
+  REQUIRE(aapl.idle_ms() >= 0);
+  REQUIRE(all.streams(1).key() == "MSFT");
+  REQUIRE(all.streams(1).mode() == v1::StreamingConfig::STREAM_MODE_WINDOW);
+  REQUIRE(list("windows").streams_size() == 1);
+
+  // After the connection ends the streams are kept (on_disconnect KEEP), detached. The server
+  // lets go of the connection just after the call finishes, so look until it has.
+  REQUIRE(stream->WritesDone());
+  REQUIRE(stream->Finish().ok());
+  v1::ListStreamsResponse kept;
+  const absl::Time give_up = absl::Now() + kRpcBound;
+  do {
+    kept = list("ticks");
+    REQUIRE(kept.streams_size() == 1);
+  } while (kept.streams(0).connected() && absl::Now() < give_up);
+  REQUIRE_FALSE(kept.streams(0).connected());
+  REQUIRE(kept.streams(0).sequence() == 3);
+
+  v1::ListStreamsRequest unknown;
+  unknown.set_model("nope");
+  v1::ListStreamsResponse response;
+  auto context2 = Context();
+  RequireError(f.daemon->admin().ListStreams(context2.get(), unknown, &response),
+               grpc::StatusCode::NOT_FOUND, "nope");
 }
 
 }  // namespace

@@ -1,0 +1,362 @@
+// `forecastctl stream MODEL --csv FILE`: replays a CSV series as one tick stream
+// (Forecaster.Stream), one row per tick and one tick in flight, printing each forecast and a
+// round-trip summary; `forecastctl streams [MODEL]`: the tick streams the server keeps
+// (Admin.ListStreams).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/forecastctl/command.h"
+#include "client/forecastctl/output.h"
+#include "client/input_windows.h"
+
+namespace forecastd::ctl {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+using TickStream = grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>;
+
+struct StreamArgs {
+  std::string model;
+  std::string csv;
+  std::string key = "forecastctl";
+  double rate_hz = 0;
+  int64_t version = 0;
+  bool resume = false;
+  bool keep = false;
+  std::string output = "table";
+};
+
+enum class Format { kTable, kCsv, kJson };
+
+absl::Status FromStreamError(const v1::StreamError& error) {
+  return absl::Status(static_cast<absl::StatusCode>(error.code()), error.message());
+}
+
+// One column per (step, target[, quantile]) of a forecast, in the tensor's order (P, targets,
+// Q): "load+1", or "load+1 q0.9" ("load+1_q0.9" in CSV).
+std::vector<std::string> ForecastColumns(const v1::ModelConfig& config,
+                                         absl::string_view quantile_separator) {
+  std::vector<std::string> columns;
+  for (int32_t p = 1; p <= config.horizon(); ++p) {
+    for (const std::string& target : config.target_names()) {
+      if (config.quantiles().empty()) {
+        columns.push_back(absl::StrCat(target, "+", p));
+        continue;
+      }
+      for (const float q : config.quantiles()) {
+        columns.push_back(absl::StrCat(target, "+", p, quantile_separator, "q", q));
+      }
+    }
+  }
+  return columns;
+}
+
+// Prints the forecasts one line each as they arrive (a stream has no end to wait for before
+// aligning a table, so table columns have a fixed width).
+class ForecastPrinter {
+ public:
+  ForecastPrinter(Format format, const v1::ModelConfig& config, const std::string& key)
+      : format_(format),
+        key_(key),
+        columns_(ForecastColumns(config, format == Format::kCsv ? "_" : " ")) {}
+
+  void Header() const {
+    if (format_ == Format::kCsv) {
+      std::cout << "sequence,version,ticks_needed," << absl::StrJoin(columns_, ",") << "\n";
+    } else if (format_ == Format::kTable) {
+      std::string line = absl::StrFormat("%8s  %7s", "SEQ", "VERSION");
+      for (const std::string& c : columns_) absl::StrAppend(&line, "  ", Cell(c));
+      std::cout << line << "\n";
+    }
+    std::cout.flush();
+  }
+
+  void Forecast(const v1::StreamForecast& f, double round_trip_us) const {
+    const std::vector<float> values(f.forecast().values().begin(), f.forecast().values().end());
+    switch (format_) {
+      case Format::kCsv: {
+        std::string line = absl::StrCat(f.sequence(), ",", f.version(), ",", f.ticks_needed());
+        for (size_t i = 0; i < columns_.size(); ++i) {
+          absl::StrAppend(&line, ",", i < values.size() ? JsonFloat(values[i]) : "");
+        }
+        std::cout << line << "\n";
+        break;
+      }
+      case Format::kJson: {
+        std::vector<std::string> numbers;
+        for (const float v : values) numbers.push_back(JsonFloat(v));
+        std::cout << absl::StrCat(
+            "{\"key\": ", JsonQuote(key_), ", \"sequence\": ", f.sequence(),
+            ", \"version\": ", f.version(), ", \"ticksNeeded\": ", f.ticks_needed(),
+            ", \"shape\": [", absl::StrJoin(f.forecast().shape(), ", "), "], \"forecast\": [",
+            absl::StrJoin(numbers, ", "), "], \"timing\": {\"queueUs\": ", f.timing().queue_us(),
+            ", \"computeUs\": ", f.timing().compute_us(), ", \"totalUs\": ", f.timing().total_us(),
+            ", \"batchSize\": ", f.timing().batch_size(),
+            "}, \"roundTripUs\": ", JsonDouble(std::round(round_trip_us)), "}\n");
+        break;
+      }
+      case Format::kTable: {
+        std::string line = absl::StrFormat("%8d  %7d", f.sequence(), f.version());
+        if (f.ticks_needed() > 0) {
+          absl::StrAppend(&line, "  needs ", f.ticks_needed(), " more tick",
+                          f.ticks_needed() == 1 ? "" : "s");
+        } else {
+          for (const float v : values) absl::StrAppend(&line, "  ", Cell(FormatValue(v)));
+        }
+        std::cout << line << "\n";
+        break;
+      }
+    }
+    std::cout.flush();
+  }
+
+ private:
+  static constexpr size_t kCellWidth = 10;
+  static std::string Cell(const std::string& s) {
+    return s.size() >= kCellWidth ? s : std::string(kCellWidth - s.size(), ' ') + s;
+  }
+  static std::string FormatValue(float value) {
+    const double v = std::fabs(value);
+    if (v != 0 && (v < 1e-3 || v >= 1e6)) return absl::StrFormat("%.4g", value);
+    return absl::StrFormat("%.4f", value);
+  }
+
+  const Format format_;
+  const std::string key_;
+  const std::vector<std::string> columns_;
+};
+
+// Nearest-rank percentile of sorted values.
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const size_t i = static_cast<size_t>(std::max(0.0, std::ceil(q * sorted.size()) - 1));
+  return sorted[std::min(i, sorted.size() - 1)];
+}
+
+// "ticks N (E errors), round trip us p50 .. p90 .. p99 .. max .., server total_us mean ..":
+// on stdout after a table, on stderr after CSV (which stays a clean CSV), as a last JSON line.
+void PrintSummary(Format format, int64_t ticks, int64_t errors, std::vector<double> round_trip_us,
+                  double server_total_us_sum, int64_t forecasts) {
+  std::sort(round_trip_us.begin(), round_trip_us.end());
+  const double p50 = Percentile(round_trip_us, 0.5), p90 = Percentile(round_trip_us, 0.9),
+               p99 = Percentile(round_trip_us, 0.99),
+               max = round_trip_us.empty() ? 0 : round_trip_us.back();
+  const double server_mean = forecasts == 0 ? 0 : server_total_us_sum / forecasts;
+  if (format == Format::kJson) {
+    std::cout << absl::StrFormat(
+        "{\"summary\": {\"ticks\": %d, \"errors\": %d, \"roundTripUs\": {\"p50\": %.0f, "
+        "\"p90\": %.0f, \"p99\": %.0f, \"max\": %.0f}, \"serverTotalUsMean\": %.0f}}\n",
+        ticks, errors, p50, p90, p99, max, server_mean);
+    return;
+  }
+  const std::string line = absl::StrFormat(
+      "summary: %d ticks, %d errors; round trip us: p50 %.0f, p90 %.0f, p99 %.0f, max %.0f; "
+      "server total_us mean %.0f\n",
+      ticks, errors, p50, p90, p99, max, server_mean);
+  if (format == Format::kCsv) {
+    std::fputs(line.c_str(), stderr);
+  } else {
+    std::cout << "\n" << line;
+  }
+}
+
+// Reads the answer to the key's last request; false when the call itself has ended.
+bool ReadReply(TickStream& stream, v1::StreamResponse& response) {
+  response.Clear();
+  return stream.Read(&response);
+}
+
+// Half-closes and returns the call's final status.
+absl::Status EndCall(TickStream& stream) {
+  stream.WritesDone();
+  return FromGrpcStatus(stream.Finish());
+}
+
+int RunStream(Context& context, const StreamArgs& args) {
+  absl::StatusOr<std::string> text = ReadInput(args.csv);
+  if (!text.ok()) return UsageError(text.status().message());
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ModelStatus> model = (*client)->GetModel(args.model);
+  if (!model.ok()) return ServerError(model.status());
+  const v1::ModelConfig& config = model->config();
+  const std::vector<std::string> features(config.feature_names().begin(),
+                                          config.feature_names().end());
+  absl::StatusOr<Series> series = ParseCsvSeries(*text, features);
+  const std::string source = args.csv == "-" ? "stdin" : args.csv;
+  if (!series.ok()) return UsageError(absl::StrCat(source, ": ", series.status().message()));
+  if (series->rows == 0) return UsageError(absl::StrCat(source, ": no data rows"));
+  const int64_t F = static_cast<int64_t>(features.size());
+  const Format format = context.flags.json || args.output == "json" ? Format::kJson
+                        : args.output == "csv"                      ? Format::kCsv
+                                                                    : Format::kTable;
+
+  grpc::ClientContext call_context;
+  std::unique_ptr<TickStream> stream = (*client)->Stream(call_context);
+  v1::StreamRequest request;
+  v1::StreamResponse response;
+  request.set_key(args.key);
+  v1::StreamOpen* open = request.mutable_open();
+  open->set_model(args.model);
+  open->set_version(args.version);
+  open->set_resume(args.resume);
+  if (!stream->Write(request) || !ReadReply(*stream, response)) {
+    return ServerError(EndCall(*stream));
+  }
+  if (response.has_error()) {
+    const absl::Status refused = FromStreamError(response.error());
+    EndCall(*stream).IgnoreError();
+    return ServerError(refused);
+  }
+  if (format == Format::kTable) {
+    const v1::StreamStatus& s = response.status();
+    std::cout << "stream '" << args.key << "' of model " << args.model << " version " << s.version()
+              << ", "
+              << absl::AsciiStrToLower(
+                     ShortName(v1::StreamingConfig::Mode_Name(s.mode()), "STREAM_MODE_"))
+              << " mode, lookback " << s.lookback()
+              << (s.resumed() ? absl::StrCat(", resumed after tick ", s.sequence()) : "") << "\n";
+  }
+  const ForecastPrinter printer(format, config, args.key);
+  printer.Header();
+
+  std::vector<double> round_trip_us;
+  round_trip_us.reserve(static_cast<size_t>(series->rows));
+  int64_t errors = 0, forecasts = 0;
+  double server_total_us = 0;
+  const auto start = SteadyClock::now();
+  for (int64_t r = 0; r < series->rows; ++r) {
+    if (args.rate_hz > 0) {
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<SteadyClock::duration>(
+                      std::chrono::duration<double>(static_cast<double>(r) / args.rate_hz)));
+    }
+    request.Clear();
+    request.set_key(args.key);
+    const float* row = series->values.data() + r * F;
+    request.mutable_ticks()->mutable_values()->Add(row, row + F);
+    const auto sent = SteadyClock::now();
+    if (!stream->Write(request) || !ReadReply(*stream, response)) {
+      return ServerError(EndCall(*stream));
+    }
+    const double us = std::chrono::duration<double, std::micro>(SteadyClock::now() - sent).count();
+    if (response.has_error()) {
+      ++errors;
+      const absl::Status error = FromStreamError(response.error());
+      std::cout.flush();
+      std::fprintf(stderr, "error: data row %lld: %s: %s\n", static_cast<long long>(r + 1),
+                   absl::StatusCodeToString(error.code()).c_str(),
+                   std::string(error.message()).c_str());
+      continue;
+    }
+    round_trip_us.push_back(us);
+    ++forecasts;
+    server_total_us += static_cast<double>(response.forecast().timing().total_us());
+    printer.Forecast(response.forecast(), us);
+  }
+  PrintSummary(format, series->rows, errors, std::move(round_trip_us), server_total_us, forecasts);
+
+  if (!args.keep) {
+    request.Clear();
+    request.set_key(args.key);
+    request.mutable_close();
+    if (!stream->Write(request) || !ReadReply(*stream, response)) {
+      return ServerError(EndCall(*stream));
+    }
+    if (response.has_error()) {
+      EndCall(*stream).IgnoreError();
+      return ServerError(FromStreamError(response.error()));
+    }
+  }
+  if (absl::Status ended = EndCall(*stream); !ended.ok()) return ServerError(ended);
+  return errors == 0 ? kExitOk : kExitServerError;
+}
+
+int RunStreams(Context& context, const std::string& model) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::ListStreamsResponse> list = (*client)->ListStreams(model);
+  if (!list.ok()) return ServerError(list.status());
+  if (context.flags.json) {
+    PrintJson(*list);
+    return kExitOk;
+  }
+  if (list->streams().empty()) {
+    std::cout << (model.empty() ? "no tick streams\n"
+                                : absl::StrCat("no tick streams of model ", model, "\n"));
+    return kExitOk;
+  }
+  TextTable table({"KEY", "MODEL", "VERSION", "MODE", "TICKS", "BUFFERED", "CONNECTED", "IDLE"});
+  for (const v1::StreamInfo& s : list->streams()) {
+    const std::string version = s.version() > 0 ? absl::StrCat(s.version()) : "-";
+    table.AddRow(
+        {s.key(), s.model(),
+         s.requested_version() > 0 ? absl::StrCat(version, " (pinned)") : version,
+         absl::AsciiStrToLower(ShortName(v1::StreamingConfig::Mode_Name(s.mode()), "STREAM_MODE_")),
+         absl::StrCat(s.sequence()), absl::StrCat(s.ticks_buffered(), "/", s.lookback()),
+         s.connected() ? "yes" : "no", FormatSeconds(static_cast<double>(s.idle_ms()) / 1e3)});
+  }
+  std::cout << table.Render();
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddStreamCommands(CLI::App& app, Context& context) {
+  auto args = std::make_shared<StreamArgs>();
+  CLI::App* stream = AddCommand(
+      app, "stream",
+      "Replay a CSV series as a tick stream: one row per tick, each answered with the forecast "
+      "after it, then a round-trip latency summary",
+      "  forecastctl stream demo_lstm --csv models/sample_input.csv\n"
+      "  forecastctl stream demo_lstm --csv ticks.csv --key AAPL --rate 10 -o csv > f.csv\n"
+      "  forecastctl stream demo_lstm --csv more.csv --key AAPL --resume --keep\n"
+      "CSV: a header naming the model's features (any order; other columns are ignored), as for\n"
+      "'predict'. One tick is in flight at a time; --rate caps ticks per second. The key is\n"
+      "closed at the end unless --keep (then 'forecastctl streams' lists it and --resume goes\n"
+      "on from it).");
+  stream->add_option("MODEL", args->model, "model name")->required();
+  stream->add_option("--csv", args->csv, "CSV series with the model's feature columns ('-': stdin)")
+      ->required();
+  stream->add_option("--key", args->key, "the stream's key (e.g. an instrument id)")
+      ->capture_default_str()
+      ->check([](const std::string& v) { return v.empty() ? "the key is empty" : ""; });
+  stream->add_option("--rate", args->rate_hz, "at most HZ ticks per second (0: as answers come)")
+      ->check(CLI::NonNegativeNumber);
+  stream->add_option("--version", args->version, "model version (default: the serving one)")
+      ->check(CLI::NonNegativeNumber);
+  stream->add_flag("--resume", args->resume,
+                   "continue the key's kept stream (its state and sequence numbers)");
+  stream->add_flag("--keep", args->keep, "leave the key open at the end instead of closing it");
+  stream->add_option("--output,-o", args->output, "table, csv or json (--json = -o json)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"table", "csv", "json"}));
+  stream->callback([&context, args] {
+    context.action = [&context, args] { return RunStream(context, *args); };
+  });
+
+  auto model = std::make_shared<std::string>();
+  CLI::App* streams = AddCommand(
+      app, "streams",
+      "List the tick streams the server keeps: key, model, version, mode, ticks, ring buffer, "
+      "whether a connection holds it, idle time",
+      "  forecastctl streams\n  forecastctl streams demo_lstm --json");
+  streams->add_option("MODEL", *model, "only this model's streams");
+  streams->callback([&context, model] {
+    context.action = [&context, model] { return RunStreams(context, *model); };
+  });
+}
+
+}  // namespace forecastd::ctl
