@@ -266,7 +266,7 @@ void KServeService::Infer(const grpc::ServerContextBase& context, const char* me
 grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
 KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
   KServeInferStream* stream = KServeInferStream::Start(
-      streams_, [this, context](std::shared_ptr<StreamInferCall> call, StreamReply reply) {
+      streams_, [this, context](std::shared_ptr<StreamInferCall> call, InferReply reply) {
         DispatchStreamRequest(*context, std::move(call), std::move(reply));
       });
   // A refused caller gets the stream's status and no answer to any request.
@@ -276,7 +276,7 @@ KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
 
 void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& context,
                                           std::shared_ptr<StreamInferCall> call,
-                                          StreamReply reply) {
+                                          InferReply reply) {
   if (kserve::CarriesSequence(call->request)) {
     reply(kserve::NotASequenceModel(call->request));
     return;

@@ -172,7 +172,7 @@ class KServeService final : public KServeServiceBase {
   // Requests with Triton's sequence parameters would go to a sequence scheduler here; no model
   // is a sequence model yet, so each is answered INVALID_ARGUMENT. The others go to Infer.
   void DispatchStreamRequest(const grpc::CallbackServerContext& context,
-                             std::shared_ptr<StreamInferCall> call, StreamReply reply);
+                             std::shared_ptr<StreamInferCall> call, InferReply reply);
 
   // Constant after construction.
   const Options options_;

@@ -33,14 +33,14 @@ struct StreamInferCall {
 // Answers one StreamInferCall: called exactly once, on any thread, with OK once the call's
 // `response` holds the answer, or with the request's error (which becomes the reply's
 // error_message; the stream stays open).
-using StreamReply = std::function<void(const absl::Status& status)>;
+using InferReply = std::function<void(const absl::Status& status)>;
 
 // What a stream does with each request it reads: starts answering `call` and returns without
 // waiting for the answer, which goes to `reply`. Called on gRPC's thread, one request at a time
 // and in the order the client sent them (the next read starts after it returns). The one place
 // where requests are routed (KServeService::DispatchStreamRequest).
 using StreamDispatch =
-    std::function<void(std::shared_ptr<StreamInferCall> call, StreamReply reply)>;
+    std::function<void(std::shared_ptr<StreamInferCall> call, InferReply reply)>;
 
 class KServeInferStream;
 

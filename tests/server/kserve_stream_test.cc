@@ -61,13 +61,13 @@ class ScriptedStreamService final
  public:
   struct Held {
     std::shared_ptr<StreamInferCall> call;
-    StreamReply reply;
+    InferReply reply;
   };
 
   grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>*
   ModelStreamInfer(grpc::CallbackServerContext* /*context*/) override {
     return KServeInferStream::Start(
-        streams_, [this](std::shared_ptr<StreamInferCall> call, StreamReply reply) {
+        streams_, [this](std::shared_ptr<StreamInferCall> call, InferReply reply) {
           absl::MutexLock lock(&mu_);
           held_.push_back({std::move(call), std::move(reply)});
         });
