@@ -100,7 +100,11 @@ KServeService::KServeService(Options options, Clock* clock)
                   .max_request_memory_bytes = options_.max_request_memory_bytes,
                   .allow_non_finite_inputs = options_.allow_non_finite_inputs}),
       statistics_(std::make_shared<KServeStatistics>()),
-      streams_(std::make_shared<KServeStreams>()) {}
+      streams_(std::make_shared<KServeStreams>()) {
+  if (options_.tick_streams != nullptr) {
+    sequences_ = std::make_unique<KServeSequences>(options_.tick_streams, options_.registry);
+  }
+}
 
 grpc::Status KServeService::ServerLive(grpc::ServerContext* context,
                                        const inference::ServerLiveRequest* /*request*/,
@@ -177,8 +181,16 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     reactor->Finish(ToGrpcStatus(allowed));
     return reactor;
   }
-  Infer(*context, kMethod, *request, response,
-        [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); });
+  auto finish = [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); };
+  if (kserve::CarriesSequence(*request) && sequences_ != nullptr) {
+    if (!ready()) {
+      finish(absl::UnavailableError("forecastd is not ready (starting or draining)"));
+      return reactor;
+    }
+    sequences_->Infer(*request, response, std::move(finish));
+    return reactor;
+  }
+  Infer(*context, kMethod, *request, response, std::move(finish));
   return reactor;
 }
 
@@ -275,10 +287,14 @@ KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
 }
 
 void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& context,
-                                          std::shared_ptr<StreamInferCall> call,
-                                          InferReply reply) {
+                                          std::shared_ptr<StreamInferCall> call, InferReply reply) {
   if (kserve::CarriesSequence(call->request)) {
-    reply(kserve::NotASequenceModel(call->request));
+    if (sequences_ == nullptr) return reply(kserve::NotASequenceModel(call->request));
+    if (!ready())
+      return reply(absl::UnavailableError("forecastd is not ready (starting or draining)"));
+    // `reply` holds `call`, so its request and response outlive the sequence's answer.
+    StreamInferCall& c = *call;
+    sequences_->Infer(c.request, &c.response, std::move(reply));
     return;
   }
   // `reply` holds `call`, so its request and response outlive the task.

@@ -37,8 +37,10 @@
 #include "absl/status/statusor.h"
 #include "engine/clock.h"
 #include "engine/serving/model_registry.h"
+#include "engine/serving/stream_hub.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/kserve_request.h"
+#include "server/kserve_sequences.h"
 #include "server/kserve_stream.h"
 #include "server/predict_call.h"
 #include "server/serving_metrics.h"
@@ -77,6 +79,9 @@ class KServeService final : public KServeServiceBase {
     // The server's limits on one ModelInfer (WindowLimits in server/predict_input.h); 0: none.
     int64_t max_batch_rows = 0;
     int64_t max_request_memory_bytes = 0;
+    // Where requests carrying Triton's sequence_id go (server/kserve_sequences.h). Not owned;
+    // must outlive the service; nullptr: such requests are refused.
+    StreamHub* tick_streams = nullptr;
   };
 
   // INVALID_ARGUMENT without a registry.
@@ -182,6 +187,8 @@ class KServeService final : public KServeServiceBase {
   const std::shared_ptr<KServeStatistics> statistics_;
   // Own synchronisation; shared with the open streams.
   const std::shared_ptr<KServeStreams> streams_;
+  // nullptr without Options::tick_streams.
+  std::unique_ptr<KServeSequences> sequences_;
 };
 
 }  // namespace forecastd

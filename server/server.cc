@@ -353,7 +353,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                              .allow_non_finite_inputs = options.allow_non_finite_inputs,
                              .authorize = authorize,
                              .max_batch_rows = options.max_batch_rows,
-                             .max_request_memory_bytes = options.max_request_memory_bytes}));
+                             .max_request_memory_bytes = options.max_request_memory_bytes,
+                             .tick_streams = s.streams_.get()}));
   s.kserve_ = std::move(kserve);
 
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -134,8 +134,10 @@ void StreamHub::Disconnect(ConnectionId connection) {
   absl::MutexLock l(&mu_);
   connections_.erase(connection);
   std::vector<std::shared_ptr<Stream>> ended;
-  for (auto& [id, stream] : streams_) {
-    if (stream->connection != connection) continue;
+  auto it = attached_.lower_bound({connection, std::string()});
+  while (it != attached_.end() && it->first.first == connection) {
+    std::shared_ptr<Stream> stream = it->second;
+    it = attached_.erase(it);
     stream->connection = 0;
     stream->last_active = clock_->Now();
     if (!stream->limits.keep_on_disconnect) ended.push_back(stream);
@@ -186,6 +188,8 @@ void StreamHub::EndLocked(const std::shared_ptr<Stream>& stream, const char* rea
   if (!stream->busy) UnpinLocked(*stream);
   stream->pending.clear();
   streams_.erase({stream->model, stream->key});
+  if (--per_model_[stream->model] == 0) per_model_.erase(stream->model);
+  if (stream->connection != 0) attached_.erase({stream->connection, stream->key});
   if (options_.observer != nullptr) options_.observer->OnStreamEnded(stream->model, reason);
 }
 
@@ -202,12 +206,10 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
     return fail(absl::UnavailableError("forecastd is shutting down; resume the key later"));
   }
   if (key.empty()) return fail(absl::InvalidArgumentError("a stream needs a key"));
-  for (const auto& [id, stream] : streams_) {
-    if (stream->connection == connection && stream->key == key) {
-      return fail(absl::FailedPreconditionError(
-          absl::StrCat("key '", key, "' is already open on this connection (model '", stream->model,
-                       "'); close it first")));
-    }
+  if (const auto on_this = attached_.find({connection, key}); on_this != attached_.end()) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("key '", key, "' is already open on this connection (model '",
+                     on_this->second->model, "'); close it first")));
   }
   const auto it = streams_.find({model, key});
   std::shared_ptr<Stream> existing = it != streams_.end() ? it->second : nullptr;
@@ -226,6 +228,7 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
                        "; resume it with that version (or 0)")));
     }
     existing->connection = connection;
+    attached_[{connection, key}] = existing;
     existing->resumed = true;
     existing->last_active = clock_->Now();
     StreamReply reply;
@@ -237,8 +240,7 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
   absl::StatusOr<LoadedModel> pin = options_.registry->GetLoadedModel(model, version);
   if (!pin.ok()) return fail(pin.status());
   const StreamLimits limits = StreamLimitsFor(pin->model->config(), pin->max_batch_size);
-  int64_t open = 0;
-  for (const auto& [id, stream] : streams_) open += stream->model == model ? 1 : 0;
+  int64_t open = per_model_[model];
   if (existing != nullptr) {
     EndLocked(existing, "replaced");
     --open;
@@ -268,6 +270,8 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
     stream->slot = *slot;
   }
   streams_[{model, key}] = stream;
+  ++per_model_[model];
+  attached_[{connection, key}] = stream;
   StreamReply reply;
   reply.kind = StreamReply::Kind::kStatus;
   reply.info = InfoLocked(*stream);
@@ -277,9 +281,7 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
 std::shared_ptr<StreamHub::Stream> StreamHub::FindLocked(ConnectionId connection,
                                                          const std::string& key,
                                                          StreamReply* error) {
-  for (const auto& [id, stream] : streams_) {
-    if (stream->connection == connection && stream->key == key) return stream;
-  }
+  if (const auto it = attached_.find({connection, key}); it != attached_.end()) return it->second;
   error->key = key;
   error->status = absl::NotFoundError(
       absl::StrCat("key '", key, "' is not open on this connection; open it first"));
@@ -458,6 +460,7 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
       needed.sequence = s.sequence_done;
       needed.version = s.pin->version;
       needed.ticks_needed = static_cast<int32_t>(s.T - s.ring_count);
+      needed.forecast_shape = s.shape;
       needed.tag = next.tag;
       needed.total_time = clock_->Now() - next.arrival;
       if (options_.observer != nullptr) {
@@ -872,14 +875,14 @@ absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration ti
     }
     EndLocked(it->second, "replaced");
   }
-  int64_t open = 0;
-  for (const auto& [id, other] : streams_) open += other->model == record.model() ? 1 : 0;
+  const int64_t open = per_model_[record.model()];
   if (open >= limits.max_streams) {
     UnpinLocked(*stream);
     return absl::ResourceExhaustedError(absl::StrCat("model '", record.model(), "' has ", open,
                                                      " open streams, its streaming.max_streams"));
   }
   streams_[{record.model(), record.key()}] = stream;
+  ++per_model_[record.model()];
   return absl::OkStatus();
 }
 

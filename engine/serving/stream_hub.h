@@ -205,6 +205,11 @@ class StreamHub {
 
   mutable absl::Mutex mu_;
   StreamMap streams_ ABSL_GUARDED_BY(mu_);
+  // The attached streams by (connection, key), and the streams of each model: what each request
+  // looks up, so a tick costs O(log streams) however many are open.
+  std::map<std::pair<ConnectionId, std::string>, std::shared_ptr<Stream>> attached_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> per_model_ ABSL_GUARDED_BY(mu_);
   std::map<ConnectionId, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   ConnectionId next_connection_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

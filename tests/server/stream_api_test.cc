@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "forecastd/v1/forecaster.grpc.pb.h"
 #include "forecastd/v1/streams.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "inference/grpc_service.grpc.pb.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/forecastd_api_fixture.h"
 #include "tests/testing/forecastd_daemon.h"
@@ -290,6 +292,96 @@ TEST_CASE("Admin.ExportStream and ImportStream move a stream to another replica 
   REQUIRE(status.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
   REQUIRE(open->WritesDone());
   REQUIRE(open->Finish().ok());
+}
+
+inference::ModelInferRequest SequenceRequest(const std::string& model, int64_t id, bool start,
+                                             bool end, const std::vector<float>& rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  request.set_id(absl::StrCat("r", rows.size()));
+  (*request.mutable_parameters())["sequence_id"].set_int64_param(id);
+  if (start) (*request.mutable_parameters())["sequence_start"].set_bool_param(true);
+  if (end) (*request.mutable_parameters())["sequence_end"].set_bool_param(true);
+  auto* input = request.add_inputs();
+  input->set_name("INPUT");
+  input->set_datatype("FP32");
+  input->add_shape(1);
+  input->add_shape(static_cast<int64_t>(rows.size()) / kF);
+  input->add_shape(kF);
+  request.add_raw_input_contents(reinterpret_cast<const char*>(rows.data()),
+                                 rows.size() * sizeof(float));
+  return request;
+}
+
+std::vector<float> RawFloats(const std::string& raw) {
+  std::vector<float> out(raw.size() / sizeof(float));
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+TEST_CASE("KServe sequence requests (Triton's sequence_id) run on the model's tick streams",
+          "[integration][api][stream]") {
+  Fixture f;
+  auto kserve = inference::GRPCInferenceService::NewStub(f.channel);
+  // A model configured for tick streams is a sequence model to Triton's clients.
+  inference::ModelConfigRequest config_request;
+  config_request.set_name("ticks");
+  inference::ModelConfigResponse config;
+  REQUIRE(kserve->ModelConfig(Context().get(), config_request, &config).ok());
+  REQUIRE(config.config().has_sequence_batching());
+  REQUIRE(config.config().sequence_batching().oldest().max_candidate_sequences() == 10000);
+
+  const int N = kT + 2;
+  const std::vector<float> series = Windows(1, N, 71);
+  // ModelInfer: the first request starts the sequence with two ticks, then one at a time.
+  for (int n = 2; n <= N; ++n) {
+    const bool start = n == 2;
+    const std::vector<float> rows(series.begin() + (start ? 0 : (n - 1) * kF),
+                                  series.begin() + n * kF);
+    inference::ModelInferResponse response;
+    const grpc::Status status = kserve->ModelInfer(
+        Context().get(), SequenceRequest("ticks", 42, start, n == N, rows), &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    REQUIRE(response.outputs(0).name() == "FORECAST");
+    REQUIRE(std::vector<int64_t>(response.outputs(0).shape().begin(),
+                                 response.outputs(0).shape().end()) ==
+            std::vector<int64_t>{1, kP, 1});
+    const std::vector<float> ticks(series.begin(), series.begin() + n * kF);
+    RequireClose(RawFloats(response.raw_output_contents(0)),
+                 Expected(*WithLookback(*f.state, n), ticks));
+  }
+  // The sequence ended: a request without sequence_start is refused, saying so.
+  inference::ModelInferResponse response;
+  grpc::Status status = kserve->ModelInfer(
+      Context().get(), SequenceRequest("ticks", 42, false, false, Windows(1, 1, 3)), &response);
+  REQUIRE(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  REQUIRE(status.error_message().find("sequence_start") != std::string::npos);
+  // A window-mode sequence says how many ticks it still needs.
+  status = kserve->ModelInfer(
+      Context().get(), SequenceRequest("windows", 1, true, false, Windows(1, 1, 3)), &response);
+  REQUIRE(status.ok());
+  REQUIRE(response.parameters().at("ticks_needed").int64_param() == kT - 1);
+
+  // ModelStreamInfer: two sequences interleaved on one stream, answered in order per sequence.
+  auto context = Context();
+  auto stream = kserve->ModelStreamInfer(context.get());
+  for (int n = 1; n <= 3; ++n) {
+    for (const int64_t id : {int64_t{7}, int64_t{8}}) {
+      const std::vector<float> rows(series.begin() + (n - 1) * kF, series.begin() + n * kF);
+      REQUIRE(stream->Write(SequenceRequest("ticks", id, n == 1, false, rows)));
+    }
+  }
+  REQUIRE(stream->WritesDone());
+  inference::ModelStreamInferResponse reply;
+  std::map<std::string, int> answered;
+  while (stream->Read(&reply)) {
+    INFO(reply.error_message());
+    REQUIRE(reply.error_message().empty());
+    ++answered[reply.infer_response().id()];
+  }
+  REQUIRE(stream->Finish().ok());
+  REQUIRE(answered["r2"] == 6);
 }
 
 TEST_CASE("After SIGKILL a restart restores the last periodic snapshot and says ticks were lost",
