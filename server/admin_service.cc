@@ -64,12 +64,26 @@ v1::StreamInfo ToStreamInfoProto(const StreamInfo& info) {
   return out;
 }
 
+void AdminService::AddStreamUsage(const std::map<std::string, StreamHub::ModelUsage>& usage,
+                                  v1::ModelStatus* status) {
+  if (status->has_config()) status->set_stream_mode(StreamMode(status->config()));
+  const auto it = usage.find(status->name());
+  if (it == usage.end()) return;
+  status->set_streams(it->second.streams);
+  status->set_stream_state_bytes(it->second.state_bytes);
+}
+
 grpc::Status AdminService::ListModels(grpc::ServerContext* context,
                                       const v1::ListModelsRequest* /*request*/,
                                       v1::ListModelsResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  const std::map<std::string, StreamHub::ModelUsage> usage =
+      options_.streams != nullptr ? options_.streams->Usage()
+                                  : std::map<std::string, StreamHub::ModelUsage>{};
   for (const ModelStatus& status : options_.registry->ListModels()) {
-    *response->add_models() = ToModelStatusProto(status);
+    v1::ModelStatus* out = response->add_models();
+    *out = ToModelStatusProto(status);
+    AddStreamUsage(usage, out);
   }
   return grpc::Status::OK;
 }
@@ -80,6 +94,7 @@ grpc::Status AdminService::Reply(const std::string& model, const absl::Status& d
   absl::StatusOr<ModelStatus> status = options_.registry->GetModel(model);
   if (!status.ok()) return ToGrpcStatus(status.status());
   *response = ToModelStatusProto(*status);
+  if (options_.streams != nullptr) AddStreamUsage(options_.streams->Usage(), response);
   return grpc::Status::OK;
 }
 

@@ -6,6 +6,7 @@
 #define FORECASTD_SERVER_ADMIN_SERVICE_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -45,6 +46,9 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status GetServerStatus(grpc::ServerContext* context,
                                const v1::GetServerStatusRequest* request,
                                v1::ServerStatus* response) override;
+  // The model's tick streams and their memory, into `status`.
+  static void AddStreamUsage(const std::map<std::string, StreamHub::ModelUsage>& usage,
+                             v1::ModelStatus* status);
   grpc::Status ListStreams(grpc::ServerContext* context, const v1::ListStreamsRequest* request,
                            v1::ListStreamsResponse* response) override;
   grpc::Status ExportStream(grpc::ServerContext* context, const v1::ExportStreamRequest* request,

@@ -91,6 +91,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "seconds between periodic snapshots of the tick streams (0: only on drain); a "
                  "killed daemon loses at most the ticks since the last one")
       ->capture_default_str();
+  app.add_option("--max-stream-memory-bytes", options.max_stream_memory_bytes,
+                 "memory all tick streams' states and ring buffers may hold together")
+      ->capture_default_str();
   app.add_option("--load-model", options.load_models,
                  "load only these models at start (repeatable); default: every model");
   app.add_option("--data-dir", options.data_dir,
@@ -226,6 +229,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--max-request-memory-bytes must be >= 1024");
   }
   if (options.max_train_series_rows < 1) return UsageError("--max-train-series-rows must be >= 1");
+  if (options.max_stream_memory_bytes < 0) {
+    return UsageError("--max-stream-memory-bytes must be >= 0 (0: no limit)");
+  }
   if (options.max_train_memory_bytes < 1) {
     return UsageError("--max-train-memory-bytes must be >= 1");
   }

@@ -39,8 +39,7 @@ using InferReply = std::function<void(const absl::Status& status)>;
 // waiting for the answer, which goes to `reply`. Called on gRPC's thread, one request at a time
 // and in the order the client sent them (the next read starts after it returns). The one place
 // where requests are routed (KServeService::DispatchStreamRequest).
-using StreamDispatch =
-    std::function<void(std::shared_ptr<StreamInferCall> call, InferReply reply)>;
+using StreamDispatch = std::function<void(std::shared_ptr<StreamInferCall> call, InferReply reply)>;
 
 class KServeInferStream;
 

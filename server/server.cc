@@ -257,7 +257,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                       .allow_non_finite_inputs = options.allow_non_finite_inputs,
                                       .observer = s.serving_metrics_.get(),
                                       .snapshot_path = s.StreamSnapshotPath(),
-                                      .snapshot_interval = options.stream_snapshot_interval}));
+                                      .snapshot_interval = options.stream_snapshot_interval,
+                                      .max_state_bytes = options.max_stream_memory_bytes,
+                                      .max_request_bytes = options.max_request_memory_bytes}));
   s.RestoreStreams();
 
   TrainJobManager::Options job_options;

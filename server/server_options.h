@@ -47,6 +47,10 @@ struct ServerOptions {
   // start. Empty: `<model_repository>/.streams`. A zero interval: only on drain.
   std::string state_dir;
   absl::Duration stream_snapshot_interval = absl::Seconds(30);
+  // The states and ring buffers of all tick streams together, at most; an open beyond it is
+  // refused RESOURCE_EXHAUSTED. (One tick request's own rows count against
+  // max_request_memory_bytes.)
+  int64_t max_stream_memory_bytes = int64_t{4} << 30;
 
   // Where training CSV files are looked up (DataConfig.csv_path is relative to it).
   std::string data_dir = "data";

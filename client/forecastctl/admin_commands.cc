@@ -140,6 +140,10 @@ int RunModelsShow(Context& context, const std::string& name) {
       absl::StrCat("max batch ", b.max_batch_size() == 0 ? 32 : b.max_batch_size(),
                    ", max queue delay ", b.max_queue_delay_us(), "us, ",
                    b.priority_levels() == 0 ? 1 : b.priority_levels(), " priority level(s)"));
+  row("tick streams",
+      absl::StrCat(m.stream_mode() == v1::StreamingConfig::STREAM_MODE_STATE ? "state" : "window",
+                   " mode, ", m.streams(), " open or kept, ", m.stream_state_bytes(),
+                   " bytes of state"));
   if (!m.last_error().empty()) row("last error", m.last_error());
   if (!m.loaded().empty()) {
     std::cout << "\n";

@@ -48,6 +48,7 @@ struct StreamHub::Stream {
   bool zero_state = true;       // state mode: the next step starts from a zero state
   int T = 0, F = 0;             // lookback and features of the model when opened
   std::vector<int64_t> shape;   // of one forecast
+  int64_t bytes = 0;            // its ring buffer and (state mode) its state
   std::vector<float> ring;      // (T, F): the last T ticks stepped, ring[(n % T) * F] the n-th
   int64_t ring_count = 0;       // ticks ever put in the ring since the last reset
   int64_t sequence = 0;         // ticks received
@@ -188,6 +189,7 @@ void StreamHub::EndLocked(const std::shared_ptr<Stream>& stream, const char* rea
   if (!stream->busy) UnpinLocked(*stream);
   stream->pending.clear();
   streams_.erase({stream->model, stream->key});
+  state_bytes_ -= stream->bytes;
   if (--per_model_[stream->model] == 0) per_model_.erase(stream->model);
   if (stream->connection != 0) attached_.erase({stream->connection, stream->key});
   if (options_.observer != nullptr) options_.observer->OnStreamEnded(stream->model, reason);
@@ -249,7 +251,16 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
     return fail(absl::ResourceExhaustedError(absl::StrCat(
         "model '", model, "' has ", open, " open streams, its streaming.max_streams")));
   }
+  const int64_t bytes =
+      int64_t{sizeof(float)} *
+      (int64_t{pin->model->lookback()} * pin->model->num_features() +
+       (limits.mode == v1::StreamingConfig::STREAM_MODE_STATE ? pin->model->StateFloats() : 0));
+  if (absl::Status fits = CheckStateBytesLocked(bytes, absl::StrCat("stream '", key, "'"));
+      !fits.ok()) {
+    return fail(fits);
+  }
   auto stream = std::make_shared<Stream>();
+  stream->bytes = bytes;
   stream->model = model;
   stream->key = key;
   stream->requested_version = version;
@@ -271,6 +282,7 @@ void StreamHub::Open(ConnectionId connection, const std::string& key, const std:
   }
   streams_[{model, key}] = stream;
   ++per_model_[model];
+  state_bytes_ += stream->bytes;
   attached_[{connection, key}] = stream;
   StreamReply reply;
   reply.kind = StreamReply::Kind::kStatus;
@@ -331,6 +343,15 @@ void StreamHub::Submit(ConnectionId connection, const std::string& key, Pending 
     }
     pending.arrival = clock_->Now();
     stream->last_active = pending.arrival;
+    if (pending.kind == Pending::Kind::kTicks && options_.max_request_bytes > 0 &&
+        static_cast<int64_t>(pending.values.size() * sizeof(float)) > options_.max_request_bytes) {
+      error.status = absl::ResourceExhaustedError(
+          absl::StrCat("ticks of ", pending.values.size() * sizeof(float), " bytes for key '", key,
+                       "'; one request may hold ", options_.max_request_bytes,
+                       " (--max-request-memory-bytes): send fewer rows at a time"));
+      SendLocked(*stream, std::move(error));
+      return;
+    }
     if (pending.kind == Pending::Kind::kTicks) {
       absl::StatusOr<int64_t> rows =
           CheckTickRows(pending.values, stream->F, options_.allow_non_finite_inputs);
@@ -605,16 +626,22 @@ std::map<std::string, StreamHub::ModelUsage> StreamHub::Usage() const {
     ModelUsage& u = usage[stream->model];
     ++u.streams;
     u.state_mode = stream->mode == v1::StreamingConfig::STREAM_MODE_STATE;
-    int64_t bytes = static_cast<int64_t>(stream->ring.size() * sizeof(float));
-    if (stream->pin.has_value() && stream->slot >= 0) {
-      bytes += stream->pin->model->StateFloats() * int64_t{sizeof(float)};
-    }
-    u.state_bytes += bytes;
+    u.state_bytes += stream->bytes;
   }
   return usage;
 }
 
 // --- Snapshots, export and import
+
+absl::Status StreamHub::CheckStateBytesLocked(int64_t bytes, const std::string& what) const {
+  if (options_.max_state_bytes <= 0 || state_bytes_ + bytes <= options_.max_state_bytes) {
+    return absl::OkStatus();
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " needs ", bytes, " bytes of state; tick streams hold ", state_bytes_,
+                   " bytes already and the server allows ", options_.max_state_bytes,
+                   " (--max-stream-memory-bytes)"));
+}
 
 void StreamHub::StopAccepting() {
   absl::MutexLock l(&mu_);
@@ -876,6 +903,11 @@ absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration ti
     EndLocked(it->second, "replaced");
   }
   const int64_t open = per_model_[record.model()];
+  stream->bytes = int64_t{sizeof(float)} * (T * F + (state ? model.StateFloats() : 0));
+  if (absl::Status fits = CheckStateBytesLocked(stream->bytes, context); !fits.ok()) {
+    UnpinLocked(*stream);
+    return fits;
+  }
   if (open >= limits.max_streams) {
     UnpinLocked(*stream);
     return absl::ResourceExhaustedError(absl::StrCat("model '", record.model(), "' has ", open,
@@ -883,6 +915,7 @@ absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration ti
   }
   streams_[{record.model(), record.key()}] = stream;
   ++per_model_[record.model()];
+  state_bytes_ += stream->bytes;
   return absl::OkStatus();
 }
 

@@ -92,6 +92,10 @@ class StreamHub {
     // `snapshot_interval`; empty or a zero interval: none.
     std::string snapshot_path;
     absl::Duration snapshot_interval = absl::ZeroDuration();
+    // Memory limits (0: none). The states and ring buffers of every stream together
+    // (RESOURCE_EXHAUSTED for an open or import beyond it), and the ticks of one request.
+    int64_t max_state_bytes = 0;
+    int64_t max_request_bytes = 0;
   };
 
   static absl::StatusOr<std::unique_ptr<StreamHub>> Create(const Options& options);
@@ -210,6 +214,10 @@ class StreamHub {
   std::map<std::pair<ConnectionId, std::string>, std::shared_ptr<Stream>> attached_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> per_model_ ABSL_GUARDED_BY(mu_);
+  int64_t state_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // Stream::bytes of every stream
+  // RESOURCE_EXHAUSTED when `bytes` more would pass Options::max_state_bytes.
+  absl::Status CheckStateBytesLocked(int64_t bytes, const std::string& what) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<ConnectionId, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
   ConnectionId next_connection_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

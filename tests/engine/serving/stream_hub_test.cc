@@ -121,7 +121,7 @@ struct Env {
     return model;
   }
 
-  StreamHub& Start() {
+  StreamHub& Start(int64_t max_state_bytes = 0, int64_t max_request_bytes = 0) {
     ModelRegistry::Options options;
     options.repository_path = root;
     options.backend = &backend;
@@ -132,6 +132,8 @@ struct Env {
     StreamHub::Options hub_options;
     hub_options.registry = registry.get();
     hub_options.clock = &clock;
+    hub_options.max_state_bytes = max_state_bytes;
+    hub_options.max_request_bytes = max_request_bytes;
     hub = StreamHub::Create(hub_options).value();
     return *hub;
   }
@@ -392,6 +394,38 @@ TEST_CASE("A promotion moves a stream to the new version by replaying its ring b
   REQUIRE(gone.kind == StreamReply::Kind::kError);
   REQUIRE(gone.status.code() == absl::StatusCode::kFailedPrecondition);
   REQUIRE(std::string(gone.status.message()).find("pinned") != std::string::npos);
+}
+
+TEST_CASE("Stream state counts against the memory limits", "[unit][stream]") {
+  Env env;
+  env.Publish(LstmConfig("m", v1::StreamingConfig::STREAM_MODE_STATE), 1, 3);
+  // One stream: a ring of T * F floats and a state of L * 2 * H floats.
+  const int64_t per_stream = 4 * (kT * kF + 2 * 2 * 4);
+  StreamHub& hub = env.Start(/*max_state_bytes=*/2 * per_stream, /*max_request_bytes=*/64);
+  Inbox inbox;
+  const auto c = hub.Connect(inbox.sink());
+  size_t seen = 0;
+  hub.Open(c, "a", "m", 0, false);
+  hub.Open(c, "b", "m", 0, false);
+  REQUIRE(inbox.Next(seen).kind == StreamReply::Kind::kStatus);
+  REQUIRE(inbox.Next(seen).kind == StreamReply::Kind::kStatus);
+  REQUIRE(hub.Usage()["m"].state_bytes == 2 * per_stream);
+  hub.Open(c, "c", "m", 0, false);
+  const StreamReply full = inbox.Next(seen);
+  REQUIRE(full.status.code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(std::string(full.status.message()).find("--max-stream-memory-bytes") !=
+          std::string::npos);
+  // 16 rows of 2 floats are 128 bytes, over the 64 a request may hold.
+  hub.Ticks(c, "a", testing::RandomWindows(1, 16, 1), 0);
+  const StreamReply big = inbox.Next(seen);
+  REQUIRE(big.status.code() == absl::StatusCode::kResourceExhausted);
+  REQUIRE(std::string(big.status.message()).find("--max-request-memory-bytes") !=
+          std::string::npos);
+  // Closing one makes room again.
+  hub.Close(c, "b");
+  REQUIRE(inbox.Next(seen).info.closed);
+  hub.Open(c, "c", "m", 0, false);
+  REQUIRE(inbox.Next(seen).kind == StreamReply::Kind::kStatus);
 }
 
 TEST_CASE("Streams idle past their TTL are closed", "[unit][stream]") {
