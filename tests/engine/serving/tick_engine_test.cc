@@ -81,8 +81,9 @@ TickResult Get(std::future<TickResult>& f) {
   return f.get();
 }
 
-TEST_CASE("A step task computes Forecaster::Step at its slot, and state reads and writes round-trip",
-          "[unit][stream]") {
+TEST_CASE(
+    "A step task computes Forecaster::Step at its slot, and state reads and writes round-trip",
+    "[unit][stream]") {
   Env env;
   const std::vector<float> x = testing::RandomWindows(1, 1, 3);
   auto step = env.Submit(TickTask::Kind::kStep, 2, x, /*zero=*/true);
