@@ -477,18 +477,9 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
     }
     if (s.ring_count < s.T) {
       StreamReply needed;
-      needed.kind = StreamReply::Kind::kForecast;
-      needed.sequence = s.sequence_done;
       needed.version = s.pin->version;
       needed.ticks_needed = static_cast<int32_t>(s.T - s.ring_count);
-      needed.forecast_shape = s.shape;
-      needed.tag = next.tag;
-      needed.total_time = clock_->Now() - next.arrival;
-      if (options_.observer != nullptr) {
-        options_.observer->OnTick(s.model, absl::OkStatus(), needed.total_time);
-      }
-      s.pending.pop_front();
-      SendLocked(s, std::move(needed));
+      AnswerFrontLocked(s, std::move(needed));
       continue;
     }
     auto task = std::make_unique<TickTask>();
@@ -498,6 +489,20 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
     out.push_back(Dispatch{stream, *s.pin, std::move(task)});
     return;
   }
+}
+
+void StreamHub::AnswerFrontLocked(Stream& s, StreamReply reply) {
+  const Pending& front = s.pending.front();
+  reply.kind = StreamReply::Kind::kForecast;
+  reply.sequence = s.sequence_done;
+  reply.forecast_shape = s.shape;
+  reply.tag = front.tag;
+  reply.total_time = clock_->Now() - front.arrival;
+  if (options_.observer != nullptr) {
+    options_.observer->OnTick(s.model, absl::OkStatus(), reply.total_time);
+  }
+  s.pending.pop_front();
+  SendLocked(s, std::move(reply));
 }
 
 void StreamHub::FailFrontLocked(Stream& s, const absl::Status& status) {
@@ -571,21 +576,12 @@ void StreamHub::OnTaskDone(const std::shared_ptr<Stream>& stream, TickResult res
       }
       if (!state || front.next_row == front.rows) {
         StreamReply reply;
-        reply.kind = StreamReply::Kind::kForecast;
-        reply.sequence = s.sequence_done;
         reply.version = result.version;
         reply.forecast = std::move(result.output);
-        reply.forecast_shape = s.shape;
         reply.queue_time = result.queue_time;
         reply.compute_time = result.compute_time;
         reply.batch_rows = result.batch_rows;
-        reply.tag = front.tag;
-        reply.total_time = clock_->Now() - front.arrival;
-        if (options_.observer != nullptr) {
-          options_.observer->OnTick(s.model, absl::OkStatus(), reply.total_time);
-        }
-        s.pending.pop_front();
-        SendLocked(s, std::move(reply));
+        AnswerFrontLocked(s, std::move(reply));
       }
     }
     PumpLocked(stream, dispatches);

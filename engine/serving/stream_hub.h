@@ -180,6 +180,9 @@ class StreamHub {
   void PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Dispatch>& out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EnqueueAll(std::vector<Dispatch> dispatches) ABSL_LOCKS_EXCLUDED(mu_);
+  // Takes the front request (a Ticks call) out with its forecast: `reply` with the version,
+  // values (or ticks_needed) and timings set; the rest is filled in here.
+  void AnswerFrontLocked(Stream& stream, StreamReply reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes the front request out with `status` (an error reply, unless it was a replay).
   void FailFrontLocked(Stream& stream, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
