@@ -20,6 +20,7 @@ struct SequenceCall {
   inference::ModelInferResponse* response = nullptr;
   std::function<void(const absl::Status&)> done;
   absl::Status open;
+  int64_t version = 0;  // the version the request was checked against
 };
 
 namespace {
@@ -93,8 +94,9 @@ absl::StatusOr<std::vector<float>> ReadTicks(const inference::ModelInferRequest&
 
 }  // namespace
 
-KServeSequences::KServeSequences(StreamHub* hub, ModelRegistry* registry)
-    : hub_(hub), registry_(registry) {
+KServeSequences::KServeSequences(StreamHub* hub, ModelRegistry* registry,
+                                 std::shared_ptr<KServeStatistics> statistics)
+    : hub_(hub), registry_(registry), statistics_(std::move(statistics)) {
   connection_ = hub_->Connect([this](StreamReply reply) { OnReply(std::move(reply)); });
   completer_ = std::thread([this] { CompleteLoop(); });
 }
@@ -141,6 +143,7 @@ void KServeSequences::Infer(const inference::ModelInferRequest& request,
   call->request = &request;
   call->response = response;
   call->done = std::move(done);
+  call->version = pinned->version;
   const std::string key = absl::StrCat(request.model_name(), "/", sequence->id);
   // Every hub call below answers exactly once on this key, in this order; the waiters are
   // queued first, so each answer finds its own.
@@ -206,6 +209,7 @@ void KServeSequences::Answer(SequenceCall& c, StreamReply reply) {
   SequenceCall* call = &c;
   const inference::ModelInferRequest& request = *call->request;
   if (reply.kind == StreamReply::Kind::kError) {
+    statistics_->RecordFailure(request.model_name(), call->version, reply.total_time);
     if (reply.status.code() == absl::StatusCode::kNotFound) {
       // Not open on the hub after all (never started, ended idle, or refused): forget it.
       absl::MutexLock l(&mu_);
@@ -240,6 +244,8 @@ void KServeSequences::Answer(SequenceCall& c, StreamReply reply) {
   (*response.mutable_parameters())["sequence_ticks"].set_int64_param(reply.sequence);
   response.add_raw_output_contents()->assign(reinterpret_cast<const char*>(forecast.data()),
                                              forecast.size() * sizeof(float));
+  statistics_->RecordSuccess(request.model_name(), reply.version, /*rows=*/1, reply.batch_rows,
+                             reply.total_time, reply.queue_time, reply.compute_time);
   call->done(absl::OkStatus());
 }
 

@@ -26,13 +26,16 @@
 #include "engine/serving/model_registry.h"
 #include "engine/serving/stream_hub.h"
 #include "inference/grpc_service.pb.h"
+#include "server/kserve_statistics.h"
 
 namespace forecastd {
 
 class KServeSequences {
  public:
-  // `hub` and `registry` are not owned and must outlive this object.
-  KServeSequences(StreamHub* hub, ModelRegistry* registry);
+  // `hub` and `registry` are not owned and must outlive this object; each answered request is
+  // counted in `statistics` (Triton's ModelStatistics) like a ModelInfer.
+  KServeSequences(StreamHub* hub, ModelRegistry* registry,
+                  std::shared_ptr<KServeStatistics> statistics);
   ~KServeSequences();
 
   // Answers a sequence request: `done` is called once, on any thread, with OK once `response`
@@ -57,6 +60,7 @@ class KServeSequences {
 
   StreamHub* const hub_;
   ModelRegistry* const registry_;
+  const std::shared_ptr<KServeStatistics> statistics_;
   StreamHub::ConnectionId connection_ = 0;
 
   absl::Mutex mu_;

@@ -102,7 +102,8 @@ KServeService::KServeService(Options options, Clock* clock)
       statistics_(std::make_shared<KServeStatistics>()),
       streams_(std::make_shared<KServeStreams>()) {
   if (options_.tick_streams != nullptr) {
-    sequences_ = std::make_unique<KServeSequences>(options_.tick_streams, options_.registry);
+    sequences_ =
+        std::make_unique<KServeSequences>(options_.tick_streams, options_.registry, statistics_);
   }
 }
 
