@@ -8,7 +8,7 @@
 # Settings come from the environment:
 #   FUZZ_BUILD_DIR  build directory                               (build-fuzz)
 #   FUZZ_SECONDS    seconds per target (-max_total_time)          (60)
-#   FUZZ_TARGETS    targets to run, space-separated               (all four)
+#   FUZZ_TARGETS    targets to run, space-separated               (all five)
 #   FUZZ_WORK_DIR   scratch corpora, logs and crash files         ($FUZZ_BUILD_DIR/fuzz-work)
 #   FUZZ_FLAGS      extra libFuzzer flags, e.g. "-jobs=2 -workers=2"
 #   JOBS            parallel build jobs                           (nproc)
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-safetensors_fuzzer model_config_fuzzer csv_fuzzer predict_request_fuzzer}
+TARGETS=${FUZZ_TARGETS:-safetensors_fuzzer model_config_fuzzer csv_fuzzer predict_request_fuzzer stream_request_fuzzer}
 WORK_DIR=${FUZZ_WORK_DIR:-$BUILD_DIR/fuzz-work}
 JOBS=${JOBS:-$(nproc)}
 # shellcheck disable=SC2206  # word splitting is the point: several flags
