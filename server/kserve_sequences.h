@@ -8,7 +8,8 @@
 // T ticks have arrived, FORECAST is NaN and the response parameter `ticks_needed` says how many
 // are still missing. All sequences share one StreamHub connection; the hub answers each key's
 // requests in order, and each answer goes to the request waiting for it.
-// Thread-safe: Infer may be called from any thread; the hub calls the sink under its lock.
+// Thread-safe: Infer may be called from any thread; the hub calls the sink from any thread, one
+// call at a time.
 #ifndef FORECASTD_SERVER_KSERVE_SEQUENCES_H_
 #define FORECASTD_SERVER_KSERVE_SEQUENCES_H_
 

@@ -4,8 +4,8 @@
 // writing them one at a time in the order the hub produced them. It finishes with OK once the
 // client has half-closed and every request has been answered, or when the client cancels; its
 // streams are then kept or closed by the hub (StreamingConfig.on_disconnect).
-// Thread-safety: gRPC calls the reactions; the hub calls the sink under its lock. Both only touch
-// the members guarded by mu_, and the call deletes itself in OnDone, after leaving the hub.
+// Thread-safety: gRPC calls the reactions; the hub calls the sink, one call at a time. Both only
+// touch the members guarded by mu_, and the call deletes itself in OnDone, after leaving the hub.
 #ifndef FORECASTD_SERVER_STREAM_CALL_H_
 #define FORECASTD_SERVER_STREAM_CALL_H_
 
@@ -42,7 +42,7 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::S
   void OnDone() override;
 
  private:
-  // Called by the hub under its lock.
+  // The hub's sink: one call at a time, in the order the replies were made.
   void Push(v1::StreamResponse response);
   // Starts the next write or finishes, as the state allows. Called without mu_ held.
   void Advance() ABSL_LOCKS_EXCLUDED(mu_);

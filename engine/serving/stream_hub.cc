@@ -1,6 +1,7 @@
 #include "engine/serving/stream_hub.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <deque>
 #include <filesystem>
@@ -32,8 +33,16 @@ struct StreamHub::Pending {
   absl::Time arrival;
 };
 
+// One connection's replies: queued under the hub's lock in the order they are made, handed to
+// the sink outside it by one thread at a time (Flush), so a key's replies keep their order and
+// a sink may call into gRPC, or back into the hub, freely.
 struct StreamHub::Connection {
-  Sink sink;
+  explicit Connection(Sink s) : sink(std::move(s)) {}
+  const Sink sink;
+  std::deque<StreamReply> outbox;   // guarded by the hub's mu_
+  bool delivering = false;          // guarded by the hub's mu_: a Flush is calling the sink
+  std::thread::id deliverer;        // guarded by the hub's mu_: its thread
+  std::atomic<bool> closed{false};  // Disconnect: no more sink calls
 };
 
 struct StreamHub::Stream {
@@ -127,13 +136,24 @@ void StreamHub::SweeperLoop() {
 StreamHub::ConnectionId StreamHub::Connect(Sink sink) {
   absl::MutexLock l(&mu_);
   const ConnectionId id = next_connection_++;
-  connections_[id] = std::make_shared<Connection>(Connection{std::move(sink)});
+  connections_[id] = std::make_shared<Connection>(std::move(sink));
   return id;
 }
 
 void StreamHub::Disconnect(ConnectionId connection) {
   absl::MutexLock l(&mu_);
-  connections_.erase(connection);
+  if (const auto c = connections_.find(connection); c != connections_.end()) {
+    std::shared_ptr<Connection> conn = c->second;
+    connections_.erase(c);
+    conn->closed.store(true);
+    conn->outbox.clear();
+    // No sink call may follow: wait for one in progress, unless it is this thread's own (a
+    // sink that disconnects), which stops after that call.
+    if (conn->delivering && conn->deliverer != std::this_thread::get_id()) {
+      const auto done = [&conn]() { return !conn->delivering; };
+      mu_.Await(absl::Condition(&done));
+    }
+  }
   std::vector<std::shared_ptr<Stream>> ended;
   auto it = attached_.lower_bound({connection, std::string()});
   while (it != attached_.end() && it->first.first == connection) {
@@ -149,7 +169,44 @@ void StreamHub::Disconnect(ConnectionId connection) {
 void StreamHub::SendLocked(ConnectionId connection, StreamReply reply) {
   const auto it = connections_.find(connection);
   if (it == connections_.end()) return;
-  it->second->sink(std::move(reply));
+  it->second->outbox.push_back(std::move(reply));
+  if (!it->second->delivering) to_flush_.push_back(connection);
+}
+
+void StreamHub::Flush() {
+  for (;;) {
+    std::shared_ptr<Connection> conn;
+    std::deque<StreamReply> batch;
+    {
+      absl::MutexLock l(&mu_);
+      while (conn == nullptr && !to_flush_.empty()) {
+        const ConnectionId id = to_flush_.back();
+        to_flush_.pop_back();
+        const auto it = connections_.find(id);
+        if (it == connections_.end() || it->second->delivering || it->second->outbox.empty()) {
+          continue;
+        }
+        conn = it->second;
+        conn->delivering = true;
+        conn->deliverer = std::this_thread::get_id();
+      }
+      if (conn == nullptr) return;
+      batch.swap(conn->outbox);
+    }
+    for (;;) {
+      for (StreamReply& reply : batch) {
+        if (conn->closed.load()) break;
+        conn->sink(std::move(reply));
+      }
+      batch.clear();
+      absl::MutexLock l(&mu_);
+      if (conn->outbox.empty() || conn->closed.load()) {
+        conn->delivering = false;
+        break;
+      }
+      batch.swap(conn->outbox);
+    }
+  }
 }
 
 void StreamHub::SendLocked(const Stream& stream, StreamReply reply) {
@@ -197,6 +254,12 @@ void StreamHub::EndLocked(const std::shared_ptr<Stream>& stream, const char* rea
 
 void StreamHub::Open(ConnectionId connection, const std::string& key, const std::string& model,
                      int64_t version, bool resume) {
+  DoOpen(connection, key, model, version, resume);
+  Flush();
+}
+
+void StreamHub::DoOpen(ConnectionId connection, const std::string& key, const std::string& model,
+                       int64_t version, bool resume) {
   absl::MutexLock l(&mu_);
   StreamReply error;
   error.key = key;
@@ -322,6 +385,11 @@ void StreamHub::Close(ConnectionId connection, const std::string& key) {
 }
 
 void StreamHub::Submit(ConnectionId connection, const std::string& key, Pending pending) {
+  DoSubmit(connection, key, std::move(pending));
+  Flush();
+}
+
+void StreamHub::DoSubmit(ConnectionId connection, const std::string& key, Pending pending) {
   std::vector<Dispatch> dispatches;
   {
     absl::MutexLock l(&mu_);
@@ -541,6 +609,11 @@ void StreamHub::EnqueueAll(std::vector<Dispatch> dispatches) {
 }
 
 void StreamHub::OnTaskDone(const std::shared_ptr<Stream>& stream, TickResult result) {
+  TaskDone(stream, std::move(result));
+  Flush();
+}
+
+void StreamHub::TaskDone(const std::shared_ptr<Stream>& stream, TickResult result) {
   std::vector<Dispatch> dispatches;
   {
     absl::MutexLock l(&mu_);
@@ -693,6 +766,7 @@ absl::StatusOr<std::vector<v1::StreamRecord>> StreamHub::ReadRecords(
       }
     }
     EnqueueAll(std::move(resumed));
+    Flush();
   };
   bool rested = false;
   {

@@ -8,8 +8,9 @@
 // A stream that follows the serving version moves to a new one at its next tick, replaying its
 // ring buffer through the new version (state mode). Streams outlive their connection until their
 // idle TTL (or are closed with it, per the model's StreamingConfig), so a client can resume them.
-// Thread-safe: every method may be called from any thread. A connection's sink is called with
-// the hub's lock held and must neither block nor call the hub.
+// Thread-safe: every method may be called from any thread. A connection's sink is called
+// without the hub's lock, by one thread at a time and in the order the replies were made; it
+// may call the hub (a sink that disconnects its own connection gets no further calls).
 #ifndef FORECASTD_ENGINE_SERVING_STREAM_HUB_H_
 #define FORECASTD_ENGINE_SERVING_STREAM_HUB_H_
 
@@ -193,13 +194,24 @@ class StreamHub {
   absl::Status EnsurePinnedLocked(Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnpinLocked(Stream& stream) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendLocked(const Stream& stream, StreamReply reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands queued replies to their sinks, outside the lock; every entry point that may have
+  // queued one calls it before returning.
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
   void SendLocked(ConnectionId connection, StreamReply reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndLocked(const std::shared_ptr<Stream>& stream, const char* reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   StreamInfo InfoLocked(const Stream& stream) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::shared_ptr<Stream> FindLocked(ConnectionId connection, const std::string& key,
                                      StreamReply* error) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Submit and Open, then Flush; DoSubmit and DoOpen take the lock themselves and queue
+  // their replies; TaskDone likewise for OnTaskDone.
   void Submit(ConnectionId connection, const std::string& key, Pending pending);
+  void DoSubmit(ConnectionId connection, const std::string& key, Pending pending)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void DoOpen(ConnectionId connection, const std::string& key, const std::string& model,
+              int64_t version, bool resume) ABSL_LOCKS_EXCLUDED(mu_);
+  void TaskDone(const std::shared_ptr<Stream>& stream, struct TickResult result)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void SweeperLoop();
   // Holds `streams` between requests, reads their states and returns their records.
   absl::StatusOr<std::vector<v1::StreamRecord>> ReadRecords(
@@ -222,6 +234,8 @@ class StreamHub {
   absl::Status CheckStateBytesLocked(int64_t bytes, const std::string& what) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<ConnectionId, std::shared_ptr<Connection>> connections_ ABSL_GUARDED_BY(mu_);
+  // Connections with replies queued and nobody delivering them (duplicates are harmless).
+  std::vector<ConnectionId> to_flush_ ABSL_GUARDED_BY(mu_);
   ConnectionId next_connection_ ABSL_GUARDED_BY(mu_) = 1;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool accepting_ ABSL_GUARDED_BY(mu_) = true;
