@@ -105,9 +105,18 @@ StreamHub::~StreamHub() {
     stopping_ = true;
   }
   sweeper_.join();
-  // Tasks in flight hold their stream and pin, not the hub's maps; their replies go nowhere.
+  // Tasks in flight call back into the hub when they complete: end every stream (nothing more
+  // is dispatched) and wait for them.
   absl::MutexLock l(&mu_);
+  accepting_ = false;
   connections_.clear();
+  std::vector<std::shared_ptr<Stream>> all;
+  for (const auto& [id, stream] : streams_) all.push_back(stream);
+  for (const auto& stream : all) EndLocked(stream, "shutdown");
+  const auto idle = [&all]() {
+    return std::none_of(all.begin(), all.end(), [](const auto& s) { return s->busy; });
+  };
+  mu_.Await(absl::Condition(&idle));
 }
 
 void StreamHub::SweeperLoop() {

@@ -78,7 +78,7 @@ class StreamObserver {
   // A tick was answered (OK or not), `total` after it arrived.
   virtual void OnTick(const std::string& /*model*/, const absl::Status& /*status*/,
                       absl::Duration /*total*/) {}
-  // A stream ended for `reason`: "closed", "idle", "disconnected", "replaced", "error".
+  // A stream ended for `reason`: "closed", "idle", "disconnected", "replaced", "shutdown".
   virtual void OnStreamEnded(const std::string& /*model*/, const char* /*reason*/) {}
 };
 
