@@ -123,11 +123,16 @@ void StreamHub::SweeperLoop() {
   const bool snapshots =
       !options_.snapshot_path.empty() && options_.snapshot_interval > absl::ZeroDuration();
   absl::Time next_snapshot = absl::Now() + options_.snapshot_interval;
+  // An idle server does not rewrite an empty snapshot every interval.
+  bool last_had_streams = true;
   absl::MutexLock l(&mu_);
   while (!stopping_) {
     const auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
     if (mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) break;
-    const bool take = snapshots && accepting_ && absl::Now() >= next_snapshot;
+    const bool has_streams = !streams_.empty();
+    const bool take = snapshots && accepting_ && absl::Now() >= next_snapshot &&
+                      (has_streams || last_had_streams);
+    if (take) last_had_streams = has_streams;
     mu_.Unlock();
     Sweep();
     if (take) {
