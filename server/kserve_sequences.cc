@@ -98,33 +98,9 @@ KServeSequences::KServeSequences(StreamHub* hub, ModelRegistry* registry,
                                  std::shared_ptr<KServeStatistics> statistics)
     : hub_(hub), registry_(registry), statistics_(std::move(statistics)) {
   connection_ = hub_->Connect([this](StreamReply reply) { OnReply(std::move(reply)); });
-  completer_ = std::thread([this] { CompleteLoop(); });
 }
 
-KServeSequences::~KServeSequences() {
-  hub_->Disconnect(connection_);
-  {
-    absl::MutexLock l(&mu_);
-    stopping_ = true;
-  }
-  completer_.join();
-}
-
-void KServeSequences::CompleteLoop() {
-  for (;;) {
-    std::deque<std::function<void()>> batch;
-    {
-      absl::MutexLock l(&mu_);
-      const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !completions_.empty();
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (completions_.empty()) return;  // stopping, nothing left
-      batch.swap(completions_);
-    }
-    for (auto& complete : batch) complete();
-  }
-}
+KServeSequences::~KServeSequences() { hub_->Disconnect(connection_); }
 
 void KServeSequences::Infer(const inference::ModelInferRequest& request,
                             inference::ModelInferResponse* response,
@@ -186,12 +162,6 @@ void KServeSequences::OnReply(StreamReply reply) {
     waiter = std::move(it->second.front());
     it->second.pop_front();
     if (it->second.empty()) waiting_.erase(it);
-    if (waiter.kind == Waiter::Kind::kTicks) {
-      completions_.push_back([this, waiter, reply = std::move(reply)]() mutable {
-        Answer(*waiter.call, std::move(reply));
-      });
-      return;
-    }
   }
   SequenceCall* call = waiter.call.get();
   switch (waiter.kind) {
@@ -201,7 +171,9 @@ void KServeSequences::OnReply(StreamReply reply) {
       if (reply.kind == StreamReply::Kind::kError) call->open = reply.status;
       return;
     case Waiter::Kind::kTicks:
-      break;
+      // The hub calls its sink without a lock held, so the answer may reach gRPC from here.
+      Answer(*call, std::move(reply));
+      return;
   }
 }
 

@@ -19,7 +19,6 @@
 #include <memory>
 #include <set>
 #include <string>
-#include <thread>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -53,9 +52,6 @@ class KServeSequences {
     std::shared_ptr<struct SequenceCall> call;
   };
   void OnReply(StreamReply reply);
-  // Completes answers off the hub's lock, in the order they came (a request's `done` may reach
-  // gRPC, which must not run under a lock the next request takes).
-  void CompleteLoop();
   // Fills the request's response from the reply to its ticks, and calls its `done`.
   void Answer(struct SequenceCall& call, StreamReply reply);
 
@@ -69,9 +65,6 @@ class KServeSequences {
   std::map<std::string, std::deque<Waiter>> waiting_ ABSL_GUARDED_BY(mu_);
   // The keys this connection has open (or is opening) on the hub.
   std::set<std::string> open_keys_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::function<void()>> completions_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread completer_;
 };
 
 }  // namespace forecastd

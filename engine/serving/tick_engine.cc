@@ -98,13 +98,6 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     mu_.Await(absl::Condition(&done));
   }
 
-  int64_t queued() const {
-    absl::MutexLock l(&mu_);
-    return static_cast<int64_t>(queue_.size());
-  }
-
-  const Options& options() const { return options_; }
-
  private:
   using Kind = TickTask::Kind;
 
@@ -295,8 +288,5 @@ void TickEngine::ReleaseSlot(int32_t slot) { impl_->ReleaseSlot(slot); }
 int64_t TickEngine::slots_in_use() const { return impl_->slots_in_use(); }
 absl::Status TickEngine::Enqueue(std::unique_ptr<TickTask>& task) { return impl_->Enqueue(task); }
 void TickEngine::Drain(absl::Duration timeout) { impl_->Drain(timeout); }
-int64_t TickEngine::version() const { return impl_->options().version; }
-v1::StreamingConfig::Mode TickEngine::mode() const { return impl_->options().mode; }
-int64_t TickEngine::queued_tasks() const { return impl_->queued(); }
 
 }  // namespace forecastd

@@ -94,10 +94,6 @@ class TickEngine {
   // Refuses new tasks and returns when every accepted task has completed or `timeout` passed.
   void Drain(absl::Duration timeout = absl::InfiniteDuration());
 
-  int64_t version() const;
-  v1::StreamingConfig::Mode mode() const;
-  int64_t queued_tasks() const;
-
  private:
   class Impl;
   explicit TickEngine(std::shared_ptr<Impl> impl);
