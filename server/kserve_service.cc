@@ -127,37 +127,49 @@ grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
                                        const inference::ModelReadyRequest* request,
                                        inference::ModelReadyResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  absl::StatusOr<int64_t> version = ParseVersion(request->version());
-  if (!version.ok()) return ToGrpcStatus(version.status());
+  return ToGrpcStatus(CheckModelReady(*request, response));
+}
+
+absl::Status KServeService::CheckModelReady(const inference::ModelReadyRequest& request,
+                                            inference::ModelReadyResponse* response) const {
+  ASSIGN_OR_RETURN(const int64_t version, ParseVersion(request.version()));
   // An unknown model is simply not ready, as Triton answers.
-  response->set_ready(ready() && options_.registry->GetLoadedModel(request->name(), *version).ok());
-  return grpc::Status::OK;
+  response->set_ready(ready() && options_.registry->GetLoadedModel(request.name(), version).ok());
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
                                            const inference::ServerMetadataRequest* /*request*/,
                                            inference::ServerMetadataResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  DescribeServer(response);
+  return grpc::Status::OK;
+}
+
+void KServeService::DescribeServer(inference::ServerMetadataResponse* response) const {
   response->set_name("forecastd");
   response->set_version(kForecastdVersion);
   for (const char* extension :
        {"model_repository", "model_configuration", "schedule_policy", "statistics"}) {
     response->add_extensions(extension);
   }
-  return grpc::Status::OK;
 }
 
 grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
                                           const inference::ModelMetadataRequest* request,
                                           inference::ModelMetadataResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  absl::StatusOr<int64_t> version = ParseVersion(request->version());
-  if (!version.ok()) return ToGrpcStatus(version.status());
-  absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(request->name(), *version);
-  if (!loaded.ok()) return ToGrpcStatus(loaded.status());
-  const Forecaster& model = *loaded->model;
-  response->set_name(request->name());
-  response->add_versions(VersionString(loaded->version));
+  return ToGrpcStatus(DescribeModel(*request, response));
+}
+
+absl::Status KServeService::DescribeModel(const inference::ModelMetadataRequest& request,
+                                          inference::ModelMetadataResponse* response) const {
+  ASSIGN_OR_RETURN(const int64_t version, ParseVersion(request.version()));
+  ASSIGN_OR_RETURN(const LoadedModel loaded,
+                   options_.registry->GetLoadedModel(request.name(), version));
+  const Forecaster& model = *loaded.model;
+  response->set_name(request.name());
+  response->add_versions(VersionString(loaded.version));
   response->set_platform(kKServePlatform);
   auto* input = response->add_inputs();
   input->set_name(kKServeInputName);
@@ -171,7 +183,7 @@ grpc::Status KServeService::ModelMetadata(grpc::ServerContext* context,
   output->set_datatype(kKServeFp32);
   output->add_shape(-1);
   for (const int64_t dim : ForecastDims(model)) output->add_shape(dim);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext* context,
@@ -183,19 +195,24 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     return reactor;
   }
   auto finish = [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); };
-  if (kserve::CarriesSequence(*request) && sequences_ != nullptr) {
-    if (!ready()) {
-      finish(absl::UnavailableError("forecastd is not ready (starting or draining)"));
-      return reactor;
-    }
-    sequences_->Infer(*request, response, std::move(finish));
-    return reactor;
-  }
-  Infer(*context, kMethod, *request, response, std::move(finish));
+  InferAuthorized(kMethod, EngineDeadline(*context, *clock_), *request, response,
+                  std::move(finish));
   return reactor;
 }
 
-void KServeService::Infer(const grpc::ServerContextBase& context, const char* method,
+void KServeService::InferAuthorized(const char* method, absl::Time deadline,
+                                    const inference::ModelInferRequest& request,
+                                    inference::ModelInferResponse* response,
+                                    std::function<void(const absl::Status&)> finish) {
+  if (kserve::CarriesSequence(request) && sequences_ != nullptr) {
+    if (!ready())
+      return finish(absl::UnavailableError("forecastd is not ready (starting or draining)"));
+    return sequences_->Infer(request, response, std::move(finish));
+  }
+  Infer(method, deadline, request, response, std::move(finish));
+}
+
+void KServeService::Infer(const char* method, absl::Time deadline,
                           const inference::ModelInferRequest& request,
                           inference::ModelInferResponse* response,
                           std::function<void(const absl::Status&)> finish) {
@@ -234,7 +251,7 @@ void KServeService::Infer(const grpc::ServerContextBase& context, const char* me
   }
   if (absl::Status status = CheckRequestedOutputs(request); !status.ok()) return fail(status);
   call.priority = parameters->priority;
-  call.deadline = EngineDeadline(context, *clock);
+  call.deadline = deadline;
   call.timeout_override = parameters->timeout;
   // The forecasts go straight into the reply's one raw output.
   const int64_t per_row = pinned->model->num_outputs();
@@ -300,7 +317,7 @@ void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& con
   }
   // `reply` holds `call`, so its request and response outlive the task.
   StreamInferCall& c = *call;
-  Infer(context, kStreamMethod, c.request, &c.response, std::move(reply));
+  Infer(kStreamMethod, EngineDeadline(context, *clock_), c.request, &c.response, std::move(reply));
 }
 
 void KServeService::CloseStreams() {
@@ -312,71 +329,80 @@ grpc::Status KServeService::ModelConfig(grpc::ServerContext* context,
                                         const inference::ModelConfigRequest* request,
                                         inference::ModelConfigResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  absl::StatusOr<int64_t> version = ParseVersion(request->version());
-  if (!version.ok()) return ToGrpcStatus(version.status());
-  absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(request->name(), *version);
+  return ToGrpcStatus(GetModelConfig(*request, response));
+}
+
+absl::Status KServeService::GetModelConfig(const inference::ModelConfigRequest& request,
+                                           inference::ModelConfigResponse* response) const {
+  ASSIGN_OR_RETURN(const int64_t version, ParseVersion(request.version()));
+  absl::StatusOr<LoadedModel> loaded = options_.registry->GetLoadedModel(request.name(), version);
   absl::StatusOr<inference::ModelConfig> config;
   if (loaded.ok()) {
     config = ToTritonModelConfig(loaded->model->config());
   } else if (loaded.status().code() == absl::StatusCode::kNotFound) {
-    return ToGrpcStatus(loaded.status());
+    return loaded.status();
   } else {
     // On disk but not serving: report the config the registry last read.
-    absl::StatusOr<ModelStatus> status = options_.registry->GetModel(request->name());
-    if (!status.ok()) return ToGrpcStatus(status.status());
-    if (!status->config.has_value()) return ToGrpcStatus(loaded.status());
-    config = ToTritonModelConfig(*status->config);
+    ASSIGN_OR_RETURN(const ModelStatus status, options_.registry->GetModel(request.name()));
+    if (!status.config.has_value()) return loaded.status();
+    config = ToTritonModelConfig(*status.config);
   }
-  if (!config.ok()) return ToGrpcStatus(config.status());
+  if (!config.ok()) return config.status();
   *response->mutable_config() = *std::move(config);
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::ModelStatistics(grpc::ServerContext* context,
                                             const inference::ModelStatisticsRequest* request,
                                             inference::ModelStatisticsResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  absl::StatusOr<int64_t> version = ParseVersion(request->version());
-  if (!version.ok()) return ToGrpcStatus(version.status());
+  return ToGrpcStatus(GetStatistics(*request, response));
+}
+
+absl::Status KServeService::GetStatistics(const inference::ModelStatisticsRequest& request,
+                                          inference::ModelStatisticsResponse* response) const {
+  ASSIGN_OR_RETURN(const int64_t version, ParseVersion(request.version()));
   std::vector<ModelStatus> models;
-  if (request->name().empty()) {
+  if (request.name().empty()) {
     models = options_.registry->ListModels();
   } else {
-    absl::StatusOr<ModelStatus> status = options_.registry->GetModel(request->name());
-    if (!status.ok()) return ToGrpcStatus(status.status());
-    models.push_back(*std::move(status));
+    ASSIGN_OR_RETURN(ModelStatus status, options_.registry->GetModel(request.name()));
+    models.push_back(std::move(status));
   }
   for (const ModelStatus& model : models) {
     // Every loaded version (zeros before its first request, so a client can take a first
     // snapshot) and every version with statistics.
     std::set<int64_t> versions = statistics_->Versions(model.name);
     for (const LoadedVersionStatus& loaded : model.loaded) versions.insert(loaded.version);
-    if (*version > 0) {
+    if (version > 0) {
       const bool on_disk = std::find(model.versions_on_disk.begin(), model.versions_on_disk.end(),
-                                     *version) != model.versions_on_disk.end();
-      if (!versions.contains(*version) && !on_disk) {
-        return ToGrpcStatus(absl::NotFoundError(
-            absl::StrCat("model '", model.name, "' has no version ", *version)));
+                                     version) != model.versions_on_disk.end();
+      if (!versions.contains(version) && !on_disk) {
+        return absl::NotFoundError(
+            absl::StrCat("model '", model.name, "' has no version ", version));
       }
-      versions = {*version};
+      versions = {version};
     }
     for (const int64_t v : versions) {
       *response->add_model_stats() = statistics_->Report(model.name, v);
     }
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* context,
                                             const inference::RepositoryIndexRequest* request,
                                             inference::RepositoryIndexResponse* response) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
-    return ToGrpcStatus(status);
-  }
+  return ToGrpcStatus(ListRepository(*request, response));
+}
+
+absl::Status KServeService::ListRepository(const inference::RepositoryIndexRequest& request,
+                                           inference::RepositoryIndexResponse* response) const {
+  RETURN_IF_ERROR(RepositoryNameSupported(request.repository_name()));
   for (const ModelStatus& model : options_.registry->ListModels()) {
     const auto add = [&](int64_t version, const char* state, const std::string& reason) {
-      if (request->ready() && absl::string_view(state) != "READY") return;
+      if (request.ready() && absl::string_view(state) != "READY") return;
       auto* entry = response->add_models();
       entry->set_name(model.name);
       if (version > 0) entry->set_version(VersionString(version));
@@ -395,38 +421,42 @@ grpc::Status KServeService::RepositoryIndex(grpc::ServerContext* context,
       add(model.serving_version, TritonState(model.state), StateReason(model));
     }
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::RepositoryModelLoad(
     grpc::ServerContext* context, const inference::RepositoryModelLoadRequest* request,
     inference::RepositoryModelLoadResponse* /*response*/) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
-    return ToGrpcStatus(status);
+  return ToGrpcStatus(LoadModel(*request));
+}
+
+absl::Status KServeService::LoadModel(const inference::RepositoryModelLoadRequest& request) {
+  RETURN_IF_ERROR(RepositoryNameSupported(request.repository_name()));
+  if (!request.parameters().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "load parameter '", request.parameters().begin()->first,
+        "' is not supported: forecastd loads config.json and the weights from its repository"));
   }
-  if (!request->parameters().empty()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "load parameter '", request->parameters().begin()->first,
-        "' is not supported: forecastd loads config.json and the weights from its repository")));
-  }
-  return ToGrpcStatus(options_.registry->Load(request->model_name()));
+  return options_.registry->Load(request.model_name());
 }
 
 grpc::Status KServeService::RepositoryModelUnload(
     grpc::ServerContext* context, const inference::RepositoryModelUnloadRequest* request,
     inference::RepositoryModelUnloadResponse* /*response*/) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  if (absl::Status status = RepositoryNameSupported(request->repository_name()); !status.ok()) {
-    return ToGrpcStatus(status);
-  }
-  for (const auto& [key, value] : request->parameters()) {
+  return ToGrpcStatus(UnloadModel(*request));
+}
+
+absl::Status KServeService::UnloadModel(const inference::RepositoryModelUnloadRequest& request) {
+  RETURN_IF_ERROR(RepositoryNameSupported(request.repository_name()));
+  for (const auto& [key, value] : request.parameters()) {
     // Models here have no dependents, so asking to unload them too changes nothing.
     if (key == "unload_dependents" && value.has_bool_param()) continue;
-    return ToGrpcStatus(
-        absl::InvalidArgumentError(absl::StrCat("unload parameter '", key, "' is not supported")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unload parameter '", key, "' is not supported"));
   }
-  return ToGrpcStatus(options_.registry->Unload(request->model_name()));
+  return options_.registry->Unload(request.model_name());
 }
 
 grpc::Status KServeService::SystemSharedMemoryStatus(

@@ -147,6 +147,34 @@ class KServeService final : public KServeServiceBase {
                            const inference::LogSettingsRequest* request,
                            inference::LogSettingsResponse* response) override;
 
+  // --- The same calls for a front door that authorizes its callers itself (the REST port,
+  // server/kserve_http.h, with CallAuthenticator::Decide and the same access table): each gRPC
+  // handler above is its Authorize followed by one of these, so both front doors share every
+  // check and every answer.
+
+  // ServerReady's answer.
+  bool IsReady() const { return ready(); }
+  absl::Status CheckModelReady(const inference::ModelReadyRequest& request,
+                               inference::ModelReadyResponse* response) const;
+  void DescribeServer(inference::ServerMetadataResponse* response) const;
+  absl::Status DescribeModel(const inference::ModelMetadataRequest& request,
+                             inference::ModelMetadataResponse* response) const;
+  absl::Status GetModelConfig(const inference::ModelConfigRequest& request,
+                              inference::ModelConfigResponse* response) const;
+  absl::Status GetStatistics(const inference::ModelStatisticsRequest& request,
+                             inference::ModelStatisticsResponse* response) const;
+  absl::Status ListRepository(const inference::RepositoryIndexRequest& request,
+                              inference::RepositoryIndexResponse* response) const;
+  absl::Status LoadModel(const inference::RepositoryModelLoadRequest& request);
+  absl::Status UnloadModel(const inference::RepositoryModelUnloadRequest& request);
+  // ModelInfer's work, counted under `method` in the request metrics, with `deadline` on the
+  // engine's clock (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's
+  // below; `request` and `response` must stay valid until then.
+  void InferAuthorized(const char* method, absl::Time deadline,
+                       const inference::ModelInferRequest& request,
+                       inference::ModelInferResponse* response,
+                       std::function<void(const absl::Status&)> finish);
+
   // Ends every open ModelStreamInfer call once the requests it has in flight are answered
   // (UNAVAILABLE: shutting down), and every later one at once. Server::Shutdown calls it
   // after the registry has drained, so that gRPC's shutdown finds no stream open.
@@ -164,13 +192,14 @@ class KServeService final : public KServeServiceBase {
   // UNIMPLEMENTED with `what` (after the authorization every handler starts with).
   grpc::Status Unsupported(const grpc::ServerContextBase& context, absl::string_view what) const;
 
-  // The one inference path of ModelInfer and of ModelStreamInfer's ordinary requests: checks
+  // The one inference path of ModelInfer (gRPC and REST) and of ModelStreamInfer's ordinary
+  // requests, with the task's `deadline` on the engine's clock: checks
   // readiness, pins the model, reads the request and admits it, counting it under `method`.
   // `finish` is called exactly once: on this thread if the request is refused before it is
   // enqueued, else on the engine thread that completed it; with OK once `*response` holds the
   // forecast, or with the request's error. `request` and `response` must stay valid until then.
-  void Infer(const grpc::ServerContextBase& context, const char* method,
-             const inference::ModelInferRequest& request, inference::ModelInferResponse* response,
+  void Infer(const char* method, absl::Time deadline, const inference::ModelInferRequest& request,
+             inference::ModelInferResponse* response,
              std::function<void(const absl::Status&)> finish);
 
   // What ModelStreamInfer does with each request it reads (the stream's StreamDispatch).
