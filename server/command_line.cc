@@ -60,6 +60,11 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   double shutdown_grace_seconds = absl::ToDoubleSeconds(options.shutdown_grace);
   app.add_option("--grpc-address", options.grpc_address, "host:port for the gRPC services")
       ->capture_default_str();
+  app.add_option("--http-address", options.http_address,
+                 "host:port for KServe v2 REST (Triton's HTTP API); empty: no REST port")
+      ->capture_default_str();
+  app.add_option("--http-threads", options.http_threads, "REST connections served at once")
+      ->capture_default_str();
   app.add_option("--metrics-address", options.metrics_address,
                  "host:port for Prometheus metrics at /metrics")
       ->capture_default_str();
@@ -116,22 +121,22 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
                "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
   app.add_option("--max-message-bytes", options.max_message_bytes,
-                 "largest gRPC message accepted or sent")
+                 "largest gRPC message accepted or sent (and REST request body)")
       ->capture_default_str();
   app.add_flag("--allow-non-finite-inputs", options.allow_non_finite_inputs,
                "accept NaN and Inf in Predict inputs (refused by default)");
 
   // Security. The metrics port is covered by neither TLS nor tokens.
   app.add_option("--tls-cert", options.tls.cert_path,
-                 "PEM certificate chain for the gRPC port; with --tls-key it serves TLS only "
-                 "(default: plaintext). The metrics port stays plaintext HTTP");
+                 "PEM certificate chain for the gRPC and REST ports; with --tls-key they serve TLS "
+                 "only (default: plaintext). The metrics port stays plaintext HTTP");
   app.add_option("--tls-key", options.tls.key_path, "PEM private key of --tls-cert (unencrypted)");
   app.add_option("--tls-client-ca", options.tls.client_ca_path,
                  "PEM CA bundle: clients must present a certificate signed by it (mutual TLS)");
   app.add_option("--token-file", options.token_file,
                  "bearer tokens and their roles, one '<roles> <token> [name]' per line (roles: "
                  "predict, train, admin, comma-separated; chmod 600), re-read on SIGHUP. "
-                 "Without it there is no authentication: every gRPC call is allowed");
+                 "Without it there is no authentication: every gRPC and REST call is allowed");
 
   // Limits on one request.
   app.add_option("--max-batch-rows", options.max_batch_rows,
@@ -176,6 +181,12 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (absl::Status s = ValidateHostPort("--grpc-address", options.grpc_address); !s.ok()) {
     return UsageError(s.message());
   }
+  if (!options.http_address.empty()) {
+    if (absl::Status s = ValidateHostPort("--http-address", options.http_address); !s.ok()) {
+      return UsageError(s.message());
+    }
+  }
+  if (options.http_threads < 1) return UsageError("--http-threads must be >= 1");
   if (absl::Status s = ValidateHostPort("--metrics-address", options.metrics_address); !s.ok()) {
     return UsageError(s.message());
   }

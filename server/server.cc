@@ -380,6 +380,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     return absl::UnavailableError(
         absl::StrCat("cannot serve gRPC on ", options.grpc_address, " (is the port in use?)"));
   }
+  if (!options.http_address.empty()) {
+    ASSIGN_OR_RETURN(s.http_server_,
+                     KServeHttpServer::Create({.address = options.http_address,
+                                               .service = s.kserve_.get(),
+                                               .authenticator = s.authenticator_.get(),
+                                               .tls = options.tls,
+                                               .max_body_bytes = options.max_message_bytes,
+                                               .threads = options.http_threads}));
+    spdlog::info("KServe REST on {}://{} (port {})", options.tls.enabled() ? "https" : "http",
+                 options.http_address, s.http_server_->port());
+  }
   for (const char* service :
        {"", "forecastd.v1.Forecaster", "forecastd.v1.Admin", "inference.GRPCInferenceService"}) {
     s.health_->SetStatus(service, grpc::health::v1::HealthCheckResponse::SERVING);
@@ -396,18 +407,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                s.tokens_ != nullptr ? absl::StrCat("bearer tokens from '", options.token_file,
                                                    "' (", s.tokens_->size(), " tokens)")
                                     : std::string("no authentication"));
-  if (!IsLoopback(options.grpc_address)) {
+  for (const auto& [what, address] :
+       {std::pair<const char*, const std::string&>{"gRPC", options.grpc_address},
+        {"REST", options.http_address}}) {
+    if (address.empty() || IsLoopback(address)) continue;
     if (s.tokens_ == nullptr && !options.tls.mutual()) {
       spdlog::warn(
-          "gRPC on {} accepts calls from the network without authentication: anyone "
+          "{} on {} accepts calls from the network without authentication: anyone "
           "who reaches the port may predict, train, load and unload; set --token-file "
           "(and TLS)",
-          options.grpc_address);
+          what, address);
     } else if (s.tokens_ != nullptr && !options.tls.enabled()) {
       spdlog::warn(
-          "gRPC on {} is plaintext: bearer tokens cross the network readable by "
+          "{} on {} is plaintext: bearer tokens cross the network readable by "
           "anyone on the path; set --tls-cert and --tls-key",
-          options.grpc_address);
+          what, address);
     }
   }
   if (!IsLoopback(options.metrics_address)) {
@@ -535,6 +549,8 @@ void Server::Shutdown() {
   if (registry_ != nullptr) registry_->Shutdown(options_.drain_timeout);
   // The streams' requests are answered now; each ends once its answers are written.
   if (kserve_ != nullptr) kserve_->CloseStreams();
+  // REST requests still in progress were answered by the drain (later ones got 503).
+  if (http_server_ != nullptr) http_server_->Shutdown();
   if (jobs_ != nullptr) jobs_->Shutdown();
   if (grpc_server_ != nullptr) {
     // Every call of ours has ended by now (predictions drained, streams closed, jobs and their

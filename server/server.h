@@ -1,11 +1,10 @@
 // The forecastd daemon as one object: the CPU backend and its device scheduler, the model
 // registry over the repository, the training-job manager, Prometheus metrics, and the gRPC
 // services (forecastd.v1.Forecaster and Admin, KServe v2 inference.GRPCInferenceService,
-// grpc.health.v1, server reflection) on one port, with TLS and bearer-token authentication
-// when configured; and their orderly shutdown. main() creates one; integration tests may
-// create their own.
-// Thread-safe: Shutdown() and ReloadTokens() may be called from any thread, Shutdown() more
-// than once.
+// grpc.health.v1, server reflection) on one port, KServe v2 REST on another, with TLS and
+// bearer-token authentication when configured; and their orderly shutdown. main() creates one;
+// integration tests may create their own. Thread-safe: Shutdown() and ReloadTokens() may be called
+// from any thread, Shutdown() more than once.
 #ifndef FORECASTD_SERVER_SERVER_H_
 #define FORECASTD_SERVER_SERVER_H_
 
@@ -29,6 +28,7 @@
 #include "server/auth_interceptor.h"
 #include "server/forecaster_service.h"
 #include "server/health_service.h"
+#include "server/kserve_http.h"
 #include "server/kserve_service.h"
 #include "server/metrics.h"
 #include "server/server_options.h"
@@ -57,6 +57,8 @@ class Server {
   absl::Status ReloadTokens();
 
   int grpc_port() const { return grpc_port_; }
+  // 0 without a REST port.
+  int http_port() const { return http_server_ != nullptr ? http_server_->port() : 0; }
   int metrics_port() const { return metrics_->port(); }
   const std::vector<Device>& devices() const { return devices_; }
 
@@ -96,6 +98,9 @@ class Server {
   std::unique_ptr<CallAuthenticator> authenticator_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int grpc_port_ = 0;
+  // KServe REST; null without --http-address. Declared last, so it stops before the services
+  // and the authenticator it calls go.
+  std::unique_ptr<KServeHttpServer> http_server_;
 
   // Own synchronisation.
   std::atomic<bool> accepting_{true};

@@ -20,6 +20,12 @@ struct ServerOptions {
   // Triton's default gRPC port, so tools built for Triton find forecastd.
   std::string grpc_address = "127.0.0.1:8001";
 
+  // host:port of KServe v2 REST (Triton's HTTP API, server/kserve_http.h); Triton's default
+  // port. "": no REST port.
+  std::string http_address = "127.0.0.1:8000";
+  // REST connections served at once (each waits on its thread for its forecast).
+  int http_threads = 16;
+
   // host:port of the Prometheus text exposition, served at /metrics. Triton's default.
   std::string metrics_address = "127.0.0.1:8002";
 
@@ -78,10 +84,10 @@ struct ServerOptions {
   // --- Security. The metrics endpoint is not covered by either: it stays plaintext HTTP
   // without authentication, so bind it where only the scraper reaches it.
 
-  // TLS or mutual TLS for the gRPC port; by default plaintext.
+  // TLS or mutual TLS for the gRPC port and the REST port; by default plaintext.
   TlsOptions tls;
   // The bearer tokens and their roles (server/token_store.h), re-read on SIGHUP; "": no
-  // authentication, every gRPC call is allowed.
+  // authentication, every gRPC and REST call is allowed.
   std::string token_file;
 
   // --- Limits on what one request may ask for (max_message_bytes and max_training_jobs above

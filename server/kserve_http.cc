@@ -1,0 +1,439 @@
+#include "server/kserve_http.h"
+
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/notification.h"
+#include "httplib.h"
+#include "kernels/base/status.h"
+#include "server/kserve_json.h"
+#include "spdlog/spdlog.h"
+
+namespace forecastd {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kJsonType[] = "application/json";
+constexpr char kBinaryType[] = "application/octet-stream";
+constexpr char kHeaderLength[] = "Inference-Header-Content-Length";
+// How REST inference requests are counted in forecastd_requests_total{method}.
+constexpr char kRestInferMethod[] = "ModelInferREST";
+
+// The {m} and optional /versions/{v} of a model URL: the matches 1 and 2.
+constexpr char kModel[] = R"(/v2/models/([^/]+)(?:/versions/([^/]+))?)";
+
+std::string Dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+void ReplyError(httplib::Response& res, const absl::Status& status) {
+  res.status = HttpStatusOf(status.code());
+  if (status.code() == absl::StatusCode::kUnauthenticated) {
+    res.set_header("WWW-Authenticate", "Bearer");
+  }
+  res.set_content(kserve::ErrorBody(status.message()), kJsonType);
+}
+
+void ReplyJson(httplib::Response& res, const json& body) {
+  res.status = 200;
+  res.set_content(Dump(body), kJsonType);
+}
+
+// The body of a repository call: empty, or a JSON object.
+absl::StatusOr<json> OptionalObject(const std::string& body) {
+  if (body.empty()) return json::object();
+  json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded() || !root.is_object()) {
+    return absl::InvalidArgumentError("the body must be empty or a JSON object");
+  }
+  return root;
+}
+
+// A load or unload body's "parameters" as ModelRepositoryParameters.
+absl::Status ReadRepositoryParameters(
+    const json& root,
+    google::protobuf::Map<std::string, inference::ModelRepositoryParameter>* out) {
+  const auto parameters = root.find("parameters");
+  if (parameters == root.end()) return absl::OkStatus();
+  google::protobuf::Map<std::string, inference::InferParameter> read;
+  RETURN_IF_ERROR(kserve::ReadParameters(*parameters, "repository request", &read));
+  for (const auto& [key, value] : read) {
+    inference::ModelRepositoryParameter& parameter = (*out)[key];
+    switch (value.parameter_choice_case()) {
+      case inference::InferParameter::kBoolParam:
+        parameter.set_bool_param(value.bool_param());
+        break;
+      case inference::InferParameter::kInt64Param:
+        parameter.set_int64_param(value.int64_param());
+        break;
+      case inference::InferParameter::kStringParam:
+        parameter.set_string_param(value.string_param());
+        break;
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "repository parameter '", key, "' must be a boolean, an integer or a string"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int HttpStatusOf(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kAborted:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnimplemented:
+      return 501;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      return 500;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const Options& options) {
+  if (options.service == nullptr) {
+    return absl::InvalidArgumentError("the REST server needs the KServe service");
+  }
+  if (options.threads < 1) return absl::InvalidArgumentError("the REST server needs a thread");
+  const size_t colon = options.address.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || !absl::SimpleAtoi(options.address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad REST address '", options.address, "': expected host:port"));
+  }
+  std::string host = options.address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+
+  std::unique_ptr<KServeHttpServer> server(new KServeHttpServer(options));
+  if (options.tls.enabled()) {
+    server->http_ = std::make_unique<httplib::SSLServer>(
+        options.tls.cert_path.c_str(), options.tls.key_path.c_str(),
+        options.tls.mutual() ? options.tls.client_ca_path.c_str() : nullptr);
+  } else {
+    server->http_ = std::make_unique<httplib::Server>();
+  }
+  if (!server->http_->is_valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the REST port cannot use the TLS files (--tls-cert '", options.tls.cert_path,
+                     "', --tls-key, --tls-client-ca '", options.tls.client_ca_path, "')"));
+  }
+  const int threads = options.threads;
+  server->http_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  server->http_->set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+  // tritonclient and perf_analyzer keep their connections open across requests.
+  server->http_->set_keep_alive_max_count(1000);
+  server->Route();
+  if (port == 0) {
+    port = server->http_->bind_to_any_port(host);
+  } else if (!server->http_->bind_to_port(host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot serve REST on ", options.address, " (is the port in use?)"));
+  }
+  server->port_ = port;
+  httplib::Server* http = server->http_.get();
+  server->listener_ = std::thread([http] { http->listen_after_bind(); });
+  return server;
+}
+
+KServeHttpServer::KServeHttpServer(const Options& options) : options_(options) {}
+
+KServeHttpServer::~KServeHttpServer() { Shutdown(); }
+
+void KServeHttpServer::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (http_ != nullptr) http_->stop();
+  if (listener_.joinable()) listener_.join();
+}
+
+void KServeHttpServer::Route() {
+  KServeService* const service = options_.service;
+  CallAuthenticator* const authenticator = options_.authenticator;
+  httplib::Server& http = *http_;
+
+  // Every endpoint: the caller is decided as a call of the gRPC method `grpc_method` would be,
+  // then `handle` answers; an error status becomes the KServe error body.
+  using Handle = std::function<absl::Status(const httplib::Request&, httplib::Response&)>;
+  const auto endpoint = [authenticator](const char* grpc_method, Handle handle) {
+    return [authenticator, grpc_method, handle = std::move(handle)](const httplib::Request& req,
+                                                                    httplib::Response& res) {
+      if (authenticator != nullptr) {
+        std::vector<absl::string_view> authorization;
+        const auto range = req.headers.equal_range("Authorization");
+        for (auto it = range.first; it != range.second; ++it) authorization.push_back(it->second);
+        const absl::Status allowed = authenticator->Decide(
+            absl::StrCat("/inference.GRPCInferenceService/", grpc_method), authorization,
+            absl::StrCat("http:", req.remote_addr, ":", req.remote_port));
+        if (!allowed.ok()) return ReplyError(res, allowed);
+      }
+      if (absl::Status status = handle(req, res); !status.ok()) ReplyError(res, status);
+    };
+  };
+  const auto model_of = [](const httplib::Request& req) { return req.matches[1].str(); };
+  const auto version_of = [](const httplib::Request& req) { return req.matches[2].str(); };
+
+  http.Get("/v2/health/live", endpoint("ServerLive", [](const auto&, auto& res) {
+             res.status = 200;
+             return absl::OkStatus();
+           }));
+  http.Get("/v2/health/ready", endpoint("ServerReady", [service](const auto&, auto& res) {
+             if (!service->IsReady()) {
+               return absl::UnavailableError("forecastd is not ready: starting or shutting down");
+             }
+             res.status = 200;
+             return absl::OkStatus();
+           }));
+  http.Get(R"(/v2/?)", endpoint("ServerMetadata", [service](const auto&, auto& res) {
+             inference::ServerMetadataResponse response;
+             service->DescribeServer(&response);
+             // The REST port also takes and gives tensors as binary data.
+             response.add_extensions("binary_tensor_data");
+             ReplyJson(res, kserve::MessageToJson(response));
+             return absl::OkStatus();
+           }));
+
+  // Statistics before model metadata, whose pattern would take "stats" for a model's name.
+  const auto statistics = [service](const httplib::Request& req, httplib::Response& res,
+                                    std::string name, std::string version) {
+    inference::ModelStatisticsRequest request;
+    request.set_name(std::move(name));
+    request.set_version(std::move(version));
+    inference::ModelStatisticsResponse response;
+    RETURN_IF_ERROR(service->GetStatistics(request, &response));
+    ReplyJson(res, kserve::MessageToJson(response));
+    return absl::OkStatus();
+  };
+  http.Get("/v2/models/stats",
+           endpoint("ModelStatistics", [statistics](const auto& req, auto& res) {
+             return statistics(req, res, "", "");
+           }));
+  http.Get(
+      absl::StrCat(kModel, "/stats"),
+      endpoint("ModelStatistics", [statistics, model_of, version_of](const auto& req, auto& res) {
+        return statistics(req, res, model_of(req), version_of(req));
+      }));
+  http.Get(absl::StrCat(kModel, "/config"),
+           endpoint("ModelConfig", [service, model_of, version_of](const auto& req, auto& res) {
+             inference::ModelConfigRequest request;
+             request.set_name(model_of(req));
+             request.set_version(version_of(req));
+             inference::ModelConfigResponse response;
+             RETURN_IF_ERROR(service->GetModelConfig(request, &response));
+             ReplyJson(res, kserve::MessageToJson(response.config()));
+             return absl::OkStatus();
+           }));
+  http.Get(
+      absl::StrCat(kModel, "/ready"),
+      endpoint("ModelReady", [service, model_of, version_of](const auto& req, auto& res) {
+        inference::ModelReadyRequest request;
+        request.set_name(model_of(req));
+        request.set_version(version_of(req));
+        inference::ModelReadyResponse response;
+        RETURN_IF_ERROR(service->CheckModelReady(request, &response));
+        if (!response.ready()) {
+          return absl::UnavailableError(absl::StrCat("model '", request.name(), "' is not ready"));
+        }
+        res.status = 200;
+        return absl::OkStatus();
+      }));
+  http.Get(kModel,
+           endpoint("ModelMetadata", [service, model_of, version_of](const auto& req, auto& res) {
+             inference::ModelMetadataRequest request;
+             request.set_name(model_of(req));
+             request.set_version(version_of(req));
+             inference::ModelMetadataResponse response;
+             RETURN_IF_ERROR(service->DescribeModel(request, &response));
+             ReplyJson(res, kserve::MessageToJson(response));
+             return absl::OkStatus();
+           }));
+  http.Post(absl::StrCat(kModel, "/infer"),
+            endpoint("ModelInfer", [service, model_of, version_of](const auto& req, auto& res) {
+              inference::ModelInferRequest request;
+              request.set_model_name(model_of(req));
+              request.set_model_version(version_of(req));
+              std::optional<size_t> json_bytes;
+              if (req.has_header(kHeaderLength)) {
+                size_t length = 0;
+                if (!absl::SimpleAtoi(req.get_header_value(kHeaderLength), &length)) {
+                  return absl::InvalidArgumentError(
+                      absl::StrCat(kHeaderLength, " must be a byte count, not '",
+                                   req.get_header_value(kHeaderLength), "'"));
+                }
+                json_bytes = length;
+              }
+              kserve::OutputEncoding encoding;
+              RETURN_IF_ERROR(kserve::ParseInferRequest(req.body, json_bytes, &request, &encoding));
+              inference::ModelInferResponse response;
+              absl::Status result;
+              absl::Notification done;
+              service->InferAuthorized(kRestInferMethod, absl::InfiniteFuture(), request, &response,
+                                       [&result, &done](const absl::Status& status) {
+                                         result = status;
+                                         done.Notify();
+                                       });
+              done.WaitForNotification();
+              RETURN_IF_ERROR(result);
+              ASSIGN_OR_RETURN(kserve::HttpBody body,
+                               kserve::WriteInferResponse(response, encoding));
+              res.status = 200;
+              if (body.json_bytes.has_value()) {
+                res.set_header(kHeaderLength, absl::StrCat(*body.json_bytes));
+                res.set_content(std::move(body.body), kBinaryType);
+              } else {
+                res.set_content(std::move(body.body), kJsonType);
+              }
+              return absl::OkStatus();
+            }));
+
+  http.Post("/v2/repository/index",
+            endpoint("RepositoryIndex", [service](const auto& req, auto& res) {
+              ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+              inference::RepositoryIndexRequest request;
+              if (const auto ready = root.find("ready"); ready != root.end()) {
+                if (!ready->is_boolean()) {
+                  return absl::InvalidArgumentError("'ready' must be a boolean");
+                }
+                request.set_ready(ready->template get<bool>());
+              }
+              inference::RepositoryIndexResponse response;
+              RETURN_IF_ERROR(service->ListRepository(request, &response));
+              json models = json::array();
+              for (const auto& model : response.models()) {
+                models.push_back(kserve::MessageToJson(model));
+              }
+              ReplyJson(res, models);
+              return absl::OkStatus();
+            }));
+  http.Post(R"(/v2/repository/models/([^/]+)/load)",
+            endpoint("RepositoryModelLoad", [service, model_of](const auto& req, auto& res) {
+              ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+              inference::RepositoryModelLoadRequest request;
+              request.set_model_name(model_of(req));
+              RETURN_IF_ERROR(ReadRepositoryParameters(root, request.mutable_parameters()));
+              RETURN_IF_ERROR(service->LoadModel(request));
+              res.status = 200;
+              return absl::OkStatus();
+            }));
+  http.Post(R"(/v2/repository/models/([^/]+)/unload)",
+            endpoint("RepositoryModelUnload", [service, model_of](const auto& req, auto& res) {
+              ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+              inference::RepositoryModelUnloadRequest request;
+              request.set_model_name(model_of(req));
+              RETURN_IF_ERROR(ReadRepositoryParameters(root, request.mutable_parameters()));
+              RETURN_IF_ERROR(service->UnloadModel(request));
+              res.status = 200;
+              return absl::OkStatus();
+            }));
+
+  // Triton's endpoints forecastd does not serve: 501, naming what and why, after the same
+  // authorization as the gRPC method.
+  struct Unsupported {
+    const char* pattern;
+    const char* grpc_method;
+    const char* message;
+  };
+  static constexpr Unsupported kUnsupported[] = {
+      {R"(/v2/systemsharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))",
+       "SystemSharedMemoryStatus",
+       "forecastd does not support system shared memory; send tensors in the request body "
+       "(JSON 'data' or binary data)"},
+      {R"(/v2/cudasharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))",
+       "CudaSharedMemoryStatus",
+       "forecastd does not support CUDA shared memory; send tensors in the request body "
+       "(JSON 'data' or binary data)"},
+      {R"(/v2(?:/models/[^/]+)?/trace/setting)", "TraceSetting",
+       "forecastd does not support Triton's request tracing (trace/setting); its Prometheus "
+       "metrics give queue and compute time per model"},
+      {R"(/v2/logging)", "LogSettings",
+       "forecastd does not support changing its logging over HTTP (logging); start it with "
+       "--log-level and --log-format"},
+      {R"(/v2/models/[^/]+(?:/versions/[^/]+)?/generate(?:_stream)?)", "ModelInfer",
+       "forecastd does not support the generate extension: forecasters take tensors at "
+       ".../infer"},
+  };
+  for (const Unsupported& u : kUnsupported) {
+    const auto handler = endpoint(u.grpc_method, [message = u.message](const auto&, auto&) {
+      return absl::UnimplementedError(message);
+    });
+    http.Get(u.pattern, handler);
+    http.Post(u.pattern, handler);
+  }
+
+  // What the routes above did not answer with a body of their own (unknown paths, methods,
+  // oversized or malformed requests) still gets KServe's error body.
+  http.set_error_handler(
+      httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string message;
+        switch (res.status) {
+          case 404:
+            message = absl::StrCat("forecastd has no endpoint ", req.method, " ", req.path);
+            break;
+          case 413:
+            message = "the request body is larger than --max-message-bytes";
+            break;
+          case 400:
+            message =
+                "malformed HTTP request (a POST without a body needs 'Content-Length: 0', as "
+                "curl -d '' sends)";
+            break;
+          default:
+            message = absl::StrCat("the HTTP request cannot be served (status ", res.status, ")");
+            break;
+        }
+        res.set_content(kserve::ErrorBody(message), kJsonType);
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  http.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
+        std::string what = "unknown exception";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("REST {} {} failed: {}", req.method, req.path, what);
+        ReplyError(res, absl::InternalError(absl::StrCat("internal error: ", what)));
+      });
+}
+
+}  // namespace forecastd
