@@ -1,5 +1,9 @@
 #include "server/kserve_http.h"
 
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -152,6 +156,12 @@ absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const
     return new httplib::ThreadPool(static_cast<size_t>(threads));
   };
   server->http_->set_payload_max_length(static_cast<size_t>(options.max_body_bytes));
+  // cpp-httplib's default also sets SO_REUSEPORT, with which a second daemon could silently
+  // share the port with the first.
+  server->http_->set_socket_options([](int socket) {
+    const int yes = 1;
+    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   // tritonclient and perf_analyzer keep their connections open across requests.
   server->http_->set_keep_alive_max_count(1000);
   server->Route();
@@ -166,7 +176,16 @@ absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const
   }
   server->port_ = port;
   httplib::Server* http = server->http_.get();
-  server->listener_ = std::thread([http] { http->listen_after_bind(); });
+  KServeHttpServer* self = server.get();
+  server->listener_ = std::thread([http, self] {
+    http->listen_after_bind();
+    self->listener_ended_.store(true);
+  });
+  // httplib's stop() does nothing until the accept loop has begun, so a Shutdown right after
+  // Create would leave the listener running: wait for the loop (or its failure) first.
+  while (!http->is_running() && !server->listener_ended_.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return server;
 }
 

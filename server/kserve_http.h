@@ -22,6 +22,7 @@
 #ifndef FORECASTD_SERVER_KSERVE_HTTP_H_
 #define FORECASTD_SERVER_KSERVE_HTTP_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,13 +53,13 @@ class KServeHttpServer {
   struct Options {
     // host:port to listen on ("127.0.0.1:8000", "0.0.0.0:8000", "[::1]:8000"); port 0 picks
     // a free one (port() tells which).
-    std::string address;
+    std::string address = "127.0.0.1:8000";
     // The calls every endpoint makes. Not owned; required; must outlive the server.
     KServeService* service = nullptr;
     // Decides the bearer token of every request; not owned; nullptr: no authentication.
     CallAuthenticator* authenticator = nullptr;
     // HTTPS with these files when tls.enabled() (mutual TLS with a client CA); else HTTP.
-    TlsOptions tls;
+    TlsOptions tls = {};
     // Largest request body accepted, in bytes (the server's --max-message-bytes); larger
     // bodies get 413.
     int64_t max_body_bytes = 64 << 20;
@@ -87,6 +88,9 @@ class KServeHttpServer {
   int port_ = 0;
   // Runs http_'s accept loop; joined by Shutdown.
   std::thread listener_;
+
+  // Own synchronisation: set by listener_ once the accept loop has ended.
+  std::atomic<bool> listener_ended_{false};
 
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
