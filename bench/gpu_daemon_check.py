@@ -56,7 +56,7 @@ class Daemon:
         self.proc = subprocess.Popen(
             [os.path.join(bin_dir, "forecastd"), "--model-repository", repository,
              "--devices", devices, "--grpc-address", f"127.0.0.1:{self.grpc_port}",
-             "--metrics-address", f"127.0.0.1:{self.metrics_port}"],
+             "--metrics-address", f"127.0.0.1:{self.metrics_port}", "--http-address", ""],
             stdout=self.log, stderr=self.log)
 
     def stop(self):

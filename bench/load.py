@@ -444,7 +444,7 @@ def main(argv=None):
             ports[name] = servers.start(
                 name, [args.forecastd, "--model-repository", repo, "--load-model", model,
                        "--devices", "cpu", "--grpc-address", "127.0.0.1:0",
-                       "--metrics-address", "127.0.0.1:0", "--cpu-workers",
+                       "--metrics-address", "127.0.0.1:0", "--http-address", "", "--cpu-workers",
                        str(args.cpu_workers), "--log-level", "info"],
                 r"serving gRPC on \S+ \(port (\d+)\)", args.start_timeout_s)
         io_path = os.path.join(root, "window.io.safetensors")

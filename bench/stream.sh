@@ -126,7 +126,7 @@ start echo_port "${work}/echo.log" 'listening on port ([0-9]+)' \
 start fd_port "${work}/forecastd.log" 'serving gRPC on [^ ]+ \(port ([0-9]+)\)' \
   "${forecastd}" --model-repository "${work}/repo" --load-model "${workload}" \
   --devices "${devices}" --grpc-address "${address}" --metrics-address 127.0.0.1:0 \
-  --cpu-workers "${cpu_workers}"
+  --http-address '' --cpu-workers "${cpu_workers}"
 fd=127.0.0.1:${fd_port}
 echo_target=127.0.0.1:${echo_port}
 

@@ -200,8 +200,8 @@ def main():
         daemon_log = open(os.path.join(work, "forecastd.log"), "w")
         daemon = subprocess.Popen(
             [args.binary, "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
-             f"127.0.0.1:{metrics_port}", "--model-repository", args.repository, "--load-model",
-             args.model, "--devices", "cpu", "--cpu-workers", "2"],
+             f"127.0.0.1:{metrics_port}", "--http-address", "", "--model-repository",
+             args.repository, "--load-model", args.model, "--devices", "cpu", "--cpu-workers", "2"],
             stdout=daemon_log, stderr=subprocess.STDOUT)
         health = [args.health_binary, f"--address=127.0.0.1:{grpc_port}", "--timeout-ms=1000"]
         wait_for("forecastd to serve", lambda: daemon.poll() is None and subprocess.run(

@@ -17,6 +17,8 @@ TEST_CASE("Defaults are Triton's ports, the models/ repository and the CPU", "[u
   const CommandLine cl = Parse({});
   REQUIRE_FALSE(cl.should_exit);
   REQUIRE(cl.options.grpc_address == "127.0.0.1:8001");
+  REQUIRE(cl.options.http_address == "127.0.0.1:8000");
+  REQUIRE(cl.options.http_threads == 16);
   REQUIRE(cl.options.metrics_address == "127.0.0.1:8002");
   REQUIRE(cl.options.model_repository == "models");
   REQUIRE(cl.options.devices == std::vector<DeviceSpec>{{DeviceKind::kCpu, 0}});
@@ -25,13 +27,16 @@ TEST_CASE("Defaults are Triton's ports, the models/ repository and the CPU", "[u
 }
 
 TEST_CASE("Every flag lands in the options", "[unit][flags]") {
-  const CommandLine cl =
-      Parse({"--grpc-address", "0.0.0.0:9001", "--metrics-address=[::1]:9002", "--model-repository",
-             "/srv/models", "--devices", "cpu,cuda:1", "--log-level", "debug", "--log-format",
-             "json", "--shutdown-grace-seconds", "2.5"});
+  const CommandLine cl = Parse(
+      {"--grpc-address", "0.0.0.0:9001", "--metrics-address=[::1]:9002", "--model-repository",
+       "/srv/models", "--devices", "cpu,cuda:1", "--log-level", "debug", "--log-format", "json",
+       "--shutdown-grace-seconds", "2.5", "--http-address", "0.0.0.0:9000", "--http-threads", "4"});
   REQUIRE_FALSE(cl.should_exit);
   CAPTURE(cl.message);
   REQUIRE(cl.options.grpc_address == "0.0.0.0:9001");
+  REQUIRE(cl.options.http_address == "0.0.0.0:9000");
+  REQUIRE(cl.options.http_threads == 4);
+  REQUIRE(Parse({"--http-address", ""}).options.http_address.empty());
   REQUIRE(cl.options.metrics_address == "[::1]:9002");
   REQUIRE(cl.options.model_repository == "/srv/models");
   REQUIRE(cl.options.devices ==
@@ -80,8 +85,9 @@ TEST_CASE("--help and --version print and exit 0", "[unit][flags]") {
   const CommandLine help = Parse({"--help"});
   REQUIRE(help.should_exit);
   REQUIRE(help.exit_code == kExitOk);
-  for (const char* flag : {"--grpc-address", "--metrics-address", "--model-repository", "--devices",
-                           "--log-level", "--log-format", "Example:"}) {
+  for (const char* flag :
+       {"--grpc-address", "--http-address", "--metrics-address", "--model-repository", "--devices",
+        "--log-level", "--log-format", "Example:"}) {
     CAPTURE(flag);
     REQUIRE(help.message.find(flag) != std::string::npos);
   }
@@ -102,6 +108,8 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--grpc-address", ":8001"}, "no host"},
       {{"--metrics-address", "127.0.0.1:70000"}, "port must be a number from 0 to 65535"},
       {{"--metrics-address", "::1:8002"}, "needs brackets"},
+      {{"--http-address", "localhost"}, "bad --http-address 'localhost': no port"},
+      {{"--http-threads", "0"}, "--http-threads must be >= 1"},
       {{"--devices", "tpu:0"}, "--devices: bad device 'tpu:0'"},
       {{"--log-level", "loud"}, "--log-level: bad log level 'loud'"},
       {{"--log-format", "xml"}, "--log-format: bad log format 'xml'"},

@@ -33,8 +33,10 @@ struct Daemon {
 Daemon StartDaemon(std::vector<std::string> extra_flags = {}) {
   const int grpc_port = testing::PickFreePort();
   const int metrics_port = testing::PickFreePort();
+  const int http_port = testing::PickFreePort();
   REQUIRE(grpc_port > 0);
   REQUIRE(metrics_port > 0);
+  REQUIRE(http_port > 0);
   const std::string grpc_address = absl::StrCat("127.0.0.1:", grpc_port);
   auto repository = std::make_unique<testing::TempDir>();
   std::vector<std::string> argv = {FORECASTD_BINARY,
@@ -42,6 +44,8 @@ Daemon StartDaemon(std::vector<std::string> extra_flags = {}) {
                                    grpc_address,
                                    "--metrics-address",
                                    absl::StrCat("127.0.0.1:", metrics_port),
+                                   "--http-address",
+                                   absl::StrCat("127.0.0.1:", http_port),
                                    "--model-repository",
                                    repository->path(),
                                    "--devices",
@@ -147,7 +151,7 @@ TEST_CASE("forecastd refuses to start on a port that is taken, with exit code 1"
   testing::TempDir repository;
   const auto second = testing::Run({FORECASTD_BINARY, "--grpc-address", first.grpc_address,
                                     "--metrics-address", absl::StrCat("127.0.0.1:", metrics_port),
-                                    "--model-repository", repository.path()});
+                                    "--http-address", "", "--model-repository", repository.path()});
   REQUIRE(second.ok());
   CAPTURE(second->output);
   REQUIRE(second->exit_code == 1);
@@ -160,7 +164,7 @@ TEST_CASE("forecastd exits 1 for a missing repository and 2 for bad flags",
           "[integration][daemon]") {
   const auto missing =
       testing::Run({FORECASTD_BINARY, "--model-repository", "/nonexistent/models", "--grpc-address",
-                    "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
+                    "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--http-address", ""});
   REQUIRE(missing.ok());
   CAPTURE(missing->output);
   REQUIRE(missing->exit_code == 1);
@@ -174,9 +178,9 @@ TEST_CASE("forecastd exits 1 for a missing repository and 2 for bad flags",
   REQUIRE(bad_flag->output.find("bad log level 'loud'") != std::string::npos);
 
   testing::TempDir repository;
-  const auto missing_gpu = testing::Run({FORECASTD_BINARY, "--devices", "cuda:63",
-                                         "--model-repository", repository.path(), "--grpc-address",
-                                         "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
+  const auto missing_gpu = testing::Run(
+      {FORECASTD_BINARY, "--devices", "cuda:63", "--model-repository", repository.path(),
+       "--grpc-address", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0", "--http-address", ""});
   REQUIRE(missing_gpu.ok());
   CAPTURE(missing_gpu->output);
   REQUIRE(missing_gpu->exit_code == 1);

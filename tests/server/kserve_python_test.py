@@ -199,7 +199,7 @@ def main():
         log = open(os.path.join(work, "forecastd.log"), "w")
         daemon = subprocess.Popen(
             [args.binary, "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
-             f"127.0.0.1:{metrics_port}", "--model-repository", args.repository,
+             f"127.0.0.1:{metrics_port}", "--http-address", "", "--model-repository", args.repository,
              "--load-model", args.model, "--devices", "cpu"], stdout=log, stderr=subprocess.STDOUT)
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         kserve = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)

@@ -9,10 +9,12 @@
 namespace forecastd::testing {
 
 ForecastdDaemon::ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port,
+                                 int http_port,
                                  const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : process_(std::move(process)),
       grpc_address_(std::move(grpc_address)),
       metrics_port_(metrics_port),
+      http_port_(http_port),
       channel_(grpc::CreateChannel(grpc_address_, credentials != nullptr
                                                       ? credentials
                                                       : grpc::InsecureChannelCredentials())),
@@ -38,7 +40,8 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::StartOnFreePor
     const Options& options) {
   const int grpc_port = PickFreePort();
   const int metrics_port = PickFreePort();
-  if (grpc_port <= 0 || metrics_port <= 0) {
+  const int http_port = PickFreePort();
+  if (grpc_port <= 0 || metrics_port <= 0 || http_port <= 0) {
     return absl::UnavailableError("no free loopback port");
   }
   const std::string grpc_address = absl::StrCat("127.0.0.1:", grpc_port);
@@ -47,6 +50,8 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::StartOnFreePor
                                    grpc_address,
                                    "--metrics-address",
                                    absl::StrCat("127.0.0.1:", metrics_port),
+                                   "--http-address",
+                                   absl::StrCat("127.0.0.1:", http_port),
                                    "--model-repository",
                                    options.repository,
                                    "--devices",
@@ -54,8 +59,8 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::StartOnFreePor
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
   absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv);
   if (!process.ok()) return process.status();
-  std::unique_ptr<ForecastdDaemon> daemon(
-      new ForecastdDaemon(*std::move(process), grpc_address, metrics_port, options.credentials));
+  std::unique_ptr<ForecastdDaemon> daemon(new ForecastdDaemon(
+      *std::move(process), grpc_address, metrics_port, http_port, options.credentials));
 
   const absl::Time give_up = absl::Now() + options.start_bound;
   absl::Status last = absl::UnavailableError("not asked yet");

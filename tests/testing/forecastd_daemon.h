@@ -41,6 +41,7 @@ class ForecastdDaemon {
   ChildProcess& process() { return process_; }
   const std::string& grpc_address() const { return grpc_address_; }  // 127.0.0.1:<port>
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }  // KServe REST
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
   v1::Forecaster::Stub& forecaster() { return *forecaster_; }
   v1::Admin::Stub& admin() { return *admin_; }
@@ -52,12 +53,13 @@ class ForecastdDaemon {
   // One try of Start.
   static absl::StatusOr<std::unique_ptr<ForecastdDaemon>> StartOnFreePorts(const Options& options);
 
-  ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port,
+  ForecastdDaemon(ChildProcess process, std::string grpc_address, int metrics_port, int http_port,
                   const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
   ChildProcess process_;
   const std::string grpc_address_;
   const int metrics_port_;
+  const int http_port_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Forecaster::Stub> forecaster_;
   std::unique_ptr<v1::Admin::Stub> admin_;
