@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/client_unary_call.h"
 #include "grpcpp/impl/codegen/sync_stream.h"
+#include "httplib.h"
 #include "inference/grpc_service.grpc.pb.h"
 #include "server/access_policy.h"
 #include "tests/testing/catch.h"
@@ -318,6 +319,8 @@ TEST_CASE("Bad certificate and token files stop the start and name the file",
                                      absl::StrCat("127.0.0.1:", testing::PickFreePort()),
                                      "--metrics-address",
                                      absl::StrCat("127.0.0.1:", testing::PickFreePort()),
+                                     "--http-address",
+                                     "",
                                      "--model-repository",
                                      repository.path()};
     argv.insert(argv.end(), c.flags.begin(), c.flags.end());
@@ -531,6 +534,56 @@ TEST_CASE("Tokens: SIGHUP adds and removes tokens, a bad file keeps the old ones
 }
 
 // --- forecastctl
+
+TEST_CASE("KServe REST on the daemon serves HTTPS with the gRPC port's certificate and tokens",
+          "[integration][security]") {
+  TempDir secrets;
+  const TestCertificates certs = Certificates(secrets);
+  const std::string tokens = secrets.path() + "/tokens";
+  WriteTokenFile(tokens, StandardTokens());
+  Repository repository;
+  std::unique_ptr<ForecastdDaemon> daemon = StartSecured(
+      repository.dir.path(),
+      {"--tls-cert", certs.server_cert, "--tls-key", certs.server_key, "--token-file", tokens},
+      certs.Client());
+  REQUIRE(daemon->http_port() > 0);
+  httplib::SSLClient rest("127.0.0.1", daemon->http_port());
+  rest.set_ca_cert_path(certs.ca_cert.c_str());
+  rest.enable_server_certificate_verification(true);
+  rest.set_read_timeout(30, 0);
+  const auto bearer = [](const char* token) {
+    return httplib::Headers{{"Authorization", absl::StrCat("Bearer ", token)}};
+  };
+  const auto status_of = [](const httplib::Result& result) {
+    REQUIRE(result);
+    INFO(result->body);
+    return result->status;
+  };
+
+  // Health stays open, as over gRPC; the rest needs the gRPC method's role.
+  REQUIRE(status_of(rest.Get("/v2/health/ready")) == 200);
+  const httplib::Result anonymous = rest.Get("/v2/models/toy");
+  REQUIRE(status_of(anonymous) == 401);
+  REQUIRE(absl::StrContains(anonymous->body, "bearer token"));
+  REQUIRE(status_of(rest.Get("/v2/models/toy", bearer(kTrainToken))) == 403);
+  REQUIRE(status_of(rest.Get("/v2/models/toy", bearer(kPredictToken))) == 200);
+  REQUIRE(status_of(rest.Post("/v2/repository/models/toy/unload", bearer(kPredictToken), "",
+                              "application/json")) == 403);
+  REQUIRE(status_of(rest.Post("/v2/repository/models/toy/unload", bearer(kAdminToken), "",
+                              "application/json")) == 200);
+  // The refusals are counted with gRPC's.
+  const std::string metrics = Metrics(*daemon);
+  REQUIRE(SumSamples(metrics, "forecastd_auth_failures_total", {{"reason", "missing_token"}}).sum ==
+          1);
+  REQUIRE(
+      SumSamples(metrics, "forecastd_auth_failures_total", {{"reason", "permission_denied"}}).sum ==
+      2);
+  RequireNoTokenShown(*daemon);
+
+  // Plain HTTP gets no answer from the HTTPS port.
+  httplib::Client plain("127.0.0.1", daemon->http_port());
+  REQUIRE_FALSE(plain.Get("/v2/health/ready"));
+}
 
 TEST_CASE("forecastctl reaches a daemon with mutual TLS and tokens", "[integration][security]") {
   TempDir secrets;
