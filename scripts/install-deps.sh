@@ -20,6 +20,9 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libdnnl-dev
   libcli11-dev nlohmann-json3-dev
+  # KServe REST (server/kserve_http.h says why this library); Debian 12 and Ubuntu 24.04 both
+  # package it.
+  libcpp-httplib-dev
 )
 test_packages=(
   catch2
@@ -27,8 +30,9 @@ test_packages=(
   clang
   # The golden tests check that models forecastd writes load into PyTorch.
   python3 python3-numpy python3-torch
-  # A Python gRPC client checks the KServe API (stubs generated at test time).
-  python3-grpcio python3-protobuf
+  # A Python gRPC client checks the KServe API (stubs generated at test time); tritonclient's
+  # HTTP client, which no release packages, comes from pip into .venv-test (test_venv below).
+  python3-grpcio python3-protobuf python3-venv
   # The deploy checks: a real Prometheus (and promtool) scrapes forecastd; the Kubernetes
   # manifests are parsed as YAML.
   prometheus python3-yaml
@@ -48,8 +52,8 @@ if [[ -r /etc/os-release ]]; then
     debian:12) ;;
     ubuntu:24.04)
       # Ubuntu 24.04 packages no PyTorch, which golden_test's check that forecastd-written
-      # models load into PyTorch needs: python3-venv, and torch_venv below adds it from pip.
-      replace[python3-torch]=python3-venv
+      # models load into PyTorch needs: test_venv below adds it from pip.
+      replace[python3-torch]=
       torch_note=1
       ;;
     *) echo "install-deps: ${PRETTY_NAME:-this system} is untested; trying the Debian 12 package names" >&2 ;;
@@ -65,20 +69,35 @@ for pkg in "${packages[@]}"; do
 done
 packages=("${wanted[@]}")
 
-# Where a release packages no PyTorch: a venv beside the sources (.venv-test, git-ignored) that
-# sees the system's packages and adds PyTorch's CPU build from pip; tests/CMakeLists.txt uses
-# its interpreter when it exists. Idempotent like the rest.
-torch_venv() {
-  [[ $build_only -eq 0 && $torch_note -eq 1 ]] || return 0
+# The tests' Python: a venv beside the sources (.venv-test, git-ignored) that sees the system's
+# packages and adds from pip what no release packages: tritonclient[http] (the KServe REST
+# integration test), and where a release packages no PyTorch, PyTorch's CPU build.
+# tests/CMakeLists.txt uses its interpreter when it exists. Idempotent like the rest: nothing is
+# fetched when the venv already imports them.
+test_venv() {
+  [[ $build_only -eq 0 ]] || return 0
   local repo venv
   repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
   venv="${repo}/.venv-test"
-  [[ -x "${venv}/bin/python3" ]] && "${venv}/bin/python3" -c 'import torch' >/dev/null 2>&1 && return 0
-  python3 -c 'import torch' >/dev/null 2>&1 && return 0
-  echo "install-deps: this release packages no PyTorch; installing its CPU build into ${venv}"
-  python3 -m venv --system-site-packages "${venv}"
-  "${venv}/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
-    "${venv}/bin/pip" install -q torch
+  # The distribution's interpreter, whose packages (numpy, grpcio, torch) the venv must see,
+  # whatever python3 comes first on PATH.
+  local python=/usr/bin/python3
+  if [[ ! -x "${venv}/bin/python3" ]]; then
+    echo "install-deps: making the tests' Python environment ${venv}"
+    "${python}" -m venv --system-site-packages "${venv}"
+  fi
+  if ! "${venv}/bin/python3" -c 'import tritonclient.http' >/dev/null 2>&1; then
+    echo "install-deps: installing tritonclient[http] into ${venv}"
+    # Pinned to the distribution's numpy, which its torch was built against: pip would
+    # otherwise put a newer numpy in front of it.
+    "${venv}/bin/pip" install -q 'tritonclient[http]' \
+      "numpy==$("${python}" -c 'import numpy; print(numpy.__version__)')"
+  fi
+  if [[ $torch_note -eq 1 ]] && ! "${venv}/bin/python3" -c 'import torch' >/dev/null 2>&1; then
+    echo "install-deps: this release packages no PyTorch; installing its CPU build into ${venv}"
+    "${venv}/bin/pip" install -q torch --index-url https://download.pytorch.org/whl/cpu ||
+      "${venv}/bin/pip" install -q torch
+  fi
 }
 
 missing=()
@@ -90,7 +109,7 @@ done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages already installed"
-  torch_venv
+  test_venv
   exit 0
 fi
 
@@ -108,4 +127,4 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 "${sudo[@]}" apt-get update -q
 "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
-torch_venv
+test_venv
