@@ -3,7 +3,7 @@
 #   docker build -t forecastd:cuda .                          CUDA 13, cuDNN 9, NCCL (the default)
 #   docker build --build-arg VARIANT=cpu -t forecastd:cpu .    CPU only (oneDNN)
 #
-#   docker run --rm --gpus all --stop-timeout 45 -p 8001:8001 -p 8002:8002 forecastd:cuda
+#   docker run --rm --gpus all --stop-timeout 45 -p 8000:8000 -p 8001:8001 -p 8002:8002 forecastd:cuda
 #
 # Both variants build forecastd exactly as `make build` and CI do: scripts/install-deps.sh, then
 # scripts/build.sh (here with -DBUILD_TESTING=OFF). Needs BuildKit, the default builder since
@@ -101,13 +101,15 @@ LABEL org.opencontainers.image.title="forecastd" \
 USER 10001:10001
 WORKDIR /models
 VOLUME ["/models"]
-# gRPC (forecastd.v1, KServe v2, grpc.health.v1) and Prometheus metrics at /metrics.
-EXPOSE 8001 8002
+# KServe v2 REST, gRPC (forecastd.v1, KServe v2, grpc.health.v1) and Prometheus metrics at
+# /metrics.
+EXPOSE 8000 8001 8002
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=5s --start-period=60s --retries=3 \
   CMD ["forecastd-health", "--address=127.0.0.1:8001", "--timeout-ms=3000"]
 ENTRYPOINT ["forecastd"]
 CMD ["--model-repository=/models", "--data-dir=/data", \
-     "--grpc-address=0.0.0.0:8001", "--metrics-address=0.0.0.0:8002", \
+     "--grpc-address=0.0.0.0:8001", "--http-address=0.0.0.0:8000", \
+     "--metrics-address=0.0.0.0:8002", \
      "--devices=all", "--drain-timeout=30", "--shutdown-grace-seconds=10", \
      "--log-format=json"]

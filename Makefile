@@ -5,6 +5,7 @@ BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 GRPC_ADDRESS ?= 127.0.0.1:8001
+HTTP_ADDRESS ?= 127.0.0.1:8000
 METRICS_ADDRESS ?= 127.0.0.1:8002
 CTEST_FLAGS ?= --output-on-failure
 
@@ -12,7 +13,8 @@ CTEST_FLAGS ?= --output-on-failure
 
 run: deps build
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
-	  --grpc-address $(GRPC_ADDRESS) --metrics-address $(METRICS_ADDRESS)
+	  --grpc-address $(GRPC_ADDRESS) --http-address '$(HTTP_ADDRESS)' \
+	  --metrics-address $(METRICS_ADDRESS)
 
 # Everything but the tests labelled `slow`.
 test: deps build
