@@ -243,8 +243,6 @@ void KServeHttpServer::Route() {
   http.Get(R"(/v2/?)", endpoint("ServerMetadata", [service](const auto&, auto& res) {
              inference::ServerMetadataResponse response;
              service->DescribeServer(&response);
-             // The REST port also takes and gives tensors as binary data.
-             response.add_extensions("binary_tensor_data");
              ReplyJson(res, kserve::MessageToJson(response));
              return absl::OkStatus();
            }));

@@ -342,6 +342,8 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> jso
       request->add_raw_input_contents(std::string(binary.substr(0, *binary_size)));
       binary.remove_prefix(*binary_size);
       any_binary = true;
+    } else if (data == tensor.end() && input->parameters().contains("shared_memory_region")) {
+      // Its data would be in a shared-memory region, which the service refuses by name.
     } else {
       if (data == tensor.end()) {
         return Invalid(

@@ -52,6 +52,12 @@ absl::StatusOr<std::optional<uint64_t>> UnsignedParameter(
 absl::StatusOr<int64_t> ParseVersion(const std::string& text) {
   if (text.empty()) return 0;
   int64_t version = 0;
+  if (absl::SimpleAtoi(text, &version) && version == 0) {
+    // As Triton answers: a version that cannot exist is not found.
+    return absl::NotFoundError(absl::StrCat("model version '", text,
+                                            "' does not exist: versions start at 1 (empty: the "
+                                            "serving version)"));
+  }
   if (!absl::SimpleAtoi(text, &version) || version < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "model version '", text, "' is not a positive integer (empty: the serving version)"));
@@ -188,10 +194,40 @@ absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request) 
     }
     if (const auto it = output.parameters().find("classification");
         it != output.parameters().end() && it->second.int64_param() != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("output '", output.name(), "': classification is not supported"));
+      return absl::UnimplementedError(
+          absl::StrCat("output '", output.name(),
+                       "': forecastd does not support Triton's classification extension; ask "
+                       "for the forecast without the parameter 'classification'"));
     }
   }
   return absl::OkStatus();
 }
+absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request) {
+  const auto named_region =
+      [](const google::protobuf::Map<std::string, inference::InferParameter>& parameters)
+      -> std::string {
+    const auto it = parameters.find("shared_memory_region");
+    if (it == parameters.end()) return "";
+    return it->second.has_string_param() ? it->second.string_param() : std::string("?");
+  };
+  const auto refuse = [](absl::string_view what, const std::string& name,
+                         const std::string& region) {
+    return absl::UnimplementedError(absl::StrCat(
+        what, " '", name, "' names the shared-memory region '", region,
+        "': forecastd does not support Triton's shared-memory extensions; send the tensor in the "
+        "request (raw_input_contents or contents; over REST, JSON 'data' or binary data)"));
+  };
+  for (const auto& input : request.inputs()) {
+    if (std::string region = named_region(input.parameters()); !region.empty()) {
+      return refuse("input", input.name(), region);
+    }
+  }
+  for (const auto& output : request.outputs()) {
+    if (std::string region = named_region(output.parameters()); !region.empty()) {
+      return refuse("output", output.name(), region);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace forecastd::kserve

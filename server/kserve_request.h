@@ -29,7 +29,8 @@ inline constexpr char kKServeFp32[] = "FP32";
 namespace kserve {
 
 // A version as the protocol spells it: "" for the one the server picks (0 here), else a
-// positive decimal integer.
+// positive decimal integer. "0" is NOT_FOUND (as Triton answers), anything else
+// INVALID_ARGUMENT.
 absl::StatusOr<int64_t> ParseVersion(const std::string& text);
 std::string VersionString(int64_t version);
 
@@ -56,9 +57,14 @@ absl::Status NotASequenceModel(const inference::ModelInferRequest& request);
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
                        int64_t max_batch_rows, PredictCall& call);
 
-// INVALID_ARGUMENT for an output other than the forecast, one asked for twice, or one asking
-// for classification.
+// INVALID_ARGUMENT for an output other than the forecast or one asked for twice;
+// UNIMPLEMENTED for one asking for classification.
 absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request);
+
+// UNIMPLEMENTED, naming the tensor and the region, for an input or output that names a
+// shared-memory region ("shared_memory_region"), so that such a request is never read as one
+// without data.
+absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request);
 
 }  // namespace kserve
 }  // namespace forecastd

@@ -68,6 +68,20 @@ std::string StateReason(const ModelStatus& status) {
   return "";
 }
 
+// Triton's protocol extensions forecastd serves, as ServerMetadata names them over gRPC and
+// REST alike ("sequence" only with tick streams). Those it does not serve (classification,
+// system and CUDA shared memory, trace, logging, generate) answer UNIMPLEMENTED (501 over
+// REST) with a message naming them.
+constexpr const char* kExtensions[] = {
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "model_configuration",
+    "schedule_policy",
+    "sequence",
+    "statistics",
+    "binary_tensor_data",
+};
+
 constexpr char kNoSystemSharedMemory[] =
     "forecastd does not support system shared memory; send tensors in the request "
     "(raw_input_contents or contents)";
@@ -132,7 +146,12 @@ grpc::Status KServeService::ModelReady(grpc::ServerContext* context,
 
 absl::Status KServeService::CheckModelReady(const inference::ModelReadyRequest& request,
                                             inference::ModelReadyResponse* response) const {
-  ASSIGN_OR_RETURN(const int64_t version, ParseVersion(request.version()));
+  const absl::StatusOr<int64_t> parsed = ParseVersion(request.version());
+  if (parsed.status().code() == absl::StatusCode::kNotFound) {
+    response->set_ready(false);
+    return absl::OkStatus();
+  }
+  ASSIGN_OR_RETURN(const int64_t version, parsed);
   // An unknown model is simply not ready, as Triton answers.
   response->set_ready(ready() && options_.registry->GetLoadedModel(request.name(), version).ok());
   return absl::OkStatus();
@@ -149,8 +168,8 @@ grpc::Status KServeService::ServerMetadata(grpc::ServerContext* context,
 void KServeService::DescribeServer(inference::ServerMetadataResponse* response) const {
   response->set_name("forecastd");
   response->set_version(kForecastdVersion);
-  for (const char* extension :
-       {"model_repository", "model_configuration", "schedule_policy", "statistics"}) {
+  for (const char* extension : kExtensions) {
+    if (absl::string_view(extension) == "sequence" && sequences_ == nullptr) continue;
     response->add_extensions(extension);
   }
 }
@@ -204,6 +223,9 @@ void KServeService::InferAuthorized(const char* method, absl::Time deadline,
                                     const inference::ModelInferRequest& request,
                                     inference::ModelInferResponse* response,
                                     std::function<void(const absl::Status&)> finish) {
+  if (absl::Status status = kserve::RefuseSharedMemory(request); !status.ok()) {
+    return finish(status);
+  }
   if (kserve::CarriesSequence(request) && sequences_ != nullptr) {
     if (!ready())
       return finish(absl::UnavailableError("forecastd is not ready (starting or draining)"));
@@ -306,6 +328,9 @@ KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
 
 void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& context,
                                           std::shared_ptr<StreamInferCall> call, InferReply reply) {
+  if (absl::Status status = kserve::RefuseSharedMemory(call->request); !status.ok()) {
+    return reply(status);
+  }
   if (kserve::CarriesSequence(call->request)) {
     if (sequences_ == nullptr) return reply(kserve::NotASequenceModel(call->request));
     if (!ready())
@@ -456,7 +481,10 @@ absl::Status KServeService::UnloadModel(const inference::RepositoryModelUnloadRe
     return absl::InvalidArgumentError(
         absl::StrCat("unload parameter '", key, "' is not supported"));
   }
-  return options_.registry->Unload(request.model_name());
+  absl::Status unloaded = options_.registry->Unload(request.model_name());
+  // As Triton: unloading what is not there leaves it not there, which is what was asked.
+  if (unloaded.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
+  return unloaded;
 }
 
 grpc::Status KServeService::SystemSharedMemoryStatus(

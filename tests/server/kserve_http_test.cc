@@ -128,8 +128,9 @@ TEST_CASE("KServe REST health, server metadata and model metadata", "[integratio
 
   const json server = Json(rest.Get("/v2"));
   REQUIRE(server["name"] == "forecastd");
-  REQUIRE(server["extensions"] == json({"model_repository", "model_configuration",
-                                        "schedule_policy", "statistics", "binary_tensor_data"}));
+  REQUIRE(server["extensions"] ==
+          json({"model_repository", "model_repository(unload_dependents)", "model_configuration",
+                "schedule_policy", "statistics", "binary_tensor_data"}));
 
   const json model = Json(rest.Get("/v2/models/gru"));
   REQUIRE(model["name"] == "gru");
@@ -316,8 +317,10 @@ TEST_CASE("KServe REST refuses bad requests with the KServe error body and HTTP 
     RequireStatus(infer(r.dump()), 400, "LEVEL");
     RequireStatus(rest.Post("/v2/models/nope/infer", JsonInfer(one, 1).dump()), 404, "nope");
     RequireStatus(rest.Post("/v2/models/gru/versions/7/infer", JsonInfer(one, 1).dump()), 404, "7");
-    RequireStatus(rest.Post("/v2/models/gru/versions/0/infer", JsonInfer(one, 1).dump()), 400,
-                  "model version '0' is not a positive integer");
+    RequireStatus(rest.Post("/v2/models/gru/versions/0/infer", JsonInfer(one, 1).dump()), 404,
+                  "model version '0' does not exist");
+    RequireStatus(rest.Post("/v2/models/gru/versions/-1/infer", JsonInfer(one, 1).dump()), 400,
+                  "model version '-1' is not a positive integer");
   }
   SECTION("binary bodies whose sizes do not add up") {
     const std::string bytes = Bytes(one);
@@ -384,6 +387,7 @@ TEST_CASE("KServe REST model config, statistics and the repository round-trip",
                 200);
   RequireStatus(rest.Get("/v2/models/quant/ready"), 503, "not ready");
   RequireStatus(rest.Post("/v2/repository/models/nope/load", ""), 404, "nope");
+  RequireStatus(rest.Post("/v2/repository/models/nope/unload", ""), 200);
   RequireStatus(
       rest.Post("/v2/repository/models/quant/load", R"({"parameters": {"config": "{}"}})"), 400,
       "load parameter 'config' is not supported");
@@ -404,6 +408,12 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
   RequireStatus(rest.Get("/v2/models/gru/trace/setting"), 501, "tracing");
   RequireStatus(rest.Get("/v2/logging"), 501, "logging");
   RequireStatus(rest.Post("/v2/models/gru/generate", "{}"), 501, "generate");
+  // An input in a shared-memory region is refused, never read as an input without data.
+  const json region = json::parse(R"({"inputs": [{"name": "INPUT", "datatype": "FP32",
+      "shape": [1, 4, 2], "parameters": {"shared_memory_region": "in0",
+      "shared_memory_byte_size": 32}}]})");
+  RequireStatus(rest.Post("/v2/models/gru/infer", region.dump()), 501,
+                "input 'INPUT' names the shared-memory region 'in0'");
 }
 
 TEST_CASE("KServe REST decides bearer tokens with gRPC's roles", "[integration][kserve][rest]") {

@@ -109,6 +109,11 @@ TEST_CASE("KServe ModelInfer refuses bad requests with precise codes and message
     invalid(r, "model version 'two' is not a positive integer");
     r.set_model_version("7");
     RequireError(env.Infer(r), grpc::StatusCode::NOT_FOUND, "7");
+    // Version 0 cannot exist: not found, as Triton answers, and not ready.
+    r.set_model_version("0");
+    RequireError(env.Infer(r), grpc::StatusCode::NOT_FOUND,
+                 "model version '0' does not exist: versions start at 1");
+    REQUIRE_FALSE(env.ModelReady("gru", "0"));
   }
   SECTION("inputs: names, count and datatype") {
     inference::ModelInferRequest r = base();
@@ -237,8 +242,9 @@ TEST_CASE("KServe ServerMetadata and ModelMetadata describe the server and the t
   REQUIRE(server.name() == "forecastd");
   REQUIRE(server.version() == kForecastdVersion);
   REQUIRE(std::vector<std::string>(server.extensions().begin(), server.extensions().end()) ==
-          std::vector<std::string>{"model_repository", "model_configuration", "schedule_policy",
-                                   "statistics"});
+          std::vector<std::string>{"model_repository", "model_repository(unload_dependents)",
+                                   "model_configuration", "schedule_policy", "statistics",
+                                   "binary_tensor_data"});
 
   const auto metadata = [&](const std::string& name, const std::string& version,
                             inference::ModelMetadataResponse* response) {
@@ -437,6 +443,8 @@ TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload
   REQUIRE(env.Infer(RawRequest("gru", testing::RandomWindows(1, T, 73), 1)).ok());
 
   RequireError(env.Load("nope"), grpc::StatusCode::NOT_FOUND, "nope");
+  // As Triton: unloading a model that is not there succeeds.
+  REQUIRE(env.Unload("nope").ok());
   {
     grpc::ClientContext context;
     inference::RepositoryModelLoadRequest request;
@@ -531,6 +539,34 @@ TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying
     inference::RepositoryIndexResponse response;
     unimplemented(env.stub->RepositoryIndex(&context, request, &response),
                   "repository_name 'other' is not supported");
+  }
+
+  // Requests that need an extension forecastd does not serve say which.
+  {
+    inference::ModelInferRequest request = RawRequest("gru", testing::RandomWindows(1, T, 81), 1);
+    auto* output = request.add_outputs();
+    output->set_name("FORECAST");
+    (*output->mutable_parameters())["classification"].set_int64_param(2);
+    unimplemented(env.Infer(request), "classification extension");
+  }
+  {
+    // Never read as an input without data.
+    inference::ModelInferRequest request;
+    request.set_model_name("gru");
+    auto* input = request.add_inputs();
+    input->set_name("INPUT");
+    input->set_datatype("FP32");
+    for (const int64_t dim : {int64_t{1}, T, F}) input->add_shape(dim);
+    (*input->mutable_parameters())["shared_memory_region"].set_string_param("input0");
+    (*input->mutable_parameters())["shared_memory_byte_size"].set_int64_param(T * F * 4);
+    unimplemented(env.Infer(request),
+                  "input 'INPUT' names the shared-memory region 'input0': forecastd does not "
+                  "support Triton's shared-memory extensions");
+    request = RawRequest("gru", testing::RandomWindows(1, T, 82), 1);
+    auto* output = request.add_outputs();
+    output->set_name("FORECAST");
+    (*output->mutable_parameters())["shared_memory_region"].set_string_param("output0");
+    unimplemented(env.Infer(request), "output 'FORECAST' names the shared-memory region 'output0'");
   }
 
   // And no method of the service, called by name with an empty request, answers a bare
