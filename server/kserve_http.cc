@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <optional>
@@ -340,6 +341,45 @@ void KServeHttpServer::Route() {
               return absl::OkStatus();
             }));
 
+  // Triton's log settings: GET reads them, POST {"log_verbose_level": 1, ...} changes them.
+  const auto log_settings = [service](const httplib::Request& req, httplib::Response& res) {
+    ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+    inference::LogSettingsRequest request;
+    for (const auto& [key, value] : root.items()) {
+      auto& setting = (*request.mutable_settings())[key];
+      if (value.is_boolean()) {
+        setting.set_bool_param(value.get<bool>());
+      } else if (value.is_number_unsigned() && value.get<uint64_t>() <= UINT32_MAX) {
+        setting.set_uint32_param(static_cast<uint32_t>(value.get<uint64_t>()));
+      } else if (value.is_string()) {
+        setting.set_string_param(value.get<std::string>());
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "log setting '", key, "' must be a boolean, an unsigned integer or a string"));
+      }
+    }
+    inference::LogSettingsResponse response;
+    RETURN_IF_ERROR(service->UpdateLogSettings(request, &response));
+    json settings = json::object();
+    for (const auto& [key, value] : response.settings()) {
+      switch (value.parameter_choice_case()) {
+        case inference::LogSettingsResponse::SettingValue::kBoolParam:
+          settings[key] = value.bool_param();
+          break;
+        case inference::LogSettingsResponse::SettingValue::kUint32Param:
+          settings[key] = value.uint32_param();
+          break;
+        default:
+          settings[key] = value.string_param();
+          break;
+      }
+    }
+    ReplyJson(res, settings);
+    return absl::OkStatus();
+  };
+  http.Get("/v2/logging", endpoint("LogSettings", log_settings));
+  http.Post("/v2/logging", endpoint("LogSettings", log_settings));
+
   http.Post("/v2/repository/index",
             endpoint("RepositoryIndex", [service](const auto& req, auto& res) {
               ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
@@ -399,9 +439,6 @@ void KServeHttpServer::Route() {
       {R"(/v2(?:/models/[^/]+)?/trace/setting)", "TraceSetting",
        "forecastd does not support Triton's request tracing (trace/setting); its Prometheus "
        "metrics give queue and compute time per model"},
-      {R"(/v2/logging)", "LogSettings",
-       "forecastd does not support changing its logging over HTTP (logging); start it with "
-       "--log-level and --log-format"},
       {R"(/v2/models/[^/]+(?:/versions/[^/]+)?/generate(?:_stream)?)", "ModelInfer",
        "forecastd does not support the generate extension: forecasters take tensors at "
        ".../infer"},

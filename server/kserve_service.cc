@@ -12,6 +12,7 @@
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
 #include "server/grpc_status.h"
+#include "server/kserve_log_settings.h"
 #include "server/kserve_statistics.h"
 #include "server/predict_call.h"
 #include "server/predict_input.h"
@@ -70,8 +71,8 @@ std::string StateReason(const ModelStatus& status) {
 
 // Triton's protocol extensions forecastd serves, as ServerMetadata names them over gRPC and
 // REST alike ("sequence" only with tick streams). Those it does not serve (classification,
-// system and CUDA shared memory, trace, logging, generate) answer UNIMPLEMENTED (501 over
-// REST) with a message naming them.
+// system and CUDA shared memory, trace, generate) answer UNIMPLEMENTED (501 over REST) with a
+// message naming them.
 constexpr const char* kExtensions[] = {
     "model_repository",
     "model_repository(unload_dependents)",
@@ -80,6 +81,7 @@ constexpr const char* kExtensions[] = {
     "sequence",
     "statistics",
     "binary_tensor_data",
+    "logging",
 };
 
 constexpr char kNoSystemSharedMemory[] =
@@ -532,11 +534,15 @@ grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,
 }
 
 grpc::Status KServeService::LogSettings(grpc::ServerContext* context,
-                                        const inference::LogSettingsRequest* /*request*/,
-                                        inference::LogSettingsResponse* /*response*/) {
-  return Unsupported(*context,
-                     "forecastd does not support changing its logging over gRPC (LogSettings); "
-                     "start it with --log-level and --log-format");
+                                        const inference::LogSettingsRequest* request,
+                                        inference::LogSettingsResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(UpdateLogSettings(*request, response));
+}
+
+absl::Status KServeService::UpdateLogSettings(const inference::LogSettingsRequest& request,
+                                              inference::LogSettingsResponse* response) {
+  return kserve::ApplyLogSettings(request, response);
 }
 
 grpc::Status KServeService::Unsupported(const grpc::ServerContextBase& context,

@@ -22,8 +22,9 @@
 // through DispatchStreamRequest, which sends an ordinary request through the same admission
 // as ModelInfer; its answer, or its error as error_message, is written back in completion
 // order with the request's id, and the stream stays open after a failed request. The other
-// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up). Triton's
-// shared-memory, trace and log-settings methods answer UNIMPLEMENTED, saying why.
+// methods are synchronous (RepositoryModelLoad waits for a load and its warm-up). LogSettings
+// reads and changes the log level (server/kserve_log_settings.h). Triton's shared-memory and
+// trace methods answer UNIMPLEMENTED, saying why.
 // Thread-safe: gRPC calls every handler concurrently. The statistics live in shared state
 // that completion callbacks keep alive, so the service may be destroyed before the registry
 // has drained; the registry and metrics must outlive every call in flight.
@@ -143,6 +144,7 @@ class KServeService final : public KServeServiceBase {
   grpc::Status TraceSetting(grpc::ServerContext* context,
                             const inference::TraceSettingRequest* request,
                             inference::TraceSettingResponse* response) override;
+  // Reads and changes the log level (UpdateLogSettings).
   grpc::Status LogSettings(grpc::ServerContext* context,
                            const inference::LogSettingsRequest* request,
                            inference::LogSettingsResponse* response) override;
@@ -167,6 +169,9 @@ class KServeService final : public KServeServiceBase {
                               inference::RepositoryIndexResponse* response) const;
   absl::Status LoadModel(const inference::RepositoryModelLoadRequest& request);
   absl::Status UnloadModel(const inference::RepositoryModelUnloadRequest& request);
+  // Reads and changes the log level (server/kserve_log_settings.h).
+  absl::Status UpdateLogSettings(const inference::LogSettingsRequest& request,
+                                 inference::LogSettingsResponse* response);
   // ModelInfer's work, counted under `method` in the request metrics, with `deadline` on the
   // engine's clock (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's
   // below; `request` and `response` must stay valid until then.

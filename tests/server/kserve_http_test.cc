@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "server/auth_interceptor.h"
 #include "server/token_store.h"
+#include "spdlog/spdlog.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/kserve_env.h"
 #include "tests/testing/process.h"
@@ -130,7 +131,7 @@ TEST_CASE("KServe REST health, server metadata and model metadata", "[integratio
   REQUIRE(server["name"] == "forecastd");
   REQUIRE(server["extensions"] ==
           json({"model_repository", "model_repository(unload_dependents)", "model_configuration",
-                "schedule_policy", "statistics", "binary_tensor_data"}));
+                "schedule_policy", "statistics", "binary_tensor_data", "logging"}));
 
   const json model = Json(rest.Get("/v2/models/gru"));
   REQUIRE(model["name"] == "gru");
@@ -406,7 +407,6 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
                 "CUDA shared memory");
   RequireStatus(rest.Get("/v2/trace/setting"), 501, "tracing");
   RequireStatus(rest.Get("/v2/models/gru/trace/setting"), 501, "tracing");
-  RequireStatus(rest.Get("/v2/logging"), 501, "logging");
   RequireStatus(rest.Post("/v2/models/gru/generate", "{}"), 501, "generate");
   // An input in a shared-memory region is refused, never read as an input without data.
   const json region = json::parse(R"({"inputs": [{"name": "INPUT", "datatype": "FP32",
@@ -414,6 +414,26 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
       "shared_memory_byte_size": 32}}]})");
   RequireStatus(rest.Post("/v2/models/gru/infer", region.dump()), 501,
                 "input 'INPUT' names the shared-memory region 'in0'");
+}
+
+TEST_CASE("KServe REST reads and changes the log level at /v2/logging",
+          "[integration][kserve][rest]") {
+  Env env;
+  Rest rest(env);
+  const spdlog::level::level_enum before = spdlog::get_level();
+  spdlog::set_level(spdlog::level::info);
+  const json read = Json(rest.Get("/v2/logging"));
+  REQUIRE(read == json::parse(R"({"log_level": "info", "log_info": true, "log_warning": true,
+      "log_error": true, "log_verbose_level": 0, "log_file": "", "log_format": "default"})"));
+  const json changed = Json(rest.Post("/v2/logging", R"({"log_verbose_level": 2})"));
+  REQUIRE(changed["log_level"] == "trace");
+  REQUIRE(spdlog::get_level() == spdlog::level::trace);
+  RequireStatus(rest.Post("/v2/logging", R"({"log_info": 1})"), 400, "must be a boolean");
+  RequireStatus(rest.Post("/v2/logging", R"({"log_verbose_level": -1})"), 400,
+                "must be a boolean, an unsigned integer or a string");
+  RequireStatus(rest.Post("/v2/logging", R"({"log_file": "/tmp/x"})"), 501, "stderr");
+  REQUIRE(spdlog::get_level() == spdlog::level::trace);
+  spdlog::set_level(before);
 }
 
 TEST_CASE("KServe REST decides bearer tokens with gRPC's roles", "[integration][kserve][rest]") {

@@ -20,6 +20,7 @@
 #include "google/protobuf/descriptor.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "kernels/base/version.h"
+#include "spdlog/spdlog.h"
 #include "tests/testing/catch.h"
 #include "tests/testing/kserve_env.h"
 #include "tests/testing/test_models.h"
@@ -244,7 +245,7 @@ TEST_CASE("KServe ServerMetadata and ModelMetadata describe the server and the t
   REQUIRE(std::vector<std::string>(server.extensions().begin(), server.extensions().end()) ==
           std::vector<std::string>{"model_repository", "model_repository(unload_dependents)",
                                    "model_configuration", "schedule_policy", "statistics",
-                                   "binary_tensor_data"});
+                                   "binary_tensor_data", "logging"});
 
   const auto metadata = [&](const std::string& name, const std::string& version,
                             inference::ModelMetadataResponse* response) {
@@ -473,6 +474,77 @@ TEST_CASE("KServe RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload
   }
 }
 
+TEST_CASE("KServe LogSettings reads and changes the log level", "[integration][kserve]") {
+  Env env;
+  const spdlog::level::level_enum before = spdlog::get_level();
+  spdlog::set_level(spdlog::level::info);
+  const auto call = [&](const inference::LogSettingsRequest& request,
+                        inference::LogSettingsResponse* response) {
+    grpc::ClientContext context;
+    return env.stub->LogSettings(&context, request, response);
+  };
+  const auto setting = [](const inference::LogSettingsResponse& response, const std::string& key) {
+    REQUIRE(response.settings().contains(key));
+    return response.settings().at(key);
+  };
+
+  inference::LogSettingsResponse read;
+  REQUIRE(call({}, &read).ok());
+  REQUIRE(setting(read, "log_level").string_param() == "info");
+  REQUIRE(setting(read, "log_info").bool_param());
+  REQUIRE(setting(read, "log_warning").bool_param());
+  REQUIRE(setting(read, "log_error").bool_param());
+  REQUIRE(setting(read, "log_verbose_level").uint32_param() == 0);
+  REQUIRE(setting(read, "log_file").string_param().empty());
+  REQUIRE(setting(read, "log_format").string_param() == "default");
+
+  // Triton's verbose level turns on debug, then trace.
+  inference::LogSettingsRequest verbose;
+  (*verbose.mutable_settings())["log_verbose_level"].set_uint32_param(1);
+  inference::LogSettingsResponse changed;
+  REQUIRE(call(verbose, &changed).ok());
+  REQUIRE(spdlog::get_level() == spdlog::level::debug);
+  REQUIRE(setting(changed, "log_level").string_param() == "debug");
+  REQUIRE(setting(changed, "log_verbose_level").uint32_param() == 1);
+  // Turning severities off raises the threshold to the lowest one still on.
+  inference::LogSettingsRequest quiet;
+  (*quiet.mutable_settings())["log_verbose_level"].set_uint32_param(0);
+  (*quiet.mutable_settings())["log_info"].set_bool_param(false);
+  (*quiet.mutable_settings())["log_warning"].set_bool_param(false);
+  REQUIRE(call(quiet, &changed).ok());
+  REQUIRE(spdlog::get_level() == spdlog::level::err);
+  REQUIRE_FALSE(setting(changed, "log_info").bool_param());
+  REQUIRE(setting(changed, "log_error").bool_param());
+  // forecastd's own level names.
+  inference::LogSettingsRequest named;
+  (*named.mutable_settings())["log_level"].set_string_param("warn");
+  REQUIRE(call(named, &changed).ok());
+  REQUIRE(spdlog::get_level() == spdlog::level::warn);
+
+  // Refused settings change nothing.
+  const auto refused = [&](const char* key, inference::LogSettingsRequest::SettingValue value,
+                           grpc::StatusCode code, const std::string& part) {
+    inference::LogSettingsRequest request;
+    (*request.mutable_settings())["log_verbose_level"].set_uint32_param(2);
+    (*request.mutable_settings())[key] = value;
+    inference::LogSettingsResponse unused;
+    RequireError(call(request, &unused), code, part);
+    REQUIRE(spdlog::get_level() == spdlog::level::warn);
+  };
+  inference::LogSettingsRequest::SettingValue value;
+  value.set_string_param("/var/log/forecastd.log");
+  refused("log_file", value, grpc::StatusCode::UNIMPLEMENTED, "forecastd logs to stderr");
+  value.set_string_param("ISO8601");
+  refused("log_format", value, grpc::StatusCode::UNIMPLEMENTED, "--log-format");
+  value.set_uint32_param(1);
+  refused("log_info", value, grpc::StatusCode::INVALID_ARGUMENT, "'log_info' must be a boolean");
+  refused("log_colour", value, grpc::StatusCode::INVALID_ARGUMENT,
+          "unknown log setting 'log_colour'");
+  value.set_string_param("loud");
+  refused("log_level", value, grpc::StatusCode::INVALID_ARGUMENT, "bad log level 'loud'");
+  spdlog::set_level(before);
+}
+
 TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying why",
           "[integration][kserve]") {
   Env env;
@@ -526,11 +598,6 @@ TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying
     grpc::ClientContext context;
     inference::TraceSettingResponse response;
     unimplemented(env.stub->TraceSetting(&context, {}, &response), "request tracing");
-  }
-  {
-    grpc::ClientContext context;
-    inference::LogSettingsResponse response;
-    unimplemented(env.stub->LogSettings(&context, {}, &response), "--log-level");
   }
   {
     grpc::ClientContext context;
