@@ -1,5 +1,6 @@
 #include "server/kserve_json.h"
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -59,7 +60,10 @@ absl::Status ReadData(const json& data, absl::string_view what, const std::strin
   if (datatype == "FP32") {
     auto add = [&](const json& v) {
       if (!v.is_number()) return false;
-      contents->add_fp32_contents(v.get<float>());
+      // A double beyond float's range has no FP32 value (and converting it is undefined).
+      const double x = v.get<double>();
+      if (std::abs(x) > std::numeric_limits<float>::max()) return false;
+      contents->add_fp32_contents(static_cast<float>(x));
       return true;
     };
     return Flatten(data, what, datatype, add);

@@ -291,6 +291,8 @@ TEST_CASE("KServe REST refuses bad requests with the KServe error body and HTTP 
     r = JsonInfer(one, 1);
     r["inputs"][0]["data"] = {1.0, "x"};
     RequireStatus(infer(r.dump()), 400, "'data' holds \"x\", which is not a FP32 value");
+    r["inputs"][0]["data"] = {1.0, 1e300};
+    RequireStatus(infer(r.dump()), 400, "'data' holds 1e+300, which is not a FP32 value");
     r = JsonInfer(one, 1);
     r["inputs"][0].erase("data");
     RequireStatus(infer(r.dump()), 400, "has neither 'data' nor the parameter 'binary_data_size'");
