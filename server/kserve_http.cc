@@ -127,6 +127,9 @@ absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const
     return absl::InvalidArgumentError("the REST server needs the KServe service");
   }
   if (options.threads < 1) return absl::InvalidArgumentError("the REST server needs a thread");
+  if (options.keep_alive_timeout_s < 1) {
+    return absl::InvalidArgumentError("the REST keep-alive timeout must be >= 1 s");
+  }
   const size_t colon = options.address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(options.address.substr(colon + 1), &port) ||
@@ -165,6 +168,7 @@ absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const
   });
   // tritonclient and perf_analyzer keep their connections open across requests.
   server->http_->set_keep_alive_max_count(1000);
+  server->http_->set_keep_alive_timeout(options.keep_alive_timeout_s);
   server->Route();
   if (port == 0) {
     port = server->http_->bind_to_any_port(host);

@@ -65,6 +65,10 @@ class KServeHttpServer {
     int64_t max_body_bytes = 64 << 20;
     // Connections served at once, >= 1.
     int threads = 16;
+    // How long an idle keep-alive connection stays open, >= 1. Shutdown waits up to this long
+    // for a thread that holds an idle connection, so the server sets it from
+    // --shutdown-grace-seconds.
+    int keep_alive_timeout_s = 5;
   };
 
   // Binds the address and starts serving. INVALID_ARGUMENT for bad options or TLS files that

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,13 @@ bool IsLoopback(const std::string& address) {
   absl::string_view host = absl::string_view(address).substr(0, address.rfind(':'));
   if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
   return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+// An idle REST keep-alive connection holds a thread that shutdown waits for, so it is closed
+// after the shutdown grace (at least 1 s, cpp-httplib's unit).
+int KeepAliveSeconds(const ServerOptions& options) {
+  return std::max<int>(1,
+                       static_cast<int>(std::ceil(absl::ToDoubleSeconds(options.shutdown_grace))));
 }
 
 int64_t TotalMemoryBytes() {
@@ -387,7 +395,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                .authenticator = s.authenticator_.get(),
                                                .tls = options.tls,
                                                .max_body_bytes = options.max_message_bytes,
-                                               .threads = options.http_threads}));
+                                               .threads = options.http_threads,
+                                               .keep_alive_timeout_s = KeepAliveSeconds(options)}));
     spdlog::info("KServe REST on {}://{} (port {})", options.tls.enabled() ? "https" : "http",
                  options.http_address, s.http_server_->port());
   }

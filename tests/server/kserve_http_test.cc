@@ -537,6 +537,11 @@ TEST_CASE("KServeHttpServer refuses bad options and a port in use", "[integratio
   Env env;
   REQUIRE(KServeHttpServer::Create({.address = "127.0.0.1:0"}).status().code() ==
           absl::StatusCode::kInvalidArgument);
+  KServeHttpServer::Options no_keep_alive;
+  no_keep_alive.service = env.service.get();
+  no_keep_alive.keep_alive_timeout_s = 0;
+  REQUIRE(KServeHttpServer::Create(no_keep_alive).status().code() ==
+          absl::StatusCode::kInvalidArgument);
   REQUIRE(KServeHttpServer::Create({.address = "nowhere", .service = env.service.get()})
               .status()
               .code() == absl::StatusCode::kInvalidArgument);
