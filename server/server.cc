@@ -190,20 +190,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // overload is refused at once instead of every call waiting behind the compute.
   const int threads_per_worker = std::max(1, cores / workers);
   constexpr int kWorkerNiceIncrement = 5;
-  ASSIGN_OR_RETURN(s.scheduler_,
-                   DeviceScheduler::Create(
-                       {.num_workers = workers, .on_worker_start = [=](int worker) {
-                          DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
-                          // Linux: the nice value is per thread (a tid names the thread).
-                          const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
-                          errno = 0;
-                          const int nice = getpriority(PRIO_PROCESS, tid);
-                          if ((nice == -1 && errno != 0) ||
-                              setpriority(PRIO_PROCESS, tid, nice + kWorkerNiceIncrement) != 0) {
-                            spdlog::warn("worker {}: cannot lower its priority: {}", worker,
-                                         std::strerror(errno));
-                          }
-                        }}));
+  ASSIGN_OR_RETURN(
+      s.scheduler_,
+      DeviceScheduler::Create({.num_workers = workers,
+                               .on_worker_start =
+                                   [=](int worker) {
+                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                                     // Linux: the nice value is per thread (a tid names the
+                                     // thread).
+                                     const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+                                     errno = 0;
+                                     const int nice = getpriority(PRIO_PROCESS, tid);
+                                     if ((nice == -1 && errno != 0) ||
+                                         setpriority(PRIO_PROCESS, tid,
+                                                     nice + kWorkerNiceIncrement) != 0) {
+                                       spdlog::warn("worker {}: cannot lower its priority: {}",
+                                                    worker, std::strerror(errno));
+                                     }
+                                   },
+                               .on_inline =
+                                   [=](int /*worker*/) {
+                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                                   }}));
 
   // Models serve on the --devices, GPUs first: a model whose config names no devices serves on
   // the first GPU, or on the CPU when there is none. Training runs on --train-device, by

@@ -45,7 +45,8 @@ struct TickTask {
   // kStep: the state at `slot` is zero before this step (a new, reset or replayed stream).
   bool zero_state = false;
   std::vector<float> input;
-  // Called once, on an engine thread, never inside Enqueue.
+  // Called once: on an engine thread, or inside Enqueue when the task ran inline (an idle
+  // device); so Enqueue's caller must not hold a lock that `done` takes.
   std::function<void(TickResult)> done;
   absl::Time enqueue_time;  // set by Enqueue
 };
