@@ -255,6 +255,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // One batch waiting per model at most: while the workers are busy the queue grows and the
   // next batch is larger, which is what dynamic batching is for.
   registry_options.max_enqueued_batches = 1;
+  // A request that finds its model and the device idle runs on the gRPC thread that read it,
+  // without the batching delay: nothing to batch it with, and no thread hand-off.
+  registry_options.run_inline_when_idle = options.inline_when_idle;
   registry_options.max_queue_size = options.max_queue_per_model;
   registry_options.observer = s.registry_metrics_.get();
   ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));

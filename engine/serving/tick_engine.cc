@@ -15,9 +15,10 @@ namespace forecastd {
 // Batching: a task queues; when no work item of this engine waits on the scheduler, one is
 // submitted. A work item, once a worker runs it, takes up to max_batch tasks from the front
 // (and submits a successor when more remain, so other workers can help). Under load the queue
-// grows while the device is busy and batches get larger; a task that finds the engine idle
-// (nothing queued or running) and a worker slot free runs inline, on the thread that enqueued
-// it (DeviceScheduler::TryRunInline), so one tick in flight waits for no thread to wake.
+// grows while the device is busy and batches get larger; with Options::run_inline_when_idle a
+// task that finds the engine idle (nothing queued or running) and a worker slot free runs
+// inline, on the thread that enqueued it (DeviceScheduler::TryRunInline), so one tick in
+// flight waits for no thread to wake.
 class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
  public:
   explicit Impl(const Options& options)
@@ -79,7 +80,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     // caller computing inline is not reading its next request meanwhile). A task enqueued from
     // inside an inline run (the next request of a stream, from its `done`) queues too, so the
     // caller's stack stays one run deep.
-    if (idle && !running_inline_) {
+    if (options_.run_inline_when_idle && idle && !running_inline_) {
       running_inline_ = true;
       std::shared_ptr<Impl> self = shared_from_this();
       const bool ran = options_.scheduler->TryRunInline(

@@ -49,6 +49,7 @@ struct Env {
     options.state_floats = model->StateFloats();
     options.instances = &instances;
     options.scheduler = scheduler.get();
+    options.run_inline_when_idle = true;
     engine = TickEngine::Create(options).value();
   }
   ~Env() {
