@@ -37,6 +37,14 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
+absl::Status Backend::RecurrentStep(RecurrentCell /*cell*/, float* /*top*/, const float* /*inp*/,
+                                    float* /*slab*/, const int32_t* /*slots*/, int64_t /*B*/,
+                                    int64_t /*I*/, int64_t /*H*/, int /*num_layers*/,
+                                    const RecurrentDirectionWeights* /*weights*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no RecurrentStep (HasFastPath(kRecurrentStep))"));
+}
+
 absl::Status Backend::RecurrentStackLast(RecurrentCell /*cell*/, float* /*last*/,
                                          float* /*scratch*/, const float* /*inp*/,
                                          const RecurrentDirectionWeights* /*weights*/,

@@ -67,6 +67,10 @@ enum class FastPath {
   // recomputes the layers and runs LstmLayerBackward / GruLayerBackward layer by layer, so a
   // caller does better keeping each layer's input and calling the layer backwards itself.
   kRecurrentStackBackward,
+  // RecurrentStep at all: one time step of a stack of layers whose states stay in a slab,
+  // read and written in place by slot. Without it RecurrentStep returns UNIMPLEMENTED and the
+  // caller gathers the states, runs LstmLayer / GruLayer for T = 1 and scatters them back.
+  kRecurrentStep,
 };
 
 using ref::GeluForm;
@@ -131,6 +135,16 @@ class Backend {
   // HasFastPath(kRecurrentStackLast): the default returns UNIMPLEMENTED. A backend may then run
   // the stack in the layout it runs fastest (cuDNN's sequence-major one) without rearranging the
   // whole output.
+  // One time step of a stack of `num_layers` unidirectional layers for B streams (HasFastPath
+  // (kRecurrentStep); the default returns UNIMPLEMENTED). Stream b's state is
+  // slab[slots[b] * S, + S) in the backend's memory: layer l's h at l * SL and, for an LSTM,
+  // its c at l * SL + H (SL = 2H for an LSTM, H for a GRU; S = num_layers * SL); it is read and
+  // replaced by the state after the step. inp (B, I) is the step's input, weights[l] layer l's
+  // (input size I for layer 0, H above), top (B, H) gets the top layer's new h. Slots are
+  // distinct.
+  virtual absl::Status RecurrentStep(RecurrentCell cell, float* top, const float* inp, float* slab,
+                                     const int32_t* slots, int64_t B, int64_t I, int64_t H,
+                                     int num_layers, const RecurrentDirectionWeights* weights);
   virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
                                           const float* inp,
                                           const RecurrentDirectionWeights* weights,

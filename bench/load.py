@@ -20,6 +20,11 @@ Usage:
     load.py                                   levels 1,4,16,64, 2 s each after 0.5 s warm-up
     load.py --concurrency 1,64 --duration-s 5
     load.py --build-dir build-release --record
+    load.py --devices cuda:0 --forecastd /tmp/bundle/bin/forecastd --bin-dir /tmp/bundle/bin \
+        --model-dir /tmp/seed/lstm_h128_l2 --input-csv window.csv     (a GPU host)
+
+With --devices other than cpu the forward B=1 of the latency check is forecastd-on's own mean
+server compute at the lowest level (forecast_bench times the CPU backend only).
 
 Exit status: 0 when every point ran without a failed call (whether or not the targets were
 met: see "targets_met" in the JSON line); 1 when a process failed or a call failed; 2 on bad
@@ -316,7 +321,8 @@ def record(env, head, body, lines, path):
         f"- forecastd `{env['git']}`; batching off `{{\"maxBatchSize\":1}}`, on `{on}`",
         f"- {env['warmup_s']} s warm-up + {env['duration_s']} s per point, "
         f"median of {env['rounds']} round(s), "
-        f"{env['channels']} gRPC channel(s); forecastd --cpu-workers {env['cpu_workers']}, "
+        f"{env['channels']} gRPC channel(s); forecastd --devices {env['devices']} "
+        f"--cpu-workers {env['cpu_workers']}, "
         f"OMP_NUM_THREADS {env['omp_num_threads']}; load average before the run "
         f"{env['loadavg']}",
         f"- command: `{env['command']}`",
@@ -368,6 +374,14 @@ def main(argv=None):
     ap.add_argument("--on-preferred", type=lambda s: [int(x) for x in s.split(",") if x],
                     default=[],
                     help="batching on: preferred_batch_size, comma-separated (default: none)")
+    ap.add_argument("--devices", default="cpu",
+                    help="forecastd --devices (default cpu; cuda:0 on a GPU host, where the "
+                         "forward B=1 is forecastd-on's own server compute)")
+    ap.add_argument("--forecastd", default="",
+                    help="the forecastd binary (default: BUILD_DIR/server/forecastd)")
+    ap.add_argument("--bin-dir", default="",
+                    help="where load_gen, echo_server and forecast_bench are "
+                         "(default: BUILD_DIR/bench)")
     ap.add_argument("--cpu-workers", type=int, default=0,
                     help="forecastd --cpu-workers (default 0: one per core)")
     ap.add_argument("--omp-threads", type=int, default=0,
@@ -391,12 +405,15 @@ def main(argv=None):
 
     os.chdir(REPO)
     build = args.build_dir
-    args.forecastd = os.path.join(build, "server", "forecastd")
-    args.load_gen = os.path.join(build, "bench", "load_gen")
-    args.echo_server = os.path.join(build, "bench", "echo_server")
-    args.forecast_bench = os.path.join(build, "bench", "forecast_bench")
-    missing = [b for b in (args.forecastd, args.load_gen, args.echo_server, args.forecast_bench)
-               if not os.access(b, os.X_OK)]
+    bin_dir = args.bin_dir or os.path.join(build, "bench")
+    args.forecastd = args.forecastd or os.path.join(build, "server", "forecastd")
+    args.load_gen = os.path.join(bin_dir, "load_gen")
+    args.echo_server = os.path.join(bin_dir, "echo_server")
+    args.forecast_bench = os.path.join(bin_dir, "forecast_bench")
+    needed = [args.forecastd, args.load_gen, args.echo_server]
+    if args.devices == "cpu":
+        needed.append(args.forecast_bench)
+    missing = [b for b in needed if not os.access(b, os.X_OK)]
     if missing:
         print(f"error: missing {', '.join(missing)}; run `make build` first (or "
               f"`cmake --build {build} --target forecastd load_gen echo_server forecast_bench`, "
@@ -413,7 +430,7 @@ def main(argv=None):
         return 2
 
     configs = batching_configs(args)
-    env = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(),
+    env = {"date": datetime.date.today().isoformat(), "cpu": cpu_model(), "devices": args.devices,
            "cores": os.cpu_count(), "git": git_describe(), "command": command_line(),
            "model": model, "T": T, "F": F, "batching": configs, "warmup_s": args.warmup_s,
            "duration_s": args.duration_s, "channels": args.channels,
@@ -443,7 +460,7 @@ def main(argv=None):
             write_repository(repo, args.model_dir, config, section)
             ports[name] = servers.start(
                 name, [args.forecastd, "--model-repository", repo, "--load-model", model,
-                       "--devices", "cpu", "--grpc-address", "127.0.0.1:0",
+                       "--devices", args.devices, "--grpc-address", "127.0.0.1:0",
                        "--metrics-address", "127.0.0.1:0", "--http-address", "", "--cpu-workers",
                        str(args.cpu_workers), "--log-level", "info"],
                 r"serving gRPC on \S+ \(port (\d+)\)", args.start_timeout_s)
@@ -466,12 +483,23 @@ def main(argv=None):
                     if p["errors"] or p["requests"] == 0:
                         failures.append(f"c={c} {name}: {p['errors']} failed calls, "
                                         f"{p['requests']} answered ({p.get('first_error', '')})")
-                if i == 0:
+                if i == 0 and args.devices == "cpu":
                     fw = forward_b1(args, os.path.join(root, "forecastd-off", model), io_path,
                                     root)
                     forwards.append(fw)
                     print(f"  {tag}forward B=1 (forecast_bench, {fw['iters']} calls): p50 "
                           f"{fmt_us(fw['median_us'])} us, p90 {fmt_us(fw['p90_us'])} us")
+                elif i == 0:
+                    # On a GPU the forward B=1 is what the server measured for forecastd-on's
+                    # requests at this level (forecast_bench runs on the CPU only).
+                    on = raw_points[-1]
+                    fw = {"median_us": on["mean_server_compute_us"],
+                          "p90_us": on["mean_server_compute_us"], "iters": on["requests"],
+                          "command": f"forecastd --devices {args.devices}: mean server "
+                                     f"compute_us of forecastd-on at concurrency {c}"}
+                    forwards.append(fw)
+                    print(f"  {tag}forward B=1 (forecastd-on's server compute, mean): "
+                          f"{fmt_us(fw['median_us'])} us")
         points = [median_point([p for p in raw_points
                                 if p["concurrency"] == c and p["target"] == name])
                   for c in args.concurrency for name in TARGETS]

@@ -21,7 +21,8 @@
 #   --address HOST:PORT  forecastd's gRPC address (default 127.0.0.1:0, a free port)
 #   --devices LIST       forecastd --devices (default cpu; cuda:0 on a GPU host)
 #   --workload NAME      bench/configs/NAME.json (default lstm_h128_l2)
-#   --ticks N            (a) and (b): measured ticks (default 3000)
+#   --ticks N            (a) and (b): measured ticks (default 3000), split over the rounds
+#   --rounds N           (a) and (b) take turns N times (default 3); medians of the rounds
 #   --levels LIST        (e): stream counts (default 1,100,1000,10000)
 #   --duration-s S       (e) and Predict: measured seconds per point (default 3)
 #   --last-duration-s S  the largest level's measured seconds (default 1.5)
@@ -44,6 +45,7 @@ address=127.0.0.1:0
 devices=cpu
 workload=lstm_h128_l2
 ticks=3000
+rounds=3
 levels=1,100,1000,10000
 duration_s=3
 last_duration_s=1.5
@@ -60,6 +62,7 @@ while [[ $# -gt 0 ]]; do
     --devices) devices=$2; shift 2 ;;
     --workload) workload=$2; shift 2 ;;
     --ticks) ticks=$2; shift 2 ;;
+    --rounds) rounds=$2; shift 2 ;;
     --levels) levels=$2; shift 2 ;;
     --duration-s) duration_s=$2; shift 2 ;;
     --last-duration-s) last_duration_s=$2; shift 2 ;;
@@ -147,10 +150,15 @@ echo "(c) one step in-process ..." >&2
 "${bin_dir}/stream_bench" step --model "${work}/repo/${workload}" >>"${results}"
 echo "(d) windowed Predict, concurrency 1 (waits for the model) ..." >&2
 predict 1 "${duration_s}"
-echo "(a) one stream, ${ticks} ticks ..." >&2
-ticks_point stream "${fd}" 1 --ticks "${ticks}"
-echo "(b) echo stream, ${ticks} ticks ..." >&2
-ticks_point echo "${echo_target}" 1 --ticks "${ticks}"
+# (a) and (b) take turns, --rounds times, so that a change in the machine's state (other load,
+# idle cores) falls on both alike; the table gives the median of their rounds.
+round_ticks=$(((ticks + rounds - 1) / rounds))
+for ((round = 1; round <= rounds; ++round)); do
+  echo "(a) one stream, ${round_ticks} ticks, round ${round}/${rounds} ..." >&2
+  ticks_point stream "${fd}" 1 --ticks "${round_ticks}"
+  echo "(b) echo stream, ${round_ticks} ticks, round ${round}/${rounds} ..." >&2
+  ticks_point echo "${echo_target}" 1 --ticks "${round_ticks}"
+done
 IFS=, read -r -a level_list <<<"${levels}"
 last=${level_list[-1]}
 for streams in "${level_list[@]}"; do
@@ -163,14 +171,29 @@ echo "(e) windowed Predict, concurrency 1000 ..." >&2
 predict 1000 "${duration_s}"
 
 python3 - "${results}" "${devices}" "${workload}" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 devices, workload = sys.argv[2], sys.argv[3]
 step = next(r for r in rows if r.get("what") == "step")
 forward = next(r for r in rows if r.get("what") == "forward")
 pred = {r["concurrency"]: r for r in rows if r.get("target") == "predict"}
-tick = next(r for r in rows if r.get("label") == "stream")
-echo = next(r for r in rows if r.get("label") == "echo")
+def rounds_of(label):
+    # (a) and (b) ran in alternating rounds: the median of the rounds' p50, p99 and rate, and
+    # the ticks and server means over all of them.
+    rs = [r for r in rows if r.get("label") == label]
+    med = lambda key: statistics.median(r[key] for r in rs)
+    out = dict(rs[0])
+    for key in ("p50_us", "p99_us", "ticks_per_s"):
+        out[key] = med(key)
+    n = sum(r["ticks"] for r in rs)
+    out["ticks"] = n
+    out["rounds"] = len(rs)
+    out["round_p50_us"] = [r["p50_us"] for r in rs]
+    for key in ("mean_server_compute_us", "mean_server_total_us"):
+        out[key] = sum(r[key] * r["ticks"] for r in rs) / max(1, n)
+    return out
+tick = rounds_of("stream")
+echo = rounds_of("echo")
 levels = [r for r in rows if r.get("label") == "streams"]
 # On the CPU the step is timed in-process; elsewhere the server's own compute_us is the step.
 compute = step["p50_us"] if devices == "cpu" else tick["mean_server_compute_us"]
@@ -182,9 +205,10 @@ def line(name, p50, p99, rate, note=""):
 print(f"\nworkload {workload}, forecastd --devices {devices}\n")
 print("| point | p50 us | p99 us | per second | notes |")
 print("| --- | ---: | ---: | ---: | --- |")
+rounds_note = lambda r: f"{r['ticks']} ticks in {r['rounds']} rounds (p50s {', '.join(f'{v:.0f}' for v in r['round_p50_us'])})"
 line("(a) 1 stream, 1 tick in flight", tick["p50_us"], tick["p99_us"], f"{tick['ticks_per_s']:,.0f} ticks",
-     f"{tick['ticks']} ticks; server total {tick['mean_server_total_us']:.0f} us, compute {tick['mean_server_compute_us']:.0f} us")
-line("(b) gRPC echo stream", echo["p50_us"], echo["p99_us"], f"{echo['ticks_per_s']:,.0f} ticks", f"{echo['ticks']} ticks")
+     f"{rounds_note(tick)}; server total {tick['mean_server_total_us']:.0f} us, compute {tick['mean_server_compute_us']:.0f} us")
+line("(b) gRPC echo stream", echo["p50_us"], echo["p99_us"], f"{echo['ticks_per_s']:,.0f} ticks", rounds_note(echo))
 line("(c) Step B=1 in-process", step["p50_us"], step["p99_us"], "-", f"{step['backend']}; Forward B=1 (T-step window) p50 {forward['p50_us']:.0f} us")
 p1 = pred.get(1)
 if p1:
@@ -202,6 +226,11 @@ print("\n| ratio | value |")
 print("| --- | ---: |")
 r1 = tick["p50_us"] / (echo["p50_us"] + compute)
 print(f"| tick p50 / (echo p50 + step compute [{compute_src}]) | {r1:.2f} |")
+if devices == "cpu":
+    # The same with the step as the server measured it in (a): its caches are not kept warm by
+    # a loop of steps, as the in-process timing's are.
+    r1s = tick["p50_us"] / (echo["p50_us"] + tick["mean_server_compute_us"])
+    print(f"| tick p50 / (echo p50 + step compute [server compute_us mean]) | {r1s:.2f} |")
 if p1:
     print(f"| windowed Predict p50 / tick p50 (concurrency 1) | {p1['p50_us'] / tick['p50_us']:.2f} |")
 at1000 = next((r for r in levels if r["streams"] == 1000), None)

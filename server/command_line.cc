@@ -120,6 +120,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "of --devices, else the CPU)");
   app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
                "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
+  app.add_flag("!--no-inline-when-idle", options.inline_when_idle,
+               "always hand requests to the batcher and a worker thread, with each model's "
+               "max_queue_delay, even when the model and the device are idle");
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest gRPC message accepted or sent (and REST request body)")
       ->capture_default_str();

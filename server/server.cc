@@ -198,20 +198,28 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // overload is refused at once instead of every call waiting behind the compute.
   const int threads_per_worker = std::max(1, cores / workers);
   constexpr int kWorkerNiceIncrement = 5;
-  ASSIGN_OR_RETURN(s.scheduler_,
-                   DeviceScheduler::Create(
-                       {.num_workers = workers, .on_worker_start = [=](int worker) {
-                          DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
-                          // Linux: the nice value is per thread (a tid names the thread).
-                          const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
-                          errno = 0;
-                          const int nice = getpriority(PRIO_PROCESS, tid);
-                          if ((nice == -1 && errno != 0) ||
-                              setpriority(PRIO_PROCESS, tid, nice + kWorkerNiceIncrement) != 0) {
-                            spdlog::warn("worker {}: cannot lower its priority: {}", worker,
-                                         std::strerror(errno));
-                          }
-                        }}));
+  ASSIGN_OR_RETURN(
+      s.scheduler_,
+      DeviceScheduler::Create({.num_workers = workers,
+                               .on_worker_start =
+                                   [=](int worker) {
+                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                                     // Linux: the nice value is per thread (a tid names the
+                                     // thread).
+                                     const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+                                     errno = 0;
+                                     const int nice = getpriority(PRIO_PROCESS, tid);
+                                     if ((nice == -1 && errno != 0) ||
+                                         setpriority(PRIO_PROCESS, tid,
+                                                     nice + kWorkerNiceIncrement) != 0) {
+                                       spdlog::warn("worker {}: cannot lower its priority: {}",
+                                                    worker, std::strerror(errno));
+                                     }
+                                   },
+                               .on_inline =
+                                   [=](int /*worker*/) {
+                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                                   }}));
 
   // Models serve on the --devices, GPUs first: a model whose config names no devices serves on
   // the first GPU, or on the CPU when there is none. Training runs on --train-device, by
@@ -255,6 +263,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // One batch waiting per model at most: while the workers are busy the queue grows and the
   // next batch is larger, which is what dynamic batching is for.
   registry_options.max_enqueued_batches = 1;
+  // A request that finds its model and the device idle runs on the gRPC thread that read it,
+  // without the batching delay: nothing to batch it with, and no thread hand-off.
+  registry_options.run_inline_when_idle = options.inline_when_idle;
   registry_options.max_queue_size = options.max_queue_per_model;
   registry_options.observer = s.registry_metrics_.get();
   ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));

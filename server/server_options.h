@@ -76,6 +76,10 @@ struct ServerOptions {
   // Capture a CUDA graph of each GPU instance's forward pass per batch size at load (batches
   // are padded to the next captured size); false: GPU batches run eagerly.
   bool gpu_graphs = true;
+  // A Predict / ModelInfer request (or a tick) that finds its model and the device idle runs
+  // at once on the gRPC thread that read it, without the batching delay and the hand-off to a
+  // worker thread; under load requests batch as usual (--no-inline-when-idle: always batch).
+  bool inline_when_idle = true;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

@@ -45,8 +45,14 @@ class DnnlBackend final : public Backend {
 
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;
-  // No FastPath (HasFastPath is false): a recurrent stack runs layer by layer, each layer on its
-  // oneDNN primitive, and training keeps each layer's input for the layer backwards.
+  // One FastPath, kRecurrentStep, on a CPU with AVX2 and FMA (the tick streams' one step,
+  // straight from the slab: backends/cpu/recurrent_avx2.h). Otherwise a recurrent stack runs
+  // layer by layer, each layer on its oneDNN primitive, and training keeps each layer's input
+  // for the layer backwards.
+  bool HasFastPath(FastPath path) const override;
+  absl::Status RecurrentStep(RecurrentCell cell, float* top, const float* inp, float* slab,
+                             const int32_t* slots, int64_t B, int64_t I, int64_t H, int num_layers,
+                             const RecurrentDirectionWeights* weights) override;
 
   // Weights of Linear, LstmLayer and GruLayer are read on every call: the recurrent layers
   // copy them into oneDNN's layout each time (work about 1/(B*T) of the layer's own), so

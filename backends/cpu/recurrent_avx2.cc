@@ -382,7 +382,73 @@ void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
           sync);
 }
 
+// ---- One step of a slab's streams: rows [b0, b1), at most kStepTile of them.
+constexpr int64_t kStepTile = 4;
+
+FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, float* gh) {
+  const bool lstm = a.cell == Cell::kLstm;
+  const int64_t H = a.H, G = lstm ? 4 : 3, GH = G * H, SL = (lstm ? 2 : 1) * H, S = a.L * SL;
+  const int64_t nb = b1 - b0;
+  const float* inp[kStepTile];
+  float* state[kStepTile];
+  float* gx_rows[kStepTile];
+  float* gh_rows[kStepTile];
+  for (int64_t i = 0; i < nb; ++i) {
+    inp[i] = a.x + (b0 + i) * a.I;
+    state[i] = a.slab + int64_t{a.slots[b0 + i]} * S;
+    gx_rows[i] = gx + i * GH;
+    gh_rows[i] = gh + i * GH;
+  }
+  for (int64_t l = 0; l < a.L; ++l) {
+    const StepLayerWeights& w = a.layers[l];
+    const int64_t K = l == 0 ? a.I : H;
+    const float* h_prev[kStepTile];
+    for (int64_t i = 0; i < nb; ++i) h_prev[i] = state[i] + l * SL;
+    MatVec(w.w_ih, GH, K, inp, gx_rows, nb);
+    MatVec(w.w_hh, GH, H, h_prev, gh_rows, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      float* gxi = gx_rows[i];
+      float* ghi = gh_rows[i];
+      // LSTM: both biases into gx. GRU: b_ih into gx, b_hh's r and z rows into gh; its n rows
+      // (b_hn) go to the cell, which scales them by r.
+      for (int64_t j = 0; j < GH; ++j) gxi[j] += w.b_ih[j];
+      if (lstm) {
+        for (int64_t j = 0; j < GH; ++j) ghi[j] += w.b_hh[j];
+      } else {
+        for (int64_t j = 0; j < 2 * H; ++j) ghi[j] += w.b_hh[j];
+      }
+      float* h = state[i] + l * SL;
+      if (lstm) {
+        LstmCell(gxi, H, ghi, H, h + H, h, H);
+      } else {
+        GruCell(gxi, H, ghi, H, w.b_hh + 2 * H, h, h, H);
+      }
+    }
+    for (int64_t i = 0; i < nb; ++i) inp[i] = state[i] + l * SL;
+  }
+  for (int64_t i = 0; i < nb; ++i) std::copy(inp[i], inp[i] + H, a.top + (b0 + i) * H);
+}
+
 }  // namespace
+
+void RunStep(const StepArgs& a) {
+  const int64_t GH = (a.cell == Cell::kLstm ? 4 : 3) * a.H;
+  const int64_t tiles = (a.B + kStepTile - 1) / kStepTile;
+  const int threads =
+      static_cast<int>(std::min<int64_t>(std::max(1, omp_get_max_threads()), tiles));
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < static_cast<size_t>(2 * kStepTile * GH)) {
+      scratch.resize(static_cast<size_t>(2 * kStepTile * GH));
+    }
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {
+      StepRows(a, t * kStepTile, std::min(a.B, (t + 1) * kStepTile), scratch.data(),
+               scratch.data() + kStepTile * GH);
+    }
+  }
+}
 
 bool HasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

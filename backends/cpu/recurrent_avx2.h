@@ -40,6 +40,29 @@ struct RecurrenceArgs {
 // layer), spreading directions and batch rows over the OpenMP threads.
 void RunRecurrences(const RecurrenceArgs* args, int n);
 
+// One time step of a stack of unidirectional layers whose states stay in a slab (the tick
+// streams' state mode): stream b's state is slab[slots[b] * S, + S), layer l's h at l * SL and
+// an LSTM's c at l * SL + H (SL = 2H or H, S = L * SL), read and replaced in place. Per layer
+// and per tile of streams: gates = W_ih x + b_ih and W_hh h + b_hh straight from PyTorch's
+// row-major weights (no packing: at T = 1 it would cost as much as the step), then the cell,
+// whose new h feeds the next layer. Batch rows are shared out over the OpenMP threads.
+struct StepLayerWeights {
+  const float* w_ih;  // (G*H, I) for layer 0, (G*H, H) above
+  const float* w_hh;  // (G*H, H)
+  const float* b_ih;  // (G*H)
+  const float* b_hh;  // (G*H)
+};
+struct StepArgs {
+  Cell cell;
+  int64_t B, I, H, L;
+  const float* x;  // (B, I)
+  float* slab;
+  const int32_t* slots;            // (B), distinct
+  const StepLayerWeights* layers;  // (L)
+  float* top;                      // (B, H): the top layer's new h
+};
+void RunStep(const StepArgs& args);
+
 }  // namespace forecastd::cpu
 
 #endif  // FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_

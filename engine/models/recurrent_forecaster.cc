@@ -129,6 +129,15 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
                                                    float* slab, const int32_t* slots, int64_t B,
                                                    Workspace& workspace) const {
   const int64_t H = rnn_.hidden_size(), S = StateFloats(), SL = (is_lstm_ ? 2 : 1) * H;
+  if (backend.HasFastPath(FastPath::kRecurrentStep)) {
+    float* top = workspace.Alloc(B * H);
+    std::vector<RecurrentDirectionWeights> weights(static_cast<size_t>(rnn_.num_layers()));
+    for (int l = 0; l < rnn_.num_layers(); ++l) LayerWeights(p, l, &weights[l]);
+    RETURN_IF_ERROR(backend.RecurrentStep(is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru,
+                                          top, xn, slab, slots, B, num_features(), H,
+                                          rnn_.num_layers(), weights.data()));
+    return backend.Linear(out, top, p.at("head.weight"), p.at("head.bias"), B, H, num_outputs());
+  }
   float* h_0 = workspace.Alloc(B * H);
   float* c_0 = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
   float* c_n = is_lstm_ ? workspace.Alloc(B * H) : nullptr;

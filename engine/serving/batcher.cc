@@ -62,11 +62,32 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
           absl::StrCat("input holds ", given, " values; ", task->rows, " rows need ", floats));
     }
     if (!task->done) return absl::InvalidArgumentError("PredictTask without a done callback");
-    absl::MutexLock lock(&mu_);
-    if (draining_) return absl::UnavailableError("model version is draining");
-    if (absl::Status status = queue_.Push(task, clock_->Now()); !status.ok()) return status;
-    ++in_flight_;
-    wakeup_ = true;
+    {
+      absl::MutexLock lock(&mu_);
+      if (draining_) return absl::UnavailableError("model version is draining");
+      // Queued in any case: the queue's checks and bookkeeping apply to every task.
+      if (absl::Status status = queue_.Push(task, clock_->Now()); !status.ok()) return status;
+      ++in_flight_;
+      if (!options_.run_inline_when_idle || running_inline_ || inline_claim_ ||
+          queue_.size() != 1 || outstanding_batches_ != 0) {
+        wakeup_ = true;
+        return absl::OkStatus();
+      }
+      // The batcher thread forms no batch while the claim stands; tasks arriving meanwhile
+      // queue behind this one.
+      inline_claim_ = true;
+    }
+    running_inline_ = true;
+    std::shared_ptr<Impl> self = shared_from_this();
+    const bool ran = options_.scheduler->TryRunInline(
+        [&self](int worker, bool cancelled) { self->RunClaimed(worker, cancelled); });
+    running_inline_ = false;
+    if (!ran) {
+      // No idle worker: the task stays queued, for the batcher thread.
+      absl::MutexLock lock(&mu_);
+      inline_claim_ = false;
+      wakeup_ = true;
+    }
     return absl::OkStatus();
   }
 
@@ -170,7 +191,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       if (std::binary_search(preferred_.begin(), preferred_.end(), rows)) preferred_count = count;
       return true;
     });
-    if (count == 0) return 0;
+    if (count == 0 || inline_claim_) return 0;
     if (rows == options_.max_batch_size) return count;
     const absl::Time oldest_due = oldest + options_.max_queue_delay;
     if (draining_ || now >= oldest_due) return count;
@@ -195,6 +216,23 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                [self = shared_from_this(), tasks](int worker, bool cancelled) {
                                  self->RunBatch(std::move(*tasks), worker, cancelled);
                                });
+  }
+
+  // Inline, on Enqueue's thread as worker `worker`: the front task (the claimed one unless a
+  // task of a higher level came meanwhile, or it expired) as a batch of its own.
+  void RunClaimed(int worker, bool cancelled) {
+    Tasks batch;
+    {
+      absl::MutexLock lock(&mu_);
+      inline_claim_ = false;
+      if (queue_.size() == 0) return;  // it expired meanwhile: the batcher thread completed it
+      batch.push_back(queue_.PopFront());
+      // Tasks that queued behind it are the batcher thread's again.
+      if (queue_.size() > 0) wakeup_ = true;
+      ++unstarted_batches_;
+      ++outstanding_batches_;
+    }
+    RunBatch(std::move(batch), worker, cancelled);
   }
 
   // On a scheduler worker (or inline with `cancelled` after the scheduler shut down).
@@ -319,6 +357,10 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // A Drain timed out: batches not started yet complete without running.
   bool abandon_unstarted_ ABSL_GUARDED_BY(mu_) = false;
+  // Enqueue is about to run the front task inline (Options::run_inline_when_idle).
+  bool inline_claim_ ABSL_GUARDED_BY(mu_) = false;
+  // This thread is inside an inline run (of any batcher): what it enqueues queues.
+  static thread_local bool running_inline_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Set by whatever may let the batcher thread do something; cleared by it before it looks.
   bool wakeup_ ABSL_GUARDED_BY(mu_) = false;
@@ -326,6 +368,8 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
   bool idle_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time wait_until_ ABSL_GUARDED_BY(mu_);
 };
+
+thread_local bool Batcher::Impl::running_inline_ = false;
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Options options) {
   if (!options.run_batch) return absl::InvalidArgumentError("Batcher needs a run_batch");

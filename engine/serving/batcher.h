@@ -111,6 +111,11 @@ class Batcher {
     // Zero: unbounded (a batch goes to the scheduler the moment it closes). A small value
     // (such as the scheduler's num_workers) lets batches grow while the device is busy.
     int64_t max_enqueued_batches = 0;
+    // A task that finds this batcher idle (nothing queued, no batch waiting or running) runs
+    // at once on Enqueue's thread when the scheduler has an idle worker slot and nothing
+    // queued (DeviceScheduler::TryRunInline), without max_queue_delay: with the device idle
+    // there is nothing to wait for, and no thread hand-off. Otherwise it queues as usual.
+    bool run_inline_when_idle = false;
     // Not owned; required; must outlive the Batcher.
     DeviceScheduler* scheduler = nullptr;
     // Not owned; nullptr: the real clock.
@@ -126,10 +131,11 @@ class Batcher {
   ~Batcher();
 
   // Ownership of the task moves to the batcher iff this returns OK (its `done` is then called
-  // exactly once, on an engine thread, never inside Enqueue). Otherwise the task is still the
-  // caller's, untouched: INVALID_ARGUMENT for a null task, rows outside [1, max_batch_size],
-  // an input size other than rows * input_floats_per_row, no `done`, or a priority level
-  // outside [0, levels]; DEADLINE_EXCEEDED when its deadline has already passed;
+  // exactly once: on an engine thread, or inside Enqueue when it ran inline (see
+  // Options::run_inline_when_idle), so the caller must not hold a lock `done` takes). Otherwise the
+  // task is still the caller's, untouched: INVALID_ARGUMENT for a null task, rows outside [1,
+  // max_batch_size], an input size other than rows * input_floats_per_row, no `done`, or a priority
+  // level outside [0, levels]; DEADLINE_EXCEEDED when its deadline has already passed;
   // RESOURCE_EXHAUSTED when its level's queue is full; UNAVAILABLE ("model version is
   // draining") once Drain() has begun.
   absl::Status Enqueue(std::unique_ptr<PredictTask>& task);

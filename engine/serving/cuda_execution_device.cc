@@ -75,6 +75,10 @@ class CudaModelInstance final : public ModelInstance {
   absl::Status QueueForward(int64_t rows);
   // Forecaster::Step on the step buffers at `rows` rows, queued on the stream.
   absl::Status QueueStep(int64_t rows);
+  // QueueStep between the copies of its inputs from the staging buffer ([slots (rows) | ticks
+  // (rows, F)]) and of its output back to the output staging buffer: what a step graph holds,
+  // so that a step is one launch.
+  absl::Status QueueStepWithCopies(int64_t rows);
   absl::Status CheckSlot(int32_t slot) const;
 
   const std::shared_ptr<const Forecaster> model_;
@@ -191,8 +195,8 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   for (const int64_t rows : step_sizes) RETURN_IF_ERROR(s.QueueStep(rows));
   RETURN_IF_ERROR(s.lease_->Synchronize());
   for (const int64_t rows : step_sizes) {
-    absl::StatusOr<CudaGraph> graph =
-        CudaGraph::Capture(s.lease_->stream(), [&s, rows]() { return s.QueueStep(rows); });
+    absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(
+        s.lease_->stream(), [&s, rows]() { return s.QueueStepWithCopies(rows); });
     if (!graph.ok()) {
       spdlog::warn("model '{}': no CUDA graph for steps of {} ticks, running them eagerly: {}",
                    m.config().name(), rows, graph.status().ToString());
@@ -212,6 +216,23 @@ absl::Status CudaModelInstance::QueueStep(int64_t rows) {
   return model_->Step(*backend_, step_output_.as<float>(), step_x_.as<const float>(),
                       slab_->as<float>(), step_slots_.as<const int32_t>(), rows, *workspace_,
                       placement);
+}
+
+absl::Status CudaModelInstance::QueueStepWithCopies(int64_t rows) {
+  const cudaStream_t stream = lease_->stream();
+  const int64_t F = model_->num_features();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_slots_.data(), staging_input_,
+                                       static_cast<size_t>(rows) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_x_.data(), static_cast<float*>(staging_input_) + rows,
+                                       static_cast<size_t>(rows * F) * sizeof(float),
+                                       cudaMemcpyHostToDevice, stream));
+  RETURN_IF_ERROR(QueueStep(rows));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(staging_output_, step_output_.data(),
+                      static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float),
+                      cudaMemcpyDeviceToHost, stream));
+  return absl::OkStatus();
 }
 
 absl::Status CudaModelInstance::CheckSlot(int32_t slot) const {
@@ -251,21 +272,14 @@ absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, 
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(slab_->as<float>() + int64_t{slots[r]} * S, 0,
                                          static_cast<size_t>(S) * sizeof(float), stream));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_slots_.data(), staged_slots,
-                                       static_cast<size_t>(computed) * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(step_x_.data(), staged_x,
-                                       static_cast<size_t>(rows * F) * sizeof(float),
-                                       cudaMemcpyHostToDevice, stream));
+  const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
   if (graph != step_graphs_.end()) {
+    // The graph copies the staged inputs in and the output out itself: one launch. Padding
+    // rows' ticks are whatever the staging buffer held; they step the padding slot only.
     RETURN_IF_ERROR(graph->second.Launch(stream));
   } else {
-    RETURN_IF_ERROR(QueueStep(rows));
+    RETURN_IF_ERROR(QueueStepWithCopies(rows));
   }
-  const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, step_output_.data(),
-                                       static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
-                                       stream));
   RETURN_IF_ERROR(lease_->Synchronize());
   std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
   return absl::OkStatus();

@@ -26,6 +26,7 @@ class DeviceScheduler::Impl {
   explicit Impl(const Options& options)
       : clock_(options.clock != nullptr ? options.clock : Clock::Real()),
         num_workers_(options.num_workers),
+        on_inline_(options.on_inline),
         busy_(static_cast<size_t>(options.num_workers), false),
         leased_(static_cast<size_t>(options.num_workers), false) {
     threads_.reserve(static_cast<size_t>(num_workers_));
@@ -51,6 +52,22 @@ class DeviceScheduler::Impl {
       }
     }
     work(/*worker=*/-1, /*cancelled=*/true);
+  }
+
+  bool TryRunInline(const Work& work) {
+    int worker = -1;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_ || !items_.empty()) return false;
+      worker = FindFreeWorkerLocked();
+      if (worker < 0) return false;
+      busy_[static_cast<size_t>(worker)] = true;
+    }
+    if (on_inline_) on_inline_(worker);
+    work(worker, /*cancelled=*/false);
+    absl::MutexLock lock(&mu_);
+    busy_[static_cast<size_t>(worker)] = false;
+    return true;
   }
 
   absl::StatusOr<int> AcquireLease(absl::Time deadline) {
@@ -105,7 +122,8 @@ class DeviceScheduler::Impl {
     absl::MutexLock lock(&mu_);
     while (true) {
       auto ready = [this, w]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return (!leased_[w] && !items_.empty()) || (shutting_down_ && items_.empty());
+        // busy_[w] here: the slot runs inline work on another thread (TryRunInline).
+        return (!leased_[w] && !busy_[w] && !items_.empty()) || (shutting_down_ && items_.empty());
       };
       mu_.Await(absl::Condition(&ready));
       if (items_.empty()) return;  // shutting down with nothing left to run
@@ -137,6 +155,7 @@ class DeviceScheduler::Impl {
   // Constant after construction.
   Clock* const clock_;
   const int num_workers_;
+  const std::function<void(int worker)> on_inline_;
   std::vector<std::thread> threads_;  // joined by the destructor only
 
   mutable absl::Mutex mu_;
@@ -171,6 +190,8 @@ absl::StatusOr<DeviceScheduler::TrainingLease> DeviceScheduler::AcquireTrainingL
 }
 
 void DeviceScheduler::ReleaseLease(int worker) { impl_->ReleaseLease(worker); }
+
+bool DeviceScheduler::TryRunInline(const Work& work) { return impl_->TryRunInline(work); }
 
 void DeviceScheduler::Shutdown() { impl_->Shutdown(); }
 

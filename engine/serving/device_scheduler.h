@@ -32,6 +32,9 @@ class DeviceScheduler {
     // Runs first on each worker thread, before it takes any work; for per-thread setup such
     // as how many threads the backend may fan a call out to. Empty: none.
     std::function<void(int worker)> on_worker_start;
+    // Runs on the calling thread before each TryRunInline work, for the same per-thread setup.
+    // Empty: none.
+    std::function<void(int worker)> on_inline;
   };
 
   // INVALID_ARGUMENT for bad options. Starts the workers.
@@ -45,6 +48,14 @@ class DeviceScheduler {
   // earlier `deadline` (InfiniteFuture for none), then the earlier Submit.
   using Work = std::function<void(int worker, bool cancelled)>;
   void Submit(uint32_t priority, absl::Time deadline, Work work);
+
+  // Runs `work` at once on the calling thread, as an idle worker slot, when nothing is queued,
+  // a slot is neither running work nor leased, and Shutdown() has not begun: the slot counts
+  // as busy meanwhile (its thread takes no work), and `work` gets that slot's index with
+  // `cancelled` = false. Returns false, having run nothing, otherwise. So a caller whose work
+  // would only wait for a thread to wake (one request on an idle device) skips the hand-off;
+  // under load, work queues as with Submit.
+  bool TryRunInline(const Work& work);
 
   // Holds one worker for a training step; the worker takes no inference work until the lease
   // is destroyed. Move-only.

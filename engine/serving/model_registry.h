@@ -135,6 +135,9 @@ class ModelRegistry {
     // Batcher::Options::max_enqueued_batches of every version (0: unbounded); the scheduler's
     // num_workers lets batches grow while every worker is busy.
     int64_t max_enqueued_batches = 0;
+    // Batcher::Options::run_inline_when_idle of every version: a request for an idle model on
+    // an idle device runs on the thread that enqueued it, without the batching delay.
+    bool run_inline_when_idle = false;
     // Caps the max_queue_size of every priority level's queue policy of every version (a
     // config's own smaller, nonzero size stays; 0 in a config becomes this). 0: no cap.
     uint32_t max_queue_size = 0;

@@ -98,6 +98,7 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     tick_options.instances = &loaded->instances;
     tick_options.scheduler = &loaded->device->scheduler();
     tick_options.clock = options_.clock;
+    tick_options.run_inline_when_idle = options_.run_inline_when_idle;
     absl::StatusOr<std::unique_ptr<TickEngine>> ticks = TickEngine::Create(tick_options);
     if (!ticks.ok()) return WithContext(ticks.status(), absl::StrCat(context, ": tick streams"));
     loaded->ticks = *std::move(ticks);
@@ -114,6 +115,7 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
   batcher_options->scheduler = &loaded->device->scheduler();
   batcher_options->clock = options_.clock;
   batcher_options->max_enqueued_batches = options_.max_enqueued_batches;
+  batcher_options->run_inline_when_idle = options_.run_inline_when_idle;
   if (const uint32_t cap = options_.max_queue_size; cap > 0) {
     const auto apply_cap = [cap](PriorityQueue::Policy& policy) {
       if (policy.max_queue_size == 0 || policy.max_queue_size > cap) policy.max_queue_size = cap;

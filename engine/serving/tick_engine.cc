@@ -15,8 +15,10 @@ namespace forecastd {
 // Batching: a task queues; when no work item of this engine waits on the scheduler, one is
 // submitted. A work item, once a worker runs it, takes up to max_batch tasks from the front
 // (and submits a successor when more remain, so other workers can help). Under load the queue
-// grows while the device is busy and batches get larger; with one tick in flight a tick waits
-// only for a worker.
+// grows while the device is busy and batches get larger; with Options::run_inline_when_idle a
+// task that finds the engine idle (nothing queued or running) and a worker slot free runs
+// inline, on the thread that enqueued it (DeviceScheduler::TryRunInline), so one tick in
+// flight waits for no thread to wake.
 class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
  public:
   explicit Impl(const Options& options)
@@ -56,12 +58,14 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     }
     RETURN_IF_ERROR(CheckTask(*task));
     bool submit = false;
+    bool idle = false;
     {
       absl::MutexLock l(&mu_);
       if (draining_) {
         return absl::UnavailableError(
             absl::StrCat("model version ", options_.version, " is draining"));
       }
+      idle = queue_.empty() && work_outstanding_ == 0;
       task->enqueue_time = clock_->Now();
       queue_.push_back(std::move(task));
       submit = !work_waiting_;
@@ -70,7 +74,21 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
         ++work_outstanding_;
       }
     }
-    if (submit) Submit();
+    if (!submit) return absl::OkStatus();
+    // A task for an idle engine on an idle device runs here and now, on the caller's thread.
+    // Only then: while this engine computes, tasks queue and go to the workers in batches (a
+    // caller computing inline is not reading its next request meanwhile). A task enqueued from
+    // inside an inline run (the next request of a stream, from its `done`) queues too, so the
+    // caller's stack stays one run deep.
+    if (options_.run_inline_when_idle && idle && !running_inline_) {
+      running_inline_ = true;
+      std::shared_ptr<Impl> self = shared_from_this();
+      const bool ran = options_.scheduler->TryRunInline(
+          [&self](int worker, bool cancelled) { self->Run(worker, cancelled); });
+      running_inline_ = false;
+      if (ran) return absl::OkStatus();
+    }
+    Submit();
     return absl::OkStatus();
   }
 
@@ -258,7 +276,11 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
   // Work items submitted and not yet finished.
   int64_t work_outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  // This thread is inside an inline run (of any engine).
+  static thread_local bool running_inline_;
 };
+
+thread_local bool TickEngine::Impl::running_inline_ = false;
 
 absl::StatusOr<std::unique_ptr<TickEngine>> TickEngine::Create(const Options& options) {
   if (options.instances == nullptr || options.instances->empty() || options.scheduler == nullptr) {

@@ -45,7 +45,8 @@ struct TickTask {
   // kStep: the state at `slot` is zero before this step (a new, reset or replayed stream).
   bool zero_state = false;
   std::vector<float> input;
-  // Called once, on an engine thread, never inside Enqueue.
+  // Called once: on an engine thread, or inside Enqueue when the task ran inline (an idle
+  // device); so Enqueue's caller must not hold a lock that `done` takes.
   std::function<void(TickResult)> done;
   absl::Time enqueue_time;  // set by Enqueue
 };
@@ -74,6 +75,9 @@ class TickEngine {
     Clock* clock = nullptr;
     // The scheduler priority its batches run at (1: before every Predict level but the first).
     uint32_t priority = 1;
+    // A task that finds the engine idle (nothing queued or running) runs at once on Enqueue's
+    // thread when the scheduler has an idle worker slot (DeviceScheduler::TryRunInline).
+    bool run_inline_when_idle = false;
   };
 
   // INVALID_ARGUMENT for bad options.

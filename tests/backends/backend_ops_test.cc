@@ -17,8 +17,10 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -443,6 +445,103 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
                                  mem->Upload(std::vector<float>(8, 0.5f)), nullptr,
                                  RecurrentDims{1, 2, 4, 4, 1}, 0)
                 .code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// RecurrentStep, where a backend has it: one time step of a stack of layers on states that stay
+// in a slab, at scattered slots, against the reference layers at T = 1 from the gathered
+// states; two steps in a row (the second from the first's states), and the slab's other rows
+// untouched. Batch sizes cross the 4-row tiles; hidden sizes have vector tails.
+TEST_CASE("RecurrentStep matches the reference layers at T = 1 on every backend that has it") {
+  // B, I, H
+  const std::vector<std::array<int64_t, 3>> shapes = {{1, 3, 5},  {3, 10, 8},  {4, 1, 12},
+                                                      {5, 7, 33}, {9, 10, 17}, {2, 4, 128}};
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    if (!backend->HasFastPath(FastPath::kRecurrentStep)) {
+      std::unique_ptr<TestMemory> mem = under_test.memory();
+      CHECK(backend
+                ->RecurrentStep(RecurrentCell::kLstm, mem->Output(4), mem->Output(4),
+                                mem->Output(8), nullptr, 1, 4, 4, 1, nullptr)
+                .code() == absl::StatusCode::kUnimplemented);
+      continue;
+    }
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const auto& [B, I, H] : shapes) {
+        for (const int L : {1, 2, 3}) {
+          const bool lstm = cell == Cell::kLstm;
+          const int64_t SL = (lstm ? 2 : 1) * H, S = L * SL, slots_n = 2 * B + 3;
+          std::mt19937 rng(static_cast<uint32_t>(9100 + L * 100 + B * 10 + H + I));
+          std::vector<RecurrentWeightsHost> layers;
+          for (int l = 0; l < L; ++l)
+            layers.emplace_back(rng, cell, RecurrentDims{B, 1, l == 0 ? I : H, H, 1});
+          std::vector<float> slab = Uniform(rng, slots_n * S, -0.5f, 0.5f);
+          // Slots 2b + 1, from the back: scattered and out of order.
+          std::vector<int32_t> slots(static_cast<size_t>(B));
+          for (int64_t b = 0; b < B; ++b) slots[b] = static_cast<int32_t>(2 * (B - 1 - b) + 1);
+          std::unique_ptr<TestMemory> mem = under_test.memory();
+          std::vector<RecurrentDirectionWeights> dev_weights;
+          for (int l = 0; l < L; ++l) dev_weights.push_back(layers[l].Upload(*mem)[0]);
+          float* dev_slab = mem->Upload(slab);
+          // Slots as floats' bit patterns, so that TestMemory carries them to the device.
+          std::vector<float> slot_bits(static_cast<size_t>(B));
+          std::memcpy(slot_bits.data(), slots.data(), slots.size() * sizeof(int32_t));
+          const auto* dev_slots = reinterpret_cast<const int32_t*>(mem->Upload(slot_bits));
+          for (int step = 0; step < 2; ++step) {
+            const std::vector<float> inp = Uniform(rng, B * I);
+            // The reference: gather, one step per layer, scatter.
+            std::vector<float> want_slab = slab, x = inp, top;
+            for (int l = 0; l < L; ++l) {
+              const int64_t K = l == 0 ? I : H;
+              std::vector<float> h_0(B * H), c_0(B * H), out(B * H), c_n(B * H);
+              for (int64_t b = 0; b < B; ++b) {
+                const float* state = want_slab.data() + slots[b] * S + l * SL;
+                std::copy_n(state, H, h_0.begin() + b * H);
+                if (lstm) std::copy_n(state + H, H, c_0.begin() + b * H);
+              }
+              const std::vector<RecurrentDirectionWeights> w = layers[l].Host();
+              const RecurrentDims dims{B, 1, K, H, 1};
+              if (lstm) {
+                ref::LstmLayerForward(out.data(), nullptr, c_n.data(), x.data(), h_0.data(),
+                                      c_0.data(), w.data(), dims);
+              } else {
+                ref::GruLayerForward(out.data(), nullptr, x.data(), h_0.data(), w.data(), dims);
+              }
+              for (int64_t b = 0; b < B; ++b) {
+                float* state = want_slab.data() + slots[b] * S + l * SL;
+                std::copy_n(out.begin() + b * H, H, state);
+                if (lstm) std::copy_n(c_n.begin() + b * H, H, state + H);
+              }
+              x = out;
+            }
+            top = x;
+            float* dev_top = mem->Output(B * H);
+            const absl::Status status = backend->RecurrentStep(
+                lstm ? RecurrentCell::kLstm : RecurrentCell::kGru, dev_top, mem->Upload(inp),
+                dev_slab, dev_slots, B, I, H, L, dev_weights.data());
+            const std::string what = Describe(
+                under_test, lstm ? "RecurrentStep LSTM" : "RecurrentStep GRU",
+                "B=" + std::to_string(B) + " I=" + std::to_string(I) + " H=" + std::to_string(H) +
+                    " L=" + std::to_string(L) + " step " + std::to_string(step));
+            INFO(what << ": " << status.ToString());
+            REQUIRE(status.ok());
+            ExpectAllClose(what + " top", mem->Download(dev_top, B * H), top, kRecurrentAtol,
+                           kRecurrentRtol);
+            // Every row of the slab: the stepped ones against the reference, the others as
+            // they were (bit for bit: compared with zero tolerance).
+            const std::vector<float> got_slab = mem->Download(dev_slab, slots_n * S);
+            ExpectAllClose(what + " slab", got_slab, want_slab, kRecurrentAtol, kRecurrentRtol);
+            for (int64_t r = 0; r < slots_n; r += 2) {
+              const std::vector<float> row(got_slab.begin() + r * S,
+                                           got_slab.begin() + (r + 1) * S);
+              const std::vector<float> was(slab.begin() + r * S, slab.begin() + (r + 1) * S);
+              ExpectAllClose(what + " untouched row " + std::to_string(r), row, was, 0.0, 0.0);
+            }
+            slab = got_slab;
+          }
+        }
+      }
+    }
   }
 }
 
@@ -1451,12 +1550,15 @@ TEST_CASE("DnnlBackend reports which ops are native") {
   }
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kPositionalEncoding));
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kAttentionLastQueryBackward));
-  // No fast paths: the default compositions run the stack layer by layer.
+  // No stack fast paths: the default compositions run the stack layer by layer. The one step
+  // of tick streams is its own where the CPU has AVX2 and FMA.
   for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
                               FastPath::kRecurrentStackBackward}) {
     CAPTURE(static_cast<int>(path));
     REQUIRE_FALSE((*backend)->HasFastPath(path));
   }
+  REQUIRE((*backend)->HasFastPath(FastPath::kRecurrentStep) ==
+          (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
 }
 
 TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {

@@ -130,8 +130,9 @@ TEST_CASE("Limits: --max-queue-per-model caps a model's queue", "[integration][l
   config.mutable_batching()->set_max_queue_delay_us(60'000'000);
   const std::shared_ptr<Forecaster> slow = MakeModel(config, 7);
   Publish(repository, *slow, 1);
+  // Batched even when idle: inline, the lone request would run at once instead of queueing.
   std::unique_ptr<ForecastdDaemon> daemon =
-      StartDaemon(repository.path(), {"--max-queue-per-model", "1"});
+      StartDaemon(repository.path(), {"--max-queue-per-model", "1", "--no-inline-when-idle"});
 
   const v1::PredictRequest request = Request("slow", {1, kT, kF}, Windows(1, kT, 401));
   grpc::ClientContext first_context;

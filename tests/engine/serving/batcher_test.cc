@@ -438,6 +438,81 @@ TEST_CASE("max_queue_delay closes a batch exactly when its oldest task has waite
   REQUIRE(h.completions.Get(2).batch_rows == 3);
 }
 
+TEST_CASE("With run_inline_when_idle a task for an idle batcher runs at once on Enqueue's thread",
+          "[unit][batcher]") {
+  Harness h;
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.run_inline_when_idle = true;
+  h.Start();
+  std::thread::id ran_on;
+  auto task = MakeTask({.id = 1, .rows = 2}, &h.completions);
+  auto done = std::move(task->done);
+  task->done = [&ran_on, done = std::move(done)](PredictResult result) {
+    ran_on = std::this_thread::get_id();
+    done(std::move(result));
+  };
+  REQUIRE(h.batcher->Enqueue(task).ok());
+  // Done before Enqueue returned, on this thread, with no wait for max_queue_delay (the fake
+  // clock never moved).
+  REQUIRE(h.completions.count() == 1);
+  REQUIRE(ran_on == std::this_thread::get_id());
+  h.CheckComputed(1, 2);
+  REQUIRE(h.completions.Get(1).queue_time == absl::ZeroDuration());
+  REQUIRE(h.model.batch_ids() == Ids{{1}});
+  REQUIRE(h.batcher->in_flight_tasks() == 0);
+}
+
+TEST_CASE("With run_inline_when_idle tasks that arrive while one runs inline queue and batch",
+          "[unit][batcher]") {
+  Harness h(/*num_workers=*/2);
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.run_inline_when_idle = true;
+  Gate gate;
+  h.model.set_gate(&gate);
+  h.Start();
+  absl::Status first_status;
+  std::thread first([&h, &first_status] {
+    std::unique_ptr<PredictTask> task = MakeTask({.id = 1}, &h.completions);
+    first_status = h.batcher->Enqueue(task);
+  });
+  REQUIRE(gate.WaitForWaiting(1));  // task 1 runs inline on `first`, held at the gate
+  h.EnqueueOk({.id = 2});
+  h.EnqueueOk({.id = 3, .rows = 2});
+  // Queued behind it, as a batch forming for max_queue_delay: not run inline.
+  REQUIRE(h.completions.count() == 0);
+  h.batcher->WaitUntilIdleForTesting();
+  REQUIRE(h.batcher->queued_tasks() == 2);
+  gate.Open();
+  first.join();
+  REQUIRE(first_status.ok());
+  REQUIRE(h.completions.WaitFor(1));
+  h.clock.Advance(10 * kMs);
+  REQUIRE(h.completions.WaitFor(3));
+  REQUIRE(h.model.batch_ids() == Ids{{1}, {2, 3}});
+  h.CheckComputed(1, 1);
+  h.CheckComputed(2, 1);
+  h.CheckComputed(3, 2);
+}
+
+TEST_CASE("With run_inline_when_idle and no idle worker a task queues as usual",
+          "[unit][batcher]") {
+  Harness h;
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.run_inline_when_idle = true;
+  h.Start();
+  Gate gate;
+  h.BlockWorker(&gate);  // the only worker is busy with other work
+  h.EnqueueOk({.id = 1});
+  REQUIRE(h.completions.count() == 0);
+  h.batcher->WaitUntilIdleForTesting();
+  REQUIRE(h.batcher->queued_tasks() == 1);
+  h.clock.Advance(10 * kMs);
+  gate.Open();
+  REQUIRE(h.completions.WaitFor(1));
+  h.CheckComputed(1, 1);
+  REQUIRE(h.completions.Get(1).queue_time == 10 * kMs);
+}
+
 TEST_CASE("max_queue_delay of zero dispatches whatever is queued at once", "[unit][batcher]") {
   Harness h;
   h.options.max_queue_delay = absl::ZeroDuration();

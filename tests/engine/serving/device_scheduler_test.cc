@@ -299,6 +299,92 @@ TEST_CASE("Shutdown runs queued work - then Submit runs work cancelled on the ca
   scheduler->Shutdown();  // idempotent
 }
 
+TEST_CASE("TryRunInline runs work on the calling thread as an idle worker slot",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  std::atomic<int> inline_setups{0};
+  DeviceScheduler::Options options;
+  options.num_workers = 2;
+  options.on_inline = [&inline_setups](int) { ++inline_setups; };
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> created = DeviceScheduler::Create(options);
+  REQUIRE(created.ok());
+  DeviceScheduler& scheduler = **created;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  int slot = -1;
+  bool was_cancelled = true;
+  int64_t busy_inside = 0;
+  REQUIRE(scheduler.TryRunInline([&](int worker, bool cancelled) {
+    ran_on = std::this_thread::get_id();
+    slot = worker;
+    was_cancelled = cancelled;
+    busy_inside = scheduler.busy_workers();
+  }));
+  REQUIRE(ran_on == caller);
+  REQUIRE((slot == 0 || slot == 1));
+  REQUIRE_FALSE(was_cancelled);
+  REQUIRE(busy_inside == 1);  // its slot counts as busy while it runs
+  REQUIRE(inline_setups == 1);
+  REQUIRE(scheduler.busy_workers() == 0);
+}
+
+TEST_CASE("TryRunInline refuses while work is queued or no slot is free",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1);
+  bool ran = false;
+  const auto work = [&ran](int, bool) { ran = true; };
+  // The only worker is busy: nothing runs inline.
+  SubmitBlocker(*scheduler, recorder);
+  REQUIRE(recorder.WaitAtGate(1));
+  REQUIRE_FALSE(scheduler->TryRunInline(work));
+  // Work is queued behind it: inline work would overtake it, so it is refused too.
+  scheduler->Submit(1, absl::InfiniteFuture(), [&recorder](int, bool) { recorder.Record(1); });
+  REQUIRE(scheduler->queued() == 1);
+  REQUIRE_FALSE(scheduler->TryRunInline(work));
+  recorder.Open();
+  REQUIRE(recorder.WaitForRecords(2));
+  // A leased slot is not free either.
+  {
+    absl::StatusOr<DeviceScheduler::TrainingLease> lease = scheduler->AcquireTrainingLease();
+    REQUIRE(lease.ok());
+    REQUIRE_FALSE(scheduler->TryRunInline(work));
+  }
+  REQUIRE_FALSE(ran);
+  REQUIRE(scheduler->TryRunInline(work));
+  REQUIRE(ran);
+  // After Shutdown nothing runs inline: the caller submits and the work runs cancelled.
+  scheduler->Shutdown();
+  ran = false;
+  REQUIRE_FALSE(scheduler->TryRunInline(work));
+  REQUIRE_FALSE(ran);
+}
+
+TEST_CASE("A slot running inline work takes no queued work until it returns",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1);
+  std::atomic<bool> ran_inline{false};
+  std::thread caller([&] {
+    ran_inline = scheduler->TryRunInline([&recorder](int worker, bool) {
+      recorder.Record(-1, worker);
+      recorder.WaitForGate();
+    });
+  });
+  REQUIRE(recorder.WaitAtGate(1));
+  // Submitted while the only slot runs inline work: it waits, although the worker thread idles.
+  scheduler->Submit(1, absl::InfiniteFuture(),
+                    [&recorder](int worker, bool) { recorder.Record(1, worker); });
+  REQUIRE(scheduler->queued() == 1);
+  REQUIRE(scheduler->busy_workers() == 1);
+  recorder.Open();
+  caller.join();
+  REQUIRE(ran_inline);
+  REQUIRE(recorder.WaitForRecords(2));
+  REQUIRE(recorder.order() == std::vector<int>{-1, 1});
+  REQUIRE(recorder.workers() == std::vector<int>{0, 0});
+}
+
 TEST_CASE("Submit from many threads runs every item exactly once", "[unit][device_scheduler]") {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 500;

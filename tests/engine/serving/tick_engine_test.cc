@@ -1,6 +1,7 @@
 // TickEngine on CPU instances: a state-mode step computes Forecaster::Step at the task's slot,
 // state reads and writes round-trip, ticks queued while the device is busy share one batch,
-// slots run out with RESOURCE_EXHAUSTED, and a draining engine refuses new tasks.
+// slots run out with RESOURCE_EXHAUSTED, a draining engine refuses new tasks, and a tick for an
+// idle engine runs inline on the enqueuing thread.
 #include "engine/serving/tick_engine.h"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -47,6 +49,7 @@ struct Env {
     options.state_floats = model->StateFloats();
     options.instances = &instances;
     options.scheduler = scheduler.get();
+    options.run_inline_when_idle = true;
     engine = TickEngine::Create(options).value();
   }
   ~Env() {
@@ -131,6 +134,49 @@ TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][strea
     REQUIRE(result.status.ok());
     REQUIRE(result.batch_rows == 4);
   }
+}
+
+TEST_CASE("A tick for an idle engine runs inline - one enqueued from its completion queues",
+          "[unit][stream]") {
+  Env env;
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id first_on, second_on;
+  absl::Notification second_done;
+  bool inside_first = false, second_inside_first = true;
+  absl::Status second_enqueued, first_status, second_status;
+  auto second = std::make_unique<TickTask>();
+  second->kind = TickTask::Kind::kStep;
+  second->slot = 1;
+  second->zero_state = true;
+  second->input = {10.0f, 100.0f};
+  second->done = [&](TickResult r) {
+    second_on = std::this_thread::get_id();
+    second_inside_first = inside_first;
+    second_status = r.status;
+    second_done.Notify();
+  };
+  auto first = std::make_unique<TickTask>();
+  first->kind = TickTask::Kind::kStep;
+  first->slot = 0;
+  first->zero_state = true;
+  first->input = {10.0f, 100.0f};
+  first->done = [&](TickResult r) {
+    first_on = std::this_thread::get_id();
+    inside_first = true;
+    // The next request of a stream, enqueued from the completion: it must not run inside it.
+    second_enqueued = env.engine->Enqueue(second);
+    inside_first = false;
+    first_status = r.status;
+  };
+  REQUIRE(env.engine->Enqueue(first).ok());
+  // The idle engine ran it before Enqueue returned, on this thread.
+  REQUIRE(first_on == caller);
+  REQUIRE(first_status.ok());
+  REQUIRE(second_enqueued.ok());
+  REQUIRE(second_done.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  REQUIRE_FALSE(second_inside_first);
+  REQUIRE(second_on != caller);  // a worker ran it
+  REQUIRE(second_status.ok());
 }
 
 TEST_CASE("Slots run out with RESOURCE_EXHAUSTED and a draining engine refuses tasks",
