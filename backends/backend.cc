@@ -45,6 +45,14 @@ absl::Status Backend::RecurrentStackLast(RecurrentCell /*cell*/, float* /*last*/
       absl::StrCat(name(), " has no RecurrentStackLast (SupportsOp(kRecurrentStackLast))"));
 }
 
+absl::Status Backend::RecurrentStep(RecurrentCell /*cell*/, float* /*out*/, float* /*scratch*/,
+                                    float* /*slab*/, const int32_t* /*slots*/, const float* /*inp*/,
+                                    const RecurrentDirectionWeights* /*weights*/,
+                                    const RecurrentDims& /*dims*/, int /*num_layers*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no RecurrentStep (HasFastPath(kRecurrentStep))"));
+}
+
 absl::Status Backend::LinearForTraining(float* out, float* /*saved*/, const float* inp,
                                         const float* weight, const float* bias, int64_t N,
                                         int64_t IN, int64_t OUT) {

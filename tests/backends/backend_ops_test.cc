@@ -1453,7 +1453,7 @@ TEST_CASE("DnnlBackend reports which ops are native") {
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kAttentionLastQueryBackward));
   // No fast paths: the default compositions run the stack layer by layer.
   for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
-                              FastPath::kRecurrentStackBackward}) {
+                              FastPath::kRecurrentStackBackward, FastPath::kRecurrentStep}) {
     CAPTURE(static_cast<int>(path));
     REQUIRE_FALSE((*backend)->HasFastPath(path));
   }
