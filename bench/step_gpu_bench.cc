@@ -4,8 +4,8 @@
 // xn (B, F) on the device to the top layer's new h (B, H), the slab updated in place; the head
 // and the (de)standardisation are left out, as in the PyTorch peer (bench/step_torch.py).
 //
-// Paths timed, each on its own CudaBackend: `fused` (CudaBackend::RecurrentStep, the kernel
-// chosen by batch size), `warp` and `tiled` (one kernel forced), and `cudnn` (what a step
+// Paths timed, each on its own CudaBackend: `fused` (CudaBackend::RecurrentStep, the kernels
+// chosen by batch size), `cluster`, `warp` and `tiled` (one kind forced), and `cudnn` (what a step
 // did before the fused kernels: per layer, gather h and c by slot, a T = 1 cuDNN layer,
 // scatter them back). Each path runs one eager step from the same slab first (its result is
 // written for the peer to check), then `--steps-per-graph` consecutive steps are captured into
@@ -15,7 +15,8 @@
 // Writes, per B, into `--dir`: the parameters (arena order: w_ih, w_hh, b_ih, b_hh per layer),
 // xn, slots, the slab before and after the eager fused step and its top h, as raw float32 /
 // int32 files, and `manifest.json` describing them. Prints one JSON line per B:
-//   {"B":...,"fused":{"median_us":...,...},"warp":{...},"tiled":{...},"cudnn":{...}}
+//   {"B":...,"fused":{"median_us":...,...},"cluster":{...},"warp":{...},"tiled":{...},
+//    "cudnn":{...}}
 // Exit codes: 0 success, 1 a failure, 2 bad arguments.
 #include <cuda_runtime_api.h>
 
@@ -162,6 +163,7 @@ absl::Status Run(const Flags& flags) {
                                       R"(,"F":)", F, R"(,"S":)", S, R"(,"cases":[)");
   using StepKernel = CudaBackend::Options::StepKernel;
   const std::pair<const char*, StepKernel> kPaths[] = {{"fused", StepKernel::kAuto},
+                                                       {"cluster", StepKernel::kCluster},
                                                        {"warp", StepKernel::kWarp},
                                                        {"tiled", StepKernel::kTiled},
                                                        {"cudnn", StepKernel::kAuto}};

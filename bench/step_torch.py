@@ -113,8 +113,9 @@ def main():
     params = load(os.path.join(args.dir, "params.f32"), np.float32, (-1,)).to(device)
     cells = build_cells(manifest, params, device)
     name = f"{manifest['cell']}_h{H}_l{manifest['L']}"
-    header = (f"{'case':<14} {'B':>5} {'fused_us':>9} {'warp_us':>8} {'tiled_us':>9} "
-              f"{'cudnn_us':>9} {'torch_us':>9} {'torch/fused':>11} {'err_vs_torch':>12}")
+    header = (f"{'case':<14} {'B':>5} {'fused_us':>9} {'cluster_us':>10} {'warp_us':>8} "
+              f"{'tiled_us':>9} {'cudnn_us':>9} {'torch_us':>9} {'torch/fused':>11} "
+              f"{'err_vs_torch':>12}")
     lines = [f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}; GPU time per "
              f"step (median of {args.replays} graph replays of {args.steps_per_graph} steps)",
              header]
@@ -138,9 +139,9 @@ def main():
         def us(path):
             return row[path]["median_us"] if path in row else float("nan")
 
-        line = (f"{name:<14} {B:>5} {us('fused'):>9.2f} {us('warp'):>8.2f} {us('tiled'):>9.2f} "
-                f"{us('cudnn'):>9.2f} {torch_us:>9.2f} {torch_us / us('fused'):>11.2f} "
-                f"{err:>12.2e}")
+        line = (f"{name:<14} {B:>5} {us('fused'):>9.2f} {us('cluster'):>10.2f} "
+                f"{us('warp'):>8.2f} {us('tiled'):>9.2f} {us('cudnn'):>9.2f} {torch_us:>9.2f} "
+                f"{torch_us / us('fused'):>11.2f} {err:>12.2e}")
         lines.append(line)
         print(line, flush=True)
     if os.environ.get("OUT"):

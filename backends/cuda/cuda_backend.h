@@ -75,10 +75,11 @@ class CudaBackend final : public Backend {
     // On an H100, LSTM H=128/256, L=2, T=100: the persistent kernel takes 3.1x less time than
     // the standard algorithm at one row, 1.6x at two, the same at four and ever more beyond.
     int64_t rnn_persist_max_batch = 2;
-    // The kernel of RecurrentStep (kernels/cuda/recurrent_step.h): kAuto picks by the number of
-    // streams (weight-stationary warps for few, a register-tiled product for many); kWarp and
-    // kTiled force one (tests and benchmarks).
-    enum class StepKernel { kAuto, kWarp, kTiled };
+    // The kernels of RecurrentStep (kernels/cuda/recurrent_step.h): kAuto picks by the number
+    // of streams and the sizes (for few streams the whole stack in one launch of a
+    // thread-block cluster, else a weight-stationary kernel per layer; a register-tiled
+    // product per layer for many); kCluster, kWarp and kTiled force one (tests, benchmarks).
+    enum class StepKernel { kAuto, kCluster, kWarp, kTiled };
     StepKernel step_kernel = StepKernel::kAuto;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)

@@ -554,10 +554,20 @@ absl::Status CudaBackend::RecurrentStep(RecurrentCell cell, float* out, float* s
           cudaMemsetAsync(counters, 0, static_cast<size_t>(scratch_[kStepCounters].block_bytes()),
                           context_.stream));
     }
-    const cuda::StepKernel kernel =
-        options_.step_kernel == Options::StepKernel::kWarp    ? cuda::StepKernel::kWarp
-        : options_.step_kernel == Options::StepKernel::kTiled ? cuda::StepKernel::kTiled
-                                                              : cuda::StepKernel::kAuto;
+    cuda::StepKernel kernel = cuda::StepKernel::kAuto;
+    switch (options_.step_kernel) {
+      case Options::StepKernel::kAuto:
+        break;
+      case Options::StepKernel::kCluster:
+        kernel = cuda::StepKernel::kCluster;
+        break;
+      case Options::StepKernel::kWarp:
+        kernel = cuda::StepKernel::kWarp;
+        break;
+      case Options::StepKernel::kTiled:
+        kernel = cuda::StepKernel::kTiled;
+        break;
+    }
     return cuda::RecurrentStepForward(
         out, scratch, slab, static_cast<int*>(counters), slots, inp, weights,
         cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru, kernel, dims.B,

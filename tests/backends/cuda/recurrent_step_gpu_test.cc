@@ -3,8 +3,8 @@
 // against the same Step on the reference backend (host gather, reference layers, scatter): 1-3
 // layers, odd and even hidden sizes, 1 to 4096 streams in scattered slots of a slab whose other
 // rows must stay untouched, several consecutive steps from random states, every kernel choice
-// (kAuto, kWarp, kTiled); forecasts and states within 1e-5 (abs + rel). Then the step captured
-// in a CUDA graph and replayed.
+// (kAuto, kCluster, kWarp, kTiled); forecasts and states within 1e-5 (abs + rel). Then the step
+// captured in a CUDA graph and replayed.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -154,14 +154,16 @@ std::vector<int32_t> ScatteredSlots(int64_t B, int64_t rows, uint32_t seed) {
 }
 
 using StepKernel = CudaBackend::Options::StepKernel;
-constexpr StepKernel kKernels[] = {StepKernel::kAuto, StepKernel::kWarp, StepKernel::kTiled};
-constexpr const char* kKernelNames[] = {"auto", "warp", "tiled"};
+constexpr StepKernel kKernels[] = {StepKernel::kAuto, StepKernel::kCluster, StepKernel::kWarp,
+                                   StepKernel::kTiled};
+constexpr const char* kKernelNames[] = {"auto", "cluster", "warp", "tiled"};
+constexpr int kKernelCount = 4;
 
 TEST_CASE("The fused step on the GPU gives the reference backend's Step", "[gpu][model][stream]") {
   constexpr int kSteps = 3;
   ReferenceBackend reference;
-  std::unique_ptr<CudaBackend> cuda[3];
-  for (int k = 0; k < 3; ++k) cuda[k] = MakeCuda(kKernels[k]);
+  std::unique_ptr<CudaBackend> cuda[kKernelCount];
+  for (int k = 0; k < kKernelCount; ++k) cuda[k] = MakeCuda(kKernels[k]);
   for (const bool lstm : {true, false}) {
     for (const int layers : {1, 2, 3}) {
       for (const int hidden : {9, 33, 128}) {
@@ -201,7 +203,7 @@ TEST_CASE("The fused step on the GPU gives the reference backend's Step", "[gpu]
           float* out = mem.Upload(std::vector<float>(B * outs, 0.0f));
           const int64_t ws_floats = model->StepWorkspaceFloats(B);
           float* ws = mem.Upload(std::vector<float>(ws_floats, 0.0f));
-          for (int k = 0; k < 3; ++k) {
+          for (int k = 0; k < kKernelCount; ++k) {
             CAPTURE(kKernelNames[k]);
             float* slab = mem.Upload(slab_0);
             CudaDataOps data(cuda[k]->stream());
