@@ -56,7 +56,8 @@ __device__ __forceinline__ float BiasOf(const Weights& w, int q, int j, int H) {
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The sigmoid from the hardware's exp2 and reciprocal: a few ulp, far inside 1e-5.
+// The sigmoid from the hardware's exp2 and reciprocal: __expf's error, 2 + 1.16 |x| ulp,
+// leaves a gate within a few 1e-7 of the exact sigmoid (the step's tolerance is 1e-5).
 __device__ __forceinline__ float FastSigmoid(float x) { return __frcp_rn(1.0f + __expf(-x)); }
 
 // The activation of quantity q's pre-activation: LSTM i, f, o sigmoid and g tanh; GRU r, z
