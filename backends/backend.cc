@@ -37,20 +37,20 @@ absl::Status Backend::RecurrentStack(RecurrentCell cell, float* out, float* scra
   return absl::OkStatus();
 }
 
-absl::Status Backend::RecurrentStep(RecurrentCell /*cell*/, float* /*top*/, const float* /*inp*/,
-                                    float* /*slab*/, const int32_t* /*slots*/, int64_t /*B*/,
-                                    int64_t /*I*/, int64_t /*H*/, int /*num_layers*/,
-                                    const RecurrentDirectionWeights* /*weights*/) {
-  return absl::UnimplementedError(
-      absl::StrCat(name(), " has no RecurrentStep (HasFastPath(kRecurrentStep))"));
-}
-
 absl::Status Backend::RecurrentStackLast(RecurrentCell /*cell*/, float* /*last*/,
                                          float* /*scratch*/, const float* /*inp*/,
                                          const RecurrentDirectionWeights* /*weights*/,
                                          const RecurrentDims& /*dims*/, int /*num_layers*/) {
   return absl::UnimplementedError(
       absl::StrCat(name(), " has no RecurrentStackLast (SupportsOp(kRecurrentStackLast))"));
+}
+
+absl::Status Backend::RecurrentStep(RecurrentCell /*cell*/, float* /*out*/, float* /*scratch*/,
+                                    float* /*slab*/, const int32_t* /*slots*/, const float* /*inp*/,
+                                    const RecurrentDirectionWeights* /*weights*/,
+                                    const RecurrentDims& /*dims*/, int /*num_layers*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no RecurrentStep (HasFastPath(kRecurrentStep))"));
 }
 
 absl::Status Backend::LinearForTraining(float* out, float* /*saved*/, const float* inp,

@@ -7,7 +7,8 @@
 //     (a partial backend falls back, op by op).
 //   HasFastPath(FastPath): does the backend have this optional composite op of its own? Without
 //     it the op runs as the default composition of the ops above (Backend's own
-//     implementation, backend.cc), or, for RecurrentStackLast, the caller composes it.
+//     implementation, backend.cc), or, for RecurrentStackLast and RecurrentStep, the caller
+//     composes it.
 // Saved training state is a value the caller owns: a forward-for-training op (LinearForTraining,
 // Attention with `att`, RecurrentStackForTraining) fills memory the model's training tape
 // allocated, of the size the backend states (LinearSavedFloats, AttentionSavedFloats,
@@ -67,9 +68,10 @@ enum class FastPath {
   // recomputes the layers and runs LstmLayerBackward / GruLayerBackward layer by layer, so a
   // caller does better keeping each layer's input and calling the layer backwards itself.
   kRecurrentStackBackward,
-  // RecurrentStep at all: one time step of a stack of layers whose states stay in a slab,
-  // read and written in place by slot. Without it RecurrentStep returns UNIMPLEMENTED and the
-  // caller gathers the states, runs LstmLayer / GruLayer for T = 1 and scatters them back.
+  // RecurrentStep at all: one time step of a stack of layers for streams whose states live in a
+  // slab, reading and writing the states in place. Without it RecurrentStep returns
+  // UNIMPLEMENTED and the caller gathers the states, runs LstmLayer / GruLayer for T = 1 and
+  // scatters them back itself (the data movement is not a Backend op).
   kRecurrentStep,
 };
 
@@ -135,20 +137,26 @@ class Backend {
   // HasFastPath(kRecurrentStackLast): the default returns UNIMPLEMENTED. A backend may then run
   // the stack in the layout it runs fastest (cuDNN's sequence-major one) without rearranging the
   // whole output.
-  // One time step of a stack of `num_layers` unidirectional layers for B streams (HasFastPath
-  // (kRecurrentStep); the default returns UNIMPLEMENTED). Stream b's state is
-  // slab[slots[b] * S, + S) in the backend's memory: layer l's h at l * SL and, for an LSTM,
-  // its c at l * SL + H (SL = 2H for an LSTM, H for a GRU; S = num_layers * SL); it is read and
-  // replaced by the state after the step. inp (B, I) is the step's input, weights[l] layer l's
-  // (input size I for layer 0, H above), top (B, H) gets the top layer's new h. Slots are
-  // distinct.
-  virtual absl::Status RecurrentStep(RecurrentCell cell, float* top, const float* inp, float* slab,
-                                     const int32_t* slots, int64_t B, int64_t I, int64_t H,
-                                     int num_layers, const RecurrentDirectionWeights* weights);
   virtual absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
                                           const float* inp,
                                           const RecurrentDirectionWeights* weights,
                                           const RecurrentDims& dims, int num_layers);
+
+  // One time step of `num_layers` (>= 1) stacked unidirectional LSTM or GRU layers for dims.B
+  // streams (dims.T = 1, dims.ND = 1), each stream's states read from and written back to a
+  // slab in place. Stream b's state is the S = num_layers * SL floats at slab[slots[b] * S]
+  // (SL = 2H for an LSTM, H for a GRU): layer l's h at [l * SL, + H), then for an LSTM its c at
+  // [l * SL + H, + H). Slots are distinct, int32 of the slab's memory; other rows of the slab
+  // stay untouched. inp (B, dims.I) feeds layer 0 (weights[0]); layer l > 0 reads layer l-1's
+  // new h (weights[l], input width H). out (B, H) receives the top layer's new h; `scratch`
+  // (B*H floats) may hold the layers in between, nullptr when num_layers is 1. The result is
+  // what gathering the states, running LstmLayer / GruLayer for T = 1 from them and scattering
+  // the final states back gives. Only where HasFastPath(kRecurrentStep): the default returns
+  // UNIMPLEMENTED.
+  virtual absl::Status RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
+                                     const int32_t* slots, const float* inp,
+                                     const RecurrentDirectionWeights* weights,
+                                     const RecurrentDims& dims, int num_layers);
 
   // out (N, C) = LayerNorm(inp (N, C)) * gamma + beta; mean/rstd (N) or nullptr.
   virtual absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp,

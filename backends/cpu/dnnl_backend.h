@@ -50,9 +50,10 @@ class DnnlBackend final : public Backend {
   // layer by layer, each layer on its oneDNN primitive, and training keeps each layer's input
   // for the layer backwards.
   bool HasFastPath(FastPath path) const override;
-  absl::Status RecurrentStep(RecurrentCell cell, float* top, const float* inp, float* slab,
-                             const int32_t* slots, int64_t B, int64_t I, int64_t H, int num_layers,
-                             const RecurrentDirectionWeights* weights) override;
+  absl::Status RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
+                             const int32_t* slots, const float* inp,
+                             const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
+                             int num_layers) override;
 
   // Weights of Linear, LstmLayer and GruLayer are read on every call: the recurrent layers
   // copy them into oneDNN's layout each time (work about 1/(B*T) of the layer's own), so

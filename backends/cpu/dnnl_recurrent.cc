@@ -211,23 +211,26 @@ bool DnnlBackend::HasFastPath(FastPath path) const {
   return path == FastPath::kRecurrentStep && cpu::HasAvx2Fma();
 }
 
-absl::Status DnnlBackend::RecurrentStep(RecurrentCell cell, float* top, const float* inp,
-                                        float* slab, const int32_t* slots, int64_t B, int64_t I,
-                                        int64_t H, int num_layers,
-                                        const RecurrentDirectionWeights* weights) {
-  if (!cpu::HasAvx2Fma())
-    return Backend::RecurrentStep(cell, top, inp, slab, slots, B, I, H, num_layers, weights);
-  if (B < 1 || I < 1 || H < 1 || num_layers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("RecurrentStep: bad shape B=", B, " I=", I, " H=", H, " layers=", num_layers));
+absl::Status DnnlBackend::RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
+                                        const int32_t* slots, const float* inp,
+                                        const RecurrentDirectionWeights* weights,
+                                        const RecurrentDims& dims, int num_layers) {
+  if (!cpu::HasAvx2Fma()) {
+    return Backend::RecurrentStep(cell, out, scratch, slab, slots, inp, weights, dims, num_layers);
+  }
+  if (dims.B < 1 || dims.I < 1 || dims.H < 1 || dims.T != 1 || dims.ND != 1 || num_layers < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("RecurrentStep: bad shape B=", dims.B,
+                                                   " T=", dims.T, " I=", dims.I, " H=", dims.H,
+                                                   " ND=", dims.ND, " layers=", num_layers));
   }
   std::vector<cpu::StepLayerWeights> layers(static_cast<size_t>(num_layers));
   for (int l = 0; l < num_layers; ++l) {
     layers[static_cast<size_t>(l)] = {weights[l].w_ih, weights[l].w_hh, weights[l].b_ih,
                                       weights[l].b_hh};
   }
-  cpu::RunStep({cell == RecurrentCell::kLstm ? cpu::Cell::kLstm : cpu::Cell::kGru, B, I, H,
-                num_layers, inp, slab, slots, layers.data(), top});
+  // The layers in between stay in the slab: `scratch` is not needed.
+  cpu::RunStep({cell == RecurrentCell::kLstm ? cpu::Cell::kLstm : cpu::Cell::kGru, dims.B, dims.I,
+                dims.H, num_layers, inp, slab, slots, layers.data(), out});
   return absl::OkStatus();
 }
 

@@ -75,6 +75,12 @@ class CudaBackend final : public Backend {
     // On an H100, LSTM H=128/256, L=2, T=100: the persistent kernel takes 3.1x less time than
     // the standard algorithm at one row, 1.6x at two, the same at four and ever more beyond.
     int64_t rnn_persist_max_batch = 2;
+    // The kernels of RecurrentStep (kernels/cuda/recurrent_step.h): kAuto picks by the number
+    // of streams and the sizes (for few streams the whole stack in one launch of a
+    // thread-block cluster, else a weight-stationary kernel per layer; a register-tiled
+    // product per layer for many); kCluster, kWarp and kTiled force one (tests, benchmarks).
+    enum class StepKernel { kAuto, kCluster, kWarp, kTiled };
+    StepKernel step_kernel = StepKernel::kAuto;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.
@@ -142,6 +148,14 @@ class CudaBackend final : public Backend {
   absl::Status RecurrentStackLast(RecurrentCell cell, float* last, float* scratch, const float* inp,
                                   const RecurrentDirectionWeights* weights,
                                   const RecurrentDims& dims, int num_layers) override;
+  // One fused kernel per layer (kernels/cuda/recurrent_step.h) that reads the states from the
+  // slab, runs the cell and writes them back, with no gather, scatter or cuDNN call; fp32 FMA
+  // math under every Options::math. The first call at a batch size larger than any before may
+  // allocate (a few ints of scratch): run it once before capturing a CUDA graph.
+  absl::Status RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
+                             const int32_t* slots, const float* inp,
+                             const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
+                             int num_layers) override;
   // cuDNN's reserve space of the stack's training plan (0 when B or T is 0).
   absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
                                                int num_layers) override;
@@ -235,6 +249,7 @@ class CudaBackend final : public Backend {
     kAttentionOperands,  // q, k and v in 16 bits (fused attention for inference)
     kGemmA16,            // a GEMM's first operand rounded to 16 bits (16-bit math modes)
     kGemmB16,            // its second operand
+    kStepCounters,       // RecurrentStep's per-tile counters (zero between kernels)
     kScratchCount,
   };
   struct RnnPlan;         // cuda_recurrent.cc

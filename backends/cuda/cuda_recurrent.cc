@@ -38,6 +38,7 @@
 #include "backends/cuda/library_status.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/recurrent_step.h"
 
 namespace forecastd {
 namespace {
@@ -525,6 +526,52 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
     const void* y_last = static_cast<const char*>(y) + offset;
     if (float_data) return Copy(last, static_cast<const float*>(y_last), n, stream);
     return cuda::ConvertFrom16(last, y_last, n, *type, stream);
+  });
+}
+
+absl::Status CudaBackend::RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
+                                        const int32_t* slots, const float* inp,
+                                        const RecurrentDirectionWeights* weights,
+                                        const RecurrentDims& dims, int num_layers) {
+  if (num_layers < 1 || dims.T != 1 || dims.ND != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStep: need num_layers >= 1, T = 1 and ND = 1, got ", num_layers,
+                     ", ", dims.T, " and ", dims.ND));
+  }
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    RETURN_IF_ERROR(CheckDims(dims, "RecurrentStep"));
+    if (dims.B == 0) return absl::OkStatus();
+    // The counters must start at zero; the kernels leave them so. Only a new block needs it.
+    // Room for 16384 streams from the start, so that a larger batch than the first one seen
+    // rarely moves them (a CUDA graph captured earlier would still point at the old block).
+    const int64_t counter_bytes =
+        std::max(cuda::RecurrentStepCounterInts(dims.B), cuda::RecurrentStepCounterInts(16384)) *
+        static_cast<int64_t>(sizeof(int));
+    const bool fresh = counter_bytes > scratch_[kStepCounters].block_bytes();
+    ASSIGN_OR_RETURN(void* counters, ScratchLocked(kStepCounters, counter_bytes));
+    if (fresh) {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(counters, 0, static_cast<size_t>(scratch_[kStepCounters].block_bytes()),
+                          context_.stream));
+    }
+    cuda::StepKernel kernel = cuda::StepKernel::kAuto;
+    switch (options_.step_kernel) {
+      case Options::StepKernel::kAuto:
+        break;
+      case Options::StepKernel::kCluster:
+        kernel = cuda::StepKernel::kCluster;
+        break;
+      case Options::StepKernel::kWarp:
+        kernel = cuda::StepKernel::kWarp;
+        break;
+      case Options::StepKernel::kTiled:
+        kernel = cuda::StepKernel::kTiled;
+        break;
+    }
+    return cuda::RecurrentStepForward(
+        out, scratch, slab, static_cast<int*>(counters), slots, inp, weights,
+        cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru, kernel, dims.B,
+        dims.I, dims.H, num_layers, context_.stream);
   });
 }
 

@@ -112,7 +112,8 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
 // State mode. A stream's state is, layer after layer, h (H) and for an LSTM c (H):
 //   slab[slot * S + l * SL, + H) = h_l,  slab[slot * S + l * SL + H, + H) = c_l,
 // with SL = 2H (LSTM) or H (GRU) and S = L * SL. One step runs each layer for T = 1 from the
-// gathered states: out_l = h_l' (B, H) feeds layer l + 1, and the head reads the top one.
+// gathered states: out_l = h_l' (B, H) feeds layer l + 1, and the head reads the top one. A
+// backend with FastPath::kRecurrentStep runs all that as one call on the slab itself.
 int64_t RecurrentForecaster::StateFloats() const {
   if (directions_ != 1) return 0;
   return int64_t{rnn_.num_layers()} * (is_lstm_ ? 2 : 1) * rnn_.hidden_size();
@@ -129,21 +130,22 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
                                                    float* slab, const int32_t* slots, int64_t B,
                                                    Workspace& workspace) const {
   const int64_t H = rnn_.hidden_size(), S = StateFloats(), SL = (is_lstm_ ? 2 : 1) * H;
+  const int L = rnn_.num_layers();
+  float* outputs[2] = {workspace.Alloc(B * H), workspace.Alloc(B * H)};
   if (backend.HasFastPath(FastPath::kRecurrentStep)) {
-    float* top = workspace.Alloc(B * H);
-    std::vector<RecurrentDirectionWeights> weights(static_cast<size_t>(rnn_.num_layers()));
-    for (int l = 0; l < rnn_.num_layers(); ++l) LayerWeights(p, l, &weights[l]);
-    RETURN_IF_ERROR(backend.RecurrentStep(is_lstm_ ? RecurrentCell::kLstm : RecurrentCell::kGru,
-                                          top, xn, slab, slots, B, num_features(), H,
-                                          rnn_.num_layers(), weights.data()));
-    return backend.Linear(out, top, p.at("head.weight"), p.at("head.bias"), B, H, num_outputs());
+    // The backend reads and writes the states in the slab itself (one fused kernel per layer
+    // on the GPU); the top layer's h' lands in outputs[0].
+    const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
+    RETURN_IF_ERROR(backend.RecurrentStep(cell(), outputs[0], outputs[1], slab, slots, xn,
+                                          weights.data(), {B, 1, num_features(), H, 1}, L));
+    return backend.Linear(out, outputs[0], p.at("head.weight"), p.at("head.bias"), B, H,
+                          num_outputs());
   }
   float* h_0 = workspace.Alloc(B * H);
   float* c_0 = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
   float* c_n = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
-  float* outputs[2] = {workspace.Alloc(B * H), workspace.Alloc(B * H)};
   const float* inp = xn;
-  for (int l = 0; l < rnn_.num_layers(); ++l) {
+  for (int l = 0; l < L; ++l) {
     float* h = slab + l * SL;
     float* layer_out = outputs[l % 2];
     RecurrentDirectionWeights weights[1];

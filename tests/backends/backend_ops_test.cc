@@ -461,8 +461,8 @@ TEST_CASE("RecurrentStep matches the reference layers at T = 1 on every backend 
     if (!backend->HasFastPath(FastPath::kRecurrentStep)) {
       std::unique_ptr<TestMemory> mem = under_test.memory();
       CHECK(backend
-                ->RecurrentStep(RecurrentCell::kLstm, mem->Output(4), mem->Output(4),
-                                mem->Output(8), nullptr, 1, 4, 4, 1, nullptr)
+                ->RecurrentStep(RecurrentCell::kLstm, mem->Output(4), nullptr, mem->Output(8),
+                                nullptr, mem->Output(4), nullptr, RecurrentDims{1, 1, 4, 4, 1}, 1)
                 .code() == absl::StatusCode::kUnimplemented);
       continue;
     }
@@ -516,9 +516,10 @@ TEST_CASE("RecurrentStep matches the reference layers at T = 1 on every backend 
             }
             top = x;
             float* dev_top = mem->Output(B * H);
-            const absl::Status status = backend->RecurrentStep(
-                lstm ? RecurrentCell::kLstm : RecurrentCell::kGru, dev_top, mem->Upload(inp),
-                dev_slab, dev_slots, B, I, H, L, dev_weights.data());
+            const absl::Status status =
+                backend->RecurrentStep(lstm ? RecurrentCell::kLstm : RecurrentCell::kGru, dev_top,
+                                       mem->Output(B * H), dev_slab, dev_slots, mem->Upload(inp),
+                                       dev_weights.data(), RecurrentDims{B, 1, I, H, 1}, L);
             const std::string what = Describe(
                 under_test, lstm ? "RecurrentStep LSTM" : "RecurrentStep GRU",
                 "B=" + std::to_string(B) + " I=" + std::to_string(I) + " H=" + std::to_string(H) +

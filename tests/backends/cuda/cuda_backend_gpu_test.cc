@@ -134,7 +134,7 @@ TEST_CASE("CudaBackend runs every op natively and has every fast path") {
     REQUIRE(backend->SupportsOp(static_cast<Op>(op)));
   }
   for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
-                              FastPath::kRecurrentStackBackward}) {
+                              FastPath::kRecurrentStackBackward, FastPath::kRecurrentStep}) {
     CAPTURE(static_cast<int>(path));
     REQUIRE(backend->HasFastPath(path));
   }

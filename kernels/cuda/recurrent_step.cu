@@ -1,0 +1,761 @@
+#include "kernels/cuda/recurrent_step.h"
+
+#include <cooperative_groups.h>
+#include <cuda_pipeline.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/base/status.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace forecastd::cuda {
+namespace {
+
+// Each unit j of a layer needs four dot products of its rows with [x | h] (K = I + H). For an
+// LSTM they are the four gates' pre-activations. For a GRU they are r and z (x and h parts
+// summed) and the two halves of n, W_in x + b_in and W_hn h + b_hn, which the cell combines as
+// n = tanh(nx + r * nh). Quantity q of unit j reads row Row(q) * H + j of w_ih for its x part
+// (when UsesX(q)) and of w_hh for its h part (when UsesH(q)).
+constexpr int kQuantities = 4;
+
+template <bool kLstm>
+__device__ __forceinline__ int Row(int q) {
+  return kLstm ? q : min(q, 2);
+}
+template <bool kLstm>
+__device__ __forceinline__ bool UsesX(int q) {
+  return kLstm || q != 3;
+}
+template <bool kLstm>
+__device__ __forceinline__ bool UsesH(int q) {
+  return kLstm || q != 2;
+}
+
+struct Weights {
+  const float* w_ih;  // (G*H, I)
+  const float* w_hh;  // (G*H, H)
+  const float* b_ih;  // (G*H)
+  const float* b_hh;  // (G*H)
+};
+
+// Column k of quantity q's row of unit j over [x | h]; 0 past K = I + H.
+template <bool kLstm>
+__device__ __forceinline__ float WeightAt(const Weights& w, int q, int j, int k, int I, int H) {
+  const int64_t row = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
+  if (k < I) return UsesX<kLstm>(q) ? w.w_ih[row * I + k] : 0.0f;
+  if (k < I + H) return UsesH<kLstm>(q) ? w.w_hh[row * H + (k - I)] : 0.0f;
+  return 0.0f;
+}
+
+template <bool kLstm>
+__device__ __forceinline__ float BiasOf(const Weights& w, int q, int j, int H) {
+  const int64_t row = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
+  return (UsesX<kLstm>(q) ? w.b_ih[row] : 0.0f) + (UsesH<kLstm>(q) ? w.b_hh[row] : 0.0f);
+}
+
+__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The sigmoid from the hardware's exp2 and reciprocal: __expf's error, 2 + 1.16 |x| ulp,
+// leaves a gate within a few 1e-7 of the exact sigmoid (the step's tolerance is 1e-5).
+__device__ __forceinline__ float FastSigmoid(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+
+// The activation of quantity q's pre-activation: LSTM i, f, o sigmoid and g tanh; GRU r, z
+// sigmoid, and n's two halves as they are (the cell combines them).
+template <bool kLstm>
+__device__ __forceinline__ float ActivateQuantity(float x, int q) {
+  if (kLstm) return q == 2 ? tanhf(x) : FastSigmoid(x);
+  return q < 2 ? FastSigmoid(x) : x;
+}
+
+// The cell from the four sums (biases included). LSTM: c is the old cell state, replaced by
+// c'; GRU: h is the old hidden state. Returns h'.
+template <bool kLstm>
+__device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, float* c) {
+  if (kLstm) {
+    const float i = Sigmoid(a[0]), f = Sigmoid(a[1]), g = tanhf(a[2]), o = Sigmoid(a[3]);
+    const float c_new = f * *c + i * g;
+    *c = c_new;
+    return o * tanhf(c_new);
+  }
+  const float r = Sigmoid(a[0]), z = Sigmoid(a[1]);
+  const float n = tanhf(a[2] + r * a[3]);
+  return (1.0f - z) * n + z * h;
+}
+
+// The top layer's last step: its h' sits in `out` and each block of a stream tile has read
+// the old h from the slab. The last block of the tile to finish (counted in counters[tile])
+// copies the tile's h' into the slab and zeroes the counter for the next call.
+__device__ void WriteBackWhenLast(float* state, int* counters, const int64_t* rows,
+                                  const float* out, int b0, int nb, int H) {
+  __shared__ bool last;
+  __threadfence();  // this block's h' is visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.y], 1) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  // Eight loads in flight per thread before their stores (out and state may alias as far as
+  // the compiler knows, so it would not batch them itself).
+  constexpr int kBatch = 8;
+  for (int base = 0; base < nb * H; base += kBatch * blockDim.x) {
+    float v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = base + u * blockDim.x + threadIdx.x, r = e / H, j = e - r * H;
+      v[u] = e < nb * H ? __ldcg(&out[static_cast<int64_t>(b0 + r) * H + j]) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int e = base + u * blockDim.x + threadIdx.x, r = e / H, j = e - r * H;
+      if (e < nb * H) state[rows[r] + j] = v[u];
+    }
+  }
+  if (threadIdx.x == 0) counters[blockIdx.y] = 0;
+}
+
+// --- kernels
+
+// kWarp. Grid (ceil(H / kWarpUnits), ceil(B / kWarpStreams)); warp w of block (x, y) owns unit
+// j = x * kWarpUnits + w and streams [y * kWarpStreams, + kWarpStreams). Lane l holds columns
+// l, l + 32, ... of the unit's four rows (KPL of them, K <= 32 * KPL) in registers and
+// multiplies them with [x | h] of the tile's streams, staged in shared memory, four streams at
+// a time: the warp then sums those 16 dot products in 16 shuffles (each step halves the values
+// a lane carries), which leaves stream u's quantity q in lane 8u + 2q, and lanes 8u run the
+// cell of the four streams side by side. Every global load is issued in batches, so a block
+// waits for memory a few times rather than once per element.
+constexpr int kWarpUnits = 4;
+constexpr int kWarpThreads = kWarpUnits * 32;
+constexpr int kWarpStreams = 16;
+constexpr int kGroup = 4;        // streams reduced together
+constexpr int kStageBatch = 16;  // loads in flight per thread while staging
+
+template <bool kLstm, int KPL>
+__global__ void __launch_bounds__(kWarpThreads)
+    StepWarpKernel(float* out, float* state, float* prev_h, int* counters, const int32_t* slots,
+                   const float* inp, Weights w, int B, int I, int H, int64_t S) {
+  constexpr int kKp = 32 * KPL;
+  constexpr unsigned kAll = 0xffffffffu;
+  extern __shared__ float xh[];  // (kWarpStreams, kKp): [x | h | 0]
+  __shared__ int64_t rows[kWarpStreams];
+  const int b0 = blockIdx.y * kWarpStreams, nb = min(kWarpStreams, B - b0);
+  const int j0 = blockIdx.x * kWarpUnits, K = I + H;
+  const int lane = threadIdx.x % 32, j = j0 + static_cast<int>(threadIdx.x / 32);
+  // The unit's rows and biases first: their loads overlap the staging below.
+  float wr[kQuantities][KPL];
+  float bias[kQuantities];
+#pragma unroll
+  for (int q = 0; q < kQuantities; ++q) {
+    bias[q] = j < H ? BiasOf<kLstm>(w, q, j, H) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < KPL; ++i)
+      wr[q][i] = j < H ? WeightAt<kLstm>(w, q, j, lane + 32 * i, I, H) : 0.0f;
+  }
+  if (threadIdx.x < nb) rows[threadIdx.x] = static_cast<int64_t>(slots[b0 + threadIdx.x]) * S;
+  __syncthreads();
+  // Lane t < nb keeps stream t's old c (LSTM) for the cell.
+  const float c_mine = kLstm && j < H && lane < nb ? state[rows[lane] + H + j] : 0.0f;
+  for (int base = 0; base < nb * kKp; base += kStageBatch * kWarpThreads) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int e = base + u * kWarpThreads + threadIdx.x, r = e / kKp, k = e - r * kKp;
+      v[u] = 0.0f;
+      if (r < nb) {
+        if (k < I) {
+          v[u] = inp[static_cast<int64_t>(b0 + r) * I + k];
+        } else if (k < K) {
+          v[u] = state[rows[r] + (k - I)];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageBatch; ++u) {
+      const int e = base + u * kWarpThreads + threadIdx.x, r = e / kKp, k = e - r * kKp;
+      if (r < nb) {
+        xh[e] = v[u];
+        // The layer below's h' is this layer's input; this block writes its own units' share.
+        if (prev_h != nullptr && k >= j0 && k < j0 + kWarpUnits && k < I) {
+          prev_h[rows[r] + k] = v[u];
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (j < H) {
+    for (int r0 = 0; r0 < nb; r0 += kGroup) {
+      float a[kGroup * kQuantities];  // a[u * 4 + q]
+#pragma unroll
+      for (int n = 0; n < kGroup * kQuantities; ++n) a[n] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < KPL; ++i) {
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          // Rows past nb hold stale values; their sums are never used.
+          const float x = xh[min(r0 + u, kWarpStreams - 1) * kKp + lane + 32 * i];
+#pragma unroll
+          for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
+        }
+      }
+      // Halving: at offset 16 a lane keeps the half of its values its bit 4 picks and adds
+      // its partner's copy of that half; then 8, 4, 2 on the rest; lane l ends with value
+      // l >> 1.
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const bool hi = (lane & 16) != 0;
+        const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
+        a[n] = keep + __shfl_xor_sync(kAll, send, 16);
+      }
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const bool hi = (lane & 8) != 0;
+        const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
+        a[n] = keep + __shfl_xor_sync(kAll, send, 8);
+      }
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+        const bool hi = (lane & 4) != 0;
+        const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
+        a[n] = keep + __shfl_xor_sync(kAll, send, 4);
+      }
+      {
+        const bool hi = (lane & 2) != 0;
+        const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
+        a[0] = keep + __shfl_xor_sync(kAll, send, 2);
+      }
+      a[0] += __shfl_xor_sync(kAll, a[0], 1);
+      float sums[kQuantities];
+#pragma unroll
+      for (int q = 0; q < kQuantities; ++q) sums[q] = __shfl_down_sync(kAll, a[0], 2 * q);
+      const int u = lane / 8, r = r0 + u;
+      const float c_old = __shfl_sync(kAll, c_mine, min(r, 31));
+      if (lane % 8 == 0 && r < nb) {
+#pragma unroll
+        for (int q = 0; q < kQuantities; ++q) sums[q] += bias[q];
+        float c = c_old;
+        const float h_new = Cell<kLstm>(sums, kLstm ? 0.0f : xh[r * kKp + I + j], &c);
+        if (kLstm) state[rows[r] + H + j] = c;
+        out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
+      }
+    }
+  }
+  if (counters != nullptr) WriteBackWhenLast(state, counters, rows, out, b0, nb, H);
+}
+
+// kTiled. Grid (ceil(H / kTileUnits), ceil(B / kTileStreams)), kTileThreads threads: thread
+// (tx, ty) = (t % kTileUnits, t / kTileUnits) accumulates unit j0 + tx's four quantities for
+// streams ty * kThreadStreams + [0, kThreadStreams) of the tile, over chunks of kTileK columns
+// of [x | h] (xs, stream-contiguous, and ws, quantity-contiguous, so each is one float4 read)
+// copied into shared memory asynchronously (cp.async), two chunks in flight: the next one loads
+// while the current one is multiplied. Each thread copies column `lane` of the same 8 x rows
+// and 8 weight rows in every chunk, so their addresses are worked out once.
+constexpr int kTileUnits = 16;
+constexpr int kTileStreams = 64;
+constexpr int kThreadStreams = 4;
+constexpr int kTileK = 32;
+constexpr int kTileThreads = (kTileStreams / kThreadStreams) * kTileUnits;  // 256
+constexpr int kTileWarps = kTileThreads / 32;
+constexpr int kXRows = kTileStreams / kTileWarps;              // x rows a thread copies
+constexpr int kWRows = kQuantities * kTileUnits / kTileWarps;  // weight rows a thread copies
+constexpr int kXsPitch = kTileStreams + 4;                     // floats; keeps float4 alignment
+constexpr int kWsPitch = kQuantities * kTileUnits + 4;
+
+template <bool kLstm>
+__global__ void __launch_bounds__(kTileThreads)
+    StepTiledKernel(float* out, float* state, float* prev_h, int* counters, const int32_t* slots,
+                    const float* inp, Weights w, int B, int I, int H, int64_t S) {
+  __shared__ __align__(16) float xs[2][kTileK][kXsPitch];
+  __shared__ __align__(16) float ws[2][kTileK][kWsPitch];
+  __shared__ int64_t rows[kTileStreams];
+  const int b0 = blockIdx.y * kTileStreams, nb = min(kTileStreams, B - b0);
+  const int j0 = blockIdx.x * kTileUnits, K = I + H;
+  const int tx = threadIdx.x % kTileUnits, ty = threadIdx.x / kTileUnits;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (threadIdx.x < nb) rows[threadIdx.x] = static_cast<int64_t>(slots[b0 + threadIdx.x]) * S;
+  __syncthreads();
+  // The layer below's h' is this layer's input; this block writes its own units' share.
+  if (prev_h != nullptr) {
+    constexpr int kPerThread = kTileStreams * kTileUnits / kTileThreads;
+    float v[kPerThread];
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      const int e = u * kTileThreads + threadIdx.x, r = e / kTileUnits, k = j0 + e % kTileUnits;
+      v[u] = r < nb && k < I ? inp[static_cast<int64_t>(b0 + r) * I + k] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kPerThread; ++u) {
+      const int e = u * kTileThreads + threadIdx.x, r = e / kTileUnits, k = j0 + e % kTileUnits;
+      if (r < nb && k < I) prev_h[rows[r] + k] = v[u];
+    }
+  }
+  // Row u of this thread's x rows is stream u * kTileWarps + warp: its x at x_src[u] + k, its
+  // h at h_src[u] + k for k >= I (nullptr past nb). Weight row u is quantity row / kTileUnits
+  // of unit row % kTileUnits, row = u * kTileWarps + warp.
+  const float* x_src[kXRows];
+  const float* h_src[kXRows];
+#pragma unroll
+  for (int u = 0; u < kXRows; ++u) {
+    const int r = u * kTileWarps + warp;
+    x_src[u] = r < nb ? inp + static_cast<int64_t>(b0 + r) * I : nullptr;
+    h_src[u] = r < nb ? state + rows[r] - I : nullptr;
+  }
+  const float* wx_src[kWRows];
+  const float* wh_src[kWRows];
+#pragma unroll
+  for (int u = 0; u < kWRows; ++u) {
+    const int row = u * kTileWarps + warp, q = row / kTileUnits, j = j0 + row % kTileUnits;
+    const int64_t g = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
+    wx_src[u] = j < H && UsesX<kLstm>(q) ? w.w_ih + g * I : nullptr;
+    wh_src[u] = j < H && UsesH<kLstm>(q) ? w.w_hh + g * H - I : nullptr;
+  }
+  const auto load = [&](int k0, int buf) {
+    const int k = k0 + lane;
+    const bool is_x = k < I, in = k < K;
+#pragma unroll
+    for (int u = 0; u < kXRows; ++u) {
+      const float* src = is_x ? x_src[u] : (in ? h_src[u] : nullptr);
+      float* dst = &xs[buf][lane][u * kTileWarps + warp];
+      if (src != nullptr) {
+        __pipeline_memcpy_async(dst, src + k, sizeof(float));
+      } else {
+        *dst = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kWRows; ++u) {
+      const int row = u * kTileWarps + warp;
+      const float* src = is_x ? wx_src[u] : (in ? wh_src[u] : nullptr);
+      // ws holds unit-major, quantity-minor: a thread's four quantities are one float4.
+      float* dst = &ws[buf][lane][(row % kTileUnits) * kQuantities + row / kTileUnits];
+      if (src != nullptr) {
+        __pipeline_memcpy_async(dst, src + k, sizeof(float));
+      } else {
+        *dst = 0.0f;
+      }
+    }
+    __pipeline_commit();
+  };
+  float acc[kThreadStreams][kQuantities] = {};
+  const int chunks = (K + kTileK - 1) / kTileK;
+  load(0, 0);
+  for (int c = 0; c < chunks; ++c) {
+    if (c + 1 < chunks) {
+      load((c + 1) * kTileK, (c + 1) % 2);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();
+    const int buf = c % 2;
+#pragma unroll 8
+    for (int k = 0; k < kTileK; ++k) {
+      const float4 x = *reinterpret_cast<const float4*>(&xs[buf][k][ty * kThreadStreams]);
+      const float4 wq = *reinterpret_cast<const float4*>(&ws[buf][k][tx * kQuantities]);
+      const float xv[kThreadStreams] = {x.x, x.y, x.z, x.w};
+      const float wv[kQuantities] = {wq.x, wq.y, wq.z, wq.w};
+#pragma unroll
+      for (int s = 0; s < kThreadStreams; ++s) {
+#pragma unroll
+        for (int q = 0; q < kQuantities; ++q) acc[s][q] = fmaf(wv[q], xv[s], acc[s][q]);
+      }
+    }
+    __syncthreads();  // the buffer is free for the chunk after next
+  }
+  const int j = j0 + tx;
+  if (j < H) {
+    float bias[kQuantities];
+#pragma unroll
+    for (int q = 0; q < kQuantities; ++q) bias[q] = BiasOf<kLstm>(w, q, j, H);
+    // Old states of the thread's streams, loaded together.
+    float old[kThreadStreams];
+#pragma unroll
+    for (int s = 0; s < kThreadStreams; ++s) {
+      const int r = ty * kThreadStreams + s;
+      old[s] = r < nb ? state[rows[r] + (kLstm ? H : 0) + j] : 0.0f;
+    }
+#pragma unroll
+    for (int s = 0; s < kThreadStreams; ++s) {
+      const int r = ty * kThreadStreams + s;
+      if (r >= nb) break;
+      float a[kQuantities];
+#pragma unroll
+      for (int q = 0; q < kQuantities; ++q) a[q] = acc[s][q] + bias[q];
+      float c = old[s];
+      const float h_new = Cell<kLstm>(a, old[s], &c);
+      if (kLstm) state[rows[r] + H + j] = c;
+      out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
+    }
+  }
+  if (counters != nullptr) WriteBackWhenLast(state, counters, rows, out, b0, nb, H);
+}
+
+// kCluster: the whole stack in one launch, for few streams and H <= kClusterMaxUnits *
+// kClusterMaxBlocks. A thread-block cluster of C blocks covers one tile of kClusterStreams
+// streams: block `rank` owns units [rank * UB, + UB), a warp each, as in StepWarpKernel (its
+// rows in registers, four streams reduced together). Every block first stages all the tile's
+// old states (each layer's h, and c of its own units) into shared memory; after one cluster
+// barrier no block reads the slab's states again, so each writes its new h and c straight into
+// the slab. Layer l + 1's input, layer l's new h, travels through distributed shared memory:
+// each block leaves its units' share in `hbuf` (two buffers, alternating by layer) and, after
+// a cluster barrier, gathers the others'. So a step costs one launch and L cluster barriers,
+// with no counters and no second pass over the slab.
+constexpr int kClusterStreams = 8;
+constexpr int kClusterMaxBlocks = 8;  // the portable cluster size
+constexpr int kClusterMinUnits = 16;  // warps per block while blocks are left
+constexpr int kClusterMaxUnits = 16;
+constexpr int kClusterKPL = 8;  // each layer's I + H <= 256
+constexpr int kClusterKp = 32 * kClusterKPL;
+constexpr int kClusterMaxLayers = 8;
+
+struct StackWeights {
+  Weights layer[kClusterMaxLayers];
+};
+
+// Where staged element e comes from and goes to: each layer's h (L x nb x H), then layer 0's
+// input (nb x I0), then for an LSTM each layer's c of this block's units (L x nb x UB).
+template <bool kLstm>
+__device__ __forceinline__ bool ClusterStageAt(int e, int nb, int L, int I0, int H, int UB, int j0,
+                                               int64_t SL, const int64_t* rows, const float* slab,
+                                               const float* inp, int b0, float* xh, float* cs,
+                                               const float** src, float** dst) {
+  const int n_h = L * nb * H, n_x = nb * I0;
+  if (e < n_h) {
+    const int l = e / (nb * H), rem = e - l * nb * H, r = rem / H, k = rem - r * H;
+    *src = slab + rows[r] + l * SL + k;
+    *dst = xh + (l * kClusterStreams + r) * kClusterKp + (l == 0 ? I0 : H) + k;
+    return true;
+  }
+  e -= n_h;
+  if (e < n_x) {
+    const int r = e / I0, k = e - r * I0;
+    *src = inp + static_cast<int64_t>(b0 + r) * I0 + k;
+    *dst = xh + r * kClusterKp + k;
+    return true;
+  }
+  e -= n_x;
+  if (kLstm && e < L * nb * UB) {
+    const int l = e / (nb * UB), rem = e - l * nb * UB, r = rem / UB, u = rem - r * UB;
+    if (j0 + u >= H) return false;
+    *src = slab + rows[r] + l * SL + H + j0 + u;
+    *dst = cs + (l * kClusterStreams + r) * UB + u;
+    return true;
+  }
+  return false;
+}
+
+template <bool kLstm>
+__device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
+                                         float (&bias)[kQuantities], const Weights& w, int j,
+                                         int lane, int I, int H) {
+  if (j >= H) return;
+#pragma unroll
+  for (int q = 0; q < kQuantities; ++q) {
+    const int64_t row = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
+    const float* wx = UsesX<kLstm>(q) ? w.w_ih + row * I : nullptr;
+    const float* wh = UsesH<kLstm>(q) ? w.w_hh + row * H - I : nullptr;
+    bias[q] = (wx != nullptr ? w.b_ih[row] : 0.0f) + (wh != nullptr ? w.b_hh[row] : 0.0f);
+#pragma unroll
+    for (int i = 0; i < kClusterKPL; ++i) {
+      const int k = lane + 32 * i;
+      wr[q][i] =
+          k < I ? (wx != nullptr ? wx[k] : 0.0f) : (k < I + H && wh != nullptr ? wh[k] : 0.0f);
+    }
+  }
+}
+
+template <bool kLstm>
+__global__ void __launch_bounds__(kClusterMaxUnits * 32)
+    StepClusterKernel(float* out, float* slab, const int32_t* slots, const float* inp,
+                      StackWeights weights, int B, int I0, int H, int L, int UB) {
+  namespace cg = cooperative_groups;
+  constexpr unsigned kAll = 0xffffffffu;
+  const cg::cluster_group cluster = cg::this_cluster();
+  extern __shared__ float smem[];
+  float* xh = smem;                                   // (L, kClusterStreams, kClusterKp)
+  float* cs = xh + L * kClusterStreams * kClusterKp;  // (L, kClusterStreams, UB)
+  float* hbuf = cs + L * kClusterStreams * UB;        // (2, kClusterStreams, UB)
+  __shared__ int64_t rows[kClusterStreams];
+  const int64_t SL = (kLstm ? 2 : 1) * int64_t{H}, S = L * SL;
+  const int b0 = blockIdx.y * kClusterStreams, nb = min(kClusterStreams, B - b0);
+  const int rank = static_cast<int>(cluster.block_rank()), j0 = rank * UB;
+  const int lane = threadIdx.x % 32, w_local = threadIdx.x / 32, j = j0 + w_local;
+  const int threads = blockDim.x;
+
+  // The layers' weight pointers in shared memory: a dynamic index into the kernel parameter
+  // would copy it to local memory, and a switch over layers would repeat LoadRows' code.
+  __shared__ Weights layer_weights[kClusterMaxLayers];
+  if (threadIdx.x < L) layer_weights[threadIdx.x] = weights.layer[threadIdx.x];
+  float wr[kQuantities][kClusterKPL] = {}, bias[kQuantities] = {};
+  LoadRows<kLstm>(wr, bias, weights.layer[0], j, lane, I0, H);
+  // The bias of the quantity this lane ends the reduction with.
+  const int q_mine = (lane >> 1) & 3;
+  const auto pick_bias = [&]() {
+    return q_mine == 0 ? bias[0] : q_mine == 1 ? bias[1] : q_mine == 2 ? bias[2] : bias[3];
+  };
+  float bias_mine = pick_bias();
+  if (threadIdx.x < nb) rows[threadIdx.x] = static_cast<int64_t>(slots[b0 + threadIdx.x]) * S;
+  for (int e = threadIdx.x; e < L * kClusterStreams * kClusterKp; e += threads) xh[e] = 0.0f;
+  __syncthreads();
+  // Asynchronous copies (cp.async): every element in flight at once, no registers held.
+  const int n_stage = L * nb * H + nb * I0 + (kLstm ? L * nb * UB : 0);
+  for (int e = threadIdx.x; e < n_stage; e += threads) {
+    const float* src;
+    float* dst;
+    if (ClusterStageAt<kLstm>(e, nb, L, I0, H, UB, j0, SL, rows, slab, inp, b0, xh, cs, &src,
+                              &dst)) {
+      __pipeline_memcpy_async(dst, src, sizeof(float));
+    }
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  // Every block of the cluster holds the old states it needs: from here on they may change.
+  cluster.sync();
+
+  for (int l = 0; l < L; ++l) {
+    const int I = l == 0 ? I0 : H;
+    const float* x_l = xh + l * kClusterStreams * kClusterKp;
+    float* hb = hbuf + (l % 2) * kClusterStreams * UB;
+    if (j < H) {
+      for (int r0 = 0; r0 < nb; r0 += 4) {
+        float a[16];
+#pragma unroll
+        for (int n = 0; n < 16; ++n) a[n] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kClusterKPL; ++i) {
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float x = x_l[(r0 + u) * kClusterKp + lane + 32 * i];
+#pragma unroll
+            for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
+          }
+        }
+        // The halving reduction of StepWarpKernel: lane l ends with value l >> 1.
+#pragma unroll
+        for (int n = 0; n < 8; ++n) {
+          const bool hi = (lane & 16) != 0;
+          const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
+          a[n] = keep + __shfl_xor_sync(kAll, send, 16);
+        }
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const bool hi = (lane & 8) != 0;
+          const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
+          a[n] = keep + __shfl_xor_sync(kAll, send, 8);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const bool hi = (lane & 4) != 0;
+          const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
+          a[n] = keep + __shfl_xor_sync(kAll, send, 4);
+        }
+        {
+          const bool hi = (lane & 2) != 0;
+          const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
+          a[0] = keep + __shfl_xor_sync(kAll, send, 2);
+        }
+        a[0] += __shfl_xor_sync(kAll, a[0], 1);
+        // Each lane activates its own sum (quantity q = (lane >> 1) & 3 of stream lane >> 3),
+        // so the warp runs one activation per lane instead of four per stream; lane 8u then
+        // gathers stream u's four and runs the rest of the cell.
+        const float act = ActivateQuantity<kLstm>(a[0] + bias_mine, (lane >> 1) & 3);
+        float g[kQuantities];
+        g[0] = act;
+#pragma unroll
+        for (int q = 1; q < kQuantities; ++q) g[q] = __shfl_down_sync(kAll, act, 2 * q);
+        const int r = r0 + lane / 8;
+        if (lane % 8 == 0 && r < nb) {
+          float* state = slab + rows[r] + l * SL;
+          float h_new;
+          if (kLstm) {
+            const float c = g[1] * cs[(l * kClusterStreams + r) * UB + w_local] + g[0] * g[2];
+            h_new = g[3] * tanhf(c);
+            state[H + j] = c;
+          } else {
+            const float n = tanhf(g[2] + g[0] * g[3]);
+            h_new = (1.0f - g[1]) * n + g[1] * x_l[r * kClusterKp + I + j];
+          }
+          state[j] = h_new;
+          if (l + 1 < L) {
+            hb[r * UB + w_local] = h_new;
+          } else {
+            out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
+          }
+        }
+      }
+    }
+    if (l + 1 == L) break;
+    // The next layer's rows load while the cluster waits for every block's share of h'.
+    LoadRows<kLstm>(wr, bias, layer_weights[l + 1], j, lane, H, H);
+    bias_mine = pick_bias();
+    cluster.sync();
+    float* x_next = xh + (l + 1) * kClusterStreams * kClusterKp;
+    for (int e = threadIdx.x; e < nb * H; e += threads) {
+      const int r = e / H, k = e - r * H, owner = k / UB;
+      const float* remote = cluster.map_shared_rank(hb, owner);
+      x_next[r * kClusterKp + k] = remote[r * UB + (k - owner * UB)];
+    }
+    __syncthreads();
+  }
+  // No block leaves while another may still read its hbuf.
+  if (L > 1) cluster.sync();
+}
+
+// --- launchers
+
+template <bool kLstm, int KPL>
+absl::Status LaunchWarp(float* out, float* state, float* prev_h, int* counters,
+                        const int32_t* slots, const float* inp, const Weights& w, int B, int I,
+                        int H, int64_t S, cudaStream_t stream) {
+  const dim3 grid((H + kWarpUnits - 1) / kWarpUnits, (B + kWarpStreams - 1) / kWarpStreams);
+  const size_t smem = sizeof(float) * kWarpStreams * 32 * KPL;
+  StepWarpKernel<kLstm, KPL><<<grid, kWarpThreads, smem, stream>>>(out, state, prev_h, counters,
+                                                                   slots, inp, w, B, I, H, S);
+  return absl::OkStatus();
+}
+
+template <bool kLstm>
+absl::Status LaunchLayer(float* out, float* state, float* prev_h, int* counters,
+                         const int32_t* slots, const float* inp, const Weights& w,
+                         StepKernel kernel, int B, int I, int H, int64_t S, cudaStream_t stream) {
+  const int K = I + H;
+  if (kernel == StepKernel::kWarp) {
+    if (K <= 32)
+      return LaunchWarp<kLstm, 1>(out, state, prev_h, counters, slots, inp, w, B, I, H, S, stream);
+    if (K <= 64)
+      return LaunchWarp<kLstm, 2>(out, state, prev_h, counters, slots, inp, w, B, I, H, S, stream);
+    if (K <= 128)
+      return LaunchWarp<kLstm, 4>(out, state, prev_h, counters, slots, inp, w, B, I, H, S, stream);
+    if (K <= 256)
+      return LaunchWarp<kLstm, 8>(out, state, prev_h, counters, slots, inp, w, B, I, H, S, stream);
+    return LaunchWarp<kLstm, 16>(out, state, prev_h, counters, slots, inp, w, B, I, H, S, stream);
+  }
+  const dim3 grid((H + kTileUnits - 1) / kTileUnits, (B + kTileStreams - 1) / kTileStreams);
+  StepTiledKernel<kLstm>
+      <<<grid, kTileThreads, 0, stream>>>(out, state, prev_h, counters, slots, inp, w, B, I, H, S);
+  return absl::OkStatus();
+}
+
+// The cluster layout for hidden size H: C blocks of UB units; C = 0 when H is too large.
+struct ClusterShape {
+  int C = 0, UB = 0;
+};
+ClusterShape ClusterShapeOf(int64_t H) {
+  // As many blocks as there are groups of kClusterMinUnits units (more SMs share the weights'
+  // loads and the work), up to kClusterMaxBlocks.
+  const int64_t C =
+      std::min<int64_t>((H + kClusterMinUnits - 1) / kClusterMinUnits, kClusterMaxBlocks);
+  const int64_t UB = (H + C - 1) / C;
+  if (UB > kClusterMaxUnits) return {};
+  return {static_cast<int>(C), static_cast<int>(UB)};
+}
+
+size_t ClusterSmemBytes(int L, int UB) {
+  return sizeof(float) * (static_cast<size_t>(L) * kClusterStreams * kClusterKp +
+                          static_cast<size_t>(L + 2) * kClusterStreams * UB);
+}
+
+// Whether the whole stack fits StepClusterKernel: H within a cluster, every layer's I + H within
+// kClusterKp, its staged states within the default 48 KiB of shared memory.
+bool ClusterFits(int64_t I, int64_t H, int L) {
+  const ClusterShape shape = ClusterShapeOf(H);
+  return shape.C > 0 && L <= kClusterMaxLayers && I + H <= kClusterKp && 2 * H <= kClusterKp &&
+         ClusterSmemBytes(L, shape.UB) <= 48 * 1024;
+}
+
+template <bool kLstm>
+absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const float* inp,
+                           const ref::RecurrentDirectionWeights* weights, int B, int I, int H,
+                           int L, cudaStream_t stream) {
+  const ClusterShape shape = ClusterShapeOf(H);
+  StackWeights stack{};
+  for (int l = 0; l < L; ++l) {
+    stack.layer[l] = {weights[l].w_ih, weights[l].w_hh, weights[l].b_ih, weights[l].b_hh};
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(shape.C),
+                        static_cast<unsigned>((B + kClusterStreams - 1) / kClusterStreams));
+  config.blockDim = dim3(static_cast<unsigned>(shape.UB * 32));
+  config.dynamicSmemBytes = ClusterSmemBytes(L, shape.UB);
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(shape.C);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, StepClusterKernel<kLstm>, out, slab, slots, inp,
+                                          stack, B, I, H, L, shape.UB));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t RecurrentStepCounterInts(int64_t B) {
+  // One per stream tile of the smaller tile size (kWarp's).
+  return std::max<int64_t>(1, (B + kWarpStreams - 1) / kWarpStreams);
+}
+
+absl::Status RecurrentStepForward(float* out, float* scratch, float* slab, int* counters,
+                                  const int32_t* slots, const float* inp,
+                                  const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                  StepKernel kernel, int64_t B, int64_t I, int64_t H, int L,
+                                  cudaStream_t stream) {
+  if (B < 0 || I < 1 || H < 1 || L < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStepForward: bad sizes B=", B, " I=", I, " H=", H, " L=", L));
+  }
+  constexpr int64_t kMaxInt = (int64_t{1} << 31) - 1;
+  if (B * std::max(I, H) > kMaxInt || I + H > kMaxInt / 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStepForward: B=", B, " I=", I, " H=", H, " too large"));
+  }
+  if (B == 0) return absl::OkStatus();
+  if (out == nullptr || slab == nullptr || counters == nullptr || slots == nullptr ||
+      inp == nullptr || weights == nullptr || (L > 1 && scratch == nullptr)) {
+    return absl::InvalidArgumentError("RecurrentStepForward: null pointer");
+  }
+  const bool lstm = cell == StepCell::kLstm;
+  for (int l = 0; l < L; ++l) {
+    const ref::RecurrentDirectionWeights& lw = weights[l];
+    if (lw.w_ih == nullptr || lw.w_hh == nullptr || lw.b_ih == nullptr || lw.b_hh == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RecurrentStepForward: layer ", l, " has a null weight"));
+    }
+  }
+  const bool few = kernel == StepKernel::kCluster ||
+                   (kernel == StepKernel::kAuto && B <= kStepClusterMaxStreams);
+  if (few && ClusterFits(I, H, L)) {
+    const int b = static_cast<int>(B), i = static_cast<int>(I), h = static_cast<int>(H);
+    RETURN_IF_ERROR(lstm
+                        ? LaunchCluster<true>(out, slab, slots, inp, weights, b, i, h, L, stream)
+                        : LaunchCluster<false>(out, slab, slots, inp, weights, b, i, h, L, stream));
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    return absl::OkStatus();
+  }
+  const int64_t SL = (lstm ? 2 : 1) * H, S = L * SL;
+  const float* layer_in = inp;
+  for (int l = 0; l < L; ++l) {
+    const ref::RecurrentDirectionWeights& lw = weights[l];
+    const int width = static_cast<int>(l == 0 ? I : H);
+    StepKernel k = kernel;
+    if (k == StepKernel::kAuto || k == StepKernel::kCluster || width + H > 32 * 16) {
+      k = B <= kStepWarpMaxStreams && width + H <= 32 * 16 ? StepKernel::kWarp : StepKernel::kTiled;
+    }
+    // Layers alternate between out and scratch so that the top one writes out.
+    float* layer_out = (L - 1 - l) % 2 == 0 ? out : scratch;
+    float* prev_h = l > 0 ? slab + (l - 1) * SL : nullptr;
+    int* top_counters = l == L - 1 ? counters : nullptr;
+    const Weights w{lw.w_ih, lw.w_hh, lw.b_ih, lw.b_hh};
+    const int b = static_cast<int>(B), h = static_cast<int>(H);
+    RETURN_IF_ERROR(lstm ? LaunchLayer<true>(layer_out, slab + l * SL, prev_h, top_counters, slots,
+                                             layer_in, w, k, b, width, h, S, stream)
+                         : LaunchLayer<false>(layer_out, slab + l * SL, prev_h, top_counters, slots,
+                                              layer_in, w, k, b, width, h, S, stream));
+    CUDA_RETURN_IF_ERROR(cudaGetLastError());
+    layer_in = layer_out;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace forecastd::cuda

@@ -1,0 +1,67 @@
+// One time step of stacked unidirectional LSTM / GRU layers for a batch of tick streams whose
+// recurrent states live in a slab on the device (state mode): each layer's kernel reads the
+// streams' h (and c) straight from the slab by slot, computes the gates, applies the cell and
+// writes the new states back in place, with no gather or scatter pass. fp32 weights, fp32
+// accumulation (no tensor cores), as the reference layers (kernels/ref/recurrent.h) for T = 1.
+// Launchers only; the kernels live in recurrent_step.cu. Capturable in a CUDA graph: no
+// allocation, no synchronisation. Thread-safe: each call works on the stream it is given.
+#ifndef FORECASTD_KERNELS_CUDA_RECURRENT_STEP_H_
+#define FORECASTD_KERNELS_CUDA_RECURRENT_STEP_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/ref/recurrent.h"
+
+namespace forecastd::cuda {
+
+enum class StepCell { kLstm, kGru };
+
+// Which kernels run the step.
+//   kCluster: the whole stack in one launch, for few streams: a thread-block cluster (up to
+//     8 blocks of up to 16 units) per tile of 8 streams covers all H units (H <= 128, each
+//     layer's I + H <= 256, L <= 8); each warp holds a unit's gate rows in registers
+//     (weight-stationary) and layers hand their new h to the next through distributed shared
+//     memory. Where the sizes do not fit: as kAuto.
+//   kWarp: one launch per layer, weight-stationary, for few streams: a warp per hidden unit
+//     holds the unit's gate rows in registers and walks a tile of 16 streams. Layer widths
+//     I + H up to 512.
+//   kTiled: one launch per layer, a register-tiled product for many streams: a block computes
+//     64 streams x 16 units (every gate of them, so the cell runs where the sums are) over
+//     K-chunks staged in shared memory. Any width.
+//   kAuto: kCluster up to kStepClusterMaxStreams streams where it fits, kWarp up to
+//     kStepWarpMaxStreams where the width allows, kTiled beyond. (On an H100, lstm_h128_l2:
+//     kCluster 14.5 us, kWarp 22.1, kTiled 32.1 at 64 streams; kWarp 24.3, kCluster 28.1,
+//     kTiled 33.1 at 128; kTiled 33.2, kWarp 45.3 at 256; bench/step_gpu.sh.)
+enum class StepKernel { kAuto, kCluster, kWarp, kTiled };
+inline constexpr int64_t kStepClusterMaxStreams = 64;
+inline constexpr int64_t kStepWarpMaxStreams = 128;
+
+// Ints of the `counters` RecurrentStepForward needs for B streams.
+int64_t RecurrentStepCounterInts(int64_t B);
+
+// One time step of L layers for B streams. Stream b's state is the S = L * SL floats at
+// slab[slots[b] * S] (SL = 2H for an LSTM, H for a GRU): layer l's h at [l * SL, + H), then for
+// an LSTM its c at [l * SL + H, + H). Gates are W_ih x + b_ih + W_hh h + b_hh with PyTorch's
+// layout and order (LSTM i, f, g, o; GRU r, z, n, n = tanh(W_in x + b_in + r (W_hn h + b_hn))).
+//   out (B, H): the top layer's new h
+//   scratch (B, H): the layers in between (one launch per layer); nullptr when L is 1
+//   slab: the states, read and written in place at the B slots (distinct); other rows untouched
+//   counters: RecurrentStepCounterInts(B) ints of device memory, zero before the call and left
+//     zero after it (with one launch per layer, the top layer's kernel counts its finished
+//     blocks in them, so that the last one writes the new h back once every block has read
+//     the old one; kCluster orders that with a cluster barrier instead)
+//   slots (B): int32 of the slab's memory
+//   inp (B, I): layer 0's input; layer l > 0 reads layer l-1's new h
+//   weights[l]: layer l's parameters, w_ih (G*H, I or H), w_hh (G*H, H), b_ih, b_hh (G*H)
+absl::Status RecurrentStepForward(float* out, float* scratch, float* slab, int* counters,
+                                  const int32_t* slots, const float* inp,
+                                  const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                  StepKernel kernel, int64_t B, int64_t I, int64_t H, int L,
+                                  cudaStream_t stream);
+
+}  // namespace forecastd::cuda
+
+#endif  // FORECASTD_KERNELS_CUDA_RECURRENT_STEP_H_

@@ -1,0 +1,298 @@
+// Needs a GPU. Forecaster::Step of an LSTM / GRU on the CUDA backend, whose recurrent part runs
+// as the fused step kernels (CudaBackend::RecurrentStep, kernels/cuda/recurrent_step.h),
+// against the same Step on the reference backend (host gather, reference layers, scatter): 1-3
+// layers, odd and even hidden sizes, 1 to 4096 streams in scattered slots of a slab whose other
+// rows must stay untouched, several consecutive steps from random states, every kernel choice
+// (kAuto, kCluster, kWarp, kTiled); forecasts and states within 1e-5 (abs + rel). Then the step
+// captured in a CUDA graph and replayed.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_graph.h"
+#include "backends/reference_backend.h"
+#include "engine/models/cuda_data_ops.h"
+#include "engine/models/forecaster.h"
+#include "engine/models/model_config.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/gpu_env.h"
+
+namespace forecastd {
+namespace {
+
+constexpr int kF = 10, kP = 2;
+
+ModelConfig Config(bool lstm, int layers, int hidden) {
+  ModelConfig c;
+  c.set_name(lstm ? "lstm" : "gru");
+  c.set_lookback(8);
+  c.set_horizon(kP);
+  for (int f = 0; f < kF; ++f) c.add_feature_names(absl::StrCat("f", f));
+  c.add_target_names("f3");
+  c.add_target_names("f0");
+  v1::RecurrentConfig* rnn = lstm ? c.mutable_lstm() : c.mutable_gru();
+  rnn->set_hidden_size(hidden);
+  rnn->set_num_layers(layers);
+  return c;
+}
+
+std::vector<float> Normal(int64_t n, uint32_t seed, float scale) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+// Random weights of PyTorch's scale (about 1/sqrt(H)) and normaliser statistics.
+std::unique_ptr<Forecaster> Build(const ModelConfig& config, int hidden, uint32_t seed) {
+  auto model = Forecaster::Create(config).value();
+  ParameterArena& p = model->parameters();
+  const std::vector<float> w = Normal(p.size(), seed, 0.6f / std::sqrt(static_cast<float>(hidden)));
+  std::copy(w.begin(), w.end(), p.data());
+  float* mean = p.at("normalizer.mean");
+  float* std = p.at("normalizer.std");
+  for (int f = 0; f < kF; ++f) {
+    mean[f] = 0.5f * f;
+    std[f] = 0.5f + 0.1f * f;
+  }
+  return model;
+}
+
+void Cuda(cudaError_t error, const char* what) {
+  INFO(what << ": " << cudaGetErrorString(error));
+  REQUIRE(error == cudaSuccess);
+}
+
+void Ok(const absl::Status& status, const std::string& what) {
+  INFO(what << ": " << status.ToString());
+  REQUIRE(status.ok());
+}
+
+// Device buffers, freed (after the device is idle) with the object. Copies are synchronous
+// with the whole device, so they are ordered with the backend's non-blocking stream.
+class DeviceMemory {
+ public:
+  ~DeviceMemory() { cudaDeviceSynchronize(); }
+  template <typename T>
+  T* Upload(const std::vector<T>& host) {
+    absl::StatusOr<DeviceBuffer> buffer = testing::SharedGpuEnv().allocator->Allocate(
+        static_cast<int64_t>(std::max<size_t>(host.size(), 1) * sizeof(T)));
+    if (!buffer.ok()) FAIL("Allocate: " << buffer.status().ToString());
+    T* p = buffer->as<T>();
+    buffers_.push_back(std::move(*buffer));
+    Put(p, host);
+    return p;
+  }
+  template <typename T>
+  static void Put(T* dev, const std::vector<T>& host) {
+    Cuda(cudaDeviceSynchronize(), "before upload");
+    Cuda(cudaMemcpy(dev, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    Cuda(cudaDeviceSynchronize(), "after upload");
+  }
+  static std::vector<float> Get(const float* dev, int64_t n) {
+    std::vector<float> host(static_cast<size_t>(n));
+    Cuda(cudaDeviceSynchronize(), "before download");
+    Cuda(cudaMemcpy(host.data(), dev, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+         "download");
+    return host;
+  }
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+};
+
+std::unique_ptr<CudaBackend> MakeCuda(CudaBackend::Options::StepKernel kernel) {
+  CudaBackend::Options options;  // math = kFp32
+  options.step_kernel = kernel;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(
+      testing::SharedGpuEnv().streams->Lease(), testing::SharedGpuEnv().allocator.get(), options);
+  if (!backend.ok()) FAIL("CudaBackend::Create: " << backend.status().ToString());
+  return std::move(*backend);
+}
+
+// Elements outside |got - want| <= 1e-5 + 1e-5 |want|, with the worst one described.
+struct Mismatch {
+  int64_t bad = 0;
+  double worst = 0.0;
+  std::string where;
+};
+
+Mismatch Compare(const std::vector<float>& got, const std::vector<float>& want) {
+  Mismatch m;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (!(d <= 1e-5 + 1e-5 * std::fabs(want[i]))) {
+      ++m.bad;
+      if (!(d <= m.worst)) {
+        m.worst = d;
+        m.where = absl::StrCat("[", i, "] got ", got[i], " want ", want[i]);
+      }
+    }
+  }
+  return m;
+}
+
+// B distinct slots among `rows`, in scattered order.
+std::vector<int32_t> ScatteredSlots(int64_t B, int64_t rows, uint32_t seed) {
+  std::vector<int32_t> all(static_cast<size_t>(rows));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), std::mt19937(seed));
+  all.resize(static_cast<size_t>(B));
+  return all;
+}
+
+using StepKernel = CudaBackend::Options::StepKernel;
+constexpr StepKernel kKernels[] = {StepKernel::kAuto, StepKernel::kCluster, StepKernel::kWarp,
+                                   StepKernel::kTiled};
+constexpr const char* kKernelNames[] = {"auto", "cluster", "warp", "tiled"};
+constexpr int kKernelCount = 4;
+
+TEST_CASE("The fused step on the GPU gives the reference backend's Step", "[gpu][model][stream]") {
+  constexpr int kSteps = 3;
+  ReferenceBackend reference;
+  std::unique_ptr<CudaBackend> cuda[kKernelCount];
+  for (int k = 0; k < kKernelCount; ++k) cuda[k] = MakeCuda(kKernels[k]);
+  for (const bool lstm : {true, false}) {
+    for (const int layers : {1, 2, 3}) {
+      for (const int hidden : {9, 33, 128}) {
+        const auto model = Build(Config(lstm, layers, hidden), hidden, 7 + layers + hidden);
+        REQUIRE(model->StateFloats() == int64_t{layers} * (lstm ? 2 : 1) * hidden);
+        const int64_t S = model->StateFloats(), outs = model->num_outputs();
+        for (const int64_t B :
+             {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}, int64_t{4096}}) {
+          const std::string label =
+              absl::StrCat(lstm ? "lstm" : "gru", " L=", layers, " H=", hidden, " B=", B);
+          CAPTURE(label);
+          const int64_t rows = B + B / 2 + 3;
+          const std::vector<int32_t> slots = ScatteredSlots(B, rows, static_cast<uint32_t>(B));
+          const std::vector<float> slab_0 = Normal(rows * S, 3, 0.8f);
+          const std::vector<float> ticks = Normal(kSteps * B * kF, 11, 2.0f);  // (steps, B, F)
+
+          // The reference on the host.
+          std::vector<float> ref_slab = slab_0;
+          std::vector<std::vector<float>> ref_out(kSteps, std::vector<float>(B * outs));
+          std::vector<std::vector<float>> ref_slabs;
+          Workspace host_workspace;
+          for (int t = 0; t < kSteps; ++t) {
+            const std::vector<float> x(ticks.begin() + t * B * kF,
+                                       ticks.begin() + (t + 1) * B * kF);
+            Ok(model->Step(reference, ref_out[t].data(), x.data(), ref_slab.data(), slots.data(), B,
+                           host_workspace, ForwardPlacement{}),
+               label + " reference Step");
+            ref_slabs.push_back(ref_slab);
+          }
+
+          DeviceMemory mem;
+          const ParameterArena& arena = model->parameters();
+          const float* weights =
+              mem.Upload(std::vector<float>(arena.data(), arena.data() + arena.size()));
+          const int32_t* dslots = mem.Upload(slots);
+          const float* dticks = mem.Upload(ticks);
+          float* out = mem.Upload(std::vector<float>(B * outs, 0.0f));
+          const int64_t ws_floats = model->StepWorkspaceFloats(B);
+          float* ws = mem.Upload(std::vector<float>(ws_floats, 0.0f));
+          for (int k = 0; k < kKernelCount; ++k) {
+            CAPTURE(kKernelNames[k]);
+            float* slab = mem.Upload(slab_0);
+            CudaDataOps data(cuda[k]->stream());
+            Workspace workspace(ws, ws_floats);
+            for (int t = 0; t < kSteps; ++t) {
+              CAPTURE(t);
+              workspace.Reset();
+              Ok(model->Step(*cuda[k], out, dticks + t * B * kF, slab, dslots, B, workspace,
+                             ForwardPlacement{weights, &data}),
+                 label + " cuda Step");
+              Ok(cuda[k]->Synchronize(), label + " cuda Synchronize");
+              const Mismatch forecast = Compare(DeviceMemory::Get(out, B * outs), ref_out[t]);
+              INFO("forecast: " << forecast.bad << " bad, worst " << forecast.where);
+              CHECK(forecast.bad == 0);
+              // Touched rows near the reference's, every other row bit for bit as it was.
+              const Mismatch state = Compare(DeviceMemory::Get(slab, rows * S), ref_slabs[t]);
+              INFO("states: " << state.bad << " bad, worst " << state.where);
+              CHECK(state.bad == 0);
+            }
+            const std::vector<float> got = DeviceMemory::Get(slab, rows * S);
+            std::vector<bool> touched(static_cast<size_t>(rows), false);
+            for (const int32_t s : slots) touched[static_cast<size_t>(s)] = true;
+            int64_t changed = 0;
+            for (int64_t r = 0; r < rows; ++r) {
+              if (touched[static_cast<size_t>(r)]) continue;
+              for (int64_t i = 0; i < S; ++i) changed += got[r * S + i] != slab_0[r * S + i];
+            }
+            CHECK(changed == 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("The fused step replays in a CUDA graph", "[gpu][model][stream]") {
+  constexpr int kSteps = 4;
+  constexpr int64_t kB = 64, kRows = 100, kHidden = 128;
+  ReferenceBackend reference;
+  std::unique_ptr<CudaBackend> cuda = MakeCuda(StepKernel::kAuto);
+  for (const bool lstm : {true, false}) {
+    CAPTURE(lstm);
+    const auto model = Build(Config(lstm, 2, kHidden), kHidden, 5);
+    const int64_t S = model->StateFloats(), outs = model->num_outputs();
+    const std::vector<int32_t> slots = ScatteredSlots(kB, kRows, 9);
+    const std::vector<float> slab_0 = Normal(kRows * S, 4, 0.8f);
+    const std::vector<float> x = Normal(kB * kF, 12, 2.0f);
+    std::vector<float> ref_slab = slab_0, ref_out(kB * outs);
+    Workspace host_workspace;
+
+    DeviceMemory mem;
+    const ParameterArena& arena = model->parameters();
+    const float* weights =
+        mem.Upload(std::vector<float>(arena.data(), arena.data() + arena.size()));
+    const int32_t* dslots = mem.Upload(slots);
+    const float* dx = mem.Upload(x);
+    float* out = mem.Upload(std::vector<float>(kB * outs, 0.0f));
+    float* slab = mem.Upload(slab_0);
+    const int64_t ws_floats = model->StepWorkspaceFloats(kB);
+    Workspace workspace(mem.Upload(std::vector<float>(ws_floats, 0.0f)), ws_floats);
+    CudaDataOps data(cuda->stream());
+    const auto step = [&]() {
+      workspace.Reset();
+      return model->Step(*cuda, out, dx, slab, dslots, kB, workspace,
+                         ForwardPlacement{weights, &data});
+    };
+    // The first call of a shape may allocate; it is a step like the others.
+    Ok(step(), "warm-up Step");
+    Ok(model->Step(reference, ref_out.data(), x.data(), ref_slab.data(), slots.data(), kB,
+                   host_workspace, ForwardPlacement{}),
+       "reference Step");
+    absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(cuda->stream(), step);
+    Ok(graph.status(), "Capture");
+    for (int t = 1; t < kSteps; ++t) {
+      CAPTURE(t);
+      Ok(graph->Launch(cuda->stream()), "Launch");
+      Ok(model->Step(reference, ref_out.data(), x.data(), ref_slab.data(), slots.data(), kB,
+                     host_workspace, ForwardPlacement{}),
+         "reference Step");
+      Ok(cuda->Synchronize(), "Synchronize");
+      const Mismatch forecast = Compare(DeviceMemory::Get(out, kB * outs), ref_out);
+      INFO("forecast: " << forecast.bad << " bad, worst " << forecast.where);
+      CHECK(forecast.bad == 0);
+      const Mismatch state = Compare(DeviceMemory::Get(slab, kRows * S), ref_slab);
+      INFO("states: " << state.bad << " bad, worst " << state.where);
+      CHECK(state.bad == 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace forecastd
