@@ -166,6 +166,10 @@ absl::StatusOr<std::unique_ptr<KServeHttpServer>> KServeHttpServer::Create(const
     const int yes = 1;
     setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // A reply goes out at once: with Nagle's algorithm on, a response written in two pieces
+  // (headers, then body) waits for the client's delayed ACK, 40 ms a request on Linux
+  // (perf_analyzer -i http measured 44 ms p50 at concurrency 1 before this).
+  server->http_->set_tcp_nodelay(true);
   // tritonclient and perf_analyzer keep their connections open across requests.
   server->http_->set_keep_alive_max_count(1000);
   server->http_->set_keep_alive_timeout(options.keep_alive_timeout_s);
