@@ -83,6 +83,38 @@ __device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, fl
   return (1.0f - z) * n + z * h;
 }
 
+// Sums 16 values across a warp: value n of lane l is a[n] of that lane, and each of the 16
+// sums is over the 32 lanes. Halving: at offset 16 a lane keeps the half of its values its bit 4
+// picks and adds its partner's copy of that half; then 8, 4 and 2 on the rest, and a last
+// exchange at offset 1: lane l ends with sum l >> 1 in a[0] (the other entries are spent).
+__device__ __forceinline__ void HalvingSum16(float (&a)[16], int lane) {
+  constexpr unsigned kAllLanes = 0xffffffffu;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const bool hi = (lane & 16) != 0;
+    const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 16);
+  }
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const bool hi = (lane & 8) != 0;
+    const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 8);
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const bool hi = (lane & 4) != 0;
+    const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 4);
+  }
+  {
+    const bool hi = (lane & 2) != 0;
+    const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
+    a[0] = keep + __shfl_xor_sync(kAllLanes, send, 2);
+  }
+  a[0] += __shfl_xor_sync(kAllLanes, a[0], 1);
+}
+
 // The top layer's last step: its h' sits in `out` and each block of a stream tile has read
 // the old h from the slab. The last block of the tile to finish (counted in counters[tile])
 // copies the tile's h' into the slab and zeroes the counter for the next call.
@@ -197,33 +229,7 @@ __global__ void __launch_bounds__(kWarpThreads)
           for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
         }
       }
-      // Halving: at offset 16 a lane keeps the half of its values its bit 4 picks and adds
-      // its partner's copy of that half; then 8, 4, 2 on the rest; lane l ends with value
-      // l >> 1.
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        const bool hi = (lane & 16) != 0;
-        const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
-        a[n] = keep + __shfl_xor_sync(kAll, send, 16);
-      }
-#pragma unroll
-      for (int n = 0; n < 4; ++n) {
-        const bool hi = (lane & 8) != 0;
-        const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
-        a[n] = keep + __shfl_xor_sync(kAll, send, 8);
-      }
-#pragma unroll
-      for (int n = 0; n < 2; ++n) {
-        const bool hi = (lane & 4) != 0;
-        const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
-        a[n] = keep + __shfl_xor_sync(kAll, send, 4);
-      }
-      {
-        const bool hi = (lane & 2) != 0;
-        const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
-        a[0] = keep + __shfl_xor_sync(kAll, send, 2);
-      }
-      a[0] += __shfl_xor_sync(kAll, a[0], 1);
+      HalvingSum16(a, lane);
       float sums[kQuantities];
 #pragma unroll
       for (int q = 0; q < kQuantities; ++q) sums[q] = __shfl_down_sync(kAll, a[0], 2 * q);
@@ -529,31 +535,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
             for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
           }
         }
-        // The halving reduction of StepWarpKernel: lane l ends with value l >> 1.
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          const bool hi = (lane & 16) != 0;
-          const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
-          a[n] = keep + __shfl_xor_sync(kAll, send, 16);
-        }
-#pragma unroll
-        for (int n = 0; n < 4; ++n) {
-          const bool hi = (lane & 8) != 0;
-          const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
-          a[n] = keep + __shfl_xor_sync(kAll, send, 8);
-        }
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          const bool hi = (lane & 4) != 0;
-          const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
-          a[n] = keep + __shfl_xor_sync(kAll, send, 4);
-        }
-        {
-          const bool hi = (lane & 2) != 0;
-          const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
-          a[0] = keep + __shfl_xor_sync(kAll, send, 2);
-        }
-        a[0] += __shfl_xor_sync(kAll, a[0], 1);
+        HalvingSum16(a, lane);
         // Each lane activates its own sum (quantity q = (lane >> 1) & 3 of stream lane >> 3),
         // so the warp runs one activation per lane instead of four per stream; lane 8u then
         // gathers stream u's four and runs the rest of the cell.
