@@ -256,6 +256,16 @@ def checks(points, forward, levels):
                "forward_b1_p50_us": forward["median_us"], "floor_us": floor,
                "ratio": on_lo["p50_us"] / floor, "target_max": LATENCY_TARGET}
     latency["met"] = latency["ratio"] <= LATENCY_TARGET
+    # Where forecastd-on's time goes at the lowest level, by the server's own Timing (means):
+    # queue and compute, the rest of the server's time (admission: parsing and checking the
+    # request; completion: filling the reply), and outside it (gRPC both ways, the client).
+    total = on_lo.get("mean_server_total_us", 0.0)
+    latency["stages_us"] = {
+        "queue": on_lo["mean_server_queue_us"], "compute": on_lo["mean_server_compute_us"],
+        "admission_and_completion": max(0.0, total - on_lo["mean_server_queue_us"]
+                                        - on_lo["mean_server_compute_us"]),
+        "server_total": total, "outside_server_p50": on_lo["p50_us"] - total,
+        "echo_p50": echo["p50_us"]}
     off_hi, on_hi = by[(hi, "forecastd-off")], by[(hi, "forecastd-on")]
     throughput = {"concurrency": hi, "on_rps": on_hi["requests_per_s"],
                   "off_rps": off_hi["requests_per_s"],
@@ -296,6 +306,13 @@ def check_lines(latency, throughput):
         f"{fmt_us(latency['on_p50_us'])} us / (echo p50 {fmt_us(latency['echo_p50_us'])} + "
         f"forward B=1 p50 {fmt_us(latency['forward_b1_p50_us'])}) us = {latency['ratio']:.2f}  "
         f"(target <= {LATENCY_TARGET}: {mark(latency['met'])})",
+        "stages    (concurrency {c}, forecastd-on, server's own timing, means): queue {q} + "
+        "compute {k} + admission and completion {a} = server {t} us; outside the server "
+        "(gRPC, client) {o} us at p50, against the echo's whole p50 {e} us".format(
+            c=latency["concurrency"], **{k2: fmt_us(v) for k2, v in zip(
+                "qkatoe", (latency["stages_us"][n] for n in (
+                    "queue", "compute", "admission_and_completion", "server_total",
+                    "outside_server_p50", "echo_p50")))}),
         f"throughput (concurrency {throughput['concurrency']}): forecastd-on "
         f"{throughput['on_rps']:,.0f} req/s / forecastd-off {throughput['off_rps']:,.0f} req/s "
         f"= {throughput['ratio']:.2f}  (target >= {THROUGHPUT_TARGET}: "

@@ -5,6 +5,8 @@
 //   {"target":..., "concurrency":..., "requests":..., "errors":..., "requests_per_s":...,
 //    "p50_us":..., "p90_us":..., "p99_us":..., "mean_us":..., "max_us":...,
 //    "mean_batch_rows":..., "mean_server_queue_us":..., "mean_server_compute_us":...,
+//    "mean_server_total_us":... (Timing's queue_us, compute_us and total_us: arrival in the
+//    handler to completion, before the reply is serialised),
 //    "request_bytes":..., "response_bytes":..., "client_cpu_cores":...}
 // Latency is the client's: from starting the call to its completion callback (steady clock);
 // percentiles are nearest-rank. The mean_server_* figures average the Timing the server puts
@@ -122,6 +124,7 @@ struct Sample {
   int32_t batch_rows;
   float queue_us;
   float compute_us;
+  float total_us;  // the server's, arrival to completion
 };
 
 // One concurrency level: `concurrency` slots, each with one call in flight at a time.
@@ -188,10 +191,10 @@ class ClosedLoop {
     if (now >= measure_begin_ && now < measure_end_) {
       if (status.ok()) {
         const v1::Timing& timing = slot.response.timing();
-        slot.samples.push_back({std::chrono::duration<float, std::micro>(now - slot.sent).count(),
-                                static_cast<int32_t>(timing.batch_size()),
-                                static_cast<float>(timing.queue_us()),
-                                static_cast<float>(timing.compute_us())});
+        slot.samples.push_back(
+            {std::chrono::duration<float, std::micro>(now - slot.sent).count(),
+             static_cast<int32_t>(timing.batch_size()), static_cast<float>(timing.queue_us()),
+             static_cast<float>(timing.compute_us()), static_cast<float>(timing.total_us())});
         if (slot.response_bytes == 0) slot.response_bytes = slot.response.ByteSizeLong();
       } else {
         ++slot.errors;
@@ -213,7 +216,7 @@ class ClosedLoop {
                      double client_cpu_cores) const {
     std::vector<float> latencies;
     int64_t errors = 0, batch_rows = 0, batched = 0;
-    double queue_us = 0, compute_us = 0;
+    double queue_us = 0, compute_us = 0, total_us = 0;
     size_t response_bytes = 0;
     std::string first_error;
     for (const Slot& slot : slots_) {
@@ -221,6 +224,7 @@ class ClosedLoop {
         latencies.push_back(s.latency_us);
         queue_us += s.queue_us;
         compute_us += s.compute_us;
+        total_us += s.total_us;
         if (s.batch_rows > 0) {
           batch_rows += s.batch_rows;
           ++batched;
@@ -243,12 +247,14 @@ class ClosedLoop {
         "{\"target\":\"%s\",\"concurrency\":%d,\"requests\":%d,\"errors\":%d,"
         "\"duration_s\":%.3f,\"requests_per_s\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
         "\"p99_us\":%.1f,\"mean_us\":%.1f,\"max_us\":%.1f,\"mean_batch_rows\":%.2f,"
-        "\"mean_server_queue_us\":%.1f,\"mean_server_compute_us\":%.1f,\"request_bytes\":%d,"
+        "\"mean_server_queue_us\":%.1f,\"mean_server_compute_us\":%.1f,"
+        "\"mean_server_total_us\":%.1f,\"request_bytes\":%d,"
         "\"response_bytes\":%d,\"client_cpu_cores\":%.3f",
         label, concurrency, n, errors, duration_s, n / duration_s, rank(0.50), rank(0.90),
         rank(0.99), mean, n == 0 ? 0.0 : latencies.back(),
         batched == 0 ? 0.0 : static_cast<double>(batch_rows) / batched, queue_us * per,
-        compute_us * per, request_.ByteSizeLong(), response_bytes, client_cpu_cores);
+        compute_us * per, total_us * per, request_.ByteSizeLong(), response_bytes,
+        client_cpu_cores);
     if (!first_error.empty()) {
       std::string escaped;
       for (char c : first_error) {
