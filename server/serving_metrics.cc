@@ -35,6 +35,13 @@ prometheus::Labels VersionLabels(const std::string& model, int64_t version) {
   return {{"model", model}, {"version", absl::StrCat(version)}};
 }
 
+// Triton's categories of failed requests (its metrics guide, "Failure Count Categories").
+const char* FailureReason(grpc::StatusCode code, bool ran) {
+  if (code == grpc::StatusCode::DEADLINE_EXCEEDED) return "REJECTED";
+  if (code == grpc::StatusCode::CANCELLED) return "CANCELED";
+  return ran ? "BACKEND" : "OTHER";
+}
+
 double Microseconds(absl::Duration d) { return std::max(0.0, absl::ToDoubleMicroseconds(d)); }
 
 // Gauges computed when Prometheus scrapes, from the engine's own counters.
@@ -272,7 +279,8 @@ void ServingMetrics::OnTick(const std::string& model, int64_t version, const abs
   // A tick message is one of Triton's sequence requests, of one inference when a forward gave
   // its forecast; that forward ran in a tick batch, which the batchers' execution count does
   // not see.
-  ObserveTritonRequest(model, version, status.ok(), timing.total, timing.queue, timing.compute);
+  ObserveTritonRequest(model, version, code, timing.computed, timing.total, timing.queue,
+                       timing.compute);
   if (timing.computed && version > 0) {
     nv_inferences_.Add(VersionLabels(model, version)).Increment();
   }
@@ -300,7 +308,7 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
             {"priority", level},
             {"code", GrpcCodeName(code)}})
       .Increment();
-  ObserveTritonRequest(model, version, code == grpc::StatusCode::OK, total, queue, compute);
+  ObserveTritonRequest(model, version, code, compute > absl::ZeroDuration(), total, queue, compute);
   const bool reached_engine = code == grpc::StatusCode::OK || queue > absl::ZeroDuration() ||
                               compute > absl::ZeroDuration();
   if (!reached_engine) return;
@@ -310,12 +318,13 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
   compute_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(compute));
 }
 
-void ServingMetrics::ObserveTritonRequest(const std::string& model, int64_t version, bool ok,
-                                          absl::Duration total, absl::Duration queue,
-                                          absl::Duration compute) {
+void ServingMetrics::ObserveTritonRequest(const std::string& model, int64_t version,
+                                          grpc::StatusCode code, bool ran, absl::Duration total,
+                                          absl::Duration queue, absl::Duration compute) {
   if (version <= 0) return;  // never reached a model version: Triton does not count it
-  const prometheus::Labels labels = VersionLabels(model, version);
-  if (!ok) {
+  prometheus::Labels labels = VersionLabels(model, version);
+  if (code != grpc::StatusCode::OK) {
+    labels["reason"] = FailureReason(code, ran);
     nv_failure_.Add(labels).Increment();
     return;
   }

@@ -17,10 +17,13 @@
 //                                                                      (NVML; GPUs only)
 // and, for Triton's dashboards and perf_analyzer --collect-metrics, Triton's names for the same
 // measurements (counters, per model version; durations in microseconds, summed):
-//   nv_inference_request_success{model,version}, nv_inference_request_failure{model,version}
+//   nv_inference_request_success{model,version},
+//   nv_inference_request_failure{model,reason,version}
 //       requests of a resolved model version, by outcome: Predict, KServe ModelInfer (gRPC and
 //       REST) and ModelStreamInfer requests (ObserveRequest), and the ticks answered on tick
-//       streams and Triton sequence requests (OnTick), one request per tick message
+//       streams and Triton sequence requests (OnTick), one request per tick message; a failure's
+//       reason is Triton's: REJECTED (its deadline or queue timeout passed), CANCELED, BACKEND
+//       (its batch ran and failed) or OTHER (refused before running: bad input, queue full, ...)
 //   nv_inference_request_duration_us, nv_inference_queue_duration_us,
 //   nv_inference_compute_infer_duration_us{model,version}
 //       of successful requests only, as Triton sums them (a request's compute is its batch's)
@@ -118,10 +121,11 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
  private:
   class ModelObserver;
 
-  // Triton's per-request series: success with its durations, or failure; nothing for
-  // version 0.
-  void ObserveTritonRequest(const std::string& model, int64_t version, bool ok,
-                            absl::Duration total, absl::Duration queue, absl::Duration compute);
+  // Triton's per-request series: success with its durations, or failure with its reason
+  // (`ran`: the request's batch was computed); nothing for version 0.
+  void ObserveTritonRequest(const std::string& model, int64_t version, grpc::StatusCode code,
+                            bool ran, absl::Duration total, absl::Duration queue,
+                            absl::Duration compute);
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;

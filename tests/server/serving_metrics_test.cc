@@ -163,10 +163,23 @@ TEST_CASE("Triton's request counters follow requests, batches and ticks per mode
                  {.total = us(40), .queue = us(10), .compute = us(20), .computed = true});
   metrics.OnTick("m", 3, absl::OkStatus(), {.total = us(4)});
   metrics.OnTick("m", 3, absl::InvalidArgumentError("bad tick"), {.total = us(1)});
+  // Failures of each of Triton's reasons: timed out in the queue, cancelled, failed computing.
+  metrics.ObserveRequest("m", 3, "Predict", 0, grpc::StatusCode::DEADLINE_EXCEEDED, us(9), us(9),
+                         absl::ZeroDuration());
+  metrics.ObserveRequest("m", 3, "Predict", 0, grpc::StatusCode::CANCELLED, us(3),
+                         absl::ZeroDuration(), absl::ZeroDuration());
+  metrics.ObserveRequest("m", 3, "Predict", 0, grpc::StatusCode::INTERNAL, us(60), us(10), us(40));
 
   const std::vector<prometheus::MetricFamily> families = registry.Collect();
   REQUIRE(Value(families, "nv_inference_request_success", v3) == 4);
-  REQUIRE(Value(families, "nv_inference_request_failure", v3) == 2);
+  const auto failures = [&](const char* reason) {
+    return Value(families, "nv_inference_request_failure",
+                 {{"model", "m"}, {"reason", reason}, {"version", "3"}});
+  };
+  REQUIRE(failures("OTHER") == 2);  // the refused ModelInfer and tick
+  REQUIRE(failures("REJECTED") == 1);
+  REQUIRE(failures("CANCELED") == 1);
+  REQUIRE(failures("BACKEND") == 1);
   REQUIRE(Value(families, "nv_inference_count", v3) == 5 + 1);
   REQUIRE(Value(families, "nv_inference_exec_count", v3) == 1);
   REQUIRE(Value(families, "nv_inference_request_duration_us", v3) == 100 + 90 + 40 + 4);
@@ -177,8 +190,9 @@ TEST_CASE("Triton's request counters follow requests, batches and ticks per mode
     CAPTURE(f.name);
     REQUIRE(f.type == prometheus::MetricType::Counter);
     for (const prometheus::ClientMetric& m : f.metric) {
-      REQUIRE(m.label.size() == 2);
-      REQUIRE(m.label[1].value == "3");  // no version-0 series
+      REQUIRE(m.label.size() == (f.name == "nv_inference_request_failure" ? 3u : 2u));
+      REQUIRE(m.label.back().name == "version");
+      REQUIRE(m.label.back().value == "3");  // no version-0 series
     }
   }
   // forecastd's own request counter still counts the request that found no version.

@@ -159,6 +159,9 @@ TEST_CASE("Triton's nv_inference series count every front door's requests, rows 
   REQUIRE(SumSamples(after, "nv_inference_request_success", toy).series == 1);
   REQUIRE(f.Delta(before, after, "nv_inference_request_success", toy) == successes);
   REQUIRE(f.Delta(before, after, "nv_inference_request_failure", toy) == failures);
+  // Refused before running: Triton's OTHER.
+  REQUIRE(f.Delta(before, after, "nv_inference_request_failure",
+                  {{"model", "toy"}, {"version", "2"}, {"reason", "OTHER"}}) == failures);
   REQUIRE(f.Delta(before, after, "nv_inference_count", toy) == successes * B);
   // Each request is alone in its batch here, but a batch may hold several.
   const double executions = f.Delta(before, after, "nv_inference_exec_count", toy);
@@ -176,7 +179,7 @@ TEST_CASE("Triton's nv_inference series count every front door's requests, rows 
   for (const auto& sample : ::forecastd::testing::ParsePrometheusText(after)) {
     if (sample.name.rfind("nv_inference_", 0) != 0) continue;
     CAPTURE(sample.name);
-    REQUIRE(sample.labels.size() == 2);
+    REQUIRE(sample.labels.size() == (sample.name == "nv_inference_request_failure" ? 3u : 2u));
     REQUIRE(sample.labels.count("model") == 1);
     REQUIRE(sample.labels.count("version") == 1);
     REQUIRE(sample.labels.at("model") != "nope");
