@@ -114,12 +114,14 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   // Metrics label the level the request ran at: 0 becomes the model's default level once the
   // model is known, so one queue is one series.
   uint32_t priority = request->priority();
+  // Metrics label the version the request resolved to (0 until it has), as KServe's do.
+  int64_t version = 0;
   ServingMetrics* metrics = options_.metrics;
   const auto fail = [&](const absl::Status& status) {
     if (metrics != nullptr) {
       const grpc::StatusCode code = ToGrpcStatus(status).error_code();
       if (code == grpc::StatusCode::DEADLINE_EXCEEDED) metrics->ObserveDeadlineMiss(model_name);
-      metrics->ObserveRequest(model_name, request->version(), "Predict", priority, code,
+      metrics->ObserveRequest(model_name, version, "Predict", priority, code,
                               clock->Now() - arrival, absl::ZeroDuration(), absl::ZeroDuration());
     }
     reactor->Finish(ToGrpcStatus(status));
@@ -128,6 +130,7 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   if (!accepting()) return fail(absl::UnavailableError("forecastd is shutting down"));
   absl::StatusOr<LoadedModel> pinned = admission_.Pin(model_name, request->version());
   if (!pinned.ok()) return fail(pinned.status());
+  version = pinned->version;
   priority = PredictAdmission::LevelOf(*pinned, priority);
   const v1::Tensor& inputs = request->inputs();
   const bool raw = !inputs.raw().empty();

@@ -101,7 +101,11 @@ std::function<std::vector<ServingMetrics::GpuReading>()> GpuReadings(
       readings.push_back({.gpu = absl::StrCat(gpu),
                           .memory_used_bytes = usage->memory_used_bytes,
                           .memory_total_bytes = usage->memory_total_bytes,
-                          .utilization_ratio = usage->utilization_percent / 100.0});
+                          .utilization_ratio = usage->utilization_percent / 100.0,
+                          .uuid = usage->uuid,
+                          .power_watts = usage->power_milliwatts < 0
+                                             ? -1.0
+                                             : static_cast<double>(usage->power_milliwatts) / 1e3});
     }
     return readings;
   };
@@ -118,8 +122,8 @@ class Server::RegistryMetrics final : public RegistryObserver {
   explicit RegistryMetrics(ServingMetrics* metrics) : metrics_(metrics) {}
 
   std::unique_ptr<BatcherObserver> NewBatcherObserver(const std::string& model,
-                                                      int64_t /*version*/) override {
-    return std::make_unique<Forwarding>(metrics_->ForModel(model));
+                                                      int64_t version) override {
+    return std::make_unique<Forwarding>(metrics_->ForModel(model, version));
   }
   void OnLoadFailed(const std::string& model, int64_t /*version*/,
                     const absl::Status& /*error*/) override {

@@ -1,6 +1,8 @@
 #include "server/serving_metrics.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/client_metric.h"
@@ -27,6 +29,20 @@ const prometheus::Histogram::BucketBoundaries& BatchBuckets() {
 std::string PriorityLabel(uint32_t priority) {
   return priority == 0 ? "default" : absl::StrCat(priority);
 }
+
+// Triton's labels of a model version's series.
+prometheus::Labels VersionLabels(const std::string& model, int64_t version) {
+  return {{"model", model}, {"version", absl::StrCat(version)}};
+}
+
+// Triton's categories of failed requests (its metrics guide, "Failure Count Categories").
+const char* FailureReason(grpc::StatusCode code, bool ran) {
+  if (code == grpc::StatusCode::DEADLINE_EXCEEDED) return "REJECTED";
+  if (code == grpc::StatusCode::CANCELLED) return "CANCELED";
+  return ran ? "BACKEND" : "OTHER";
+}
+
+double Microseconds(absl::Duration d) { return std::max(0.0, absl::ToDoubleMicroseconds(d)); }
 
 // Gauges computed when Prometheus scrapes, from the engine's own counters.
 class StateCollectable final : public prometheus::Collectable {
@@ -106,6 +122,32 @@ class StateCollectable final : public prometheus::Collectable {
       per_gpu("forecastd_gpu_utilization_ratio",
               "Share of the last sample period in which a kernel ran on the GPU (NVML).",
               [](const Reading& g) { return g.utilization_ratio; });
+      // The same readings under Triton's names and label; a GPU whose UUID NVML did not give
+      // is left out of them, and one without a power reading out of nv_gpu_power_usage.
+      const auto triton_gpu = [&](const char* name, const char* help, auto value) {
+        prometheus::MetricFamily f{name, help, prometheus::MetricType::Gauge, {}};
+        for (const ServingMetrics::GpuReading& gpu : gpus) {
+          const std::optional<double> v = value(gpu);
+          if (gpu.uuid.empty() || !v.has_value()) continue;
+          prometheus::ClientMetric m;
+          m.label = {{"gpu_uuid", gpu.uuid}};
+          m.gauge.value = *v;
+          f.metric.push_back(m);
+        }
+        if (!f.metric.empty()) families.push_back(std::move(f));
+      };
+      using Maybe = std::optional<double>;
+      triton_gpu("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0]",
+                 [](const Reading& g) -> Maybe { return g.utilization_ratio; });
+      triton_gpu(
+          "nv_gpu_memory_total_bytes", "GPU total memory, in bytes",
+          [](const Reading& g) -> Maybe { return static_cast<double>(g.memory_total_bytes); });
+      triton_gpu(
+          "nv_gpu_memory_used_bytes", "GPU used memory, in bytes",
+          [](const Reading& g) -> Maybe { return static_cast<double>(g.memory_used_bytes); });
+      triton_gpu("nv_gpu_power_usage", "GPU power usage in watts", [](const Reading& g) -> Maybe {
+        return g.power_watts >= 0 ? Maybe(g.power_watts) : std::nullopt;
+      });
     }
     return families;
   }
@@ -116,15 +158,23 @@ class StateCollectable final : public prometheus::Collectable {
 
 }  // namespace
 
+// One model version's batches: forecastd_batch_size (per model) and Triton's inference and
+// execution counts (per version).
 class ServingMetrics::ModelObserver final : public BatcherObserver {
  public:
-  explicit ModelObserver(prometheus::Histogram& batch_size) : batch_size_(batch_size) {}
+  ModelObserver(prometheus::Histogram& batch_size, prometheus::Counter& inferences,
+                prometheus::Counter& executions)
+      : batch_size_(batch_size), inferences_(inferences), executions_(executions) {}
   void OnBatch(int64_t rows, int64_t /*tasks*/) override {
     batch_size_.Observe(static_cast<double>(rows));
+    inferences_.Increment(static_cast<double>(rows));
+    executions_.Increment();
   }
 
  private:
   prometheus::Histogram& batch_size_;
+  prometheus::Counter& inferences_;
+  prometheus::Counter& executions_;
 };
 
 ServingMetrics::ServingMetrics(prometheus::Registry& registry)
@@ -184,15 +234,55 @@ ServingMetrics::ServingMetrics(prometheus::Registry& registry)
                          .Name("forecastd_streams_ended_total")
                          .Help("Tick streams ended, by model and reason (closed, idle, "
                                "disconnected, replaced).")
+                         .Register(registry)),
+      nv_success_(prometheus::BuildCounter()
+                      .Name("nv_inference_request_success")
+                      .Help("Number of successful inference requests, all batch sizes")
+                      .Register(registry)),
+      nv_failure_(prometheus::BuildCounter()
+                      .Name("nv_inference_request_failure")
+                      .Help("Number of failed inference requests, all batch sizes")
+                      .Register(registry)),
+      nv_inferences_(prometheus::BuildCounter()
+                         .Name("nv_inference_count")
+                         .Help("Number of inferences performed (does not include cached requests)")
+                         .Register(registry)),
+      nv_executions_(prometheus::BuildCounter()
+                         .Name("nv_inference_exec_count")
+                         .Help("Number of model executions performed (does not include cached "
+                               "requests)")
+                         .Register(registry)),
+      nv_request_us_(prometheus::BuildCounter()
+                         .Name("nv_inference_request_duration_us")
+                         .Help("Cumulative inference request duration in microseconds (includes "
+                               "cached requests)")
+                         .Register(registry)),
+      nv_queue_us_(prometheus::BuildCounter()
+                       .Name("nv_inference_queue_duration_us")
+                       .Help("Cumulative inference queuing duration in microseconds (includes "
+                             "cached requests)")
+                       .Register(registry)),
+      nv_compute_us_(prometheus::BuildCounter()
+                         .Name("nv_inference_compute_infer_duration_us")
+                         .Help("Cumulative compute inference duration in microseconds (does not "
+                               "include cached requests)")
                          .Register(registry)) {}
 
-void ServingMetrics::OnTick(const std::string& model, const absl::Status& status,
-                            absl::Duration total) {
+void ServingMetrics::OnTick(const std::string& model, int64_t version, const absl::Status& status,
+                            const TickTiming& timing) {
   const grpc::StatusCode code = ToGrpcStatus(status).error_code();
   stream_ticks_.Add({{"model", model}, {"code", GrpcCodeName(code)}}).Increment();
   if (status.ok()) {
     stream_tick_seconds_.Add({{"model", model}}, LatencyBuckets())
-        .Observe(absl::ToDoubleSeconds(total));
+        .Observe(absl::ToDoubleSeconds(timing.total));
+  }
+  // A tick message is one of Triton's sequence requests, of one inference when a forward gave
+  // its forecast; that forward ran in a tick batch, which the batchers' execution count does
+  // not see.
+  ObserveTritonRequest(model, version, code, timing.computed, timing.total, timing.queue,
+                       timing.compute);
+  if (timing.computed && version > 0) {
+    nv_inferences_.Add(VersionLabels(model, version)).Increment();
   }
 }
 
@@ -218,6 +308,7 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
             {"priority", level},
             {"code", GrpcCodeName(code)}})
       .Increment();
+  ObserveTritonRequest(model, version, code, compute > absl::ZeroDuration(), total, queue, compute);
   const bool reached_engine = code == grpc::StatusCode::OK || queue > absl::ZeroDuration() ||
                               compute > absl::ZeroDuration();
   if (!reached_engine) return;
@@ -225,6 +316,22 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
   request_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(total));
   queue_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(queue));
   compute_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(compute));
+}
+
+void ServingMetrics::ObserveTritonRequest(const std::string& model, int64_t version,
+                                          grpc::StatusCode code, bool ran, absl::Duration total,
+                                          absl::Duration queue, absl::Duration compute) {
+  if (version <= 0) return;  // never reached a model version: Triton does not count it
+  prometheus::Labels labels = VersionLabels(model, version);
+  if (code != grpc::StatusCode::OK) {
+    labels["reason"] = FailureReason(code, ran);
+    nv_failure_.Add(labels).Increment();
+    return;
+  }
+  nv_success_.Add(labels).Increment();
+  nv_request_us_.Add(labels).Increment(Microseconds(total));
+  nv_queue_us_.Add(labels).Increment(Microseconds(queue));
+  nv_compute_us_.Add(labels).Increment(Microseconds(compute));
 }
 
 void ServingMetrics::ObserveDeadlineMiss(const std::string& model) {
@@ -235,11 +342,14 @@ void ServingMetrics::ObserveLoadFailure(const std::string& model) {
   load_failures_.Add({{"model", model}}).Increment();
 }
 
-BatcherObserver* ServingMetrics::ForModel(const std::string& model) {
+BatcherObserver* ServingMetrics::ForModel(const std::string& model, int64_t version) {
   absl::MutexLock lock(&mu_);
-  std::unique_ptr<ModelObserver>& observer = observers_[model];
+  std::unique_ptr<ModelObserver>& observer = observers_[{model, version}];
   if (observer == nullptr) {
-    observer = std::make_unique<ModelObserver>(batch_size_.Add({{"model", model}}, BatchBuckets()));
+    const prometheus::Labels labels = VersionLabels(model, version);
+    observer =
+        std::make_unique<ModelObserver>(batch_size_.Add({{"model", model}}, BatchBuckets()),
+                                        nv_inferences_.Add(labels), nv_executions_.Add(labels));
   }
   return observer.get();
 }

@@ -15,6 +15,25 @@
 //   forecastd_gpu_memory_used_bytes{gpu}, forecastd_gpu_memory_total_bytes{gpu},
 //   forecastd_gpu_utilization_ratio{gpu}                               gauges read at scrape
 //                                                                      (NVML; GPUs only)
+// and, for Triton's dashboards and perf_analyzer --collect-metrics, Triton's names for the same
+// measurements (counters, per model version; durations in microseconds, summed):
+//   nv_inference_request_success{model,version},
+//   nv_inference_request_failure{model,reason,version}
+//       requests of a resolved model version, by outcome: Predict, KServe ModelInfer (gRPC and
+//       REST) and ModelStreamInfer requests (ObserveRequest), and the ticks answered on tick
+//       streams and Triton sequence requests (OnTick), one request per tick message; a failure's
+//       reason is Triton's: REJECTED (its deadline or queue timeout passed), CANCELED, BACKEND
+//       (its batch ran and failed) or OTHER (refused before running: bad input, queue full, ...)
+//   nv_inference_request_duration_us, nv_inference_queue_duration_us,
+//   nv_inference_compute_infer_duration_us{model,version}
+//       of successful requests only, as Triton sums them (a request's compute is its batch's)
+//   nv_inference_count{model,version}, nv_inference_exec_count{model,version}
+//       rows and executions of the batches the version's batcher ran (every front door and
+//       Benchmark); nv_inference_count also counts one per tick message a forward answered
+//       (tick batches are not counted as executions)
+//   nv_gpu_utilization{gpu_uuid} (0..1), nv_gpu_memory_used_bytes{gpu_uuid},
+//   nv_gpu_memory_total_bytes{gpu_uuid}, nv_gpu_power_usage{gpu_uuid} (W)
+//       gauges read at scrape where NVML gives them; absent without a GPU
 // Thread-safe: every method may be called from any thread (prometheus-cpp is thread-safe and
 // the label caches are guarded).
 #ifndef FORECASTD_SERVER_SERVING_METRICS_H_
@@ -53,6 +72,10 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
     int64_t memory_used_bytes = 0;
     int64_t memory_total_bytes = 0;
     double utilization_ratio = 0;  // of the last sample period, in [0, 1]
+    // NVML's "GPU-..." identifier, the label of Triton's nv_gpu_* series; empty: those series
+    // leave this GPU out.
+    std::string uuid;
+    double power_watts = -1;  // < 0: NVML does not report it for this GPU
   };
 
   struct Probes {
@@ -72,7 +95,10 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
   std::shared_ptr<prometheus::Collectable> MakeStateCollectable(Probes probes);
 
   // One finished RPC. `priority` 0 is reported as "default". Durations are observed only for
-  // Predict-like calls that reached the engine (queue or compute > 0 or OK).
+  // Predict-like calls that reached the engine (queue or compute > 0 or OK). `version` is the
+  // version the request resolved to, 0 when it never resolved to one; only requests with a
+  // version count in Triton's nv_inference_request_* series, as Triton counts a request only
+  // once it has found its model.
   void ObserveRequest(const std::string& model, int64_t version, const std::string& method,
                       uint32_t priority, grpc::StatusCode code, absl::Duration total,
                       absl::Duration queue, absl::Duration compute);
@@ -80,10 +106,11 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
   void ObserveLoadFailure(const std::string& model);
 
   // A BatcherObserver for one model version (owned here, alive as long as this object).
-  BatcherObserver* ForModel(const std::string& model);
+  BatcherObserver* ForModel(const std::string& model, int64_t version);
 
   // StreamObserver: ticks answered and their latency, streams ended by reason.
-  void OnTick(const std::string& model, const absl::Status& status, absl::Duration total) override;
+  void OnTick(const std::string& model, int64_t version, const absl::Status& status,
+              const TickTiming& timing) override;
   void OnStreamEnded(const std::string& model, const char* reason) override;
 
   // TrainJobObserver.
@@ -93,6 +120,12 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
 
  private:
   class ModelObserver;
+
+  // Triton's per-request series: success with its durations, or failure with its reason
+  // (`ran`: the request's batch was computed); nothing for version 0.
+  void ObserveTritonRequest(const std::string& model, int64_t version, grpc::StatusCode code,
+                            bool ran, absl::Duration total, absl::Duration queue,
+                            absl::Duration compute);
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;
@@ -108,9 +141,19 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
   prometheus::Family<prometheus::Counter>& stream_ticks_;
   prometheus::Family<prometheus::Histogram>& stream_tick_seconds_;
   prometheus::Family<prometheus::Counter>& streams_ended_;
+  // Triton's names (see the top of this file).
+  prometheus::Family<prometheus::Counter>& nv_success_;
+  prometheus::Family<prometheus::Counter>& nv_failure_;
+  prometheus::Family<prometheus::Counter>& nv_inferences_;
+  prometheus::Family<prometheus::Counter>& nv_executions_;
+  prometheus::Family<prometheus::Counter>& nv_request_us_;
+  prometheus::Family<prometheus::Counter>& nv_queue_us_;
+  prometheus::Family<prometheus::Counter>& nv_compute_us_;
 
   absl::Mutex mu_;
-  std::map<std::string, std::unique_ptr<ModelObserver>> observers_ ABSL_GUARDED_BY(mu_);
+  // By model and version.
+  std::map<std::pair<std::string, int64_t>, std::unique_ptr<ModelObserver>> observers_
+      ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> last_step_ ABSL_GUARDED_BY(mu_);  // by job id
 };
 

@@ -28,6 +28,7 @@ struct NvmlMemory {
 };
 constexpr NvmlReturn kNvmlSuccess = 0;
 constexpr NvmlReturn kNvmlErrorNotFound = 6;
+constexpr unsigned int kNvmlUuidBufferBytes = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
 constexpr const char* kLibrary = "libnvidia-ml.so.1";
 }  // namespace
 
@@ -38,6 +39,9 @@ struct Nvml::Api {
   NvmlReturn (*handle_by_pci_bus_id)(const char*, NvmlDevice*);
   NvmlReturn (*utilization)(NvmlDevice, NvmlUtilization*);
   NvmlReturn (*memory)(NvmlDevice, NvmlMemory*);
+  // Optional: nullptr when this NVML lacks them, and the readings go without.
+  NvmlReturn (*uuid)(NvmlDevice, char*, unsigned int);
+  NvmlReturn (*power_usage)(NvmlDevice, unsigned int*);  // milliwatts
 
   absl::Status Error(absl::StatusCode code, NvmlReturn result, const char* call) const {
     return absl::Status(code, absl::StrCat("NVML error ", result, " in ", call, ": ",
@@ -76,6 +80,8 @@ absl::StatusOr<std::unique_ptr<Nvml>> Nvml::Load() {
                                                " lacks an entry point (",
                                                why != nullptr ? why : "?", ")"));
   }
+  Resolve(library, "nvmlDeviceGetUUID", &api->uuid);
+  Resolve(library, "nvmlDeviceGetPowerUsage", &api->power_usage);
   const NvmlReturn result = api->init();
   if (result != kNvmlSuccess) {
     absl::Status status = api->Error(absl::StatusCode::kUnavailable, result, "nvmlInit_v2");
@@ -131,6 +137,14 @@ absl::StatusOr<GpuUsage> Nvml::Usage(int cuda_device) {
   }
   usage.utilization_percent = static_cast<int>(utilization.gpu);
   usage.memory_utilization_percent = static_cast<int>(utilization.memory);
+  char uuid[kNvmlUuidBufferBytes] = {0};
+  if (api_->uuid != nullptr && api_->uuid(device, uuid, sizeof(uuid)) == kNvmlSuccess) {
+    usage.uuid = uuid;
+  }
+  unsigned int milliwatts = 0;
+  if (api_->power_usage != nullptr && api_->power_usage(device, &milliwatts) == kNvmlSuccess) {
+    usage.power_milliwatts = milliwatts;
+  }
   return usage;
 }
 

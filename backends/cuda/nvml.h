@@ -1,4 +1,4 @@
-// GPU utilisation and memory from NVML, for the per-GPU metrics. NVML ships with the driver,
+// GPU utilisation, memory and power from NVML, for the per-GPU metrics. NVML ships with the driver,
 // not the toolkit, so it is loaded at run time with dlopen("libnvidia-ml.so.1"): the binary
 // has no link dependency on it, and a host (or container) without it gets a clear UNAVAILABLE
 // status instead of failing to start. GPUs are named by their CUDA ordinal and matched to
@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -27,6 +28,10 @@ struct GpuUsage {
   int64_t memory_total_bytes = 0;
   int64_t memory_used_bytes = 0;
   int64_t memory_free_bytes = 0;
+  // NVML's identifier of the GPU ("GPU-<hex>"); empty when NVML does not give it.
+  std::string uuid;
+  // Power drawn by the whole board; -1 when NVML does not report it (some products, MIG).
+  int64_t power_milliwatts = -1;
 };
 
 class Nvml {

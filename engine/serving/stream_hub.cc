@@ -245,6 +245,10 @@ StreamInfo StreamHub::InfoLocked(const Stream& stream) const {
   return info;
 }
 
+int64_t StreamHub::VersionOf(const Stream& stream) {
+  return stream.pin.has_value() ? stream.pin->version : stream.requested_version;
+}
+
 void StreamHub::UnpinLocked(Stream& stream) {
   if (stream.pin.has_value() && stream.slot >= 0) {
     ModelRegistry::Ticks(*stream.pin).ReleaseSlot(stream.slot);
@@ -418,7 +422,7 @@ void StreamHub::DoSubmit(ConnectionId connection, const std::string& key, Pendin
     std::shared_ptr<Stream> stream = FindLocked(connection, key, &error);
     if (stream == nullptr) {
       if (pending.kind == Pending::Kind::kTicks && options_.observer != nullptr) {
-        options_.observer->OnTick("", error.status, absl::ZeroDuration());
+        options_.observer->OnTick("", 0, error.status, {});
       }
       SendLocked(connection, std::move(error));
       return;
@@ -441,7 +445,7 @@ void StreamHub::DoSubmit(ConnectionId connection, const std::string& key, Pendin
         error.status = absl::InvalidArgumentError(absl::StrCat(
             rows.status().message(), " (key '", key, "', model '", stream->model, "')"));
         if (options_.observer != nullptr) {
-          options_.observer->OnTick(stream->model, error.status, absl::ZeroDuration());
+          options_.observer->OnTick(stream->model, VersionOf(*stream), error.status, {});
         }
         SendLocked(*stream, std::move(error));
         return;
@@ -581,7 +585,11 @@ void StreamHub::AnswerFrontLocked(Stream& s, StreamReply reply) {
   reply.tag = front.tag;
   reply.total_time = clock_->Now() - front.arrival;
   if (options_.observer != nullptr) {
-    options_.observer->OnTick(s.model, absl::OkStatus(), reply.total_time);
+    options_.observer->OnTick(s.model, reply.version, absl::OkStatus(),
+                              {.total = reply.total_time,
+                               .queue = reply.queue_time,
+                               .compute = reply.compute_time,
+                               .computed = reply.ticks_needed == 0});
   }
   s.pending.pop_front();
   SendLocked(s, std::move(reply));
@@ -604,7 +612,8 @@ void StreamHub::FailFrontLocked(Stream& s, const absl::Status& status) {
   reply.tag = failed.tag;
   reply.sequence = s.sequence_done;
   if (options_.observer != nullptr) {
-    options_.observer->OnTick(s.model, status, clock_->Now() - failed.arrival);
+    options_.observer->OnTick(s.model, VersionOf(s), status,
+                              {.total = clock_->Now() - failed.arrival});
   }
   SendLocked(s, std::move(reply));
 }

@@ -72,12 +72,23 @@ struct StreamReply {
 
 // What the hub reports, for metrics; called with the hub's lock held: cheap, thread-safe, never
 // calling the hub. Every method has a no-op default.
+// How an answered tick message went: `total` from its arrival to its answer; `computed` when a
+// step or window forward produced its forecast (not for an error or a window still filling),
+// with that forward's `queue` and `compute` time.
+struct TickTiming {
+  absl::Duration total = absl::ZeroDuration();
+  absl::Duration queue = absl::ZeroDuration();
+  absl::Duration compute = absl::ZeroDuration();
+  bool computed = false;
+};
+
 class StreamObserver {
  public:
   virtual ~StreamObserver() = default;
-  // A tick was answered (OK or not), `total` after it arrived.
-  virtual void OnTick(const std::string& /*model*/, const absl::Status& /*status*/,
-                      absl::Duration /*total*/) {}
+  // A tick message was answered (OK or not) by `version` of `model` (0: before the stream had
+  // a version, or "" and 0 for an unknown stream).
+  virtual void OnTick(const std::string& /*model*/, int64_t /*version*/,
+                      const absl::Status& /*status*/, const TickTiming& /*timing*/) {}
   // A stream ended for `reason`: "closed", "idle", "disconnected", "replaced", "shutdown".
   virtual void OnStreamEnded(const std::string& /*model*/, const char* /*reason*/) {}
 };
@@ -187,6 +198,9 @@ class StreamHub {
   // Takes the front request out with `status` (an error reply, unless it was a replay).
   void FailFrontLocked(Stream& stream, const absl::Status& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The version a stream's ticks run on, for metrics: the pinned one, else the one it asked for
+  // (0: the serving version, not yet known).
+  static int64_t VersionOf(const Stream& stream);
   void OnTaskDone(const std::shared_ptr<Stream>& stream, struct TickResult result)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Pins the version the stream computes on now, moving it (and re-priming its state) when
