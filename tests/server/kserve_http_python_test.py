@@ -161,7 +161,7 @@ def main():
         bad.set_data_from_numpy(np.zeros((1, T + 1, F), dtype=np.float32))
         refused(lambda: client.infer(args.model, [bad]), "400", input_meta["name"])
         refused(lambda: client.infer("no_such_model", [tensor]), "404", "no_such_model")
-        refused(lambda: client.get_system_shared_memory_status(), "501", "shared memory")
+        refused(lambda: client.get_cuda_shared_memory_status(), "501", "shared memory")
 
         client.unload_model(args.model)
         check(not client.is_model_ready(args.model), "the model is ready after unload_model")
