@@ -510,6 +510,13 @@ void KServeHttpServer::Route() {
   http.Post(R"(/v2/systemsharedmemory/region/([^/]+)/unregister)",
             owned_endpoint("SystemSharedMemoryUnregister", shm_unregister));
 
+  http.Post("/v2/cudasharedmemory/unregister",
+            endpoint("CudaSharedMemoryUnregister", [service](const auto&, auto& res) {
+              RETURN_IF_ERROR(service->UnregisterCudaSharedMemory({}));
+              res.status = 200;
+              return absl::OkStatus();
+            }));
+
   // Triton's endpoints forecastd does not serve: 501, naming what and why, after the same
   // authorization as the gRPC method.
   struct Unsupported {

@@ -410,7 +410,6 @@ absl::StatusOr<HttpBody> WriteInferResponse(const inference::ModelInferResponse&
   }
   std::string binary;
   json outputs = json::array();
-  int raw_index = 0;  // outputs in shared memory have no raw entry
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& tensor = response.outputs(i);
     json output = json::object();
@@ -428,10 +427,10 @@ absl::StatusOr<HttpBody> WriteInferResponse(const inference::ModelInferResponse&
       outputs.push_back(std::move(output));
       continue;
     }
-    if (raw_index >= response.raw_output_contents_size()) {
+    if (i >= response.raw_output_contents_size()) {
       return absl::InternalError(absl::StrCat("output '", tensor.name(), "' has no data"));
     }
-    const std::string& bytes = response.raw_output_contents(raw_index++);
+    const std::string& bytes = response.raw_output_contents(i);
     if (encoding.Binary(tensor.name())) {
       output["parameters"] = {{kBinaryDataSize, bytes.size()}};
       binary += bytes;

@@ -302,7 +302,12 @@ void KServeService::Infer(const char* method, const std::string& owner, absl::Ti
   // The forecasts go straight into the reply's one raw output, or into the output's region.
   char* const shared_output = shared->output;
   const auto reply_buffer = [response, per_row, shared_output](int64_t rows) -> char* {
-    if (shared_output != nullptr) return shared_output;
+    if (shared_output != nullptr) {
+      // An empty entry, as Triton sends, keeps raw_output_contents in line with the outputs
+      // (tritonclient's InferResultGrpc reads one entry per output).
+      response->add_raw_output_contents();
+      return shared_output;
+    }
     std::string* raw = response->add_raw_output_contents();
     raw->resize(static_cast<size_t>(rows * per_row) * sizeof(float));
     return raw->data();
@@ -591,9 +596,18 @@ grpc::Status KServeService::CudaSharedMemoryRegister(
 }
 
 grpc::Status KServeService::CudaSharedMemoryUnregister(
-    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* /*request*/,
+    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
-  return Unsupported(*context, kNoCudaSharedMemory);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(UnregisterCudaSharedMemory(*request));
+}
+
+absl::Status KServeService::UnregisterCudaSharedMemory(
+    const inference::CudaSharedMemoryUnregisterRequest& request) const {
+  // Unregistering all CUDA regions leaves none, which is what was asked (perf_analyzer and
+  // tritonclient's shared-memory helpers do it after using system shared memory).
+  if (request.name().empty()) return absl::OkStatus();
+  return absl::UnimplementedError(kNoCudaSharedMemory);
 }
 
 grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,

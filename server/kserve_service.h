@@ -142,7 +142,7 @@ class KServeService final : public KServeServiceBase {
   grpc::Status SystemSharedMemoryUnregister(
       grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
-  // Not supported: UNIMPLEMENTED, saying so.
+  // Not supported: UNIMPLEMENTED, saying so (but unregistering all CUDA regions is OK).
   grpc::Status CudaSharedMemoryStatus(grpc::ServerContext* context,
                                       const inference::CudaSharedMemoryStatusRequest* request,
                                       inference::CudaSharedMemoryStatusResponse* response) override;
@@ -191,6 +191,9 @@ class KServeService final : public KServeServiceBase {
   absl::Status SharedMemoryStatus(const std::string& owner,
                                   const inference::SystemSharedMemoryStatusRequest& request,
                                   inference::SystemSharedMemoryStatusResponse* response) const;
+  // OK for all regions (there are none); UNIMPLEMENTED for a named one.
+  absl::Status UnregisterCudaSharedMemory(
+      const inference::CudaSharedMemoryUnregisterRequest& request) const;
   // ModelInfer's work for `owner` (whose shared-memory regions its tensors may name), counted
   // under `method` in the request metrics, with `deadline` on the engine's clock
   // (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's below;

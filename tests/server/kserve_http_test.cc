@@ -405,6 +405,7 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
   Rest rest(env);
   RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/unregister", ""), 501,
                 "CUDA shared memory");
+  RequireStatus(rest.Post("/v2/cudasharedmemory/unregister", ""), 200);
   RequireStatus(rest.Get("/v2/trace/setting"), 501, "tracing");
   RequireStatus(rest.Get("/v2/models/gru/trace/setting"), 501, "tracing");
   RequireStatus(rest.Post("/v2/models/gru/generate", "{}"), 501, "generate");

@@ -202,7 +202,9 @@ TEST_CASE("KServe ModelInfer reads inputs from and writes outputs to system shar
     const grpc::Status status = Infer(env, request, &response);
     INFO(status.error_message());
     REQUIRE(status.ok());
-    REQUIRE(response.raw_output_contents_size() == 0);
+    // One empty raw entry per output in shared memory, as Triton sends and tritonclient reads.
+    REQUIRE(response.raw_output_contents_size() == 1);
+    REQUIRE(response.raw_output_contents(0).empty());
     REQUIRE(response.outputs_size() == 1);
     const auto& parameters = response.outputs(0).parameters();
     REQUIRE(parameters.at("shared_memory_region").string_param() == "out");
@@ -224,7 +226,7 @@ TEST_CASE("KServe ModelInfer reads inputs from and writes outputs to system shar
     AddShmOutput(request, "out", out_bytes);
     inference::ModelInferResponse response;
     REQUIRE(Infer(env, request, &response).ok());
-    REQUIRE(response.raw_output_contents_size() == 0);
+    REQUIRE(response.raw_output_contents(0).empty());
     REQUIRE_FALSE(response.outputs(0).parameters().contains("shared_memory_offset"));
     REQUIRE(object.Read(1024, static_cast<size_t>(rows * P)) == expected);
   }
