@@ -418,12 +418,9 @@ absl::StatusOr<HttpBody> WriteInferResponse(const inference::ModelInferResponse&
     output["shape"] = json::array();
     for (const int64_t dim : tensor.shape()) output["shape"].push_back(dim);
     if (tensor.parameters().contains("shared_memory_region")) {
-      // Its data is in the region the output names, as Triton answers.
-      json parameters = json::object();
-      for (const auto& [key, value] : tensor.parameters()) {
-        parameters[key] = ParameterToJson(value);
-      }
-      output["parameters"] = std::move(parameters);
+      // Its data is in the region the client named: name, datatype and shape alone. No
+      // "parameters" either: tritonclient's C++ HTTP client (perf_analyzer) reads an output
+      // with parameters as one with binary data and needs "binary_data_size" in them.
       outputs.push_back(std::move(output));
       continue;
     }

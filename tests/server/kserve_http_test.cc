@@ -534,12 +534,14 @@ TEST_CASE("KServe REST registers system shared memory and infers through it",
   // Input in shared memory, forecast in the JSON reply.
   const json answer = Json(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 64).dump()));
   REQUIRE(JsonFloats(answer["outputs"][0]["data"]) == expected);
-  // Both in shared memory: the reply's output names its region and carries no data.
+  // Both in shared memory: the forecast is in the region.
   const json written =
       Json(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 64, "out", rows * P * 4).dump()));
+  // The reply's output has no data and no parameters (which tritonclient's C++ client would read
+  // as binary data), only its name, datatype and shape.
   REQUIRE_FALSE(written["outputs"][0].contains("data"));
-  REQUIRE(written["outputs"][0]["parameters"]["shared_memory_region"] == "out");
-  REQUIRE(written["outputs"][0]["parameters"]["shared_memory_byte_size"] == rows * P * 4);
+  REQUIRE_FALSE(written["outputs"][0].contains("parameters"));
+  REQUIRE(written["outputs"][0]["shape"] == json({rows, P, 1}));
   REQUIRE(object.Read(2048, static_cast<size_t>(rows * P)) == expected);
   RequireStatus(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 1000).dump()), 400,
                 "input 'INPUT': 64 bytes at offset 1000 do not lie inside the shared-memory "
