@@ -232,6 +232,49 @@ TEST_CASE("KServe ModelInfer reads inputs from and writes outputs to system shar
   }
 }
 
+TEST_CASE("KServe ModelStreamInfer takes tensors in system shared memory too",
+          "[integration][kserve][shared_memory]") {
+  Env env;
+  const std::vector<float> input = testing::RandomWindows(2, T, 44);
+  ShmObject object(1024);
+  REQUIRE(object.ok());
+  object.Write(0, input);
+  REQUIRE(Register(env, "r", object.key(), 0, 1024).ok());
+  grpc::ClientContext context;
+  auto stream = env.stub->ModelStreamInfer(&context);
+  inference::ModelInferRequest request = ShmRequest(2, "r", 2 * T * F * 4);
+  AddShmOutput(request, "r", 2 * P * 4, 512);
+  request.set_id("s1");
+  REQUIRE(stream->Write(request));
+  // A region this caller never registered: the stream answers the error and stays open.
+  inference::ModelInferRequest unknown = ShmRequest(1, "nope", T * F * 4);
+  unknown.set_id("s2");
+  REQUIRE(stream->Write(unknown));
+  REQUIRE(stream->WritesDone());
+  std::vector<inference::ModelStreamInferResponse> replies(2);
+  REQUIRE(stream->Read(&replies[0]));
+  REQUIRE(stream->Read(&replies[1]));
+  REQUIRE(stream->Finish().ok());
+  int errors = 0;
+  for (const auto& reply : replies) {
+    if (reply.error_message().empty()) {
+      INFO(reply.error_message());
+      REQUIRE(reply.error_message().empty());
+      REQUIRE(reply.infer_response()
+                  .outputs(0)
+                  .parameters()
+                  .at("shared_memory_region")
+                  .string_param() == "r");
+    } else {
+      REQUIRE(absl::StrContains(reply.error_message(),
+                                "shared-memory region 'nope' is not registered"));
+      ++errors;
+    }
+  }
+  REQUIRE(errors == 1);
+  REQUIRE(object.Read(512, 2 * P) == testing::ReferenceForward(*env.gru_v2, input, 2));
+}
+
 TEST_CASE("KServe shared-memory errors name the region", "[integration][kserve][shared_memory]") {
   Env env;
   ShmObject object(1024);
