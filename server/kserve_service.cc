@@ -287,13 +287,15 @@ void KServeService::Infer(const char* method, const std::string& owner, absl::Ti
   }
   if (absl::Status status = CheckRequestedOutputs(request); !status.ok()) return fail(status);
   const int64_t per_row = pinned->model->num_outputs();
-  if (shared->output_region != nullptr) {
-    const int64_t needed = call.shape.empty() ? 0 : call.shape[0] * per_row * 4;
-    if (shared->output_bytes < needed) {
+  if (shared->output_region != nullptr && !call.shape.empty()) {
+    // Division, not shape[0] * bytes_per_row: a window count the admission step has not yet
+    // bounded must not overflow here.
+    const int64_t bytes_per_row = per_row * static_cast<int64_t>(sizeof(float));
+    if (call.shape[0] > shared->output_bytes / bytes_per_row) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
           "output '", kKServeOutputName, "' (shared-memory region '", shared->output_region->name(),
           "'): shared_memory_byte_size is ", shared->output_bytes, " but the forecast of ",
-          call.shape[0], " windows takes ", needed, " bytes")));
+          call.shape[0], " windows takes ", bytes_per_row, " bytes per window")));
     }
   }
   call.priority = parameters->priority;

@@ -327,7 +327,7 @@ TEST_CASE("KServe shared-memory errors name the region", "[integration][kserve][
     AddShmOutput(small, "r", 4, 128);
     invalid(small,
             "output 'FORECAST' (shared-memory region 'r'): shared_memory_byte_size is 4 but the "
-            "forecast of 1 windows takes 8 bytes");
+            "forecast of 1 windows takes 8 bytes per window");
     inference::ModelInferRequest outside = ShmRequest(1, "r", one);
     AddShmOutput(outside, "r", 8, 252);
     invalid(outside, "output 'FORECAST': 8 bytes at offset 252 do not lie inside");
