@@ -41,7 +41,8 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
       for (auto it = metadata->begin(); it != metadata->end();) {
         const absl::string_view key = View(it->first);
         if (key == kAuthorizationKey) authorization.push_back(View(it->second));
-        if (key == kAuthorizationKey || key == kAuthVerdictKey || key == kAuthRolesKey) {
+        if (key == kAuthorizationKey || key == kAuthVerdictKey || key == kAuthRolesKey ||
+            key == kAuthIdentityKey) {
           it = metadata->erase(it);
         } else {
           ++it;
@@ -52,11 +53,13 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
           info_->server_context() != nullptr ? info_->server_context()->peer() : "";
       // The token is still in the call's metadata array, which nothing of ours reads.
       RoleSet roles;
-      const absl::Status verdict = authenticator_->Decide(method, authorization, peer, &roles);
+      const absl::Status verdict =
+          authenticator_->Decide(method, authorization, peer, &roles, &identity_);
       verdict_ = absl::StrCat(static_cast<int>(verdict.code()), " ", verdict.message());
       roles_ = absl::StrCat(roles.bits());
       metadata->emplace(grpc::string_ref(kAuthVerdictKey), grpc::string_ref(verdict_));
       metadata->emplace(grpc::string_ref(kAuthRolesKey), grpc::string_ref(roles_));
+      metadata->emplace(grpc::string_ref(kAuthIdentityKey), grpc::string_ref(identity_));
     }
     methods->Proceed();
   }
@@ -67,6 +70,7 @@ class CallAuthenticator::Interceptor final : public grpc::experimental::Intercep
   // Referenced from the call's metadata map: live as long as the call.
   std::string verdict_;
   std::string roles_;
+  std::string identity_;
 };
 
 class CallAuthenticator::Factory final
@@ -102,7 +106,8 @@ CallAuthenticator::NewInterceptorFactory() {
 
 absl::Status CallAuthenticator::Decide(absl::string_view full_method,
                                        absl::Span<const absl::string_view> authorization,
-                                       absl::string_view peer, RoleSet* roles) {
+                                       absl::string_view peer, RoleSet* roles,
+                                       std::string* identity_out) {
   const MethodAccess access = AccessFor(full_method);
   if (access.kind == MethodAccess::Kind::kOpen) return absl::OkStatus();
   if (access.kind == MethodAccess::Kind::kUnknown) {
@@ -138,6 +143,7 @@ absl::Status CallAuthenticator::Decide(absl::string_view full_method,
                                                     "', which this token does not have"));
   }
   if (roles != nullptr) *roles = identity->roles;
+  if (identity_out != nullptr) *identity_out = identity->name;
   return absl::OkStatus();
 }
 
@@ -176,6 +182,13 @@ absl::Status CheckAuthorized(const grpc::ServerContextBase& context) {
   }
   if (code == 0) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(code), verdict.substr(space + 1));
+}
+
+std::string CallerIdentity(const grpc::ServerContextBase& context) {
+  const auto& metadata = context.client_metadata();
+  const auto range = metadata.equal_range(grpc::string_ref(kAuthIdentityKey));
+  if (range.first == range.second || std::next(range.first) != range.second) return "";
+  return std::string(View(range.first->second));
 }
 
 absl::Status CheckRole(const grpc::ServerContextBase& context, Role role, absl::string_view what) {

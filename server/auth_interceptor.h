@@ -34,6 +34,8 @@ namespace forecastd {
 inline constexpr char kAuthVerdictKey[] = "x-forecastd-auth-verdict";
 // The metadata key of the caller's roles (RoleSet::bits() in decimal), set with the verdict.
 inline constexpr char kAuthRolesKey[] = "x-forecastd-auth-roles";
+// The metadata key of the caller's identity (the token's name), set with the verdict.
+inline constexpr char kAuthIdentityKey[] = "x-forecastd-auth-identity";
 
 class CallAuthenticator {
  public:
@@ -54,10 +56,11 @@ class CallAuthenticator {
   // OK for an open method or a token with the method's role; UNAUTHENTICATED for no token,
   // a malformed header or an unknown token; PERMISSION_DENIED for a token without the role
   // and for a method the access table does not know. Counts and logs refusals. `roles`, when
-  // not nullptr, receives the roles of a valid token (none for an open method).
+  // not nullptr, receives the roles of a valid token (none for an open method); `identity`,
+  // when not nullptr, its name (empty for an open method).
   absl::Status Decide(absl::string_view full_method,
                       absl::Span<const absl::string_view> authorization, absl::string_view peer,
-                      RoleSet* roles = nullptr);
+                      RoleSet* roles = nullptr, std::string* identity = nullptr);
 
  private:
   class Interceptor;
@@ -78,6 +81,11 @@ class CallAuthenticator {
 // The verdict the interceptor left on this call; UNAUTHENTICATED when there is none (the
 // interceptor is not installed: a wiring bug, refused rather than let through).
 absl::Status CheckAuthorized(const grpc::ServerContextBase& context);
+
+// Who the call's token belongs to (its name in the token file), as the interceptor found it;
+// empty without the interceptor or for an open method. What a caller owns (shared-memory
+// regions) is keyed by it.
+std::string CallerIdentity(const grpc::ServerContextBase& context);
 
 // For what one method does only for some callers (Train with promote): PERMISSION_DENIED
 // "<what> needs the role '<role>'" unless the call's token, as the interceptor found it, has

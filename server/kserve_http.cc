@@ -9,6 +9,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -219,21 +220,31 @@ void KServeHttpServer::Route() {
 
   // Every endpoint: the caller is decided as a call of the gRPC method `grpc_method` would be,
   // then `handle` answers; an error status becomes the KServe error body.
+  // `owned_endpoint` hands `handle` the caller's identity too (the token's name; "" without
+  // tokens), which owns what the call registers or uses (shared-memory regions).
   using Handle = std::function<absl::Status(const httplib::Request&, httplib::Response&)>;
-  const auto endpoint = [authenticator](const char* grpc_method, Handle handle) {
+  using OwnedHandle = std::function<absl::Status(const httplib::Request&, httplib::Response&,
+                                                 const std::string& owner)>;
+  const auto owned_endpoint = [authenticator](const char* grpc_method, OwnedHandle handle) {
     return [authenticator, grpc_method, handle = std::move(handle)](const httplib::Request& req,
                                                                     httplib::Response& res) {
+      std::string owner;
       if (authenticator != nullptr) {
         std::vector<absl::string_view> authorization;
         const auto range = req.headers.equal_range("Authorization");
         for (auto it = range.first; it != range.second; ++it) authorization.push_back(it->second);
         const absl::Status allowed = authenticator->Decide(
             absl::StrCat("/inference.GRPCInferenceService/", grpc_method), authorization,
-            absl::StrCat("http:", req.remote_addr, ":", req.remote_port));
+            absl::StrCat("http:", req.remote_addr, ":", req.remote_port), nullptr, &owner);
         if (!allowed.ok()) return ReplyError(res, allowed);
       }
-      if (absl::Status status = handle(req, res); !status.ok()) ReplyError(res, status);
+      if (absl::Status status = handle(req, res, owner); !status.ok()) ReplyError(res, status);
     };
+  };
+  const auto endpoint = [owned_endpoint](const char* grpc_method, Handle handle) {
+    return owned_endpoint(grpc_method, [handle = std::move(handle)](
+                                           const httplib::Request& req, httplib::Response& res,
+                                           const std::string&) { return handle(req, res); });
   };
   const auto model_of = [](const httplib::Request& req) { return req.matches[1].str(); };
   const auto version_of = [](const httplib::Request& req) { return req.matches[2].str(); };
@@ -311,7 +322,8 @@ void KServeHttpServer::Route() {
              return absl::OkStatus();
            }));
   http.Post(absl::StrCat(kModel, "/infer"),
-            endpoint("ModelInfer", [service, model_of, version_of](const auto& req, auto& res) {
+            owned_endpoint("ModelInfer", [service, model_of, version_of](const auto& req, auto& res,
+                                                                         const std::string& owner) {
               inference::ModelInferRequest request;
               request.set_model_name(model_of(req));
               request.set_model_version(version_of(req));
@@ -330,8 +342,8 @@ void KServeHttpServer::Route() {
               inference::ModelInferResponse response;
               absl::Status result;
               absl::Notification done;
-              service->InferAuthorized(kRestInferMethod, absl::InfiniteFuture(), request, &response,
-                                       [&result, &done](const absl::Status& status) {
+              service->InferAuthorized(kRestInferMethod, owner, absl::InfiniteFuture(), request,
+                                       &response, [&result, &done](const absl::Status& status) {
                                          result = status;
                                          done.Notify();
                                        });
@@ -428,6 +440,83 @@ void KServeHttpServer::Route() {
               return absl::OkStatus();
             }));
 
+  // System shared memory: regions of the caller's POSIX shared-memory objects.
+  const auto region_of = [](const httplib::Request& req) {
+    return req.matches.size() > 1 ? req.matches[1].str() : std::string();
+  };
+  const auto shm_status = [service, region_of](const httplib::Request& req, httplib::Response& res,
+                                               const std::string& owner) {
+    inference::SystemSharedMemoryStatusRequest request;
+    request.set_name(region_of(req));
+    inference::SystemSharedMemoryStatusResponse response;
+    RETURN_IF_ERROR(service->SharedMemoryStatus(owner, request, &response));
+    // Triton's REST answer: an array of the regions.
+    json regions = json::array();
+    for (const auto& [name, region] : response.regions()) {
+      regions.push_back({{"name", region.name()},
+                         {"key", region.key()},
+                         {"offset", region.offset()},
+                         {"byte_size", region.byte_size()}});
+    }
+    ReplyJson(res, regions);
+    return absl::OkStatus();
+  };
+  http.Get("/v2/systemsharedmemory/status", owned_endpoint("SystemSharedMemoryStatus", shm_status));
+  http.Get(R"(/v2/systemsharedmemory/region/([^/]+)/status)",
+           owned_endpoint("SystemSharedMemoryStatus", shm_status));
+  http.Post(
+      R"(/v2/systemsharedmemory/region/([^/]+)/register)",
+      owned_endpoint("SystemSharedMemoryRegister", [service, region_of](const auto& req, auto& res,
+                                                                        const std::string& owner) {
+        ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+        inference::SystemSharedMemoryRegisterRequest request;
+        request.set_name(region_of(req));
+        const auto key = root.find("key");
+        if (key == root.end() || !key->is_string()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("shared-memory region '", request.name(), "': 'key' must be a string"));
+        }
+        request.set_key(key->template get<std::string>());
+        for (const char* field : {"offset", "byte_size"}) {
+          const auto it = root.find(field);
+          if (it == root.end() && std::string_view(field) == "offset") continue;
+          if (it == root.end() || !it->is_number_unsigned()) {
+            return absl::InvalidArgumentError(absl::StrCat("shared-memory region '", request.name(),
+                                                           "': '", field,
+                                                           "' must be a non-negative integer"));
+          }
+          const uint64_t value = it->template get<uint64_t>();
+          if (std::string_view(field) == "offset") {
+            request.set_offset(value);
+          } else {
+            request.set_byte_size(value);
+          }
+        }
+        RETURN_IF_ERROR(service->RegisterSharedMemory(owner, request));
+        res.status = 200;
+        return absl::OkStatus();
+      }));
+  const auto shm_unregister = [service, region_of](const httplib::Request& req,
+                                                   httplib::Response& res,
+                                                   const std::string& owner) {
+    inference::SystemSharedMemoryUnregisterRequest request;
+    request.set_name(region_of(req));
+    RETURN_IF_ERROR(service->UnregisterSharedMemory(owner, request));
+    res.status = 200;
+    return absl::OkStatus();
+  };
+  http.Post("/v2/systemsharedmemory/unregister",
+            owned_endpoint("SystemSharedMemoryUnregister", shm_unregister));
+  http.Post(R"(/v2/systemsharedmemory/region/([^/]+)/unregister)",
+            owned_endpoint("SystemSharedMemoryUnregister", shm_unregister));
+
+  http.Post("/v2/cudasharedmemory/unregister",
+            endpoint("CudaSharedMemoryUnregister", [service](const auto&, auto& res) {
+              RETURN_IF_ERROR(service->UnregisterCudaSharedMemory({}));
+              res.status = 200;
+              return absl::OkStatus();
+            }));
+
   // Triton's endpoints forecastd does not serve: 501, naming what and why, after the same
   // authorization as the gRPC method.
   struct Unsupported {
@@ -436,10 +525,6 @@ void KServeHttpServer::Route() {
     const char* message;
   };
   static constexpr Unsupported kUnsupported[] = {
-      {R"(/v2/systemsharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))",
-       "SystemSharedMemoryStatus",
-       "forecastd does not support system shared memory; send tensors in the request body "
-       "(JSON 'data' or binary data)"},
       {R"(/v2/cudasharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))",
        "CudaSharedMemoryStatus",
        "forecastd does not support CUDA shared memory; send tensors in the request body "

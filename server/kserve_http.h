@@ -1,7 +1,8 @@
 // The KServe v2 REST front door (Triton's HTTP/REST API) on a port of its own, Triton's 8000 by
 // default: health, server and model metadata, model readiness, inference with JSON tensors and
-// with Triton's binary tensor extension, model configuration, statistics and the model
-// repository's index / load / unload. Every endpoint translates its HTTP request into the
+// with Triton's binary tensor extension, model configuration, statistics, the model
+// repository's index / load / unload, and system shared memory (register / unregister / status;
+// regions owned by the caller's token). Every endpoint translates its HTTP request into the
 // inference.* message of the matching gRPC method and calls KServeService's transport-neutral
 // call for it (server/kserve_service.h), so REST shares gRPC's checks, admission path, limits
 // and answers; errors come back as KServe's {"error": "..."} with the HTTP status of their code

@@ -347,7 +347,7 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> jso
       binary.remove_prefix(*binary_size);
       any_binary = true;
     } else if (data == tensor.end() && input->parameters().contains("shared_memory_region")) {
-      // Its data would be in a shared-memory region, which the service refuses by name.
+      // Its data is in a shared-memory region, which the service reads (or refuses) by name.
     } else {
       if (data == tensor.end()) {
         return Invalid(
@@ -412,15 +412,22 @@ absl::StatusOr<HttpBody> WriteInferResponse(const inference::ModelInferResponse&
   json outputs = json::array();
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& tensor = response.outputs(i);
-    if (i >= response.raw_output_contents_size()) {
-      return absl::InternalError(absl::StrCat("output '", tensor.name(), "' has no data"));
-    }
-    const std::string& bytes = response.raw_output_contents(i);
     json output = json::object();
     output["name"] = tensor.name();
     output["datatype"] = tensor.datatype();
     output["shape"] = json::array();
     for (const int64_t dim : tensor.shape()) output["shape"].push_back(dim);
+    if (tensor.parameters().contains("shared_memory_region")) {
+      // Its data is in the region the client named: name, datatype and shape alone. No
+      // "parameters" either: tritonclient's C++ HTTP client (perf_analyzer) reads an output
+      // with parameters as one with binary data and needs "binary_data_size" in them.
+      outputs.push_back(std::move(output));
+      continue;
+    }
+    if (i >= response.raw_output_contents_size()) {
+      return absl::InternalError(absl::StrCat("output '", tensor.name(), "' has no data"));
+    }
+    const std::string& bytes = response.raw_output_contents(i);
     if (encoding.Binary(tensor.name())) {
       output["parameters"] = {{kBinaryDataSize, bytes.size()}};
       binary += bytes;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -110,7 +111,8 @@ absl::Status NotASequenceModel(const inference::ModelInferRequest& request) {
 }
 
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
-                       int64_t max_batch_rows, PredictCall& call) {
+                       int64_t max_batch_rows, PredictCall& call,
+                       std::optional<absl::string_view> shared_input) {
   const std::string& name = model.config().name();
   const std::string takes =
       absl::StrCat("model '", name, "' takes one input, '", kKServeInputName, "' (FP32 [B, ",
@@ -154,6 +156,19 @@ absl::Status ReadInput(const inference::ModelInferRequest& request, const Foreca
     return absl::InvalidArgumentError(
         absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
                      " entries for 1 input; send one per input, in the order of 'inputs'"));
+  }
+  if (shared_input.has_value()) {
+    if (request.raw_input_contents_size() > 0 || contents.fp32_contents_size() > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", kKServeInputName,
+          "' names a shared-memory region and also carries data in the request; send one"));
+    }
+    call.shape =
+        absl::Span<const int64_t>(input.shape().data(), static_cast<size_t>(input.shape().size()));
+    call.raw = *shared_input;
+    call.values = {};
+    call.input_context = absl::StrCat("input '", kKServeInputName, "' (shared memory): ");
+    return absl::OkStatus();
   }
   const bool has_raw = request.raw_input_contents_size() == 1;
   const absl::string_view raw = has_raw ? absl::string_view(request.raw_input_contents(0)) : "";
@@ -202,7 +217,77 @@ absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request) 
   }
   return absl::OkStatus();
 }
-absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request) {
+absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelInferRequest& request,
+                                                        const SharedMemoryRegistry* registry,
+                                                        const std::string& owner) {
+  SharedMemoryTensors out;
+  // One tensor's region: nullptr when it names none.
+  const auto resolve =
+      [&](const std::string& what,
+          const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+          int64_t* offset_out, int64_t* bytes_out)
+      -> absl::StatusOr<std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>> {
+    const auto it = parameters.find("shared_memory_region");
+    if (it == parameters.end()) {
+      if (parameters.contains("shared_memory_byte_size") ||
+          parameters.contains("shared_memory_offset")) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, " has a shared-memory size or offset but no 'shared_memory_region'"));
+      }
+      return std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>(nullptr, nullptr);
+    }
+    if (!it->second.has_string_param() || it->second.string_param().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": 'shared_memory_region' must be a region's name (a string)"));
+    }
+    const std::string& name = it->second.string_param();
+    const std::string context = absl::StrCat(what, " (shared-memory region '", name, "')");
+    ASSIGN_OR_RETURN(std::optional<uint64_t> byte_size,
+                     UnsignedParameter(parameters, "shared_memory_byte_size",
+                                       static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+    if (!byte_size.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(context, " needs the parameter 'shared_memory_byte_size'"));
+    }
+    ASSIGN_OR_RETURN(std::optional<uint64_t> offset,
+                     UnsignedParameter(parameters, "shared_memory_offset",
+                                       static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+    if (registry == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat(context, ": shared-memory region '", name, "' is not registered"));
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const SharedMemoryRegion> region,
+                     registry->Acquire(owner, name));
+    *offset_out = static_cast<int64_t>(offset.value_or(0));
+    *bytes_out = static_cast<int64_t>(*byte_size);
+    ASSIGN_OR_RETURN(char* data, region->Slice(what, *offset_out, *bytes_out));
+    return std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>(std::move(region), data);
+  };
+  for (const auto& input : request.inputs()) {
+    int64_t offset = 0;
+    int64_t bytes = 0;
+    ASSIGN_OR_RETURN(auto resolved, resolve(absl::StrCat("input '", input.name(), "'"),
+                                            input.parameters(), &offset, &bytes));
+    if (resolved.first == nullptr) continue;
+    // ReadInput refuses a second input; only the first can be the one read.
+    if (out.input_region == nullptr) {
+      out.input_region = std::move(resolved.first);
+      out.input = absl::string_view(resolved.second, static_cast<size_t>(bytes));
+    }
+  }
+  for (const auto& output : request.outputs()) {
+    ASSIGN_OR_RETURN(auto resolved,
+                     resolve(absl::StrCat("output '", output.name(), "'"), output.parameters(),
+                             &out.output_offset, &out.output_bytes));
+    if (resolved.first == nullptr) continue;
+    out.output_region = std::move(resolved.first);
+    out.output = resolved.second;
+  }
+  return out;
+}
+
+absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request,
+                                absl::string_view why) {
   const auto named_region =
       [](const google::protobuf::Map<std::string, inference::InferParameter>& parameters)
       -> std::string {
@@ -210,12 +295,12 @@ absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request) {
     if (it == parameters.end()) return "";
     return it->second.has_string_param() ? it->second.string_param() : std::string("?");
   };
-  const auto refuse = [](absl::string_view what, const std::string& name,
-                         const std::string& region) {
-    return absl::UnimplementedError(absl::StrCat(
-        what, " '", name, "' names the shared-memory region '", region,
-        "': forecastd does not support Triton's shared-memory extensions; send the tensor in the "
-        "request (raw_input_contents or contents; over REST, JSON 'data' or binary data)"));
+  const auto refuse = [why](absl::string_view what, const std::string& name,
+                            const std::string& region) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, " '", name, "' names the shared-memory region '", region, "': ", why,
+                     "; send the tensor in the request (raw_input_contents or contents; over "
+                     "REST, JSON 'data' or binary data)"));
   };
   for (const auto& input : request.inputs()) {
     if (std::string region = named_region(input.parameters()); !region.empty()) {

@@ -6,6 +6,8 @@
 #define FORECASTD_SERVER_KSERVE_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "engine/models/forecaster.h"
 #include "inference/grpc_service.pb.h"
 #include "server/predict_call.h"
+#include "server/shared_memory.h"
 
 namespace forecastd {
 
@@ -51,20 +54,43 @@ bool CarriesSequence(const inference::ModelInferRequest& request);
 // The INVALID_ARGUMENT such a request gets from a model that is not a sequence model.
 absl::Status NotASequenceModel(const inference::ModelInferRequest& request);
 
+// The tensors of a request that live in system shared memory (Triton's parameters
+// "shared_memory_region", "shared_memory_byte_size" and the optional "shared_memory_offset"
+// on an input or output), resolved against the caller's registered regions. The region
+// references keep the mappings alive while the request uses them.
+struct SharedMemoryTensors {
+  // The input's bytes, when the input names a region (`input_region` then non-null).
+  std::shared_ptr<const SharedMemoryRegion> input_region;
+  absl::string_view input;
+  // Where the forecast goes, when the output names a region (`output_region` then non-null).
+  std::shared_ptr<const SharedMemoryRegion> output_region;
+  char* output = nullptr;
+  int64_t output_bytes = 0;
+  int64_t output_offset = 0;
+};
+// NOT_FOUND for a region `owner` has not registered (or no registry: shared memory is off);
+// INVALID_ARGUMENT naming the tensor and region for a missing or bad size or offset and for a
+// range outside the region.
+absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelInferRequest& request,
+                                                        const SharedMemoryRegistry* registry,
+                                                        const std::string& owner);
+
 // Points `call` at the (B, T, F) windows of the request's one input, after the checks only
 // KServe's message needs (names, datatype, where the values are); the admission step checks
-// the windows themselves against `model`.
+// the windows themselves against `model`. With `shared_input`, the input's bytes are those
+// (from a shared-memory region), and the request must carry no data of its own for it.
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
-                       int64_t max_batch_rows, PredictCall& call);
+                       int64_t max_batch_rows, PredictCall& call,
+                       std::optional<absl::string_view> shared_input = std::nullopt);
 
 // INVALID_ARGUMENT for an output other than the forecast or one asked for twice;
 // UNIMPLEMENTED for one asking for classification.
 absl::Status CheckRequestedOutputs(const inference::ModelInferRequest& request);
 
 // UNIMPLEMENTED, naming the tensor and the region, for an input or output that names a
-// shared-memory region ("shared_memory_region"), so that such a request is never read as one
-// without data.
-absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request);
+// shared-memory region ("shared_memory_region") in a request that cannot take one (a sequence
+// request), so that such a request is never read as one without data.
+absl::Status RefuseSharedMemory(const inference::ModelInferRequest& request, absl::string_view why);
 
 }  // namespace kserve
 }  // namespace forecastd

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -71,7 +73,7 @@ std::string StateReason(const ModelStatus& status) {
 
 // Triton's protocol extensions forecastd serves, as ServerMetadata names them over gRPC and
 // REST alike ("sequence" only with tick streams). Those it does not serve (classification,
-// system and CUDA shared memory, trace, generate) answer UNIMPLEMENTED (501 over REST) with a
+// CUDA shared memory, trace, generate) answer UNIMPLEMENTED (501 over REST) with a
 // message naming them.
 constexpr const char* kExtensions[] = {
     "model_repository",
@@ -82,11 +84,11 @@ constexpr const char* kExtensions[] = {
     "statistics",
     "binary_tensor_data",
     "logging",
+    "system_shared_memory",
 };
 
-constexpr char kNoSystemSharedMemory[] =
-    "forecastd does not support system shared memory; send tensors in the request "
-    "(raw_input_contents or contents)";
+constexpr char kSequenceNoSharedMemory[] =
+    "a sequence request (sequence_id) takes its tensors in the request, not in shared memory";
 constexpr char kNoCudaSharedMemory[] =
     "forecastd does not support CUDA shared memory; send tensors in the request "
     "(raw_input_contents or contents)";
@@ -116,7 +118,8 @@ KServeService::KServeService(Options options, Clock* clock)
                   .max_request_memory_bytes = options_.max_request_memory_bytes,
                   .allow_non_finite_inputs = options_.allow_non_finite_inputs}),
       statistics_(std::make_shared<KServeStatistics>()),
-      streams_(std::make_shared<KServeStreams>()) {
+      streams_(std::make_shared<KServeStreams>()),
+      shared_memory_(std::make_unique<SharedMemoryRegistry>()) {
   if (options_.tick_streams != nullptr) {
     sequences_ =
         std::make_unique<KServeSequences>(options_.tick_streams, options_.registry, statistics_);
@@ -216,27 +219,29 @@ grpc::ServerUnaryReactor* KServeService::ModelInfer(grpc::CallbackServerContext*
     return reactor;
   }
   auto finish = [reactor](const absl::Status& status) { reactor->Finish(ToGrpcStatus(status)); };
-  InferAuthorized(kMethod, EngineDeadline(*context, *clock_), *request, response,
+  InferAuthorized(kMethod, Owner(*context), EngineDeadline(*context, *clock_), *request, response,
                   std::move(finish));
   return reactor;
 }
 
-void KServeService::InferAuthorized(const char* method, absl::Time deadline,
+void KServeService::InferAuthorized(const char* method, const std::string& owner,
+                                    absl::Time deadline,
                                     const inference::ModelInferRequest& request,
                                     inference::ModelInferResponse* response,
                                     std::function<void(const absl::Status&)> finish) {
-  if (absl::Status status = kserve::RefuseSharedMemory(request); !status.ok()) {
-    return finish(status);
-  }
   if (kserve::CarriesSequence(request) && sequences_ != nullptr) {
+    if (absl::Status status = kserve::RefuseSharedMemory(request, kSequenceNoSharedMemory);
+        !status.ok()) {
+      return finish(status);
+    }
     if (!ready())
       return finish(absl::UnavailableError("forecastd is not ready (starting or draining)"));
     return sequences_->Infer(request, response, std::move(finish));
   }
-  Infer(method, deadline, request, response, std::move(finish));
+  Infer(method, owner, deadline, request, response, std::move(finish));
 }
 
-void KServeService::Infer(const char* method, absl::Time deadline,
+void KServeService::Infer(const char* method, const std::string& owner, absl::Time deadline,
                           const inference::ModelInferRequest& request,
                           inference::ModelInferResponse* response,
                           std::function<void(const absl::Status&)> finish) {
@@ -268,25 +273,51 @@ void KServeService::Infer(const char* method, absl::Time deadline,
   if (!parameters.ok()) return fail(parameters.status());
   // Metrics label the level the request runs at (0 is the model's default level).
   priority = PredictAdmission::LevelOf(*pinned, parameters->priority);
+  // Tensors in shared memory: the references keep their regions mapped until `done` has run,
+  // even if the client unregisters them meanwhile.
+  absl::StatusOr<kserve::SharedMemoryTensors> shared =
+      kserve::ResolveSharedMemory(request, shared_memory_.get(), owner);
+  if (!shared.ok()) return fail(shared.status());
   PredictCall call;
-  if (absl::Status status = ReadInput(request, *pinned->model, pinned->max_batch_size, call);
+  if (absl::Status status =
+          ReadInput(request, *pinned->model, pinned->max_batch_size, call,
+                    shared->input_region != nullptr ? std::optional(shared->input) : std::nullopt);
       !status.ok()) {
     return fail(status);
   }
   if (absl::Status status = CheckRequestedOutputs(request); !status.ok()) return fail(status);
+  const int64_t per_row = pinned->model->num_outputs();
+  if (shared->output_region != nullptr && !call.shape.empty()) {
+    // Division, not shape[0] * bytes_per_row: a window count the admission step has not yet
+    // bounded must not overflow here.
+    const int64_t bytes_per_row = per_row * static_cast<int64_t>(sizeof(float));
+    if (call.shape[0] > shared->output_bytes / bytes_per_row) {
+      return fail(absl::InvalidArgumentError(absl::StrCat(
+          "output '", kKServeOutputName, "' (shared-memory region '", shared->output_region->name(),
+          "'): shared_memory_byte_size is ", shared->output_bytes, " but the forecast of ",
+          call.shape[0], " windows takes ", bytes_per_row, " bytes per window")));
+    }
+  }
   call.priority = parameters->priority;
   call.deadline = deadline;
   call.timeout_override = parameters->timeout;
-  // The forecasts go straight into the reply's one raw output.
-  const int64_t per_row = pinned->model->num_outputs();
-  const auto reply_buffer = [response, per_row](int64_t rows) -> char* {
+  // The forecasts go straight into the reply's one raw output, or into the output's region.
+  char* const shared_output = shared->output;
+  const auto reply_buffer = [response, per_row, shared_output](int64_t rows) -> char* {
+    if (shared_output != nullptr) {
+      // An empty entry, as Triton sends, keeps raw_output_contents in line with the outputs
+      // (tritonclient's InferResultGrpc reads one entry per output).
+      response->add_raw_output_contents();
+      return shared_output;
+    }
     std::string* raw = response->add_raw_output_contents();
     raw->resize(static_cast<size_t>(rows * per_row) * sizeof(float));
     return raw->data();
   };
   auto done = [finish, response, metrics, clock, arrival, model_name, priority, method,
                statistics = statistics_, id = request.id(), fallback_version = pinned->version,
-               forecaster = pinned->model, rows = call.shape[0]](PredictResult result) {
+               forecaster = pinned->model, rows = call.shape[0],
+               shared = *std::move(shared)](PredictResult result) {
     const int64_t version = result.version > 0 ? result.version : fallback_version;
     const absl::Duration total = clock->Now() - arrival;
     if (result.status.ok()) {
@@ -298,6 +329,16 @@ void KServeService::Infer(const char* method, absl::Time deadline,
       output->set_datatype(kKServeFp32);
       output->add_shape(rows);
       for (const int64_t dim : ForecastDims(*forecaster)) output->add_shape(dim);
+      if (shared.output_region != nullptr) {
+        // As Triton answers: the data is in the region, which the output names.
+        auto& parameters = *output->mutable_parameters();
+        parameters["shared_memory_region"].set_string_param(shared.output_region->name());
+        parameters["shared_memory_byte_size"].set_int64_param(rows * forecaster->num_outputs() *
+                                                              static_cast<int64_t>(sizeof(float)));
+        if (shared.output_offset != 0) {
+          parameters["shared_memory_offset"].set_int64_param(shared.output_offset);
+        }
+      }
       statistics->RecordSuccess(model_name, version, rows, result.batch_rows, total,
                                 result.queue_time, result.compute_time);
     } else {
@@ -330,11 +371,12 @@ KServeService::ModelStreamInfer(grpc::CallbackServerContext* context) {
 
 void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& context,
                                           std::shared_ptr<StreamInferCall> call, InferReply reply) {
-  if (absl::Status status = kserve::RefuseSharedMemory(call->request); !status.ok()) {
-    return reply(status);
-  }
   if (kserve::CarriesSequence(call->request)) {
     if (sequences_ == nullptr) return reply(kserve::NotASequenceModel(call->request));
+    if (absl::Status status = kserve::RefuseSharedMemory(call->request, kSequenceNoSharedMemory);
+        !status.ok()) {
+      return reply(status);
+    }
     if (!ready())
       return reply(absl::UnavailableError("forecastd is not ready (starting or draining)"));
     // `reply` holds `call`, so its request and response outlive the sequence's answer.
@@ -344,7 +386,8 @@ void KServeService::DispatchStreamRequest(const grpc::CallbackServerContext& con
   }
   // `reply` holds `call`, so its request and response outlive the task.
   StreamInferCall& c = *call;
-  Infer(kStreamMethod, EngineDeadline(context, *clock_), c.request, &c.response, std::move(reply));
+  Infer(kStreamMethod, Owner(context), EngineDeadline(context, *clock_), c.request, &c.response,
+        std::move(reply));
 }
 
 void KServeService::CloseStreams() {
@@ -490,21 +533,56 @@ absl::Status KServeService::UnloadModel(const inference::RepositoryModelUnloadRe
 }
 
 grpc::Status KServeService::SystemSharedMemoryStatus(
-    grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* /*request*/,
-    inference::SystemSharedMemoryStatusResponse* /*response*/) {
-  return Unsupported(*context, kNoSystemSharedMemory);
+    grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
+    inference::SystemSharedMemoryStatusResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(SharedMemoryStatus(Owner(*context), *request, response));
 }
 
 grpc::Status KServeService::SystemSharedMemoryRegister(
-    grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* /*request*/,
+    grpc::ServerContext* context, const inference::SystemSharedMemoryRegisterRequest* request,
     inference::SystemSharedMemoryRegisterResponse* /*response*/) {
-  return Unsupported(*context, kNoSystemSharedMemory);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(RegisterSharedMemory(Owner(*context), *request));
 }
 
 grpc::Status KServeService::SystemSharedMemoryUnregister(
-    grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* /*request*/,
+    grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
     inference::SystemSharedMemoryUnregisterResponse* /*response*/) {
-  return Unsupported(*context, kNoSystemSharedMemory);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(UnregisterSharedMemory(Owner(*context), *request));
+}
+
+absl::Status KServeService::RegisterSharedMemory(
+    const std::string& owner, const inference::SystemSharedMemoryRegisterRequest& request) {
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (request.offset() > kMax || request.byte_size() > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory region '", request.name(),
+                                                   "': offset and byte_size must be below 2^63"));
+  }
+  return shared_memory_->Register(owner, request.name(), request.key(),
+                                  static_cast<int64_t>(request.offset()),
+                                  static_cast<int64_t>(request.byte_size()));
+}
+
+absl::Status KServeService::UnregisterSharedMemory(
+    const std::string& owner, const inference::SystemSharedMemoryUnregisterRequest& request) {
+  return shared_memory_->Unregister(owner, request.name());
+}
+
+absl::Status KServeService::SharedMemoryStatus(
+    const std::string& owner, const inference::SystemSharedMemoryStatusRequest& request,
+    inference::SystemSharedMemoryStatusResponse* response) const {
+  ASSIGN_OR_RETURN(const std::vector<SharedMemoryRegistry::RegionStatus> regions,
+                   shared_memory_->Status(owner, request.name()));
+  for (const SharedMemoryRegistry::RegionStatus& region : regions) {
+    auto& entry = (*response->mutable_regions())[region.name];
+    entry.set_name(region.name);
+    entry.set_key(region.key);
+    entry.set_offset(static_cast<uint64_t>(region.offset));
+    entry.set_byte_size(static_cast<uint64_t>(region.byte_size));
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::CudaSharedMemoryStatus(
@@ -520,9 +598,18 @@ grpc::Status KServeService::CudaSharedMemoryRegister(
 }
 
 grpc::Status KServeService::CudaSharedMemoryUnregister(
-    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* /*request*/,
+    grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
-  return Unsupported(*context, kNoCudaSharedMemory);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(UnregisterCudaSharedMemory(*request));
+}
+
+absl::Status KServeService::UnregisterCudaSharedMemory(
+    const inference::CudaSharedMemoryUnregisterRequest& request) const {
+  // Unregistering all CUDA regions leaves none, which is what was asked (perf_analyzer and
+  // tritonclient's shared-memory helpers do it after using system shared memory).
+  if (request.name().empty()) return absl::OkStatus();
+  return absl::UnimplementedError(kNoCudaSharedMemory);
 }
 
 grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,

@@ -23,8 +23,14 @@
 // as ModelInfer; its answer, or its error as error_message, is written back in completion
 // order with the request's id, and the stream stays open after a failed request. The other
 // methods are synchronous (RepositoryModelLoad waits for a load and its warm-up). LogSettings
-// reads and changes the log level (server/kserve_log_settings.h). Triton's shared-memory and
-// trace methods answer UNIMPLEMENTED, saying why.
+// reads and changes the log level (server/kserve_log_settings.h).
+// System shared memory (Triton's extension; server/shared_memory.h): a caller registers
+// regions of its POSIX shared-memory objects, then an input with the parameters
+// "shared_memory_region", "shared_memory_byte_size" and optionally "shared_memory_offset" is
+// read from its region (the same checks as raw bytes), and an output with them has the forecast
+// written into its region instead of raw_output_contents (the reply's output then carries
+// those parameters, as Triton's does). Regions belong to the caller's identity. CUDA shared
+// memory and trace answer UNIMPLEMENTED, saying why.
 // Thread-safe: gRPC calls every handler concurrently. The statistics live in shared state
 // that completion callbacks keep alive, so the service may be destroyed before the registry
 // has drained; the registry and metrics must outlive every call in flight.
@@ -45,6 +51,7 @@
 #include "server/kserve_stream.h"
 #include "server/predict_call.h"
 #include "server/serving_metrics.h"
+#include "server/shared_memory.h"
 #include "server/triton_model_config.h"
 
 namespace forecastd {
@@ -80,6 +87,9 @@ class KServeService final : public KServeServiceBase {
     // The server's limits on one ModelInfer (WindowLimits in server/predict_input.h); 0: none.
     int64_t max_batch_rows = 0;
     int64_t max_request_memory_bytes = 0;
+    // Who owns what a call registers (system shared-memory regions): the caller's identity
+    // (CallerIdentity when tokens are on). Empty: every caller is the same owner.
+    std::function<std::string(const grpc::ServerContextBase&)> identify = nullptr;
     // Where requests carrying Triton's sequence_id go (server/kserve_sequences.h). Not owned;
     // must outlive the service; nullptr: such requests are refused.
     StreamHub* tick_streams = nullptr;
@@ -122,7 +132,7 @@ class KServeService final : public KServeServiceBase {
                                      const inference::RepositoryModelUnloadRequest* request,
                                      inference::RepositoryModelUnloadResponse* response) override;
 
-  // Not supported: UNIMPLEMENTED, saying so.
+  // System shared memory (server/shared_memory.h), regions owned by the caller's identity.
   grpc::Status SystemSharedMemoryStatus(
       grpc::ServerContext* context, const inference::SystemSharedMemoryStatusRequest* request,
       inference::SystemSharedMemoryStatusResponse* response) override;
@@ -132,6 +142,7 @@ class KServeService final : public KServeServiceBase {
   grpc::Status SystemSharedMemoryUnregister(
       grpc::ServerContext* context, const inference::SystemSharedMemoryUnregisterRequest* request,
       inference::SystemSharedMemoryUnregisterResponse* response) override;
+  // Not supported: UNIMPLEMENTED, saying so (but unregistering all CUDA regions is OK).
   grpc::Status CudaSharedMemoryStatus(grpc::ServerContext* context,
                                       const inference::CudaSharedMemoryStatusRequest* request,
                                       inference::CudaSharedMemoryStatusResponse* response) override;
@@ -172,13 +183,28 @@ class KServeService final : public KServeServiceBase {
   // Reads and changes the log level (server/kserve_log_settings.h).
   absl::Status UpdateLogSettings(const inference::LogSettingsRequest& request,
                                  inference::LogSettingsResponse* response);
-  // ModelInfer's work, counted under `method` in the request metrics, with `deadline` on the
-  // engine's clock (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's
-  // below; `request` and `response` must stay valid until then.
-  void InferAuthorized(const char* method, absl::Time deadline,
+  // The system shared-memory calls of `owner` (the caller's identity; "" without tokens).
+  absl::Status RegisterSharedMemory(const std::string& owner,
+                                    const inference::SystemSharedMemoryRegisterRequest& request);
+  absl::Status UnregisterSharedMemory(
+      const std::string& owner, const inference::SystemSharedMemoryUnregisterRequest& request);
+  absl::Status SharedMemoryStatus(const std::string& owner,
+                                  const inference::SystemSharedMemoryStatusRequest& request,
+                                  inference::SystemSharedMemoryStatusResponse* response) const;
+  // OK for all regions (there are none); UNIMPLEMENTED for a named one.
+  absl::Status UnregisterCudaSharedMemory(
+      const inference::CudaSharedMemoryUnregisterRequest& request) const;
+  // ModelInfer's work for `owner` (whose shared-memory regions its tensors may name), counted
+  // under `method` in the request metrics, with `deadline` on the engine's clock
+  // (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's below;
+  // `request` and `response` must stay valid until then.
+  void InferAuthorized(const char* method, const std::string& owner, absl::Time deadline,
                        const inference::ModelInferRequest& request,
                        inference::ModelInferResponse* response,
                        std::function<void(const absl::Status&)> finish);
+
+  // The registered system shared-memory regions.
+  const SharedMemoryRegistry& shared_memory() const { return *shared_memory_; }
 
   // Ends every open ModelStreamInfer call once the requests it has in flight are answered
   // (UNAVAILABLE: shutting down), and every later one at once. Server::Shutdown calls it
@@ -190,6 +216,9 @@ class KServeService final : public KServeServiceBase {
  private:
   KServeService(Options options, Clock* clock);
   bool ready() const { return !options_.ready || options_.ready(); }
+  std::string Owner(const grpc::ServerContextBase& context) const {
+    return options_.identify ? options_.identify(context) : std::string();
+  }
   absl::Status Authorize(const grpc::ServerContextBase& context) const {
     return options_.authorize ? options_.authorize(context) : absl::OkStatus();
   }
@@ -203,8 +232,8 @@ class KServeService final : public KServeServiceBase {
   // `finish` is called exactly once: on this thread if the request is refused before it is
   // enqueued, else on the engine thread that completed it; with OK once `*response` holds the
   // forecast, or with the request's error. `request` and `response` must stay valid until then.
-  void Infer(const char* method, absl::Time deadline, const inference::ModelInferRequest& request,
-             inference::ModelInferResponse* response,
+  void Infer(const char* method, const std::string& owner, absl::Time deadline,
+             const inference::ModelInferRequest& request, inference::ModelInferResponse* response,
              std::function<void(const absl::Status&)> finish);
 
   // What ModelStreamInfer does with each request it reads (the stream's StreamDispatch).
@@ -221,6 +250,8 @@ class KServeService final : public KServeServiceBase {
   const std::shared_ptr<KServeStatistics> statistics_;
   // Own synchronisation; shared with the open streams.
   const std::shared_ptr<KServeStreams> streams_;
+  // Own synchronisation; regions in use stay mapped through the requests' references.
+  const std::unique_ptr<SharedMemoryRegistry> shared_memory_;
   // nullptr without Options::tick_streams.
   std::unique_ptr<KServeSequences> sequences_;
 };

@@ -184,8 +184,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   std::function<absl::Status(const grpc::ServerContextBase&)> authorize;
   std::function<absl::Status(const grpc::ServerContextBase&)> authorize_promote;
+  // Whose shared-memory regions a KServe call may use: its token's.
+  std::function<std::string(const grpc::ServerContextBase&)> identify;
   if (s.authenticator_ != nullptr) {
     authorize = CheckAuthorized;
+    identify = CallerIdentity;
     authorize_promote = [](const grpc::ServerContextBase& context) {
       return CheckRole(context, Role::kAdmin, "Train with promote");
     };
@@ -379,6 +382,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                              .authorize = authorize,
                              .max_batch_rows = options.max_batch_rows,
                              .max_request_memory_bytes = options.max_request_memory_bytes,
+                             .identify = identify,
                              .tick_streams = s.streams_.get()}));
   s.kserve_ = std::move(kserve);
 

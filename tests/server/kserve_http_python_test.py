@@ -6,7 +6,8 @@ REST port says ready, then drives it only through tritonclient.http as a Triton 
 health, server and model metadata, model config, the repository index, inference with JSON and
 with binary tensors (which must agree exactly, and match the shape the metadata gives), async
 inference, statistics counting those requests, unload / load, and the errors a client sees for
-an unknown model, a bad window and an unsupported call. Exits 0 when every check holds, 1
+an unknown model, a bad window and an unsupported call, and system shared memory (register,
+status, inference with input and output in regions, unregister). Exits 0 when every check holds, 1
 otherwise (printing what differed).
 
 Usage: kserve_http_python_test.py --binary BUILD/server/forecastd --repository models
@@ -161,7 +162,44 @@ def main():
         bad.set_data_from_numpy(np.zeros((1, T + 1, F), dtype=np.float32))
         refused(lambda: client.infer(args.model, [bad]), "400", input_meta["name"])
         refused(lambda: client.infer("no_such_model", [tensor]), "404", "no_such_model")
-        refused(lambda: client.get_system_shared_memory_status(), "501", "shared memory")
+        refused(lambda: client.get_cuda_shared_memory_status(), "501", "shared memory")
+
+        # System shared memory, as tritonclient's helpers lay it out: the windows in one region,
+        # the forecast written into another; the same forecast as the binary path, bit for bit.
+        import tritonclient.utils.shared_memory as shm
+        in_bytes, out_bytes = windows.nbytes, as_binary.nbytes
+        in_key, out_key = f"/forecastd_py_in_{os.getpid()}", f"/forecastd_py_out_{os.getpid()}"
+        in_handle = shm.create_shared_memory_region("py_in", in_key, in_bytes)
+        out_handle = shm.create_shared_memory_region("py_out", out_key, out_bytes)
+        try:
+            shm.set_shared_memory_region(in_handle, [windows])
+            client.register_system_shared_memory("py_in", in_key, in_bytes)
+            client.register_system_shared_memory("py_out", out_key, out_bytes)
+            regions = client.get_system_shared_memory_status()
+            check(sorted(r["name"] for r in regions) == ["py_in", "py_out"],
+                  f"shared-memory status {regions}")
+            tensor = httpclient.InferInput(input_meta["name"], list(windows.shape), "FP32")
+            tensor.set_shared_memory("py_in", in_bytes)
+            output = httpclient.InferRequestedOutput(output_meta["name"], binary_data=True)
+            output.set_shared_memory("py_out", out_bytes)
+            result = client.infer(args.model, [tensor], outputs=[output])
+            meta_out = result.get_output(output_meta["name"])
+            check(meta_out is not None and "data" not in meta_out,
+                  f"the output in shared memory carries data: {meta_out}")
+            from_shm = shm.get_contents_as_numpy(out_handle, np.float32, meta_out["shape"])
+            check(np.array_equal(from_shm, as_binary),
+                  "the forecast in shared memory differs from the binary one")
+            outside = httpclient.InferInput(input_meta["name"], list(windows.shape), "FP32")
+            outside.set_shared_memory("py_in", in_bytes, offset=4)
+            refused(lambda: client.infer(args.model, [outside]), "400",
+                    "shared-memory region 'py_in'")
+            client.unregister_system_shared_memory()
+            check(client.get_system_shared_memory_status() == [],
+                  "regions remain after unregister")
+            print(f"tritonclient.http system shared memory on {args.model}: forecast equal")
+        finally:
+            shm.destroy_shared_memory_region(in_handle)
+            shm.destroy_shared_memory_region(out_handle)
 
         client.unload_model(args.model)
         check(not client.is_model_ready(args.model), "the model is ready after unload_model")

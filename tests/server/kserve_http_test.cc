@@ -24,6 +24,7 @@
 #include "tests/testing/catch.h"
 #include "tests/testing/kserve_env.h"
 #include "tests/testing/process.h"
+#include "tests/testing/shm_object.h"
 #include "tests/testing/test_certificates.h"
 #include "tests/testing/test_models.h"
 
@@ -129,9 +130,9 @@ TEST_CASE("KServe REST health, server metadata and model metadata", "[integratio
 
   const json server = Json(rest.Get("/v2"));
   REQUIRE(server["name"] == "forecastd");
-  REQUIRE(server["extensions"] ==
-          json({"model_repository", "model_repository(unload_dependents)", "model_configuration",
-                "schedule_policy", "statistics", "binary_tensor_data", "logging"}));
+  REQUIRE(server["extensions"] == json({"model_repository", "model_repository(unload_dependents)",
+                                        "model_configuration", "schedule_policy", "statistics",
+                                        "binary_tensor_data", "logging", "system_shared_memory"}));
 
   const json model = Json(rest.Get("/v2/models/gru"));
   REQUIRE(model["name"] == "gru");
@@ -402,20 +403,18 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
           "[integration][kserve][rest]") {
   Env env;
   Rest rest(env);
-  RequireStatus(rest.Get("/v2/systemsharedmemory/status"), 501, "system shared memory");
-  RequireStatus(rest.Post("/v2/systemsharedmemory/region/r/register", "{}"), 501,
-                "system shared memory");
   RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/unregister", ""), 501,
                 "CUDA shared memory");
+  RequireStatus(rest.Post("/v2/cudasharedmemory/unregister", ""), 200);
   RequireStatus(rest.Get("/v2/trace/setting"), 501, "tracing");
   RequireStatus(rest.Get("/v2/models/gru/trace/setting"), 501, "tracing");
   RequireStatus(rest.Post("/v2/models/gru/generate", "{}"), 501, "generate");
-  // An input in a shared-memory region is refused, never read as an input without data.
+  // An input in a region never registered is refused, never read as an input without data.
   const json region = json::parse(R"({"inputs": [{"name": "INPUT", "datatype": "FP32",
       "shape": [1, 4, 2], "parameters": {"shared_memory_region": "in0",
       "shared_memory_byte_size": 32}}]})");
-  RequireStatus(rest.Post("/v2/models/gru/infer", region.dump()), 501,
-                "input 'INPUT' names the shared-memory region 'in0'");
+  RequireStatus(rest.Post("/v2/models/gru/infer", region.dump()), 404,
+                "shared-memory region 'in0' is not registered");
 }
 
 TEST_CASE("KServe REST reads and changes the log level at /v2/logging",
@@ -475,7 +474,127 @@ TEST_CASE("KServe REST decides bearer tokens with gRPC's roles", "[integration][
                 "RepositoryModelLoad needs the role 'admin'");
   RequireStatus(rest.Post("/v2/repository/models/quant/load", "", bearer(kAdminToken)), 200);
   // An unsupported endpoint is decided before it says so.
-  RequireStatus(rest.Get("/v2/systemsharedmemory/status"), 401, "bearer token");
+  RequireStatus(rest.Get("/v2/cudasharedmemory/status"), 401, "bearer token");
+}
+
+// A JSON infer request for `rows` windows whose input is in `region` and, when `out_region` is
+// not empty, whose forecast goes to `out_region`.
+json ShmInfer(int64_t rows, const std::string& region, int64_t offset,
+              const std::string& out_region = "", int64_t out_bytes = 0) {
+  json request = {{"inputs",
+                   {{{"name", "INPUT"},
+                     {"shape", {rows, T, F}},
+                     {"datatype", "FP32"},
+                     {"parameters",
+                      {{"shared_memory_region", region},
+                       {"shared_memory_byte_size", rows * T * F * 4},
+                       {"shared_memory_offset", offset}}}}}}};
+  if (!out_region.empty()) {
+    request["outputs"] = {
+        {{"name", "FORECAST"},
+         {"parameters",
+          {{"shared_memory_region", out_region}, {"shared_memory_byte_size", out_bytes}}}}};
+  }
+  return request;
+}
+
+TEST_CASE("KServe REST registers system shared memory and infers through it",
+          "[integration][kserve][rest][shared_memory]") {
+  Env env;
+  Rest rest(env);
+  testing::ShmObject object(4096);
+  REQUIRE(object.ok());
+  const int64_t rows = 2;
+  const std::vector<float> input = testing::RandomWindows(rows, T, 91);
+  object.Write(64, input);
+  const json in_body = {{"key", object.key()}, {"offset", 0}, {"byte_size", 1024}};
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/in/register", in_body.dump()), 200);
+  RequireStatus(
+      rest.Post("/v2/systemsharedmemory/region/out/register",
+                json({{"key", object.key()}, {"offset", 2048}, {"byte_size", 256}}).dump()),
+      200);
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/in/register", in_body.dump()), 409,
+                "shared-memory region 'in' is already registered");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/big/register",
+                          json({{"key", object.key()}, {"byte_size", 8192}}).dump()),
+                400, "shared-memory region 'big': 8192 bytes at offset 0 do not fit");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/x/register", R"({"byte_size": 8})"), 400,
+                "'key' must be a string");
+
+  const json all = Json(rest.Get("/v2/systemsharedmemory/status"));
+  REQUIRE(all.size() == 2);
+  const json one = Json(rest.Get("/v2/systemsharedmemory/region/out/status"));
+  REQUIRE(one ==
+          json::array(
+              {{{"name", "out"}, {"key", object.key()}, {"offset", 2048}, {"byte_size", 256}}}));
+  RequireStatus(rest.Get("/v2/systemsharedmemory/region/nope/status"), 404,
+                "shared-memory region 'nope' is not registered");
+
+  const std::vector<float> expected = GrpcForecast(env, input, rows);
+  // Input in shared memory, forecast in the JSON reply.
+  const json answer = Json(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 64).dump()));
+  REQUIRE(JsonFloats(answer["outputs"][0]["data"]) == expected);
+  // Both in shared memory: the forecast is in the region.
+  const json written =
+      Json(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 64, "out", rows * P * 4).dump()));
+  // The reply's output has no data and no parameters (which tritonclient's C++ client would read
+  // as binary data), only its name, datatype and shape.
+  REQUIRE_FALSE(written["outputs"][0].contains("data"));
+  REQUIRE_FALSE(written["outputs"][0].contains("parameters"));
+  REQUIRE(written["outputs"][0]["shape"] == json({rows, P, 1}));
+  REQUIRE(object.Read(2048, static_cast<size_t>(rows * P)) == expected);
+  RequireStatus(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 1000).dump()), 400,
+                "input 'INPUT': 64 bytes at offset 1000 do not lie inside the shared-memory "
+                "region 'in' of 1024 bytes");
+
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/in/unregister", ""), 200);
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/in/unregister", ""), 404,
+                "shared-memory region 'in' is not registered");
+  RequireStatus(rest.Post("/v2/models/gru/infer", ShmInfer(rows, "in", 64).dump()), 404,
+                "shared-memory region 'in' is not registered");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/unregister", ""), 200);
+  REQUIRE(Json(rest.Get("/v2/systemsharedmemory/status")).empty());
+}
+
+TEST_CASE("KServe REST shared-memory regions belong to the token that registered them",
+          "[integration][kserve][rest][shared_memory]") {
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/tokens";
+  constexpr char kOtherToken[] = "q-0123456789abcdef";
+  {
+    std::ofstream out(path);
+    out << "predict " << kPredictToken << " p\npredict " << kOtherToken << " q\n";
+  }
+  REQUIRE(chmod(path.c_str(), 0600) == 0);
+  std::unique_ptr<TokenStore> tokens = TokenStore::Create({.path = path}).value();
+  CallAuthenticator authenticator({.tokens = tokens.get()});
+  Env env;
+  Rest rest(env, {.authenticator = &authenticator});
+  const auto bearer = [](const char* token) {
+    return httplib::Headers{{"Authorization", absl::StrCat("Bearer ", token)}};
+  };
+  testing::ShmObject object(1024);
+  REQUIRE(object.ok());
+  const std::vector<float> input = testing::RandomWindows(1, T, 92);
+  object.Write(0, input);
+  const std::string body = json({{"key", object.key()}, {"byte_size", 512}}).dump();
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/r/register", body), 401, "bearer token");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/r/register", body, bearer(kPredictToken)),
+                200);
+  // The other token cannot see, use or unregister it.
+  REQUIRE(Json(rest.Get("/v2/systemsharedmemory/status", bearer(kOtherToken))).empty());
+  RequireStatus(rest.Get("/v2/systemsharedmemory/region/r/status", bearer(kOtherToken)), 404,
+                "'r' is not registered");
+  RequireStatus(rest.Post("/v2/models/gru/infer", ShmInfer(1, "r", 0).dump(), bearer(kOtherToken)),
+                404, "shared-memory region 'r' is not registered");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/region/r/unregister", "", bearer(kOtherToken)),
+                404, "'r' is not registered");
+  RequireStatus(rest.Post("/v2/systemsharedmemory/unregister", "", bearer(kOtherToken)), 200);
+  // Its owner still can.
+  const json answer =
+      Json(rest.Post("/v2/models/gru/infer", ShmInfer(1, "r", 0).dump(), bearer(kPredictToken)));
+  REQUIRE(JsonFloats(answer["outputs"][0]["data"]) == GrpcForecast(env, input, 1));
+  REQUIRE(Json(rest.Get("/v2/systemsharedmemory/status", bearer(kPredictToken))).size() == 1);
 }
 
 TEST_CASE("KServe REST serves HTTPS with the gRPC port's TLS files",

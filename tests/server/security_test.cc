@@ -33,6 +33,7 @@
 #include "tests/testing/forecastd_daemon.h"
 #include "tests/testing/process.h"
 #include "tests/testing/prometheus_text.h"
+#include "tests/testing/shm_object.h"
 #include "tests/testing/test_certificates.h"
 
 namespace forecastd::api_test {
@@ -480,6 +481,61 @@ TEST_CASE("Tokens: every method needs its role, health and reflection stay open"
   }
   REQUIRE(daemon->process().Output().find("auth: refused") != std::string::npos);
   RequireNoTokenShown(*daemon);
+}
+
+TEST_CASE("Tokens: shared-memory regions belong to the token that registered them",
+          "[integration][security]") {
+  constexpr char kOtherPredictToken[] = "analyst-7d2e9a4c1b6f3e58dd";
+  TempDir secrets;
+  const std::string tokens = secrets.path() + "/tokens";
+  WriteTokenFile(tokens,
+                 absl::StrCat(StandardTokens(), "predict ", kOtherPredictToken, " analysts\n"));
+  Repository repository;
+  std::unique_ptr<ForecastdDaemon> daemon =
+      StartSecured(repository.dir.path(), {"--token-file", tokens});
+  auto kserve = inference::GRPCInferenceService::NewStub(daemon->channel());
+  testing::ShmObject object(4096);
+  REQUIRE(object.ok());
+
+  inference::SystemSharedMemoryRegisterRequest region;
+  region.set_name("inputs");
+  region.set_key(object.key());
+  region.set_byte_size(1024);
+  inference::SystemSharedMemoryRegisterResponse registered;
+  RequireError(kserve->SystemSharedMemoryRegister(TokenContext("").get(), region, &registered),
+               grpc::StatusCode::UNAUTHENTICATED, "bearer token");
+  RequireError(
+      kserve->SystemSharedMemoryRegister(TokenContext(kTrainToken).get(), region, &registered),
+      grpc::StatusCode::PERMISSION_DENIED, "needs the role 'predict'");
+  const grpc::Status status =
+      kserve->SystemSharedMemoryRegister(TokenContext(kPredictToken).get(), region, &registered);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+
+  // Another token with the same role neither sees nor unregisters it...
+  inference::SystemSharedMemoryStatusResponse seen;
+  REQUIRE(kserve->SystemSharedMemoryStatus(TokenContext(kOtherPredictToken).get(), {}, &seen).ok());
+  REQUIRE(seen.regions_size() == 0);
+  inference::SystemSharedMemoryUnregisterRequest unregister;
+  unregister.set_name("inputs");
+  inference::SystemSharedMemoryUnregisterResponse unregistered;
+  RequireError(kserve->SystemSharedMemoryUnregister(TokenContext(kOtherPredictToken).get(),
+                                                    unregister, &unregistered),
+               grpc::StatusCode::NOT_FOUND, "shared-memory region 'inputs' is not registered");
+  // ...and may register its own under the same name.
+  REQUIRE(
+      kserve
+          ->SystemSharedMemoryRegister(TokenContext(kOtherPredictToken).get(), region, &registered)
+          .ok());
+  // The owner still has its region.
+  seen.Clear();
+  REQUIRE(kserve->SystemSharedMemoryStatus(TokenContext(kPredictToken).get(), {}, &seen).ok());
+  REQUIRE(seen.regions_size() == 1);
+  REQUIRE(seen.regions().at("inputs").key() == object.key());
+  REQUIRE(kserve
+              ->SystemSharedMemoryUnregister(TokenContext(kPredictToken).get(), unregister,
+                                             &unregistered)
+              .ok());
 }
 
 TEST_CASE("Tokens: SIGHUP adds and removes tokens, a bad file keeps the old ones",
