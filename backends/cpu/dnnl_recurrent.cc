@@ -223,14 +223,9 @@ absl::Status DnnlBackend::RecurrentStep(RecurrentCell cell, float* out, float* s
                                                    " T=", dims.T, " I=", dims.I, " H=", dims.H,
                                                    " ND=", dims.ND, " layers=", num_layers));
   }
-  std::vector<cpu::StepLayerWeights> layers(static_cast<size_t>(num_layers));
-  for (int l = 0; l < num_layers; ++l) {
-    layers[static_cast<size_t>(l)] = {weights[l].w_ih, weights[l].w_hh, weights[l].b_ih,
-                                      weights[l].b_hh};
-  }
   // The layers in between stay in the slab: `scratch` is not needed.
   cpu::RunStep({cell == RecurrentCell::kLstm ? cpu::Cell::kLstm : cpu::Cell::kGru, dims.B, dims.I,
-                dims.H, num_layers, inp, slab, slots, layers.data(), out});
+                dims.H, num_layers, inp, slab, slots, weights, out});
   return absl::OkStatus();
 }
 

@@ -400,7 +400,7 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
     gh_rows[i] = gh + i * GH;
   }
   for (int64_t l = 0; l < a.L; ++l) {
-    const StepLayerWeights& w = a.layers[l];
+    const ref::RecurrentDirectionWeights& w = a.layers[l];
     const int64_t K = l == 0 ? a.I : H;
     const float* h_prev[kStepTile];
     for (int64_t i = 0; i < nb; ++i) h_prev[i] = state[i] + l * SL;

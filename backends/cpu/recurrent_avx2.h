@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/ref/recurrent.h"
+
 namespace forecastd::cpu {
 
 // True when this CPU runs the kernels below.
@@ -46,20 +48,15 @@ void RunRecurrences(const RecurrenceArgs* args, int n);
 // and per tile of streams: gates = W_ih x + b_ih and W_hh h + b_hh straight from PyTorch's
 // row-major weights (no packing: at T = 1 it would cost as much as the step), then the cell,
 // whose new h feeds the next layer. Batch rows are shared out over the OpenMP threads.
-struct StepLayerWeights {
-  const float* w_ih;  // (G*H, I) for layer 0, (G*H, H) above
-  const float* w_hh;  // (G*H, H)
-  const float* b_ih;  // (G*H)
-  const float* b_hh;  // (G*H)
-};
 struct StepArgs {
   Cell cell;
   int64_t B, I, H, L;
   const float* x;  // (B, I)
   float* slab;
-  const int32_t* slots;            // (B), distinct
-  const StepLayerWeights* layers;  // (L)
-  float* top;                      // (B, H): the top layer's new h
+  const int32_t* slots;  // (B), distinct
+  // (L): w_ih (G*H, I) for layer 0, (G*H, H) above; w_hh (G*H, H); b_ih, b_hh (G*H).
+  const ref::RecurrentDirectionWeights* layers;
+  float* top;  // (B, H): the top layer's new h
 };
 void RunStep(const StepArgs& args);
 

@@ -68,8 +68,8 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       // Queued in any case: the queue's checks and bookkeeping apply to every task.
       if (absl::Status status = queue_.Push(task, clock_->Now()); !status.ok()) return status;
       ++in_flight_;
-      if (!options_.run_inline_when_idle || running_inline_ || inline_claim_ ||
-          queue_.size() != 1 || outstanding_batches_ != 0) {
+      if (!options_.run_inline_when_idle || inline_claim_ || queue_.size() != 1 ||
+          outstanding_batches_ != 0) {
         wakeup_ = true;
         return absl::OkStatus();
       }
@@ -77,11 +77,9 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       // queue behind this one.
       inline_claim_ = true;
     }
-    running_inline_ = true;
     std::shared_ptr<Impl> self = shared_from_this();
     const bool ran = options_.scheduler->TryRunInline(
         [&self](int worker, bool cancelled) { self->RunClaimed(worker, cancelled); });
-    running_inline_ = false;
     if (!ran) {
       // No idle worker: the task stays queued, for the batcher thread.
       absl::MutexLock lock(&mu_);
@@ -359,8 +357,6 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
   bool abandon_unstarted_ ABSL_GUARDED_BY(mu_) = false;
   // Enqueue is about to run the front task inline (Options::run_inline_when_idle).
   bool inline_claim_ ABSL_GUARDED_BY(mu_) = false;
-  // This thread is inside an inline run (of any batcher): what it enqueues queues.
-  static thread_local bool running_inline_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Set by whatever may let the batcher thread do something; cleared by it before it looks.
   bool wakeup_ ABSL_GUARDED_BY(mu_) = false;
@@ -368,8 +364,6 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
   bool idle_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time wait_until_ ABSL_GUARDED_BY(mu_);
 };
-
-thread_local bool Batcher::Impl::running_inline_ = false;
 
 absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Options options) {
   if (!options.run_batch) return absl::InvalidArgumentError("Batcher needs a run_batch");

@@ -55,6 +55,9 @@ class DeviceScheduler::Impl {
   }
 
   bool TryRunInline(const Work& work) {
+    // Work enqueued from inside an inline run (a completion's next request) queues instead,
+    // so the caller's stack stays one run deep.
+    if (running_inline_) return false;
     int worker = -1;
     {
       absl::MutexLock lock(&mu_);
@@ -64,7 +67,9 @@ class DeviceScheduler::Impl {
       busy_[static_cast<size_t>(worker)] = true;
     }
     if (on_inline_) on_inline_(worker);
+    running_inline_ = true;
     work(worker, /*cancelled=*/false);
+    running_inline_ = false;
     absl::MutexLock lock(&mu_);
     busy_[static_cast<size_t>(worker)] = false;
     return true;
@@ -164,7 +169,11 @@ class DeviceScheduler::Impl {
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);    // [worker]: running an item
   std::vector<bool> leased_ ABSL_GUARDED_BY(mu_);  // [worker]: held by a TrainingLease
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  // This thread is inside inline work (of any scheduler).
+  static thread_local bool running_inline_;
 };
+
+thread_local bool DeviceScheduler::Impl::running_inline_ = false;
 
 absl::StatusOr<std::unique_ptr<DeviceScheduler>> DeviceScheduler::Create(const Options& options) {
   if (options.num_workers < 1 || options.num_workers > kMaxWorkers) {

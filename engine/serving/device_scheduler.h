@@ -52,9 +52,10 @@ class DeviceScheduler {
   // Runs `work` at once on the calling thread, as an idle worker slot, when nothing is queued,
   // a slot is neither running work nor leased, and Shutdown() has not begun: the slot counts
   // as busy meanwhile (its thread takes no work), and `work` gets that slot's index with
-  // `cancelled` = false. Returns false, having run nothing, otherwise. So a caller whose work
-  // would only wait for a thread to wake (one request on an idle device) skips the hand-off;
-  // under load, work queues as with Submit.
+  // `cancelled` = false. Returns false, having run nothing, otherwise, and also when called
+  // from inside inline work on this thread (its next request then queues, one run deep). So a
+  // caller whose work would only wait for a thread to wake (one request on an idle device) skips
+  // the hand-off; under load, work queues as with Submit.
   bool TryRunInline(const Work& work);
 
   // Holds one worker for a training step; the worker takes no inference work until the lease

@@ -77,16 +77,13 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     if (!submit) return absl::OkStatus();
     // A task for an idle engine on an idle device runs here and now, on the caller's thread.
     // Only then: while this engine computes, tasks queue and go to the workers in batches (a
-    // caller computing inline is not reading its next request meanwhile). A task enqueued from
-    // inside an inline run (the next request of a stream, from its `done`) queues too, so the
-    // caller's stack stays one run deep.
-    if (options_.run_inline_when_idle && idle && !running_inline_) {
-      running_inline_ = true;
+    // caller computing inline is not reading its next request meanwhile).
+    if (options_.run_inline_when_idle && idle) {
       std::shared_ptr<Impl> self = shared_from_this();
-      const bool ran = options_.scheduler->TryRunInline(
-          [&self](int worker, bool cancelled) { self->Run(worker, cancelled); });
-      running_inline_ = false;
-      if (ran) return absl::OkStatus();
+      if (options_.scheduler->TryRunInline(
+              [&self](int worker, bool cancelled) { self->Run(worker, cancelled); })) {
+        return absl::OkStatus();
+      }
     }
     Submit();
     return absl::OkStatus();
@@ -276,11 +273,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
   // Work items submitted and not yet finished.
   int64_t work_outstanding_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
-  // This thread is inside an inline run (of any engine).
-  static thread_local bool running_inline_;
 };
-
-thread_local bool TickEngine::Impl::running_inline_ = false;
 
 absl::StatusOr<std::unique_ptr<TickEngine>> TickEngine::Create(const Options& options) {
   if (options.instances == nullptr || options.instances->empty() || options.scheduler == nullptr) {
