@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
+#include "backends/communicator.h"
 #include "engine/models/forecaster.h"
 #include "engine/train/loss.h"
 #include "engine/train/optimizer.h"
@@ -44,6 +45,19 @@ class TrainingEngine {
   // decides (the update it caused is then not to be kept).
   virtual absl::StatusOr<double> Step(const float* x, const float* y, int64_t B, float lr,
                                       std::optional<uint64_t> dropout_seed) = 0;
+  // Step as one rank of a data-parallel job (data_parallel.h): forward and backward on this
+  // rank's B windows (B may be 0: a zero gradient), then the gradient arena becomes the sum over
+  // `communicator`'s ranks of each rank's gradient times its `share` (its rows over the global
+  // batch's), then clipping and the update, which every rank thus applies alike. Returns this
+  // rank's loss on its own windows (0 for none), under the weights before the update. Every
+  // rank joins the sum even when its loss is not finite. UNIMPLEMENTED from an engine without
+  // data-parallel steps.
+  virtual absl::StatusOr<double> StepShard(const float* x, const float* y, int64_t B, float lr,
+                                           std::optional<uint64_t> dropout_seed,
+                                           Communicator& communicator, float share);
+  // Checksums (ArenaChecksum) of the weights of every replica the engine keeps, one per
+  // rank: equal on every rank of a healthy data-parallel job. One engine: its own.
+  virtual absl::StatusOr<std::vector<uint64_t>> WeightChecksums();
   // The mean loss of the current weights on B windows, without dropout or update.
   virtual absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) = 0;
   // Optimiser steps taken, including those of a pushed checkpoint.
@@ -65,6 +79,12 @@ class TrainingEngine {
   virtual absl::StatusOr<double> EvaluateChunk(const float* x, const float* y, int64_t B,
                                                int64_t K);
 };
+
+// Makes one rank's engine of a data-parallel job (data_parallel.h): local rank `rank`, over
+// that rank's model replica and optimiser, on the rank's own thread.
+using TrainingEngineFactoryForRank = std::function<absl::StatusOr<std::unique_ptr<TrainingEngine>>(
+    int rank, Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+    const v1::TrainingConfig& config)>;
 
 // Makes the engine a job's steps run on, for its model, optimiser, loss and configuration
 // (all outliving the engine). A TrainJob without one uses MakeHostTrainingEngine on its
