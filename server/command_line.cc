@@ -118,6 +118,11 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--train-device", options.train_device,
                  "where training runs: cpu or cuda:<i>, one of --devices (default: the first GPU "
                  "of --devices, else the CPU)");
+  double collective_timeout_seconds = absl::ToDoubleSeconds(options.train_collective_timeout);
+  app.add_option("--train-collective-timeout", collective_timeout_seconds,
+                 "seconds a rank of a multi-GPU training job waits for the others in a "
+                 "collective before the job fails as having lost a rank")
+      ->capture_default_str();
   app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
                "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
   app.add_flag("!--no-inline-when-idle", options.inline_when_idle,
@@ -224,6 +229,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
     return UsageError("--stream-snapshot-interval must be between 0 and 86400 seconds");
   }
   options.stream_snapshot_interval = absl::Seconds(snapshot_seconds);
+  if (!(collective_timeout_seconds > 0 && collective_timeout_seconds <= 3600)) {
+    return UsageError("--train-collective-timeout must be above 0 and at most 3600 seconds");
+  }
+  options.train_collective_timeout = absl::Seconds(collective_timeout_seconds);
   if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");

@@ -31,6 +31,7 @@
 #include "kernels/base/version.h"
 #include "server/kserve_service.h"
 #include "server/tls_credentials.h"
+#include "server/training_placement.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
@@ -295,7 +296,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                    ? absl::StrCat(options.model_repository, "/.checkpoints")
                                    : options.checkpoint_dir;
   job_options.backend = s.backend_.get();
-  job_options.scheduler = s.scheduler_.get();
+  job_options.schedulers = {s.scheduler_.get()};
   ExecutionDevice* train_device = nullptr;
   for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
     if (options.train_device.empty() ? d->id() != "cpu" : d->id() == options.train_device) {
@@ -317,9 +318,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                   const v1::TrainingConfig& config) {
       return MakeCudaTrainingEngine(engine_options, model, optimizer, loss, config);
     };
-    job_options.scheduler = &gpu->scheduler();
+    job_options.schedulers = {&gpu->scheduler()};
   }
 #endif
+  TrainingDevices training_devices;
+  for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
+    training_devices.devices.push_back(d.get());
+  }
+  training_devices.cpu_scheduler = s.scheduler_.get();
+  training_devices.collective_timeout = options.train_collective_timeout;
+  job_options.place = [training_devices](const v1::TrainingConfig& config) {
+    return PlaceTrainingJob(training_devices, config);
+  };
   spdlog::info("training runs on {}", job_options.engine_factory ? train_device->id() : "cpu");
   job_options.max_running_jobs = options.max_training_jobs;
   job_options.max_series_rows = options.max_train_series_rows;

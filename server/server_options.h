@@ -68,6 +68,9 @@ struct ServerOptions {
   // `devices`, else the CPU. A GPU's training steps take turns with its inference batches
   // (a step runs only while no batch waits).
   std::string train_device;
+  // How long a rank of a multi-GPU training job waits for the others in a collective (an NCCL
+  // all-reduce) before the job is failed as having lost a rank.
+  absl::Duration train_collective_timeout = absl::Seconds(30);
 
   // CPU worker slots running batches; 0: one per core.
   int cpu_workers = 0;

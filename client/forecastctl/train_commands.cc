@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "client/forecastctl/command.h"
 #include "client/forecastctl/job_watch.h"
@@ -35,6 +38,7 @@ struct TrainArgs {
   double lr = 0.0;
   std::string optimizer;
   std::string loss;
+  std::string devices;
   int patience = 0;
   uint64_t seed = 0;
   double validation_fraction = 0.0;
@@ -106,6 +110,12 @@ absl::StatusOr<v1::TrainRequest> BuildRequest(Context& context, const TrainArgs&
     t.mutable_optimizer()->set_learning_rate(static_cast<float>(args.lr));
   }
   if (!args.optimizer.empty()) t.mutable_optimizer()->set_kind(OptimizerFromName(args.optimizer));
+  if (!args.devices.empty()) {
+    t.clear_devices();
+    for (absl::string_view device : absl::StrSplit(args.devices, ',', absl::SkipEmpty())) {
+      t.add_devices(std::string(absl::StripAsciiWhitespace(device)));
+    }
+  }
   if (!args.loss.empty()) t.mutable_loss()->set_kind(LossFromName(args.loss));
   if (args.patience_option->count() > 0) t.set_early_stopping_patience(args.patience);
   if (args.seed_option->count() > 0) t.set_seed(args.seed);
@@ -284,6 +294,7 @@ void AddTrainCommands(CLI::App& app, Context& context) {
       "      --epochs 20 --batch-size 32 --lr 1e-3 --patience 3 --promote\n"
       "  forecastctl train demo_lstm --csv prices/2024.csv --timestamp-column time \\\n"
       "      --epochs 5 --base-version 1        # fine-tune on a file in the server's data dir\n"
+      "  forecastctl train demo_lstm --csv prices/2024.csv --devices all --batch-size 256\n"
       "  forecastctl train --spec job.json --detach   # a forecastd.v1.TrainRequest in JSON\n"
       "Ctrl-C while watching asks whether to cancel the job or detach from it.");
   train->add_option("MODEL", args->model,
@@ -308,6 +319,10 @@ void AddTrainCommands(CLI::App& app, Context& context) {
           ->check(CLI::PositiveNumber);
   args->lr_option = train->add_option("--lr", args->lr, "peak learning rate (server default 1e-3)")
                         ->check(CLI::PositiveNumber);
+  train->add_option("--devices", args->devices,
+                    "where the steps run: cuda:0,cuda:1,... (one data-parallel rank per GPU, "
+                    "--batch-size the global batch), all (every GPU the server uses) or cpu; "
+                    "default: the server's training device");
   train->add_option("--optimizer", args->optimizer, "adam, adamw or sgd (default adam)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   train

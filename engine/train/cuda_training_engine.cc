@@ -61,6 +61,9 @@ class CudaTrainingEngine final : public TrainingEngine {
   absl::Status Pull() override;
   absl::StatusOr<double> Step(const float* x, const float* y, int64_t B, float lr,
                               std::optional<uint64_t> dropout_seed) override;
+  absl::StatusOr<double> StepShard(const float* x, const float* y, int64_t B, float lr,
+                                   std::optional<uint64_t> dropout_seed, Communicator& communicator,
+                                   float share) override;
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override;
   int64_t steps_taken() const override { return steps_; }
 
@@ -73,10 +76,17 @@ class CudaTrainingEngine final : public TrainingEngine {
   // A whole step: forward and loss, backward, update.
   absl::Status QueueStep(const float* x, const float* y, int64_t B, float lr,
                          std::optional<uint64_t> dropout_seed);
+  // A data-parallel rank's step: forward and loss (none for B = 0), backward, the gradient
+  // summed over `communicator`'s ranks weighted by `share`, update.
+  absl::Status QueueShardStep(const float* x, const float* y, int64_t B, float lr,
+                              std::optional<uint64_t> dropout_seed, Communicator& communicator,
+                              float share);
   // Waits for the stream and returns the loss it computed.
   absl::StatusOr<double> ReadLoss();
   // The loss once `queued` is OK; otherwise waits for what was queued and returns the error.
-  absl::StatusOr<double> Finish(const absl::Status& queued);
+  // With a `communicator`, its Wait comes first, so a lost rank ends the wait.
+  absl::StatusOr<double> Finish(const absl::Status& queued, Communicator* communicator = nullptr,
+                                bool has_loss = true);
   absl::Status Upload(const DeviceBuffer& to, const float* from, int64_t n);
   absl::Status Download(float* to, const DeviceBuffer& from, int64_t n);
 
@@ -266,13 +276,47 @@ absl::Status CudaTrainingEngine::QueueStep(const float* x, const float* y, int64
   return QueueUpdate(lr);
 }
 
-absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued) {
-  if (!queued.ok()) {
-    // What was queued before the error may still read buffers the next step replaces.
+absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
+                                                  Communicator* communicator, bool has_loss) {
+  absl::Status status = queued;
+  if (status.ok() && communicator != nullptr) status = communicator->Wait(lease_->stream());
+  if (!status.ok()) {
+    // What was queued before the error may still read buffers the next step replaces. (An
+    // aborted communicator has ended its pending collectives, so this wait ends.)
     lease_->Synchronize().IgnoreError();
-    return queued;
+    return status;
+  }
+  if (!has_loss) {
+    RETURN_IF_ERROR(lease_->Synchronize());
+    return 0.0;
   }
   return ReadLoss();
+}
+
+absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, int64_t B, float lr,
+                                                std::optional<uint64_t> dropout_seed,
+                                                Communicator& communicator, float share) {
+  const int64_t n = model_.parameters().size();
+  if (B > 0) {
+    tape_->dropout_seed = dropout_seed;
+    RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
+    RETURN_IF_ERROR(
+        model_.Backward(*backend_, grads_.as<float>(), dpred_.as<const float>(), *tape_));
+  } else {
+    RETURN_IF_ERROR(cuda::FillLaunch(grads_.as<float>(), 0.0f, n, lease_->stream()));
+  }
+  // The whole arena in one collective, ordered after the backward on the step's stream.
+  RETURN_IF_ERROR(communicator.AllReduceScaledSum(grads_.as<float>(), n, share, lease_->stream()));
+  return QueueUpdate(lr);
+}
+
+absl::StatusOr<double> CudaTrainingEngine::StepShard(const float* x, const float* y, int64_t B,
+                                                     float lr, std::optional<uint64_t> dropout_seed,
+                                                     Communicator& communicator, float share) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  return Finish(QueueShardStep(x, y, B, lr, dropout_seed, communicator, share), &communicator,
+                /*has_loss=*/B > 0);
 }
 
 absl::StatusOr<double> CudaTrainingEngine::Step(const float* x, const float* y, int64_t B, float lr,

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/models/model_files.h"
 #include "engine/random.h"
 #include "engine/train/checkpoint.h"
@@ -173,7 +175,10 @@ int64_t TrainJob::steps_per_epoch() const {
 }
 
 std::string TrainJob::Fingerprint() const {
-  return absl::StrCat(ToJson(options_.model), "\n", ToJson(options_.training));
+  // Where the steps run is not part of the job: a checkpoint resumes on other devices too.
+  v1::TrainingConfig training = options_.training;
+  training.clear_devices();
+  return absl::StrCat(ToJson(options_.model), "\n", ToJson(training));
 }
 
 absl::StatusOr<double> TrainJob::Validate() {
@@ -283,7 +288,7 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
   double loss_sum = 0.0;
   int64_t loss_count = 0;
   for (int64_t first = 0; first < n; first += batch_size_) {
-    ASSIGN_OR_RETURN(const std::optional<DeviceScheduler::TrainingLease> lease, BeginStep(epoch));
+    ASSIGN_OR_RETURN(const std::vector<DeviceScheduler::TrainingLease> leases, BeginStep(epoch));
     const int64_t B = std::min(batch_size_, n - first);
     run.ids.assign(order.begin() + first, order.begin() + first + B);
     run.x.resize(static_cast<size_t>(B * T * F));
@@ -319,7 +324,7 @@ absl::StatusOr<double> TrainJob::RunStatefulEpoch(int64_t epoch, RunState& run) 
   double loss_sum = 0.0;
   int64_t loss_count = 0;
   for (int64_t c = 0; c < chunks.num_chunks(); ++c) {
-    ASSIGN_OR_RETURN(const std::optional<DeviceScheduler::TrainingLease> lease, BeginStep(epoch));
+    ASSIGN_OR_RETURN(const std::vector<DeviceScheduler::TrainingLease> leases, BeginStep(epoch));
     const int64_t K = chunks.chunk_steps(c);
     run.x.resize(static_cast<size_t>(B * K * F));
     run.y.resize(static_cast<size_t>(B * K * per_target));
@@ -342,18 +347,18 @@ absl::StatusOr<double> TrainJob::RunStatefulEpoch(int64_t epoch, RunState& run) 
   return loss_count > 0 ? loss_sum / static_cast<double>(loss_count) : 0.0;
 }
 
-absl::StatusOr<std::optional<DeviceScheduler::TrainingLease>> TrainJob::BeginStep(int64_t epoch) {
+absl::StatusOr<std::vector<DeviceScheduler::TrainingLease>> TrainJob::BeginStep(int64_t epoch) {
   if (cancelled()) {
     return absl::CancelledError(
         absl::StrCat("training of '", model_->config().name(), "' cancelled in epoch ", epoch + 1));
   }
-  std::optional<DeviceScheduler::TrainingLease> lease;
-  if (options_.scheduler != nullptr) {
-    ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted,
-                     options_.scheduler->AcquireTrainingLease());
-    lease.emplace(std::move(granted));
+  std::vector<DeviceScheduler::TrainingLease> leases;
+  leases.reserve(options_.schedulers.size());
+  for (DeviceScheduler* scheduler : options_.schedulers) {
+    ASSIGN_OR_RETURN(DeviceScheduler::TrainingLease granted, scheduler->AcquireTrainingLease());
+    leases.push_back(std::move(granted));
   }
-  return lease;
+  return leases;
 }
 
 absl::Status TrainJob::CheckLoss(double loss, int64_t epoch, int64_t step) const {
@@ -369,6 +374,7 @@ absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& ru
   ASSIGN_OR_RETURN(const double validation_loss, Validate());
   // The arena and the optimiser's state are what the best weights and checkpoints copy.
   RETURN_IF_ERROR(engine_->Pull());
+  RETURN_IF_ERROR(CheckReplicas(epoch));
   state.train_losses.push_back(train_loss);
   state.validation_losses.push_back(validation_loss);
   state.epochs_done = epoch + 1;
@@ -398,6 +404,22 @@ absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& ru
                model_->config().name(), epoch + 1, epochs_, train_loss, validation_loss);
   Report(progress);
   return absl::OkStatus();
+}
+
+absl::Status TrainJob::CheckReplicas(int64_t epoch) {
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> sums, engine_->WeightChecksums());
+  if (sums.empty()) return absl::OkStatus();
+  const std::string listed = absl::StrJoin(sums, ", ", [](std::string* out, uint64_t sum) {
+    absl::StrAppend(out, absl::Hex(sum, absl::kZeroPad16));
+  });
+  spdlog::debug("training '{}': epoch {} weight checksums per rank: {}", model_->config().name(),
+                epoch + 1, listed);
+  if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) == sums.end()) {
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("training of '", model_->config().name(),
+                                          "': the ranks' weights differ after epoch ", epoch + 1,
+                                          " (checksums per rank: ", listed, ")"));
 }
 
 TrainResult TrainJob::Finish(const TrainCheckpoint& state, bool stopped_early) {

@@ -75,9 +75,10 @@ struct TrainJobOptions {
   // engine on `backend` (not owned; must outlive the job). One of the two is needed.
   TrainingEngineFactory engine_factory;
   Backend* backend = nullptr;
-  // When set, every optimiser step runs under a TrainingLease of this scheduler, so training
-  // takes a worker only while no inference waits. Not owned.
-  DeviceScheduler* scheduler = nullptr;
+  // Every optimiser step runs under a TrainingLease of each of these schedulers (the devices
+  // the steps use), taken in this order, so training takes a worker of each only while no
+  // inference waits there. Not owned; empty: steps run unscheduled.
+  std::vector<DeviceScheduler*> schedulers;
   Clock* clock = nullptr;  // not owned; nullptr: the real clock
 
   int64_t progress_every_steps = 10;  // > 0
@@ -149,14 +150,17 @@ class TrainJob {
   // RunEpoch for stateful training: one step per chunk of the training streams, in order,
   // from zero states; the epoch's mean loss over its scored steps.
   absl::StatusOr<double> RunStatefulEpoch(int64_t epoch, RunState& run);
-  // What every optimiser step does first: CANCELLED after Cancel(); else the scheduler's lease
-  // (none without a scheduler), to be held through the step.
-  absl::StatusOr<std::optional<DeviceScheduler::TrainingLease>> BeginStep(int64_t epoch);
+  // What every optimiser step does first: CANCELLED after Cancel(); else the schedulers'
+  // leases, to be held through the step.
+  absl::StatusOr<std::vector<DeviceScheduler::TrainingLease>> BeginStep(int64_t epoch);
   // FAILED_PRECONDITION for a non-finite loss at `step` (0-based) of epoch `epoch`.
   absl::Status CheckLoss(double loss, int64_t epoch, int64_t step) const;
   // After epoch `epoch`: validates, pulls the weights, keeps the best ones, writes the
   // checkpoint and reports the epoch event.
   absl::Status CloseEpoch(int64_t epoch, double train_loss, RunState& run);
+  // INTERNAL when the engine's replicas (the ranks of a data-parallel job) no longer hold the
+  // same weights after epoch `epoch` (0-based); their checksums are logged at debug level.
+  absl::Status CheckReplicas(int64_t epoch);
   // Restores the best weights into the model and summarises the run.
   TrainResult Finish(const TrainCheckpoint& state, bool stopped_early);
   // Publishes the model as a new version in model_dir and removes the checkpoint; the version.

@@ -140,12 +140,24 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
   o.model_dir = model_dir;
   o.data_dir = options_.data_dir;
   if (!options_.checkpoint_dir.empty()) {
+    // The same job on other devices resumes the same checkpoint.
+    v1::TrainingConfig placed_anywhere = request.training;
+    placed_anywhere.clear_devices();
     o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
-                                        Fnv1a(Json(config) + "\n" + Json(request.training)));
+                                        Fnv1a(Json(config) + "\n" + Json(placed_anywhere)));
   }
   o.engine_factory = options_.engine_factory;
   o.backend = options_.backend;
-  o.scheduler = options_.scheduler;
+  o.schedulers = options_.schedulers;
+  if (!request.training.devices().empty()) {
+    if (!options_.place) {
+      return absl::InvalidArgumentError(
+          "this server trains on its configured device only; leave training.devices empty");
+    }
+    ASSIGN_OR_RETURN(JobPlacement placement, options_.place(request.training));
+    o.engine_factory = std::move(placement.engine_factory);
+    o.schedulers = std::move(placement.schedulers);
+  }
   o.clock = options_.clock;
   o.progress_every_steps = options_.progress_every_steps;
   o.max_series_rows = options_.max_series_rows;

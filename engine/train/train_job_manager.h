@@ -27,6 +27,12 @@ namespace forecastd {
 enum class JobState { kRunning, kSucceeded, kFailed, kCancelled };
 
 // A job as clients see it.
+// Where one job trains: the engine its steps run on and the schedulers of the devices it uses.
+struct JobPlacement {
+  TrainingEngineFactory engine_factory;
+  std::vector<DeviceScheduler*> schedulers;
+};
+
 struct JobSnapshot {
   std::string id;
   std::string model;
@@ -58,8 +64,13 @@ class TrainJobManager {
     // Where every job's steps run (TrainJobOptions::engine_factory); without one, on `backend`.
     TrainingEngineFactory engine_factory;
     Backend* backend = nullptr;  // not owned
-    // The scheduler of the device the steps run on; not owned; nullptr: steps run unscheduled.
-    DeviceScheduler* scheduler = nullptr;
+    // The schedulers of the devices the steps run on (TrainJobOptions::schedulers); not owned;
+    // empty: steps run unscheduled.
+    std::vector<DeviceScheduler*> schedulers;
+    // Where a job trains when its TrainingConfig names devices (TrainingConfig.devices): the
+    // engine factory and schedulers for them, or the error that refuses the request
+    // (INVALID_ARGUMENT for a device not in use). Unset: naming devices is refused.
+    std::function<absl::StatusOr<JobPlacement>(const v1::TrainingConfig&)> place;
     Clock* clock = nullptr;    // not owned; nullptr: real clock
     int max_running_jobs = 2;  // more at once: RESOURCE_EXHAUSTED
     int64_t progress_every_steps = 10;

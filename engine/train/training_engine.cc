@@ -1,5 +1,6 @@
 #include "engine/train/training_engine.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -35,6 +36,35 @@ class HostTrainingEngine final : public TrainingEngine {
     if (!std::isfinite(loss)) return loss;
     RETURN_IF_ERROR(model_.Backward(backend_, grads_.data(), dpred_.data(), tape_));
     optimizer_.Step(model_.parameters(), grads_.data(), lr);
+    return loss;
+  }
+
+  absl::StatusOr<double> StepShard(const float* x, const float* y, int64_t B, float lr,
+                                   std::optional<uint64_t> dropout_seed, Communicator& communicator,
+                                   float share) override {
+    const int64_t n = model_.parameters().size();
+    double loss = 0.0;
+    if (B == 0) {
+      grads_.assign(static_cast<size_t>(n), 0.0f);
+    } else {
+      pred_.resize(static_cast<size_t>(B * model_.num_outputs()));
+      dpred_.resize(pred_.size());
+      tape_.dropout_seed = dropout_seed;
+      RETURN_IF_ERROR(model_.ForwardTrain(backend_, pred_.data(), x, B, tape_));
+      loss = loss_.Compute(dpred_.data(), pred_.data(), y, B);
+      if (std::isfinite(loss)) {
+        RETURN_IF_ERROR(model_.Backward(backend_, grads_.data(), dpred_.data(), tape_));
+      } else {
+        // The other ranks wait for this rank's gradient; a NaN one makes every rank's sum
+        // non-finite, so no rank updates.
+        grads_.assign(static_cast<size_t>(n), std::nanf(""));
+      }
+    }
+    RETURN_IF_ERROR(communicator.AllReduceScaledSum(grads_.data(), n, share, nullptr));
+    // A diverged step updates nothing, on every rank alike (they all hold the same sum).
+    if (std::all_of(grads_.begin(), grads_.end(), [](float g) { return std::isfinite(g); })) {
+      optimizer_.Step(model_.parameters(), grads_.data(), lr);
+    }
     return loss;
   }
 
@@ -106,6 +136,16 @@ class HostTrainingEngine final : public TrainingEngine {
 };
 
 }  // namespace
+
+absl::StatusOr<double> TrainingEngine::StepShard(const float*, const float*, int64_t, float,
+                                                 std::optional<uint64_t>, Communicator&, float) {
+  return absl::UnimplementedError(
+      absl::StrCat("training on ", device(), " does not take part in data-parallel steps"));
+}
+
+absl::StatusOr<std::vector<uint64_t>> TrainingEngine::WeightChecksums() {
+  return std::vector<uint64_t>{};
+}
 
 absl::Status TrainingEngine::ResetStates(int64_t) {
   return absl::FailedPreconditionError(

@@ -55,8 +55,9 @@ class TrainingEngine {
   virtual absl::StatusOr<double> StepShard(const float* x, const float* y, int64_t B, float lr,
                                            std::optional<uint64_t> dropout_seed,
                                            Communicator& communicator, float share);
-  // Checksums (ArenaChecksum) of the weights of every replica the engine keeps, one per
-  // rank: equal on every rank of a healthy data-parallel job. One engine: its own.
+  // Checksums (ArenaChecksum, data_parallel.h) of the weights of every replica the engine
+  // keeps, one per rank: equal on every rank of a healthy data-parallel job. An engine of one
+  // replica: none (nothing to compare).
   virtual absl::StatusOr<std::vector<uint64_t>> WeightChecksums();
   // The mean loss of the current weights on B windows, without dropout or update.
   virtual absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) = 0;

@@ -628,6 +628,9 @@ TEST_CASE("server errors exit 1 and name the gRPC code", "[integration][forecast
   require_error(Ctl(f, {"bench", "ghost"}), "NOT_FOUND");
   require_error(Ctl(f, {"train", "ghost", "--inline-csv", f.Path("series.csv"), "--epochs", "1"}),
                 "NOT_FOUND");
+  require_error(Ctl(f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "1",
+                        "--devices", "cuda:0,cuda:1"}),
+                "INVALID_ARGUMENT");
   require_error(Ctl(f, {"predict", "toy", "--csv", f.Path("series.csv"), "--priority", "7"}),
                 "INVALID_ARGUMENT");
   require_error(Ctl(f, {"bench", "toy", "--batch-sizes", "1000"}), "INVALID_ARGUMENT");

@@ -648,6 +648,14 @@ TEST_CASE("Train refuses bad requests and CancelTrainJob stops a running job",
   const ModelConfig other = TrainedConfig("other");
   RequireError(Train(*daemon, TrainRequest("long", &other, Training(1)), nullptr),
                grpc::StatusCode::INVALID_ARGUMENT, "differs from the model 'long'");
+  // Devices the server does not use are refused before any work.
+  v1::TrainingConfig elsewhere = Training(1);
+  elsewhere.add_devices("cuda:3");
+  RequireError(Train(*daemon, TrainRequest("long", &config, elsewhere), nullptr),
+               grpc::StatusCode::INVALID_ARGUMENT, "cuda:3 is not a GPU this server uses");
+  elsewhere.set_devices(0, "all");
+  RequireError(Train(*daemon, TrainRequest("long", &config, elsewhere), nullptr),
+               grpc::StatusCode::INVALID_ARGUMENT, "\"all\" names every GPU");
 
   std::string id;
   const grpc::Status started = Train(*daemon, TrainRequest("long", &config, Training(100000)), &id);
