@@ -7,10 +7,8 @@
 #include "absl/strings/str_join.h"
 #include "kernels/base/status.h"
 #if FORECASTD_WITH_CUDA
-#include "backends/cuda/nccl_communicator.h"
 #include "engine/serving/cuda_execution_device.h"
 #include "engine/train/cuda_training_engine.h"
-#include "engine/train/data_parallel.h"
 #endif
 
 namespace forecastd {
@@ -75,38 +73,8 @@ absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
     ranks.push_back(rank);
     placement.schedulers.push_back(&gpu->scheduler());
   }
-  if (ranks.size() == 1) {
-    placement.engine_factory = [rank = ranks.front()](Forecaster& model, Optimizer& optimizer,
-                                                      const TrainingLoss& loss,
-                                                      const v1::TrainingConfig& training) {
-      return MakeCudaTrainingEngine(rank, model, optimizer, loss, training);
-    };
-    return placement;
-  }
-  const absl::Duration timeout = devices.collective_timeout;
   placement.engine_factory =
-      [ranks, timeout](
-          Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
-          const v1::TrainingConfig& training) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
-    // A new group per job, named by a fresh id.
-    ASSIGN_OR_RETURN(const std::string id, NewNcclUniqueId());
-    DataParallelOptions options;
-    options.ranks = static_cast<int>(ranks.size());
-    options.make_communicator = [ranks, id, timeout](int rank) {
-      NcclCommunicatorOptions nccl;
-      nccl.device = ranks[static_cast<size_t>(rank)].device;
-      nccl.rank = rank;
-      nccl.size = static_cast<int>(ranks.size());
-      nccl.unique_id = id;
-      nccl.timeout = timeout;
-      return CreateNcclCommunicator(nccl);
-    };
-    options.make_engine = [ranks](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
-                                  const v1::TrainingConfig& c) {
-      return MakeCudaTrainingEngine(ranks[static_cast<size_t>(rank)], m, o, l, c);
-    };
-    return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, training);
-  };
+      MakeGpuTrainingEngineFactory(std::move(ranks), devices.collective_timeout);
   return placement;
 #else
   return absl::InternalError("GPU devices in a server built without CUDA");

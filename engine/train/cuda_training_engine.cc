@@ -13,8 +13,10 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_devices.h"
 #include "backends/cuda/instance_streams.h"
+#include "backends/cuda/nccl_communicator.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/serving/cuda_execution_device.h"
+#include "engine/train/data_parallel.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/fill.h"
@@ -363,6 +365,36 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
   auto engine = std::make_unique<CudaTrainingEngine>(model, optimizer, loss, options.device);
   RETURN_IF_ERROR(engine->Init(options, config));
   return engine;
+}
+
+TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
+                                                   absl::Duration collective_timeout) {
+  return [ranks = std::move(ranks), collective_timeout](
+             Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+             const v1::TrainingConfig& config) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
+    if (ranks.empty()) return absl::InvalidArgumentError("training on no GPU");
+    if (ranks.size() == 1) {
+      return MakeCudaTrainingEngine(ranks.front(), model, optimizer, loss, config);
+    }
+    // A new group per job, named by a fresh id.
+    ASSIGN_OR_RETURN(const std::string id, NewNcclUniqueId());
+    DataParallelOptions options;
+    options.ranks = static_cast<int>(ranks.size());
+    options.make_communicator = [&ranks, id, collective_timeout](int rank) {
+      NcclCommunicatorOptions nccl;
+      nccl.device = ranks[static_cast<size_t>(rank)].device;
+      nccl.rank = rank;
+      nccl.size = static_cast<int>(ranks.size());
+      nccl.unique_id = id;
+      nccl.timeout = collective_timeout;
+      return CreateNcclCommunicator(nccl);
+    };
+    options.make_engine = [&ranks](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
+                                   const v1::TrainingConfig& c) {
+      return MakeCudaTrainingEngine(ranks[static_cast<size_t>(rank)], m, o, l, c);
+    };
+    return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, config);
+  };
 }
 
 }  // namespace forecastd

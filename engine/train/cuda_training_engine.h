@@ -11,8 +11,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "engine/train/training_engine.h"
@@ -38,6 +40,13 @@ struct CudaTrainingEngineOptions {
 absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
     const CudaTrainingEngineOptions& options, Forecaster& model, Optimizer& optimizer,
     const TrainingLoss& loss, const v1::TrainingConfig& config);
+
+// The engine factory of a job on the GPUs `ranks` describe (one CudaTrainingEngineOptions each):
+// one entry, that GPU's engine; several, a data-parallel engine (data_parallel.h) with one rank
+// per GPU, joined over NCCL in a fresh group per engine, whose collectives give up after
+// `collective_timeout`. Empty `ranks`: every engine it makes is INVALID_ARGUMENT.
+TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
+                                                   absl::Duration collective_timeout);
 
 }  // namespace forecastd
 
