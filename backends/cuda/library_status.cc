@@ -64,7 +64,13 @@ absl::Status NcclStatus(ncclResult_t result, const VendorCallSite& site) {
   // A peer that failed or went away is a condition to retry elsewhere, not our bug.
   const absl::StatusCode code =
       result == ncclRemoteError ? absl::StatusCode::kUnavailable : absl::StatusCode::kInternal;
-  return VendorError(code, "NCCL", NcclResultName(result), ncclGetErrorString(result), site);
+  // NCCL's last error says what failed (which peer, which socket, which CUDA call); it is one
+  // process-wide string, so it may describe another thread's failure, and is only a hint.
+  std::string message = ncclGetErrorString(result);
+  if (const char* detail = ncclGetLastError(nullptr); detail != nullptr && detail[0] != '\0') {
+    message += std::string(" (last NCCL error: ") + detail + ")";
+  }
+  return VendorError(code, "NCCL", NcclResultName(result), message, site);
 }
 
 }  // namespace forecastd
