@@ -27,7 +27,14 @@
 // the model's dropout, `--math` as the training precision): the batch copied in from host
 // memory, forward, loss, backward, the optimiser's update, and the loss read back, as a
 // PyTorch training loop that calls loss.item() does. Steps are timed on the host clock (each
-// ends in a synchronisation). Prints {"backend":"cuda","mode":"train",...,"median_us":...}.
+// ends in a synchronisation). `--devices cuda:0,cuda:1` trains data-parallel instead
+// (engine/train/data_parallel.h): one rank per listed GPU, each a CudaTrainingEngine joined to
+// the others by an NCCL communicator, `--batch` being the global batch the step splits over
+// them. After the timed steps the engine is ended and the gradient all-reduce alone is timed:
+// one arena-sized AllReduceScaledSum per rank on its own stream, each rank a thread, until its
+// Communicator::Wait returns (the slowest rank's time per iteration; median over `--iters`).
+// Prints {"backend":"cuda","mode":"train",...,"devices":N,"median_us":...,"samples_per_s":...,
+// "allreduce_us":... (null on one device)}, samples/s being the global batch / median step.
 // Exit codes: 0 success, 1 a failure while loading or running, 2 bad arguments.
 #include <cuda_runtime_api.h>
 
@@ -41,23 +48,31 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_graph.h"
 #include "backends/cuda/instance_streams.h"
+#include "backends/cuda/nccl_communicator.h"
 #include "bench/bench_timing.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "engine/train/cuda_training_engine.h"
+#include "engine/train/data_parallel.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -73,6 +88,9 @@ struct Flags {
   int64_t warmup = 20;
   int64_t iters = 100;
   int device = 0;
+  // CUDA ordinals of --devices (data-parallel training over them when more than one); empty:
+  // `device` alone.
+  std::vector<int> devices;
   std::string math = "fp32";
   std::string rnn_algo = "auto";
   int64_t attention_scratch_mib = 0;  // 0: CudaBackend's default
@@ -155,14 +173,107 @@ absl::StatusOr<std::vector<float>> ReadInput(const Flags& flags, const Forecaste
   return std::vector<float>(all.begin(), all.begin() + B * T * F);
 }
 
+// "cuda:0,cuda:1" (or "0,1") -> {0, 1}: distinct CUDA ordinals, at least one.
+absl::StatusOr<std::vector<int>> ParseDevices(const std::string& text) {
+  std::vector<int> ordinals;
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    item = absl::StripAsciiWhitespace(item);
+    absl::ConsumePrefix(&item, "cuda:");
+    int ordinal = -1;
+    if (!absl::SimpleAtoi(item, &ordinal) || ordinal < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: '", item, "' is not cuda:N (in '", text, "')"));
+    }
+    if (std::find(ordinals.begin(), ordinals.end(), ordinal) != ordinals.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--devices: cuda:", ordinal, " is listed twice (one rank per GPU)"));
+    }
+    ordinals.push_back(ordinal);
+  }
+  return ordinals;
+}
+
+// The all-reduce of a data-parallel step alone: `count` floats (the gradient arena) summed
+// over one rank per ordinal in `devices`, each rank a thread with its own NcclCommunicator,
+// device buffer and stream, timed on the host from queueing AllReduceScaledSum until
+// Communicator::Wait returns. An iteration's time is its slowest rank's (the ranks leave each
+// Wait together, so they start the next iteration together). `warmup` untimed iterations first.
+absl::StatusOr<bench::Timing> TimeAllReduce(const std::vector<int>& devices, int64_t count,
+                                            int64_t warmup, int64_t iters) {
+  const int R = static_cast<int>(devices.size());
+  ASSIGN_OR_RETURN(const std::string unique_id, NewNcclUniqueId());
+  std::vector<absl::Status> statuses(R);
+  std::vector<std::vector<double>> rank_us(R);
+  const auto run_rank = [&](int rank) -> absl::Status {
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(devices[rank]));
+    // The buffer and the stream come before the communicator: once this rank has joined the
+    // group, a failure of its own would leave the others waiting for their timeout.
+    void* data = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&data, count * sizeof(float)));
+    const absl::Cleanup free_data = [data] { cudaFree(data); };
+    CUDA_RETURN_IF_ERROR(cudaMemset(data, 0, count * sizeof(float)));
+    cudaStream_t stream = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const absl::Cleanup destroy_stream = [stream] { cudaStreamDestroy(stream); };
+    CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    NcclCommunicatorOptions options;
+    options.device = devices[rank];
+    options.rank = rank;
+    options.size = R;
+    options.unique_id = unique_id;
+    ASSIGN_OR_RETURN(std::unique_ptr<Communicator> communicator, CreateNcclCommunicator(options));
+    float* const buffer = static_cast<float*>(data);
+    const float share = 1.0f / static_cast<float>(R);
+    const auto all_reduce = [&]() -> absl::Status {
+      RETURN_IF_ERROR(communicator->AllReduceScaledSum(buffer, count, share, stream));
+      return communicator->Wait(stream);
+    };
+    for (int64_t i = 0; i < warmup; ++i) RETURN_IF_ERROR(all_reduce());
+    rank_us[rank].reserve(iters);
+    for (int64_t i = 0; i < iters; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      RETURN_IF_ERROR(all_reduce());
+      rank_us[rank].push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    return absl::OkStatus();
+  };
+  {
+    std::vector<std::thread> threads;
+    threads.reserve(R);
+    for (int rank = 0; rank < R; ++rank) {
+      threads.emplace_back([&, rank] { statuses[rank] = run_rank(rank); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  for (int rank = 0; rank < R; ++rank) {
+    if (!statuses[rank].ok()) {
+      return absl::Status(statuses[rank].code(),
+                          absl::StrCat("all-reduce on cuda:", devices[rank], " (rank ", rank,
+                                       "): ", statuses[rank].message()));
+    }
+  }
+  std::vector<double> slowest(static_cast<size_t>(iters), 0.0);
+  for (const std::vector<double>& us : rank_us) {
+    for (int64_t i = 0; i < iters; ++i) slowest[i] = std::max(slowest[i], us[i]);
+  }
+  return bench::Summarize(std::move(slowest));
+}
+
 absl::Status BenchTrain(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
-  const int64_t B = flags.batch;
+  const std::vector<int> devices =
+      flags.devices.empty() ? std::vector<int>{flags.device} : flags.devices;
+  const int R = static_cast<int>(devices.size());
+  const int64_t B = flags.batch;  // the global batch
   v1::TrainingConfig training;
   training.set_precision(flags.math == "bf16"   ? v1::PRECISION_BF16
                          : flags.math == "tf32" ? v1::PRECISION_TF32
                          : flags.math == "fp16" ? v1::PRECISION_FP16
                                                 : v1::PRECISION_FP32);
+  // What a job training on this batch would say (the data-parallel engine checks it splits).
+  training.set_batch_size(static_cast<int32_t>(B));
   ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                    Optimizer::Create(training.optimizer(), model->parameters()));
   ASSIGN_OR_RETURN(const TrainingLoss loss, TrainingLoss::Create(training.loss(), model->config()));
@@ -170,9 +281,36 @@ absl::Status BenchTrain(const Flags& flags) {
   if (flags.attention_scratch_mib > 0) {
     options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
   }
-  options.device = flags.device;
-  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEngine> engine,
-                   MakeCudaTrainingEngine(options, *model, *optimizer, loss, training));
+  options.device = devices[0];
+  std::unique_ptr<TrainingEngine> engine;
+  if (R == 1) {
+    ASSIGN_OR_RETURN(engine, MakeCudaTrainingEngine(options, *model, *optimizer, loss, training));
+  } else {
+    ASSIGN_OR_RETURN(const std::string unique_id, NewNcclUniqueId());
+    DataParallelOptions parallel;
+    parallel.ranks = R;
+    parallel.world_size = R;
+    parallel.first_rank = 0;
+    // By value: the engine may keep these past this block.
+    parallel.make_communicator =
+        [devices, unique_id, R](int local_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+      NcclCommunicatorOptions nccl;
+      nccl.device = devices[local_rank];
+      nccl.rank = local_rank;
+      nccl.size = R;
+      nccl.unique_id = unique_id;
+      return CreateNcclCommunicator(nccl);
+    };
+    parallel.make_engine = [devices, options](
+                               int rank, Forecaster& replica, Optimizer& replica_optimizer,
+                               const TrainingLoss& replica_loss, const v1::TrainingConfig& config) {
+      CudaTrainingEngineOptions rank_options = options;
+      rank_options.device = devices[rank];
+      return MakeCudaTrainingEngine(rank_options, replica, replica_optimizer, replica_loss, config);
+    };
+    ASSIGN_OR_RETURN(engine, MakeDataParallelTrainingEngine(std::move(parallel), *model, *optimizer,
+                                                            loss, training));
+  }
   RETURN_IF_ERROR(engine->Push());
   std::mt19937_64 rng(flags.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -199,14 +337,29 @@ absl::Status BenchTrain(const Flags& flags) {
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
             .count());
   }
+  // The engine's ranks (their memory and communicators) end before the all-reduce is timed
+  // alone, so nothing else runs on the GPUs meanwhile.
+  engine.reset();
+  const bench::Timing timing = bench::Summarize(std::move(step_us));
+  std::string all_reduce_json = "null";
+  if (R > 1) {
+    ASSIGN_OR_RETURN(const bench::Timing all_reduce,
+                     TimeAllReduce(devices, model->parameters().size(),
+                                   std::max<int64_t>(flags.warmup, 3), flags.iters));
+    all_reduce_json = absl::StrFormat("%.3f", all_reduce.median_us);
+  }
   cudaDeviceProp prop{};
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, flags.device));
-  std::printf("%s\n", absl::StrCat("{\"backend\":\"cuda\",\"mode\":\"train\",\"device\":",
-                                   JsonString(prop.name), ",\"batch\":", B,
-                                   ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
-                                   bench::TimingJson(bench::Summarize(std::move(step_us))),
-                                   ",\"last_loss\":", last_loss, "}")
-                          .c_str());
+  CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, devices[0]));
+  std::printf(
+      "%s\n",
+      absl::StrCat("{\"backend\":\"cuda\",\"mode\":\"train\",\"device\":", JsonString(prop.name),
+                   ",\"devices\":", R, ",\"device_ordinals\":[", absl::StrJoin(devices, ","),
+                   "],\"batch\":", B, ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
+                   bench::TimingJson(timing), ",\"samples_per_s\":",
+                   absl::StrFormat("%.3f", 1e6 * static_cast<double>(B) / timing.median_us),
+                   ",\"allreduce_us\":", all_reduce_json, ",\"allreduce_floats\":",
+                   model->parameters().size(), ",\"last_loss\":", last_loss, "}")
+          .c_str());
   return absl::OkStatus();
 }
 
@@ -352,11 +505,17 @@ int main(int argc, char** argv) {
                  "safetensors file with tensor 'input' (B, T, F); "
                  "without it, seeded N(0,1) inputs");
   app.add_option("--seed", flags.seed, "seed of the inputs without --io");
-  app.add_option("--batch", flags.batch, "windows per forecast")->check(CLI::PositiveNumber);
+  app.add_option("--batch", flags.batch,
+                 "windows per forecast (with --train: per step, split over --devices)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--warmup", flags.warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
   app.add_option("--iters", flags.iters, "timed calls (and graph replays)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device", flags.device, "CUDA device ordinal")->check(CLI::NonNegativeNumber);
+  std::string devices;
+  app.add_option("--devices", devices,
+                 "with --train: the GPUs, e.g. cuda:0,cuda:1; more than one trains data-parallel "
+                 "(one rank per GPU over NCCL, --batch the global batch); default: --device");
   app.add_option("--math", flags.math,
                  "GEMM input rounding: fp32 (none), tf32, bf16, fp16 (CudaBackend::Options::math)")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
@@ -374,6 +533,18 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (!devices.empty()) {
+    absl::StatusOr<std::vector<int>> ordinals = forecastd::ParseDevices(devices);
+    if (ordinals.ok() && ordinals->size() > 1 && !flags.train) {
+      ordinals = absl::InvalidArgumentError("--devices lists several GPUs: only with --train");
+    }
+    if (!ordinals.ok()) {
+      std::fprintf(stderr, "gpu_bench: %s\n", std::string(ordinals.status().message()).c_str());
+      return 2;
+    }
+    flags.devices = *std::move(ordinals);
+    flags.device = flags.devices[0];
   }
   const absl::Status status = flags.train ? forecastd::BenchTrain(flags) : forecastd::Bench(flags);
   if (!status.ok()) {

@@ -11,7 +11,17 @@
 # JSON line). Meant to finish inside one 10-minute device call: each test binary gets
 # FORECASTD_GPU_TEST_TIMEOUT_S (default 150 s) and the benchmark skips the pairs it has no time
 # left for (FORECASTD_GPU_SESSION_BUDGET_S, default 540 s for the whole session).
-# Exit status: 0 when every test passed (or was skipped) and the benchmark succeeded.
+#
+# FORECASTD_GPU_SESSION_MULTI picks the multi-GPU training benchmark, bench/run_gpu_multi.sh
+# (forecastd's data-parallel engine vs PyTorch DDP on cuda:0 and cuda:1; needs two GPUs):
+#   unset or 0   not run (the default);
+#   1            run after everything above, with the time left (extra arguments in
+#                FORECASTD_GPU_MULTI_ARGS, e.g. "--quick": the whole session still has
+#                FORECASTD_GPU_SESSION_BUDGET_S);
+#   only         run alone: no tests, no daemon check, no run_gpu.sh; the arguments go to
+#                run_gpu_multi.sh (then FORECASTD_GPU_MULTI_ARGS).
+# It writes gpu_multi.txt and gpu_multi.json under $OUT.
+# Exit status: 0 when every test passed (or was skipped) and the benchmarks succeeded.
 set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -20,7 +30,19 @@ start_s=${SECONDS}
 budget_s=${FORECASTD_GPU_SESSION_BUDGET_S:-540}
 test_timeout_s=${FORECASTD_GPU_TEST_TIMEOUT_S:-150}
 out="${OUT:-/tmp/forecastd-gpu-session}"
+multi="${FORECASTD_GPU_SESSION_MULTI:-0}"
+case "${multi}" in
+  0 | 1 | only) ;;
+  *)
+    echo "gpu_session.sh: FORECASTD_GPU_SESSION_MULTI=${multi}: expected 0, 1 or only" >&2
+    exit 2
+    ;;
+esac
+# shellcheck disable=SC2206  # word splitting is the point: several arguments in one variable
+multi_args=(${FORECASTD_GPU_MULTI_ARGS:-})
 mkdir -p "${out}"
+# A table of an earlier session must not pass for this one's.
+rm -f "${out}/gpu_multi.txt" "${out}/gpu_multi.json"
 exec > >(tee "${out}/session.log") 2>&1
 
 if [[ ! -f .gpu/bundle.tgz ]]; then
@@ -34,6 +56,30 @@ tar xzf .gpu/bundle.tgz -C /tmp || exit 2
 source /tmp/bundle/env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,temperature.gpu \
   --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
+
+# Prints the multi-GPU benchmark's table (indented), or why there is none.
+multi_table() {
+  if [[ -f "${out}/gpu_multi.txt" ]]; then
+    sed 's/^/  /' "${out}/gpu_multi.txt"
+  else
+    echo "  (no table: run_gpu_multi.sh failed before writing one)"
+  fi
+}
+
+if [[ "${multi}" == only ]]; then
+  left_s=$((budget_s - (SECONDS - start_s)))
+  echo
+  echo "=== bench/run_gpu_multi.sh (${left_s} s left)"
+  bash bench/run_gpu_multi.sh --bin-dir /tmp/bundle/bin --out "${out}" \
+    --budget-s "$((left_s > 60 ? left_s : 60))" "$@" "${multi_args[@]}"
+  multi_rc=$?
+  echo
+  echo "==================== summary ($((SECONDS - start_s)) s) ===================="
+  echo "forecastd vs PyTorch DDP, training (run_gpu_multi.sh exit ${multi_rc}; full JSON in" \
+       "${out}/gpu_multi.json):"
+  multi_table
+  exit "${multi_rc}"
+fi
 
 # --- GPU tests
 # Test data comes from this checkout, not from the path the bundle was built at
@@ -91,6 +137,16 @@ echo "=== bench/run_gpu.sh (${left_s} s left)"
 bash bench/run_gpu.sh --bin-dir /tmp/bundle/bin --out "${out}" --budget-s "$((left_s > 60 ? left_s : 60))" "$@"
 bench_rc=$?
 
+multi_rc=0
+if [[ "${multi}" == 1 ]]; then
+  left_s=$((budget_s - (SECONDS - start_s)))
+  echo
+  echo "=== bench/run_gpu_multi.sh (${left_s} s left)"
+  bash bench/run_gpu_multi.sh --bin-dir /tmp/bundle/bin --out "${out}" \
+    --budget-s "$((left_s > 30 ? left_s : 30))" "${multi_args[@]}"
+  multi_rc=$?
+fi
+
 echo
 echo "==================== summary ($((SECONDS - start_s)) s) ===================="
 echo "GPU tests:"
@@ -101,4 +157,9 @@ if [[ -f "${out}/gpu_bench.txt" ]]; then
 else
   echo "  (no table: run_gpu.sh failed before writing one)"
 fi
-[[ ${tests_ok} == 1 && ${bench_rc} == 0 ]]
+if [[ "${multi}" == 1 ]]; then
+  echo "forecastd vs PyTorch DDP, training (run_gpu_multi.sh exit ${multi_rc}; full JSON in" \
+       "${out}/gpu_multi.json):"
+  multi_table
+fi
+[[ ${tests_ok} == 1 && ${bench_rc} == 0 && ${multi_rc} == 0 ]]

@@ -25,45 +25,9 @@ for arg in "$@"; do
   prev="${arg}"
 done
 
-# Prints why $1 cannot run the benchmark, or nothing when it can.
-torch_problem() {
-  "$1" - "${want_cuda}" <<'PY' 2>&1 || true
-import sys
-try:
-    import numpy  # noqa: F401
-    import torch
-except Exception as e:  # noqa: BLE001
-    print(f"cannot import torch and numpy: {e}")
-    sys.exit(0)
-if sys.argv[1] == "1" and not torch.cuda.is_available():
-    print(f"torch {torch.__version__} at {torch.__file__} sees no CUDA device")
-PY
-}
-
-python=""
-if [[ -n "${FORECASTD_TORCH_PYTHON:-}" ]]; then
-  problem="$(torch_problem "${FORECASTD_TORCH_PYTHON}")"
-  if [[ -n "${problem}" ]]; then
-    echo "run_gpu.sh: FORECASTD_TORCH_PYTHON=${FORECASTD_TORCH_PYTHON}: ${problem}" >&2
-    exit 2
-  fi
-  python="${FORECASTD_TORCH_PYTHON}"
-else
-  for candidate in /opt/torch/.venv/bin/python /opt/torch-venv/bin/python \
-      "$(command -v python3 || true)" /usr/bin/python3; do
-    [[ -n "${candidate}" && -x "${candidate}" ]] || continue
-    problem="$(torch_problem "${candidate}")"
-    if [[ -z "${problem}" ]]; then
-      python="${candidate}"
-      break
-    fi
-    echo "run_gpu.sh: skipping ${candidate}: ${problem}" >&2
-  done
-fi
-if [[ -z "${python}" ]]; then
-  echo "run_gpu.sh: no Python with torch (and a CUDA device) found; set FORECASTD_TORCH_PYTHON" >&2
-  exit 2
-fi
+# shellcheck source=bench/torch_python.sh
+source "${repo}/bench/torch_python.sh"
+find_torch_python run_gpu.sh "${want_cuda}" || exit 2
 
 # The Python driver records this command line as what produced the figures.
 source "${repo}/bench/bench_command.sh"
