@@ -5,7 +5,7 @@
 // (backends/cuda/nccl_communicator.h) runs them on GPUs over NCCL; HostCommunicatorGroup
 // (host_communicator.h) over host memory between threads of one process (the CPU's ranks).
 // A lost rank never blocks the others forever: a collective that does not complete within the
-// communicator's timeout ends the whole group (Abort) and reports which wait failed.
+// communicator's timeout aborts this end and reports which wait failed.
 // Thread-compatible: one rank's thread drives its Communicator; Abort() may come from any
 // thread.
 #ifndef FORECASTD_BACKENDS_COMMUNICATOR_H_
@@ -35,9 +35,11 @@ class Communicator {
   // data <- rank `root`'s data on every rank, for `count` floats; `stream` as above.
   virtual absl::Status Broadcast(float* data, int64_t count, int root, void* stream) = 0;
   // Returns once everything queued on `stream` has completed (nullptr: at once), checking the
-  // group meanwhile: UNAVAILABLE when another rank failed or the group was aborted;
-  // DEADLINE_EXCEEDED when the work does not complete within the timeout (the group is then
-  // aborted, so every other rank's wait ends too).
+  // group meanwhile: UNAVAILABLE when another rank failed or this end was aborted;
+  // DEADLINE_EXCEEDED when the work does not complete within the timeout (this end is then
+  // aborted). Whether the other ranks learn of it depends on the transport (host groups: at
+  // once; NCCL: where the broken connection shows, else at their own timeout), so whoever owns
+  // several ranks aborts them all on the first failure.
   virtual absl::Status Wait(void* stream) = 0;
   // Ends the group: every collective in flight or to come, on every rank, fails with
   // UNAVAILABLE. Idempotent.

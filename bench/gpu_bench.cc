@@ -72,7 +72,6 @@
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
 #include "engine/train/cuda_training_engine.h"
-#include "engine/train/data_parallel.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
 
@@ -281,36 +280,15 @@ absl::Status BenchTrain(const Flags& flags) {
   if (flags.attention_scratch_mib > 0) {
     options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
   }
-  options.device = devices[0];
-  std::unique_ptr<TrainingEngine> engine;
-  if (R == 1) {
-    ASSIGN_OR_RETURN(engine, MakeCudaTrainingEngine(options, *model, *optimizer, loss, training));
-  } else {
-    ASSIGN_OR_RETURN(const std::string unique_id, NewNcclUniqueId());
-    DataParallelOptions parallel;
-    parallel.ranks = R;
-    parallel.world_size = R;
-    parallel.first_rank = 0;
-    // By value: the engine may keep these past this block.
-    parallel.make_communicator =
-        [devices, unique_id, R](int local_rank) -> absl::StatusOr<std::unique_ptr<Communicator>> {
-      NcclCommunicatorOptions nccl;
-      nccl.device = devices[local_rank];
-      nccl.rank = local_rank;
-      nccl.size = R;
-      nccl.unique_id = unique_id;
-      return CreateNcclCommunicator(nccl);
-    };
-    parallel.make_engine = [devices, options](
-                               int rank, Forecaster& replica, Optimizer& replica_optimizer,
-                               const TrainingLoss& replica_loss, const v1::TrainingConfig& config) {
-      CudaTrainingEngineOptions rank_options = options;
-      rank_options.device = devices[rank];
-      return MakeCudaTrainingEngine(rank_options, replica, replica_optimizer, replica_loss, config);
-    };
-    ASSIGN_OR_RETURN(engine, MakeDataParallelTrainingEngine(std::move(parallel), *model, *optimizer,
-                                                            loss, training));
+  // One GPU: its engine; several: data-parallel ranks over NCCL, as a job on them trains.
+  std::vector<CudaTrainingEngineOptions> ranks;
+  for (const int device : devices) {
+    options.device = device;
+    ranks.push_back(options);
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEngine> engine,
+                   MakeGpuTrainingEngineFactory(std::move(ranks), absl::Seconds(60))(
+                       *model, *optimizer, loss, training));
   RETURN_IF_ERROR(engine->Push());
   std::mt19937_64 rng(flags.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
