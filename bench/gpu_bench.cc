@@ -93,6 +93,7 @@ struct Flags {
   std::string math = "fp32";
   std::string rnn_algo = "auto";
   int64_t attention_scratch_mib = 0;  // 0: CudaBackend's default
+  int64_t bucket_mib = -1;            // -1: CudaTrainingEngineOptions' default
   bool no_graph = false;
   bool train = false;
   std::string output;
@@ -280,6 +281,7 @@ absl::Status BenchTrain(const Flags& flags) {
   if (flags.attention_scratch_mib > 0) {
     options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
   }
+  if (flags.bucket_mib >= 0) options.gradient_bucket_bytes = flags.bucket_mib << 20;
   // One GPU: its engine; several: data-parallel ranks over NCCL, as a job on them trains.
   std::vector<CudaTrainingEngineOptions> ranks;
   for (const int device : devices) {
@@ -335,7 +337,7 @@ absl::Status BenchTrain(const Flags& flags) {
                    "],\"batch\":", B, ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
                    bench::TimingJson(timing), ",\"samples_per_s\":",
                    absl::StrFormat("%.3f", 1e6 * static_cast<double>(B) / timing.median_us),
-                   ",\"allreduce_us\":", all_reduce_json, ",\"allreduce_floats\":",
+                   ",\"bucket_bytes\":", options.gradient_bucket_bytes, ",\"allreduce_us\":", all_reduce_json, ",\"allreduce_floats\":",
                    model->parameters().size(), ",\"last_loss\":", last_loss, "}")
           .c_str());
   return absl::OkStatus();
@@ -503,6 +505,9 @@ int main(int argc, char** argv) {
   app.add_option("--rnn-algo", flags.rnn_algo,
                  "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")
       ->check(CLI::IsMember({"auto", "standard", "persist", "small-h"}));
+  app.add_option("--bucket-mib", flags.bucket_mib,
+                 "with --train on several GPUs: gradient sums in buckets of this many MiB "
+                 "overlapping the backward; 0: one sum after it (default: the engine's)");
   app.add_option("--attention-scratch-mib", flags.attention_scratch_mib,
                  "chunk of attention scores in MiB (CudaBackend::Options::attention_scratch_bytes)")
       ->check(CLI::NonNegativeNumber);

@@ -91,6 +91,11 @@ class Forecaster {
                         TrainingTape& tape) const;
   // False for the normaliser's statistics, which training fits from data, not by gradient.
   static bool IsTrainable(const ParameterSpec& spec);
+  // The arena offsets Backward reports to TrainingTape::on_gradients_final, in the order it
+  // reports them (decreasing): fixed by the architecture, so a data-parallel rank that has no
+  // windows in a step can queue the same collectives as the ranks that ran Backward. Empty
+  // for a model whose backward reports none.
+  virtual std::vector<int64_t> GradientBlockStarts() const { return {}; }
 
   // Stateful training (truncated back-propagation through time, TrainingConfig.stateful; the
   // maths is in recurrent_stateful_training.cc). OK when this model can be trained so (a
@@ -165,9 +170,15 @@ class Forecaster {
     return data.Multiply(x, x, mask, n);
   }
   // The gradient slot of a named parameter in a dparams array.
-  float* grad(float* dparams, absl::string_view name) const {
-    return dparams + (parameters_.at(name) - parameters_.data());
+  float* grad(float* dparams, absl::string_view name) const { return dparams + Offset(name); }
+  // Tells the tape's on_gradients_final (if set) that every gradient from the named
+  // parameter's offset to the arena's end is now final. For a backward pass that finishes the
+  // arena's blocks from its end towards its start.
+  absl::Status GradientsFinalFrom(TrainingTape& tape, absl::string_view name) const {
+    if (!tape.on_gradients_final) return absl::OkStatus();
+    return tape.on_gradients_final(Offset(name));
   }
+  int64_t Offset(absl::string_view name) const { return parameters_.at(name) - parameters_.data(); }
 
  public:
   bool standardized() const;

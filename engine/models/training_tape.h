@@ -7,6 +7,7 @@
 
 #include <any>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -92,6 +93,13 @@ class TrainingTape {
   ModelTape* model_tape() {
     return std::any_cast<ModelTape>(&model_tape_);
   }
+  // Set by the caller before Backward, or empty: called as the backward pass finishes
+  // gradients, with `from` such that every gradient at arena offset >= `from` is final (written,
+  // or on a device queued) from then on, so a data-parallel engine can start summing them over
+  // its ranks while the rest of the backward runs. Models that finish their blocks from the
+  // arena's end towards its start call it after each block; others never call it (the engine
+  // then sums everything after Backward). A failure ends the backward pass with it.
+  std::function<absl::Status(int64_t from)> on_gradients_final;
   int64_t batch = 0;
 
  private:

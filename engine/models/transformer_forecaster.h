@@ -26,6 +26,11 @@ class TransformerForecaster final : public Forecaster {
 
   // The name of encoder layer k's parameter `rest`, e.g. Layer(0, "linear1.weight").
   static std::string Layer(int k, absl::string_view rest);
+  // The first parameter of backward block k, whose gradients (and everything after them in the
+  // arena) are final once it is done: the head (with the final norm) for k = num_layers, else
+  // encoder layer k.
+  std::string GradientBlock(int k) const;
+  std::vector<int64_t> GradientBlockStarts() const override;
 
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                 TrainingTape& tape) const override;

@@ -275,6 +275,19 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   return absl::OkStatus();
 }
 
+// The arena holds the normaliser, the input projection, the layers in order, then the final
+// norm and the head; the backward pass finishes them from the end.
+std::string TransformerForecaster::GradientBlock(int k) const {
+  if (k < tf_.num_layers()) return Layer(k, "self_attn.in_proj_weight");
+  return tf_.norm_first() ? "encoder.norm.weight" : "head.weight";
+}
+
+std::vector<int64_t> TransformerForecaster::GradientBlockStarts() const {
+  std::vector<int64_t> starts;
+  for (int k = tf_.num_layers(); k >= 0; --k) starts.push_back(Offset(GradientBlock(k)));
+  return starts;
+}
+
 absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparams,
                                                  const float* dout, TrainingTape& tape) const {
   const Tape* const t = tape.model_tape<Tape>();
@@ -297,6 +310,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
                                               grad(dparams, "encoder.norm.bias"), dnormed, t->last,
                                               p.at("encoder.norm.weight"), B, D, eps_));
   }
+  RETURN_IF_ERROR(GradientsFinalFrom(tape, GradientBlock(static_cast<int>(L))));
   // Only position T-1 of the top layer reaches the head.
   float* dx[2];
   for (float*& d : dx) {
@@ -308,6 +322,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
   for (int k = static_cast<int>(L) - 1; k >= 0; --k) {
     RETURN_IF_ERROR(LayerBackward(backend, k, t->layers[static_cast<size_t>(k)], dx[1 - cur],
                                   dx[cur], dparams, B, tape));
+    RETURN_IF_ERROR(GradientsFinalFrom(tape, GradientBlock(k)));
     cur = 1 - cur;
   }
   // The positional encoding passes the gradient through; the input projection's input is

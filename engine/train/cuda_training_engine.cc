@@ -54,6 +54,12 @@ class CudaTrainingEngine final : public TrainingEngine {
 
   ~CudaTrainingEngine() override {
     if (lease_.has_value()) lease_->Synchronize().IgnoreError();
+    if (reduce_stream_ != nullptr) {
+      cudaStreamSynchronize(reduce_stream_);
+      cudaStreamDestroy(reduce_stream_);
+    }
+    if (backward_done_ != nullptr) cudaEventDestroy(backward_done_);
+    if (reduced_ != nullptr) cudaEventDestroy(reduced_);
   }
 
   absl::Status Init(const CudaTrainingEngineOptions& options, const v1::TrainingConfig& config);
@@ -83,6 +89,13 @@ class CudaTrainingEngine final : public TrainingEngine {
   absl::Status QueueShardStep(const float* x, const float* y, int64_t B, float lr,
                               std::optional<uint64_t> dropout_seed, Communicator& communicator,
                               float share);
+  // The arena offsets where a data-parallel step's bucketed sums start, in the order they are
+  // queued: where the backward's finished blocks (GradientBlockStarts) first add up to
+  // gradient_bucket_bytes. Empty: one sum after the backward.
+  std::vector<int64_t> BucketPlan() const;
+  // Queues the sum over the ranks of gradients [begin, end) on reduce_stream_, after what the
+  // step's stream has queued so far.
+  absl::Status QueueBucket(Communicator& communicator, int64_t begin, int64_t end, float share);
   // Waits for the stream and returns the loss it computed.
   absl::StatusOr<double> ReadLoss();
   // The loss once `queued` is OK; otherwise waits for what was queued and returns the error.
@@ -112,6 +125,12 @@ class CudaTrainingEngine final : public TrainingEngine {
   DeviceBuffer x_, y_, pred_, dpred_;  // batch_capacity_ windows
   std::unique_ptr<DeviceTapeMemory> tape_memory_;
   std::optional<TrainingTape> tape_;
+  // Data-parallel steps with bucketed sums: the stream they run on (made on first use), and
+  // events ordering it after the backward's blocks and the update after it.
+  int64_t bucket_bytes_ = 0;
+  cudaStream_t reduce_stream_ = nullptr;
+  cudaEvent_t backward_done_ = nullptr;
+  cudaEvent_t reduced_ = nullptr;
 };
 
 absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
@@ -119,6 +138,7 @@ absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
   const ScopedCudaDevice scoped(device_);
   RETURN_IF_ERROR(scoped.status());
   allocator_ = options.allocator;
+  bucket_bytes_ = options.gradient_bucket_bytes;
   if (allocator_ == nullptr) {
     CudaAllocator::Options allocator_options;
     allocator_options.device = device_;
@@ -284,7 +304,8 @@ absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
   if (status.ok() && communicator != nullptr) status = communicator->Wait(lease_->stream());
   if (!status.ok()) {
     // What was queued before the error may still read buffers the next step replaces. (An
-    // aborted communicator has ended its pending collectives, so this wait ends.)
+    // aborted communicator has ended its pending collectives, so these waits end.)
+    if (reduce_stream_ != nullptr) cudaStreamSynchronize(reduce_stream_);
     lease_->Synchronize().IgnoreError();
     return status;
   }
@@ -295,20 +316,79 @@ absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
   return ReadLoss();
 }
 
-absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, int64_t B, float lr,
-                                                std::optional<uint64_t> dropout_seed,
+std::vector<int64_t> CudaTrainingEngine::BucketPlan() const {
+  std::vector<int64_t> plan;
+  if (bucket_bytes_ <= 0) return plan;
+  int64_t end = model_.parameters().size();
+  for (const int64_t from : model_.GradientBlockStarts()) {
+    if ((end - from) * kFloat < bucket_bytes_) continue;
+    plan.push_back(from);
+    end = from;
+  }
+  return plan;
+}
+
+absl::Status CudaTrainingEngine::QueueBucket(Communicator& communicator, int64_t begin,
+                                             int64_t end, float share) {
+  if (reduce_stream_ == nullptr) {
+    CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming));
+  }
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(backward_done_, lease_->stream()));
+  CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(reduce_stream_, backward_done_, 0));
+  return communicator.AllReduceScaledSum(grads_.as<float>() + begin, end - begin, share,
+                                         reduce_stream_);
+}
+
+absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, int64_t B,
+                                                float lr, std::optional<uint64_t> dropout_seed,
                                                 Communicator& communicator, float share) {
   const int64_t n = model_.parameters().size();
+  // Every rank queues the same collectives in the same order: the plan depends on the model
+  // and the options alone, and a rank without windows follows it too.
+  const std::vector<int64_t> plan = BucketPlan();
+  size_t next = 0;
+  int64_t summed_from = n;  // gradients [summed_from, n) are queued for summing
+  const auto sum_down_to = [&](int64_t from) -> absl::Status {
+    if (from == summed_from) return absl::OkStatus();
+    RETURN_IF_ERROR(QueueBucket(communicator, from, summed_from, share));
+    summed_from = from;
+    return absl::OkStatus();
+  };
   if (B > 0) {
     tape_->dropout_seed = dropout_seed;
     RETURN_IF_ERROR(QueueForwardAndLoss(x, y, B));
-    RETURN_IF_ERROR(
-        model_.Backward(*backend_, grads_.as<float>(), dpred_.as<const float>(), *tape_));
+    if (!plan.empty()) {
+      tape_->on_gradients_final = [&](int64_t from) -> absl::Status {
+        if (next < plan.size() && from == plan[next]) {
+          ++next;
+          return sum_down_to(from);
+        }
+        return absl::OkStatus();
+      };
+    }
+    const absl::Status backward =
+        model_.Backward(*backend_, grads_.as<float>(), dpred_.as<const float>(), *tape_);
+    tape_->on_gradients_final = nullptr;
+    RETURN_IF_ERROR(backward);
+    if (next != plan.size()) {
+      return absl::InternalError("the backward pass did not report the gradient blocks it declares");
+    }
   } else {
     RETURN_IF_ERROR(cuda::FillLaunch(grads_.as<float>(), 0.0f, n, lease_->stream()));
+    for (const int64_t from : plan) RETURN_IF_ERROR(sum_down_to(from));
   }
-  // The whole arena in one collective, ordered after the backward on the step's stream.
-  RETURN_IF_ERROR(communicator.AllReduceScaledSum(grads_.as<float>(), n, share, lease_->stream()));
+  if (plan.empty()) {
+    // The whole arena in one collective, ordered after the backward on the step's stream.
+    RETURN_IF_ERROR(
+        communicator.AllReduceScaledSum(grads_.as<float>(), n, share, lease_->stream()));
+  } else {
+    // The rest, then the update waits for every bucket.
+    RETURN_IF_ERROR(sum_down_to(0));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(reduced_, reduce_stream_));
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(lease_->stream(), reduced_, 0));
+  }
   return QueueUpdate(lr);
 }
 

@@ -31,6 +31,12 @@ struct CudaTrainingEngineOptions {
   int64_t workspace_bytes = int64_t{32} << 20;
   // The backend's chunk of attention scores (CudaBackend::Options::attention_scratch_bytes).
   int64_t attention_scratch_bytes = CudaBackend::Options{}.attention_scratch_bytes;
+  // As one rank of a data-parallel job (StepShard): the gradients are summed over the ranks in
+  // buckets of at least this many bytes, each queued on a stream of its own as soon as the
+  // backward pass has finished it (Forecaster::GradientBlockStarts), so the sums overlap the
+  // rest of the backward. 0, or a model whose backward reports no blocks: one sum of the whole
+  // arena after the backward. Every rank of a job must use the same value.
+  int64_t gradient_bucket_bytes = int64_t{16} << 20;
 };
 
 // INVALID_ARGUMENT for precision FP16 (it would need loss scaling); FAILED_PRECONDITION for

@@ -155,6 +155,34 @@ TEST_CASE("ShardRows splits a batch into contiguous shards, as evenly as it goes
   }
 }
 
+TEST_CASE("A backward pass reports the gradient blocks its model declares, in order",
+          "[unit][train][data_parallel]") {
+  ReferenceBackend backend;
+  ModelConfig pre = Transformer();
+  pre.mutable_transformer()->set_norm_first(true);
+  pre.mutable_transformer()->set_num_layers(3);
+  for (const ModelConfig& config : {Transformer(), pre, Lstm()}) {
+    auto model = Forecaster::Create(config).value();
+    const int64_t B = 3;
+    std::vector<float> x(static_cast<size_t>(B * model->lookback() * model->num_features()), 0.5f);
+    std::vector<float> out(static_cast<size_t>(B * model->num_outputs()));
+    std::vector<float> dparams(static_cast<size_t>(model->parameters().size()));
+    TrainingTape tape;
+    std::vector<int64_t> reported;
+    tape.on_gradients_final = [&](int64_t from) {
+      reported.push_back(from);
+      return absl::OkStatus();
+    };
+    REQUIRE(model->ForwardTrain(backend, out.data(), x.data(), B, tape).ok());
+    REQUIRE(model->Backward(backend, dparams.data(), out.data(), tape).ok());
+    REQUIRE(reported == model->GradientBlockStarts());
+    if (config.has_transformer()) {
+      REQUIRE(reported.size() == static_cast<size_t>(config.transformer().num_layers() + 1));
+      REQUIRE(std::is_sorted(reported.rbegin(), reported.rend()));
+    }
+  }
+}
+
 TEST_CASE("Two CPU ranks take the steps one CPU rank takes on the doubled batch",
           "[unit][train][data_parallel]") {
   ReferenceBackend backend;
