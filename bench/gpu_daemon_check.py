@@ -11,6 +11,7 @@ as CUDA instances replaying a graph per batch size) and once with --devices cpu.
     memory within 1% of what PyTorch reports for the same GPU.
 Prints one line per check and exits 0 when all hold. Run by bench/gpu_session.sh:
   python3 bench/gpu_daemon_check.py /tmp/bundle/bin
+bench/gpu_multi_daemon_check.py (training on two GPUs under load) imports its helpers from here.
 """
 
 import json
@@ -47,17 +48,30 @@ def scrape(port, timeout_s=120):
             time.sleep(0.2)
 
 
-class Daemon:
-    """forecastd on free ports, its log in a temp file; stopped with SIGTERM."""
+def daemon_command(bin_dir, devices, repository, grpc_port, metrics_port, extra_args=()):
+    """forecastd's command line on the given loopback ports (no REST)."""
+    return [os.path.join(bin_dir, "forecastd"), "--model-repository", repository,
+            "--devices", devices, "--grpc-address", f"127.0.0.1:{grpc_port}",
+            "--metrics-address", f"127.0.0.1:{metrics_port}", "--http-address", "",
+            *extra_args]
 
-    def __init__(self, bin_dir, devices, repository=os.path.join(REPO, "models")):
+
+class Daemon:
+    """forecastd on free ports, its log in a temp file; stopped with SIGTERM. extra_args go
+    after the standard flags; env, when given, replaces the environment."""
+
+    def __init__(self, bin_dir, devices, repository=os.path.join(REPO, "models"), extra_args=(),
+                 env=None):
         self.grpc_port, self.metrics_port = free_port(), free_port()
         self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [os.path.join(bin_dir, "forecastd"), "--model-repository", repository,
-             "--devices", devices, "--grpc-address", f"127.0.0.1:{self.grpc_port}",
-             "--metrics-address", f"127.0.0.1:{self.metrics_port}", "--http-address", ""],
-            stdout=self.log, stderr=self.log)
+        self.command = daemon_command(bin_dir, devices, repository, self.grpc_port,
+                                      self.metrics_port, extra_args)
+        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=self.log, env=env)
+
+    def log_so_far(self):
+        """The log written so far, read without moving the offset the daemon writes at."""
+        fd = self.log.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
 
     def stop(self):
         self.proc.terminate()
@@ -66,12 +80,17 @@ class Daemon:
         return self.log.read().decode(errors="replace")
 
 
+def ctl_command(bin_dir, grpc_port, *args, timeout_s=60):
+    """forecastctl's command line against the daemon on grpc_port; timeout_s per unary call."""
+    return [os.path.join(bin_dir, "forecastctl"), "--address", f"127.0.0.1:{grpc_port}",
+            "--timeout", str(timeout_s), *args]
+
+
 def ctl(bin_dir, daemon, *args, stdin=None, wait_s=0):
     """forecastctl's JSON answer; with wait_s, retries while the daemon is still starting."""
     end = time.time() + wait_s
     while True:
-        out = subprocess.run([os.path.join(bin_dir, "forecastctl"), "--address",
-                              f"127.0.0.1:{daemon.grpc_port}", "--timeout", "60", *args],
+        out = subprocess.run(ctl_command(bin_dir, daemon.grpc_port, *args),
                              input=stdin, capture_output=True, text=True, timeout=120)
         if out.returncode == 0:
             return json.loads(out.stdout)
@@ -89,14 +108,41 @@ def numbers(value):
         yield float(value)
 
 
+def write_series_csv(path, features, rows, rng):
+    """A synthetic series for training: a header of the feature names, then `rows` rows of
+    phase-shifted sines around 50 (the demo data's scale) with N(0, 1) noise."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(",".join(features) + "\n")
+        for i in range(rows):
+            f.write(",".join(f"{50 + 20 * math.sin(0.1 * i + k) + rng.gauss(0, 1):.4f}"
+                             for k in range(len(features))) + "\n")
+
+
+def epoch_losses(log, name):
+    """The train loss of each epoch of model `name` that the daemon's log reports, as text."""
+    return re.findall(rf"training '{name}': epoch \d+/\d+ train loss (\S+)", log)
+
+
+def published_versions(log, name):
+    """The versions of model `name` that training published, by the daemon's log."""
+    return [int(v) for v in re.findall(rf"training '{name}': published version (\d+)", log)]
+
+
+class Checks:
+    """Prints one line per check; ok stays True while every check holds."""
+
+    def __init__(self):
+        self.ok = True
+
+    def __call__(self, cond, what):
+        self.ok &= bool(cond)
+        print(f"  {'ok  ' if cond else 'FAIL'} {what}")
+        return bool(cond)
+
+
 def main():
     bin_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/bundle/bin"
-    ok = True
-
-    def check(cond, what):
-        nonlocal ok
-        ok &= bool(cond)
-        print(f"  {'ok  ' if cond else 'FAIL'} {what}")
+    check = Checks()
 
     # The GPU daemon trains into a copy of the demo repository.
     scratch = tempfile.mkdtemp(prefix="forecastd-gpu-check-")
@@ -136,16 +182,11 @@ def main():
             name = model["name"]
             features = model["config"]["featureNames"]
             csv = os.path.join(scratch, f"{name}.csv")
-            with open(csv, "w", encoding="utf-8") as f:
-                f.write(",".join(features) + "\n")
-                for i in range(400):
-                    f.write(",".join(f"{50 + 20 * math.sin(0.1 * i + k) + rng.gauss(0, 1):.4f}"
-                                     for k in range(len(features))) + "\n")
+            write_series_csv(csv, features, 400, rng)
             out = subprocess.run(
-                [os.path.join(bin_dir, "forecastctl"), "--address",
-                 f"127.0.0.1:{gpu.grpc_port}", "--timeout", "300", "train", name,
-                 "--inline-csv", csv, "--epochs", "2", "--batch-size", "16", "--base-version",
-                 str(model["loaded"][0]["version"])],
+                ctl_command(bin_dir, gpu.grpc_port, "train", name, "--inline-csv", csv,
+                            "--epochs", "2", "--batch-size", "16", "--base-version",
+                            str(model["loaded"][0]["version"]), timeout_s=300),
                 capture_output=True, text=True, timeout=400)
             check(out.returncode == 0, f"{name}: forecastctl train exit {out.returncode} "
                                        f"{out.stderr.strip()[-300:]}")
@@ -160,9 +201,8 @@ def main():
     for model in listed:
         name = model["name"]
         check(f"training '{name}' on cuda:0" in logs["gpu"], f"{name}: training steps ran on cuda:0")
-        check(re.search(rf"training '{name}': published version \d+", logs["gpu"]) is not None,
-              f"{name}: a version published")
-        losses = re.findall(rf"training '{name}': epoch \d+/\d+ train loss (\S+)", logs["gpu"])
+        check(len(published_versions(logs["gpu"], name)) > 0, f"{name}: a version published")
+        losses = epoch_losses(logs["gpu"], name)
         check(len(losses) == 2 and all(math.isfinite(float(v)) for v in losses),
               f"{name}: epoch train losses {losses}")
 
@@ -185,10 +225,10 @@ def main():
               f"total {total:.0f} B vs PyTorch's {torch_total} B")
     except ImportError:
         print("  (no PyTorch here: total memory not cross-checked)")
-    if not ok:
+    if not check.ok:
         for which, log in logs.items():
             print(f"--- {which} daemon's log (tail)\n{log[-3000:]}")
-    return 0 if ok else 1
+    return 0 if check.ok else 1
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Everything the GPU host does in one call: unpack the bundle that bench/make_gpu_bundle.sh
 # built (.gpu/bundle.tgz, carried with the working tree), run every GPU test binary in it
-# (one line each: pass / fail / skipped, with Catch2's summary), then bench/run_gpu.sh (forecastd
-# vs PyTorch on the same GPU), and print a short table last.
+# (one line each: pass / fail / skipped, with Catch2's summary), check the daemon serving and
+# training on the GPU (bench/gpu_daemon_check.py; on hosts with two GPUs or more also training
+# on two GPUs under Predict load, bench/gpu_multi_daemon_check.py, with the arguments in
+# FORECASTD_GPU_MULTI_DAEMON_ARGS, e.g. "--quick"), then bench/run_gpu.sh (forecastd vs PyTorch
+# on the same GPU), and print a short table last.
 #
 #   OUT=/some/dir bash bench/gpu_session.sh [run_gpu.sh arguments...]
 #
@@ -129,6 +132,18 @@ else
 fi
 summary+=("$(printf '%-26s %-22s' "forecastd on the GPU" "$([[ ${daemon_rc} == 0 ]] && echo pass || echo FAIL)")")
 [[ ${daemon_rc} == 0 ]] || tests_ok=0
+
+# --- the daemon training on two GPUs while it serves (only where there are two)
+gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+if [[ ${gpu_count} -ge 2 && -x /tmp/bundle/bin/forecastd && -x /tmp/bundle/bin/forecastctl ]]; then
+  echo
+  echo "=== forecastd --devices cuda:0,cuda:1: training on both GPUs under Predict load"
+  # shellcheck disable=SC2086  # word splitting is the point: several arguments in one variable
+  python3 bench/gpu_multi_daemon_check.py --bin-dir /tmp/bundle/bin ${FORECASTD_GPU_MULTI_DAEMON_ARGS:-}
+  multi_daemon_rc=$?
+  summary+=("$(printf '%-26s %-22s' "forecastd on 2 GPUs" "$([[ ${multi_daemon_rc} == 0 ]] && echo pass || echo FAIL)")")
+  [[ ${multi_daemon_rc} == 0 ]] || tests_ok=0
+fi
 
 # --- forecastd vs PyTorch
 left_s=$((budget_s - (SECONDS - start_s)))
