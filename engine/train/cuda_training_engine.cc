@@ -73,6 +73,9 @@ class CudaTrainingEngine final : public TrainingEngine {
                                    std::optional<uint64_t> dropout_seed, Communicator& communicator,
                                    float share) override;
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override;
+  absl::Status BroadcastState(Communicator& communicator) override;
+  absl::Status HostCollective(float* values, int64_t n, Communicator& communicator,
+                              std::optional<float> sum_scale) override;
   int64_t steps_taken() const override { return steps_; }
 
  private:
@@ -128,6 +131,9 @@ class CudaTrainingEngine final : public TrainingEngine {
   // Data-parallel steps with bucketed sums: the stream they run on (made on first use), and
   // events ordering it after the backward's blocks and the update after it.
   int64_t bucket_bytes_ = 0;
+  // HostCollective's device copy of the values.
+  DeviceBuffer share_;
+  int64_t share_capacity_ = 0;
   cudaStream_t reduce_stream_ = nullptr;
   cudaEvent_t backward_done_ = nullptr;
   cudaEvent_t reduced_ = nullptr;
@@ -314,6 +320,49 @@ absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
     return 0.0;
   }
   return ReadLoss();
+}
+
+absl::Status CudaTrainingEngine::BroadcastState(Communicator& communicator) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  const int64_t n = model_.parameters().size();
+  const auto queue = [&]() -> absl::Status {
+    RETURN_IF_ERROR(communicator.Broadcast(params_.as<float>(), n, 0, lease_->stream()));
+    for (DeviceBuffer* state : {&m_, &v_}) {
+      if (!state->empty()) {
+        RETURN_IF_ERROR(communicator.Broadcast(state->as<float>(), n, 0, lease_->stream()));
+      }
+    }
+    return absl::OkStatus();
+  };
+  return Finish(queue(), &communicator, /*has_loss=*/false).status();
+}
+
+absl::Status CudaTrainingEngine::HostCollective(float* values, int64_t n,
+                                                Communicator& communicator,
+                                                std::optional<float> sum_scale) {
+  const ScopedCudaDevice scoped(device_);
+  RETURN_IF_ERROR(scoped.status());
+  if (n > share_capacity_) {
+    ASSIGN_OR_RETURN(share_, allocator_->Allocate(n * kFloat));
+    share_capacity_ = n;
+  }
+  ASSIGN_OR_RETURN(void* const staging, lease_->HostStaging(StreamLease::Staging::kOutput, n * kFloat));
+  const auto queue = [&]() -> absl::Status {
+    RETURN_IF_ERROR(Upload(share_, values, n));
+    RETURN_IF_ERROR(sum_scale.has_value()
+                        ? communicator.AllReduceScaledSum(share_.as<float>(), n, *sum_scale,
+                                                          lease_->stream())
+                        : communicator.Broadcast(share_.as<float>(), n, 0, lease_->stream()));
+    // Into pinned memory, so the copy waits on the stream and not the thread: Finish's wait
+    // is the one that watches for a lost rank.
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, share_.data(), static_cast<size_t>(n * kFloat),
+                                         cudaMemcpyDeviceToHost, lease_->stream()));
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(Finish(queue(), &communicator, /*has_loss=*/false).status());
+  std::memcpy(values, staging, static_cast<size_t>(n * kFloat));
+  return absl::OkStatus();
 }
 
 std::vector<int64_t> CudaTrainingEngine::BucketPlan() const {

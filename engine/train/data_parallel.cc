@@ -1,6 +1,7 @@
 #include "engine/train/data_parallel.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -152,8 +153,30 @@ class DataParallelEngine final : public TrainingEngine {
         std::copy(params.data(), params.data() + params.size(), rank.model->parameters().data());
         RETURN_IF_ERROR(rank.optimizer->Restore(state, optimizer_.steps_taken()));
       }
-      return rank.engine->Push();
+      RETURN_IF_ERROR(rank.engine->Push());
+      // Ranks in other processes start from the group's rank 0: its weights may be a resumed
+      // checkpoint's or a fine-tuned version's that only its process has.
+      if (SpansProcesses()) RETURN_IF_ERROR(rank.engine->BroadcastState(*rank.communicator));
+      return absl::OkStatus();
     });
+  }
+
+  absl::Status ShareFromFirstRank(std::vector<uint32_t>& words) override {
+    if (!SpansProcesses() || words.empty()) return absl::OkStatus();
+    const auto n = static_cast<int64_t>(words.size());
+    std::vector<std::vector<float>> values(ranks_.size(), std::vector<float>(words.size()));
+    RETURN_IF_ERROR(OnRanks([&](Rank& rank) -> absl::Status {
+      // The words travel as the bits of floats: a broadcast copies them unchanged.
+      std::vector<float>& mine = values[static_cast<size_t>(rank.local)];
+      std::memcpy(mine.data(), words.data(), words.size() * sizeof(uint32_t));
+      return rank.engine->HostCollective(mine.data(), n, *rank.communicator);
+    }));
+    std::memcpy(words.data(), values.front().data(), words.size() * sizeof(uint32_t));
+    return absl::OkStatus();
+  }
+
+  void Abort() override {
+    if (communicators_made_) AbortAll();
   }
 
   absl::Status Pull() override {
@@ -178,12 +201,19 @@ class DataParallelEngine final : public TrainingEngine {
       if (seed.has_value() && rank.global > 0) {
         seed = DeriveSeed(*seed, SeedPurpose::kDropout, static_cast<uint64_t>(rank.global));
       }
-      ASSIGN_OR_RETURN(losses[static_cast<size_t>(rank.local)],
-                       rank.engine->StepShard(x + begin * x_row, y + begin * y_row, rows, lr, seed,
-                                              *rank.communicator,
-                                              static_cast<float>(rows) / static_cast<float>(B)));
+      const float share = static_cast<float>(rows) / static_cast<float>(B);
+      double& loss = losses[static_cast<size_t>(rank.local)];
+      ASSIGN_OR_RETURN(loss, rank.engine->StepShard(x + begin * x_row, y + begin * y_row, rows,
+                                                    lr, seed, *rank.communicator, share));
+      if (SpansProcesses()) {
+        // Some shards' losses are elsewhere: the global loss is their weighted sum.
+        float global = static_cast<float>(loss);
+        RETURN_IF_ERROR(rank.engine->HostCollective(&global, 1, *rank.communicator, share));
+        loss = global;
+      }
       return absl::OkStatus();
     }));
+    if (SpansProcesses()) return losses.front();
     return Combine(losses, B);
   }
 
@@ -248,6 +278,8 @@ class DataParallelEngine final : public TrainingEngine {
     for (Rank& rank : ranks_) rank.communicator->Abort();
   }
 
+  bool SpansProcesses() const { return options_.world_size > options_.ranks; }
+
   // The global batch's loss: the local shards' losses weighted by their rows.
   double Combine(const std::vector<double>& losses, int64_t B) const {
     double total = 0.0;
@@ -266,8 +298,8 @@ class DataParallelEngine final : public TrainingEngine {
   const TrainingLoss& loss_;
   std::vector<Rank> ranks_;
   // Set once every rank has its communicator (before any later task starts; read by the rank
-  // threads only after that).
-  bool communicators_made_ = false;
+  // threads, and by Abort() from any thread, only after that).
+  std::atomic<bool> communicators_made_{false};
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -158,13 +159,89 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   job->schedule_ = std::make_unique<LearningRateSchedule>(schedule);
   ASSIGN_OR_RETURN(TrainingLoss loss, TrainingLoss::Create(config.loss(), o.model));
   job->loss_ = std::make_unique<TrainingLoss>(std::move(loss));
-  if (o.engine_factory) {
-    ASSIGN_OR_RETURN(job->engine_, o.engine_factory(model, *job->optimizer_, *job->loss_, config));
-  } else {
-    ASSIGN_OR_RETURN(job->engine_, MakeHostTrainingEngine(*o.backend, model, *job->optimizer_,
-                                                          *job->loss_, config));
+  if (o.worker && (o.publish || !o.checkpoint_path.empty())) {
+    return absl::InvalidArgumentError(
+        "a worker of another process's job neither publishes nor keeps a checkpoint");
   }
+  if (!o.make_engine_in_run) RETURN_IF_ERROR(job->MakeEngine());
   return job;
+}
+
+absl::Status TrainJob::MakeEngine() {
+  const TrainJobOptions& o = options_;
+  if (o.engine_factory) {
+    ASSIGN_OR_RETURN(engine_, o.engine_factory(*model_, *optimizer_, *loss_, o.training));
+  } else {
+    ASSIGN_OR_RETURN(engine_,
+                     MakeHostTrainingEngine(*o.backend, *model_, *optimizer_, *loss_, o.training));
+  }
+  abortable_.store(engine_.get());
+  // A Cancel() that came before the engine existed could not end its collectives.
+  if (cancelled() && o.worker) engine_->Abort();
+  return absl::OkStatus();
+}
+
+void TrainJob::Cancel() {
+  cancelled_.store(true, std::memory_order_relaxed);
+  if (!options_.worker) return;
+  if (TrainingEngine* engine = abortable_.load(); engine != nullptr) engine->Abort();
+}
+
+namespace {
+
+// Doubles and 64-bit counts as the 32-bit words ShareFromFirstRank carries.
+void PutWords(std::vector<uint32_t>& words, uint64_t bits) {
+  words.push_back(static_cast<uint32_t>(bits >> 32));
+  words.push_back(static_cast<uint32_t>(bits));
+}
+uint64_t GetWords(const std::vector<uint32_t>& words, size_t at) {
+  return (static_cast<uint64_t>(words[at]) << 32) | words[at + 1];
+}
+uint64_t DoubleBits(double value) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+double BitsDouble(uint64_t bits) {
+  double value = 0.0;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace
+
+absl::Status TrainJob::AgreeOnStart(TrainCheckpoint& state) {
+  std::vector<uint32_t> words;
+  PutWords(words, static_cast<uint64_t>(state.epochs_done));
+  PutWords(words, static_cast<uint64_t>(optimizer_->steps_taken()));
+  RETURN_IF_ERROR(engine_->ShareFromFirstRank(words));
+  if (!options_.worker) return absl::OkStatus();
+  state.epochs_done = static_cast<int64_t>(GetWords(words, 0));
+  const auto steps = static_cast<int64_t>(GetWords(words, 2));
+  // The coordinator's moments arrive with the weights in Push; the count is the optimiser's.
+  std::vector<std::pair<std::string, std::vector<float>>> zeros;
+  for (const auto& [name, values] : optimizer_->state()) {
+    zeros.emplace_back(name, std::vector<float>(values->size(), 0.0f));
+  }
+  return optimizer_->Restore(zeros, steps);
+}
+
+absl::Status TrainJob::AgreeOnEpoch(int64_t epoch, const std::vector<uint64_t>& sums,
+                                    double& validation_loss) {
+  std::vector<uint32_t> words;
+  PutWords(words, DoubleBits(validation_loss));
+  PutWords(words, sums.empty() ? 0 : sums.front());
+  RETURN_IF_ERROR(engine_->ShareFromFirstRank(words));
+  if (!options_.worker) return absl::OkStatus();
+  validation_loss = BitsDouble(GetWords(words, 0));
+  const uint64_t first = GetWords(words, 2);
+  if (!sums.empty() && sums.front() != first) {
+    return absl::InternalError(absl::StrCat(
+        "training of '", model_->config().name(), "': this worker's weights differ from rank 0's "
+        "after epoch ", epoch + 1, " (checksums ", absl::Hex(sums.front(), absl::kZeroPad16),
+        " and ", absl::Hex(first, absl::kZeroPad16), ")"));
+  }
+  return absl::OkStatus();
 }
 
 TrainJob::TrainJob(TrainJobOptions options) : options_(std::move(options)) {}
@@ -227,7 +304,9 @@ absl::StatusOr<double> TrainJob::ValidateStateful() {
 
 absl::StatusOr<TrainResult> TrainJob::Run() {
   RunState run;
+  if (engine_ == nullptr) RETURN_IF_ERROR(MakeEngine());
   ASSIGN_OR_RETURN(run.checkpoint, Resume());
+  RETURN_IF_ERROR(AgreeOnStart(run.checkpoint));
   const int64_t resumed_from_epoch = run.checkpoint.epochs_done;
   // The engine starts from the arena and optimiser state: fresh, fine-tuned or resumed.
   RETURN_IF_ERROR(engine_->Push());
@@ -371,10 +450,15 @@ absl::Status TrainJob::CheckLoss(double loss, int64_t epoch, int64_t step) const
 absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& run) {
   const ParameterArena& params = model_->parameters();
   TrainCheckpoint& state = run.checkpoint;
-  ASSIGN_OR_RETURN(const double validation_loss, Validate());
+  // Workers take the coordinator's validation loss (AgreeOnEpoch): computed once per job.
+  double validation_loss = std::nan("");
+  if (!options_.worker) {
+    ASSIGN_OR_RETURN(validation_loss, Validate());
+  }
   // The arena and the optimiser's state are what the best weights and checkpoints copy.
   RETURN_IF_ERROR(engine_->Pull());
-  RETURN_IF_ERROR(CheckReplicas(epoch));
+  ASSIGN_OR_RETURN(const std::vector<uint64_t> sums, CheckReplicas(epoch));
+  RETURN_IF_ERROR(AgreeOnEpoch(epoch, sums, validation_loss));
   state.train_losses.push_back(train_loss);
   state.validation_losses.push_back(validation_loss);
   state.epochs_done = epoch + 1;
@@ -406,16 +490,16 @@ absl::Status TrainJob::CloseEpoch(int64_t epoch, double train_loss, RunState& ru
   return absl::OkStatus();
 }
 
-absl::Status TrainJob::CheckReplicas(int64_t epoch) {
+absl::StatusOr<std::vector<uint64_t>> TrainJob::CheckReplicas(int64_t epoch) {
   ASSIGN_OR_RETURN(const std::vector<uint64_t> sums, engine_->WeightChecksums());
-  if (sums.empty()) return absl::OkStatus();
+  if (sums.empty()) return sums;
   const std::string listed = absl::StrJoin(sums, ", ", [](std::string* out, uint64_t sum) {
     absl::StrAppend(out, absl::Hex(sum, absl::kZeroPad16));
   });
   spdlog::debug("training '{}': epoch {} weight checksums per rank: {}", model_->config().name(),
                 epoch + 1, listed);
   if (std::adjacent_find(sums.begin(), sums.end(), std::not_equal_to<>()) == sums.end()) {
-    return absl::OkStatus();
+    return sums;
   }
   return absl::InternalError(absl::StrCat("training of '", model_->config().name(),
                                           "': the ranks' weights differ after epoch ", epoch + 1,

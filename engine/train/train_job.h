@@ -74,6 +74,15 @@ struct TrainJobOptions {
   // Where the steps run: the engine this makes (e.g. a GPU's), or without one the host
   // engine on `backend` (not owned; must outlive the job). One of the two is needed.
   TrainingEngineFactory engine_factory;
+  // Make the engine when Run() starts rather than in Create: for an engine whose ranks span
+  // processes, whose making waits for the other processes' ranks to join.
+  bool make_engine_in_run = false;
+  // This process runs some of the ranks of a job that another process (the one with the
+  // group's rank 0) coordinates: the job starts where the coordinator's does (its epoch, step,
+  // weights and optimiser state, shared over the engine's collectives), takes each epoch's
+  // validation loss from it instead of validating, keeps no checkpoint and publishes nothing.
+  // Early stopping then decides alike everywhere. Needs publish = false and no checkpoint_path.
+  bool worker = false;
   Backend* backend = nullptr;
   // Every optimiser step runs under a TrainingLease of each of these schedulers (the devices
   // the steps use), taken in this order, so training takes a worker of each only while no
@@ -116,14 +125,17 @@ class TrainJob {
   // is published).
   absl::StatusOr<TrainResult> Run();
 
-  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+  // Between steps; a worker's (TrainJobOptions::worker) also ends the collective it may be
+  // waiting in, since the coordinator it waits for may be gone.
+  void Cancel();
   bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
 
   // The model being trained (after Run(): the weights kept).
   const Forecaster& model() const { return *model_; }
   const WindowedDataset& dataset() const { return *dataset_; }
   // Where the steps run ("cpu", "cuda:0").
-  std::string device() const { return engine_->device(); }
+  // "" before the engine is made (TrainJobOptions::make_engine_in_run).
+  std::string device() const { return engine_ != nullptr ? engine_->device() : ""; }
   int64_t steps_per_epoch() const;
 
  private:
@@ -158,9 +170,10 @@ class TrainJob {
   // After epoch `epoch`: validates, pulls the weights, keeps the best ones, writes the
   // checkpoint and reports the epoch event.
   absl::Status CloseEpoch(int64_t epoch, double train_loss, RunState& run);
-  // INTERNAL when the engine's replicas (the ranks of a data-parallel job) no longer hold the
-  // same weights after epoch `epoch` (0-based); their checksums are logged at debug level.
-  absl::Status CheckReplicas(int64_t epoch);
+  // The checksums of the engine's replicas (the ranks of a data-parallel job in this process;
+  // none for one engine) after epoch `epoch` (0-based), logged at debug level; INTERNAL when
+  // they differ.
+  absl::StatusOr<std::vector<uint64_t>> CheckReplicas(int64_t epoch);
   // Restores the best weights into the model and summarises the run.
   TrainResult Finish(const TrainCheckpoint& state, bool stopped_early);
   // Publishes the model as a new version in model_dir and removes the checkpoint; the version.
@@ -170,6 +183,15 @@ class TrainJob {
                          double validation_loss, const RunState& run) const;
   void Report(const TrainProgress& progress) const;
 
+  // Makes engine_ from the options.
+  absl::Status MakeEngine();
+  // The run's start agreed with the coordinator: a worker takes its epoch and step count (the
+  // weights and optimiser state follow in the engine's Push). Nothing for a job of one process.
+  absl::Status AgreeOnStart(TrainCheckpoint& state);
+  // The epoch's validation loss and rank 0's weight checksum as the coordinator has them; a
+  // worker's own weights are checked against that checksum. Nothing for one process.
+  absl::Status AgreeOnEpoch(int64_t epoch, const std::vector<uint64_t>& sums,
+                            double& validation_loss);
   // The mean validation loss of the current weights; NaN without validation windows.
   absl::StatusOr<double> Validate();
   // Validate for stateful training: over the validation streams from zero states.
@@ -191,6 +213,8 @@ class TrainJob {
   std::unique_ptr<LearningRateSchedule> schedule_;
   std::unique_ptr<TrainingLoss> loss_;
   std::unique_ptr<TrainingEngine> engine_;  // declared last: it refers to the members above
+  // engine_ once made, for Cancel() from other threads.
+  std::atomic<TrainingEngine*> abortable_{nullptr};
 
   std::atomic<bool> cancelled_{false};
 };

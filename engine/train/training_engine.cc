@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,18 @@ class HostTrainingEngine final : public TrainingEngine {
       optimizer_.Step(model_.parameters(), grads_.data(), lr);
     }
     return loss;
+  }
+
+  absl::Status BroadcastState(Communicator& communicator) override {
+    ParameterArena& params = model_.parameters();
+    RETURN_IF_ERROR(communicator.Broadcast(params.data(), params.size(), 0, nullptr));
+    std::vector<std::pair<std::string, std::vector<float>>> state;
+    for (const auto& [name, values] : optimizer_.state()) {
+      state.emplace_back(name, *values);
+      RETURN_IF_ERROR(communicator.Broadcast(state.back().second.data(), params.size(), 0,
+                                             nullptr));
+    }
+    return optimizer_.Restore(state, optimizer_.steps_taken());
   }
 
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override {
@@ -141,6 +154,21 @@ absl::StatusOr<double> TrainingEngine::StepShard(const float*, const float*, int
                                                  std::optional<uint64_t>, Communicator&, float) {
   return absl::UnimplementedError(
       absl::StrCat("training on ", device(), " does not take part in data-parallel steps"));
+}
+
+absl::Status TrainingEngine::ShareFromFirstRank(std::vector<uint32_t>&) {
+  return absl::OkStatus();
+}
+
+absl::Status TrainingEngine::BroadcastState(Communicator&) {
+  return absl::UnimplementedError(
+      absl::StrCat("training on ", device(), " does not take part in data-parallel steps"));
+}
+
+absl::Status TrainingEngine::HostCollective(float* values, int64_t n, Communicator& communicator,
+                                            std::optional<float> sum_scale) {
+  if (sum_scale.has_value()) return communicator.AllReduceScaledSum(values, n, *sum_scale, nullptr);
+  return communicator.Broadcast(values, n, /*root=*/0, nullptr);
 }
 
 absl::StatusOr<std::vector<uint64_t>> TrainingEngine::WeightChecksums() {

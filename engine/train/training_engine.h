@@ -59,6 +59,25 @@ class TrainingEngine {
   // keeps, one per rank: equal on every rank of a healthy data-parallel job. An engine of one
   // replica: none (nothing to compare).
   virtual absl::StatusOr<std::vector<uint64_t>> WeightChecksums();
+  // For jobs whose ranks span processes (data_parallel.h): `words` on the group's rank 0
+  // replace every other rank's (a collective: every rank of the group calls it, in the same
+  // order as its other collectives). An engine whose ranks are all in this process: nothing
+  // to do.
+  virtual absl::Status ShareFromFirstRank(std::vector<uint32_t>& words);
+  // Ends the engine's collectives, from any thread: a step waiting for ranks that will not come
+  // returns UNAVAILABLE. Nothing for an engine without collectives.
+  virtual void Abort() {}
+  // As one rank: the group's rank 0's weights and optimiser state replace this rank's
+  // (engine memory; Pull() brings them out). UNIMPLEMENTED from an engine without
+  // data-parallel steps.
+  virtual absl::Status BroadcastState(Communicator& communicator);
+  // As one rank, on `n` floats of host memory at `values`: without `sum_scale`, the group's
+  // rank 0's values replace this rank's (Communicator::Broadcast); with it, every rank's values
+  // become the sum over the ranks of each one's values times its sum_scale
+  // (AllReduceScaledSum). The default passes host memory to the communicator (host
+  // communicators); a GPU's engine stages it through device memory.
+  virtual absl::Status HostCollective(float* values, int64_t n, Communicator& communicator,
+                                      std::optional<float> sum_scale = std::nullopt);
   // The mean loss of the current weights on B windows, without dropout or update.
   virtual absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) = 0;
   // Optimiser steps taken, including those of a pushed checkpoint.

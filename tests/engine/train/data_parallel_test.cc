@@ -6,11 +6,13 @@
 #include "engine/train/data_parallel.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <atomic>
 #include <cmath>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -344,6 +346,116 @@ TEST_CASE("A job on two CPU ranks matches one rank's losses and resumes bit for 
   REQUIRE(resumed.train_losses == straight.train_losses);
   REQUIRE(resumed.validation_losses == straight.validation_losses);
   REQUIRE(resumed.steps == straight.steps);
+}
+
+// The engine factory of "process" `first_rank` of a group of two: one rank, its end of `group`.
+TrainingEngineFactory OneOfTwoProcesses(
+    Backend& backend, std::shared_ptr<std::vector<std::unique_ptr<Communicator>>> group,
+    int first_rank) {
+  return [&backend, group, first_rank](Forecaster& model, Optimizer& optimizer,
+                                       const TrainingLoss& loss, const v1::TrainingConfig& config) {
+    DataParallelOptions options;
+    options.ranks = 1;
+    options.world_size = 2;
+    options.first_rank = first_rank;
+    options.make_communicator = [group, first_rank](int) {
+      return absl::StatusOr<std::unique_ptr<Communicator>>(
+          std::move((*group)[static_cast<size_t>(first_rank)]));
+    };
+    options.make_engine = [&backend](int, Forecaster& m, Optimizer& o, const TrainingLoss& l,
+                                     const v1::TrainingConfig& c) {
+      return MakeHostTrainingEngine(backend, m, o, l, c);
+    };
+    return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, config);
+  };
+}
+
+// Runs a coordinator job and a worker job of one group of two ranks side by side (as two
+// daemons would), calling `created` with both before they run; the coordinator's result and the
+// worker's status. When the coordinator ends, the worker is cancelled, as the coordinating
+// daemon does with its workers' jobs.
+std::pair<absl::StatusOr<TrainResult>, absl::Status> RunAsTwoProcesses(
+    Backend& backend, TrainJobOptions coordinator, TrainJobOptions worker,
+    const std::function<void(TrainJob&, TrainJob&)>& created = nullptr) {
+  auto group = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(
+      MakeHostCommunicators(2, absl::Seconds(60)).value());
+  coordinator.engine_factory = OneOfTwoProcesses(backend, group, 0);
+  coordinator.make_engine_in_run = true;
+  worker.engine_factory = OneOfTwoProcesses(backend, group, 1);
+  worker.make_engine_in_run = true;
+  worker.worker = true;
+  worker.publish = false;
+  worker.checkpoint_path.clear();
+  worker.on_progress = nullptr;
+  auto first = TrainJob::Create(coordinator);
+  auto second = TrainJob::Create(worker);
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  if (created) created(**first, **second);
+  absl::Status worker_status;
+  std::thread worker_thread([&] { worker_status = (*second)->Run().status(); });
+  absl::StatusOr<TrainResult> result = (*first)->Run();
+  (*second)->Cancel();
+  worker_thread.join();
+  return {std::move(result), worker_status};
+}
+
+TEST_CASE("A job whose two ranks are in two processes trains as the one-process job does",
+          "[unit][train][data_parallel]") {
+  TempDir dir;
+  ReferenceBackend backend;
+  TrainJobOptions options = JobOptions(dir, backend);
+  options.training.set_early_stopping_patience(1);
+  options.training.set_epochs(6);
+  options.engine_factory = HostRanks(backend, {});
+  const TrainResult together = TrainJob::Create(options).value()->Run().value();
+
+  auto [split, worker_status] = RunAsTwoProcesses(backend, options, options);
+  INFO(split.status().ToString() << " / worker: " << worker_status.ToString());
+  REQUIRE(split.ok());
+  REQUIRE(worker_status.ok());
+  // The same steps in the same order; the losses sum across processes instead of inside one.
+  REQUIRE(split->steps == together.steps);
+  REQUIRE(split->epochs_run == together.epochs_run);
+  REQUIRE(split->stopped_early == together.stopped_early);
+  for (size_t e = 0; e < together.train_losses.size(); ++e) {
+    REQUIRE(Near(split->train_losses[e], together.train_losses[e], 1e-6));
+    REQUIRE(Near(split->validation_losses[e], together.validation_losses[e], 1e-6));
+  }
+}
+
+TEST_CASE("A job over two processes resumed from the coordinator's checkpoint continues bit for "
+          "bit, the worker brought to its epoch and weights",
+          "[unit][train][data_parallel]") {
+  TempDir dir;
+  ReferenceBackend backend;
+  TrainJobOptions options = JobOptions(dir, backend);
+  options.checkpoint_path = (dir.path / "split.ckpt").string();
+  auto [straight, straight_worker] = RunAsTwoProcesses(backend, options, options);
+  REQUIRE(straight.ok());
+  REQUIRE(straight_worker.ok());
+  std::filesystem::remove(options.checkpoint_path);
+
+  TrainJob* coordinator = nullptr;
+  TrainJobOptions interrupted = options;
+  interrupted.on_progress = [&](const TrainProgress& p) {
+    if (p.kind == TrainProgress::Kind::kEpoch && p.epoch == 1) coordinator->Cancel();
+  };
+  auto [cancelled, cancelled_worker] = RunAsTwoProcesses(
+      backend, interrupted, options, [&](TrainJob& c, TrainJob&) { coordinator = &c; });
+  REQUIRE(cancelled.status().code() == absl::StatusCode::kCancelled);
+  // The worker was waiting for the coordinator's next step: its job ends, not hangs.
+  REQUIRE(!cancelled_worker.ok());
+  REQUIRE(ReadCheckpoint(options.checkpoint_path).value().epochs_done == 1);
+
+  auto [resumed, resumed_worker] = RunAsTwoProcesses(backend, options, options);
+  INFO(resumed.status().ToString() << " / worker: " << resumed_worker.ToString());
+  REQUIRE(resumed.ok());
+  REQUIRE(resumed_worker.ok());
+  REQUIRE(resumed->resumed_from_epoch == 1);
+  REQUIRE(resumed->train_losses == straight->train_losses);
+  REQUIRE(resumed->validation_losses == straight->validation_losses);
+  REQUIRE(resumed->steps == straight->steps);
 }
 
 TEST_CASE("Ranks whose weights differ after an epoch fail the job with INTERNAL",
