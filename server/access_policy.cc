@@ -22,6 +22,7 @@ constexpr MethodRule kRules[] = {
     {"/forecastd.v1.Forecaster/CancelTrainJob", Needs(Role::kTrain)},
     {"/forecastd.v1.Forecaster/Benchmark", Needs(Role::kAdmin)},
     {"/forecastd.v1.Admin/ListModels", Needs(Role::kPredict)},
+    {"/forecastd.v1.Admin/JoinTrainJob", Needs(Role::kTrain)},
     {"/forecastd.v1.Admin/GetModel", Needs(Role::kPredict)},
     {"/forecastd.v1.Admin/GetServerStatus", Needs(Role::kPredict)},
     {"/forecastd.v1.Admin/ListStreams", Needs(Role::kPredict)},

@@ -139,6 +139,19 @@ grpc::Status AdminService::GetServerStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status AdminService::JoinTrainJob(grpc::ServerContext* context,
+                                        const v1::JoinTrainJobRequest* request,
+                                        v1::JoinTrainJobResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  if (!options_.join_train_job) {
+    return ToGrpcStatus(absl::UnimplementedError("this server runs no ranks of other jobs"));
+  }
+  absl::StatusOr<v1::JoinTrainJobResponse> joined = options_.join_train_job(*request);
+  if (!joined.ok()) return ToGrpcStatus(joined.status());
+  *response = *std::move(joined);
+  return grpc::Status::OK;
+}
+
 grpc::Status AdminService::ListStreams(grpc::ServerContext* context,
                                        const v1::ListStreamsRequest* request,
                                        v1::ListStreamsResponse* response) {

@@ -28,6 +28,10 @@ class AdminService final : public v1::Admin::Service {
     // Called first by every handler; a call it refuses gets its status. Empty: every call is
     // allowed. (CheckAuthorized when tokens are on.)
     std::function<absl::Status(const grpc::ServerContextBase&)> authorize = nullptr;
+    // Runs ranks of another daemon's training job here (JoinAsWorker); empty: JoinTrainJob is
+    // UNIMPLEMENTED.
+    std::function<absl::StatusOr<v1::JoinTrainJobResponse>(const v1::JoinTrainJobRequest&)>
+        join_train_job;
   };
 
   explicit AdminService(Options options) : options_(std::move(options)) {}
@@ -49,6 +53,8 @@ class AdminService final : public v1::Admin::Service {
   // The model's tick streams and their memory, into `status`.
   static void AddStreamUsage(const std::map<std::string, StreamHub::ModelUsage>& usage,
                              v1::ModelStatus* status);
+  grpc::Status JoinTrainJob(grpc::ServerContext* context, const v1::JoinTrainJobRequest* request,
+                            v1::JoinTrainJobResponse* response) override;
   grpc::Status ListStreams(grpc::ServerContext* context, const v1::ListStreamsRequest* request,
                            v1::ListStreamsResponse* response) override;
   grpc::Status ExportStream(grpc::ServerContext* context, const v1::ExportStreamRequest* request,

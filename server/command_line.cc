@@ -123,6 +123,15 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "seconds a rank of a multi-GPU training job waits for the others in a "
                  "collective before the job fails as having lost a rank")
       ->capture_default_str();
+  app.add_option("--train-worker-token-file", options.train_worker_token_file,
+                 "bearer token (a file) this daemon presents to the worker daemons of the jobs "
+                 "it coordinates (training.workers); they must grant it the train role");
+  app.add_option("--train-worker-ca", options.train_worker_ca_file,
+                 "PEM CA bundle the workers' TLS certificates chain to (TLS to the workers)");
+  app.add_option("--train-worker-cert", options.train_worker_cert_file,
+                 "PEM client certificate for workers that require mutual TLS (with its key)");
+  app.add_option("--train-worker-key", options.train_worker_key_file,
+                 "PEM key of --train-worker-cert");
   app.add_flag("!--no-gpu-graphs", options.gpu_graphs,
                "run GPU batches eagerly instead of replaying a CUDA graph per batch size");
   app.add_flag("!--no-inline-when-idle", options.inline_when_idle,

@@ -23,6 +23,7 @@
 #include "backends/cpu/dnnl_backend.h"
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nvml.h"
+#include "client/client_security.h"
 #include "engine/serving/cuda_execution_device.h"
 #include "engine/train/cuda_training_engine.h"
 #endif
@@ -31,6 +32,7 @@
 #include "kernels/base/version.h"
 #include "server/kserve_service.h"
 #include "server/tls_credentials.h"
+#include "server/train_workers.h"
 #include "server/training_placement.h"
 #include "spdlog/spdlog.h"
 
@@ -327,8 +329,27 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   training_devices.cpu_scheduler = s.scheduler_.get();
   training_devices.collective_timeout = options.train_collective_timeout;
+  training_devices.default_device = train_device != nullptr ? train_device->id() : "cpu";
   job_options.place = [training_devices](const v1::TrainingConfig& config) {
     return PlaceTrainingJob(training_devices, config);
+  };
+  TrainWorkerClient worker_client;
+  worker_client.self = options.grpc_address;
+  if (!options.train_worker_token_file.empty()) {
+    ASSIGN_OR_RETURN(worker_client.bearer_token,
+                     ReadBearerToken(options.train_worker_token_file));
+  }
+  const ClientTlsFiles worker_tls{.enabled = false,
+                                  .ca_path = options.train_worker_ca_file,
+                                  .cert_path = options.train_worker_cert_file,
+                                  .key_path = options.train_worker_key_file};
+  if (worker_tls.any()) {
+    ASSIGN_OR_RETURN(worker_client.credentials, MakeChannelCredentials(worker_tls));
+  }
+  job_options.join_workers = [training_devices, worker_client](
+                                 const std::string& model, const ModelConfig& config,
+                                 const v1::TrainingConfig& training) {
+    return JoinWorkers(training_devices, worker_client, model, config, training);
   };
   spdlog::info("training runs on {}", job_options.engine_factory ? train_device->id() : "cpu");
   job_options.max_running_jobs = options.max_training_jobs;
@@ -380,7 +401,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                             .streams = s.streams_.get(),
                             .server_status = [self]() { return self->Status(); },
                             .accepting = is_accepting,
-                            .authorize = authorize});
+                            .authorize = authorize,
+                            .join_train_job = [training_devices, jobs](
+                                                  const v1::JoinTrainJobRequest& request) {
+                              return JoinAsWorker(training_devices, *jobs, request);
+                            }});
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<KServeService> kserve,

@@ -71,6 +71,14 @@ struct ServerOptions {
   // How long a rank of a multi-GPU training job waits for the others in a collective (an NCCL
   // all-reduce) before the job is failed as having lost a rank.
   absl::Duration train_collective_timeout = absl::Seconds(30);
+  // How this daemon reaches the worker daemons of the jobs it coordinates
+  // (TrainingConfig.workers): a file holding a bearer token with the `train` role on them ("":
+  // none), and for workers serving TLS, the CA their certificates chain to and, for mutual TLS,
+  // this daemon's client certificate and key (PEM files; all "": plaintext).
+  std::string train_worker_token_file;
+  std::string train_worker_ca_file;
+  std::string train_worker_cert_file;
+  std::string train_worker_key_file;
 
   // CPU worker slots running batches; 0: one per core.
   int cpu_workers = 0;

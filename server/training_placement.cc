@@ -13,15 +13,21 @@
 
 namespace forecastd {
 
-absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
-                                              const v1::TrainingConfig& config) {
+namespace {
+
+// The devices `config.devices()` names (or the default one): GPUs, or nothing and `cpu` set.
+absl::StatusOr<std::vector<ExecutionDevice*>> ResolveDevices(const TrainingDevices& devices,
+                                                             const v1::TrainingConfig& config,
+                                                             bool& cpu) {
+  std::vector<std::string> names(config.devices().begin(), config.devices().end());
+  if (names.empty()) names.push_back(devices.default_device);
   std::vector<ExecutionDevice*> gpus;
   for (ExecutionDevice* d : devices.devices) {
     if (d->id() != "cpu") gpus.push_back(d);
   }
   std::vector<ExecutionDevice*> chosen;
-  bool cpu = false;
-  for (const std::string& name : config.devices()) {
+  cpu = false;
+  for (const std::string& name : names) {
     if (name == "cpu") {
       cpu = true;
       continue;
@@ -56,6 +62,30 @@ absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
     return absl::InvalidArgumentError(
         "training.devices: a job trains on the CPU or on GPUs, not on both");
   }
+  return chosen;
+}
+
+}  // namespace
+
+absl::StatusOr<int> CountTrainingRanks(const TrainingDevices& devices,
+                                       const v1::TrainingConfig& config) {
+  bool cpu = false;
+  ASSIGN_OR_RETURN(const std::vector<ExecutionDevice*> chosen,
+                   ResolveDevices(devices, config, cpu));
+  return cpu ? 1 : static_cast<int>(chosen.size());
+}
+
+absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
+                                              const v1::TrainingConfig& config,
+                                              const RankGroup* group) {
+  bool cpu = false;
+  ASSIGN_OR_RETURN(const std::vector<ExecutionDevice*> chosen,
+                   ResolveDevices(devices, config, cpu));
+  if (cpu && group != nullptr) {
+    return absl::InvalidArgumentError(
+        "a job whose ranks span daemons trains on GPUs; name this daemon's GPUs in "
+        "training.devices (it would train on the CPU)");
+  }
   JobPlacement placement;
   if (cpu) {
     // The host engine (TrainJobOptions without an engine factory).
@@ -73,10 +103,15 @@ absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
     ranks.push_back(rank);
     placement.schedulers.push_back(&gpu->scheduler());
   }
+  std::optional<NcclGroup> nccl;
+  if (group != nullptr) {
+    nccl = NcclGroup{group->unique_id, group->world_size, group->first_rank};
+  }
   placement.engine_factory =
-      MakeGpuTrainingEngineFactory(std::move(ranks), devices.collective_timeout);
+      MakeGpuTrainingEngineFactory(std::move(ranks), devices.collective_timeout, std::move(nccl));
   return placement;
 #else
+  (void)group;
   return absl::InternalError("GPU devices in a server built without CUDA");
 #endif
 }

@@ -26,12 +26,28 @@ struct TrainingDevices {
   DeviceScheduler* cpu_scheduler = nullptr;
   // How long a rank waits for the others in a collective before the job is failed.
   absl::Duration collective_timeout = absl::Seconds(30);
+  // The server's training device (--train-device, resolved): "cpu" or "cuda:<i>".
+  std::string default_device = "cpu";
 };
 
-// The placement for `config.devices()` (not empty). INVALID_ARGUMENT for a device the server
-// does not use, one named twice, "cpu" beside GPUs, or "all" without a GPU.
+// This daemon's ranks in a job whose ranks span daemons: [first_rank, first_rank + its
+// devices) of world_size, in the NCCL group named by unique_id.
+struct RankGroup {
+  std::string unique_id;
+  int world_size = 0;
+  int first_rank = 0;
+};
+
+// The placement for `config.devices()` (empty: the default device). INVALID_ARGUMENT for a
+// device the server does not use, one named twice, "cpu" beside GPUs, or "all" without a GPU;
+// with a `group`, for the CPU too (ranks in several daemons run on GPUs).
 absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
-                                              const v1::TrainingConfig& config);
+                                              const v1::TrainingConfig& config,
+                                              const RankGroup* group = nullptr);
+// The GPU ordinals of the devices `config.devices()` names (as PlaceTrainingJob resolves
+// them): how many ranks this daemon would run.
+absl::StatusOr<int> CountTrainingRanks(const TrainingDevices& devices,
+                                       const v1::TrainingConfig& config);
 
 }  // namespace forecastd
 

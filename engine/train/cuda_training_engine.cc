@@ -497,29 +497,39 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
 }
 
 TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
-                                                   absl::Duration collective_timeout) {
-  return [ranks = std::move(ranks), collective_timeout](
+                                                   absl::Duration collective_timeout,
+                                                   std::optional<NcclGroup> group) {
+  return [ranks = std::move(ranks), collective_timeout, group = std::move(group)](
              Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
              const v1::TrainingConfig& config) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
     if (ranks.empty()) return absl::InvalidArgumentError("training on no GPU");
-    if (ranks.size() == 1) {
+    if (ranks.size() == 1 && !group.has_value()) {
       return MakeCudaTrainingEngine(ranks.front(), model, optimizer, loss, config);
     }
-    // A new group per job, named by a fresh id.
-    ASSIGN_OR_RETURN(const std::string id, NewNcclUniqueId());
+    NcclGroup g;
+    if (group.has_value()) {
+      g = *group;
+    } else {
+      // A new group per job, named by a fresh id.
+      ASSIGN_OR_RETURN(g.unique_id, NewNcclUniqueId());
+      g.world_size = static_cast<int>(ranks.size());
+    }
     DataParallelOptions options;
     options.ranks = static_cast<int>(ranks.size());
-    options.make_communicator = [&ranks, id, collective_timeout](int rank) {
+    options.world_size = g.world_size;
+    options.first_rank = g.first_rank;
+    // By value: the options live in the engine.
+    options.make_communicator = [ranks, g, collective_timeout](int rank) {
       NcclCommunicatorOptions nccl;
       nccl.device = ranks[static_cast<size_t>(rank)].device;
-      nccl.rank = rank;
-      nccl.size = static_cast<int>(ranks.size());
-      nccl.unique_id = id;
+      nccl.rank = g.first_rank + rank;
+      nccl.size = g.world_size;
+      nccl.unique_id = g.unique_id;
       nccl.timeout = collective_timeout;
       return CreateNcclCommunicator(nccl);
     };
-    options.make_engine = [&ranks](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
-                                   const v1::TrainingConfig& c) {
+    options.make_engine = [ranks](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
+                                  const v1::TrainingConfig& c) {
       return MakeCudaTrainingEngine(ranks[static_cast<size_t>(rank)], m, o, l, c);
     };
     return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, config);

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,8 +53,17 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
 // one entry, that GPU's engine; several, a data-parallel engine (data_parallel.h) with one rank
 // per GPU, joined over NCCL in a fresh group per engine, whose collectives give up after
 // `collective_timeout`. Empty `ranks`: every engine it makes is INVALID_ARGUMENT.
+// With `group`, the GPUs are ranks [first_rank, first_rank + ranks.size()) of a group of
+// world_size ranks spread over several processes, named by unique_id (NewNcclUniqueId, made by
+// the process of rank 0); always a data-parallel engine then, even of one local rank.
+struct NcclGroup {
+  std::string unique_id;
+  int world_size = 0;
+  int first_rank = 0;
+};
 TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
-                                                   absl::Duration collective_timeout);
+                                                   absl::Duration collective_timeout,
+                                                   std::optional<NcclGroup> group = std::nullopt);
 
 }  // namespace forecastd
 

@@ -134,6 +134,8 @@ class TrainJob {
   const Forecaster& model() const { return *model_; }
   const WindowedDataset& dataset() const { return *dataset_; }
   // Where the steps run ("cpu", "cuda:0").
+  // Runs ranks of another process's job (TrainJobOptions::worker).
+  bool worker() const { return options_.worker; }
   // "" before the engine is made (TrainJobOptions::make_engine_in_run).
   std::string device() const { return engine_ != nullptr ? engine_->device() : ""; }
   int64_t steps_per_epoch() const;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/file_io.h"
@@ -27,6 +28,9 @@ struct TrainJobManager::Job {
   bool promoted = false;
   absl::Time created;
   absl::Time finished = absl::InfinitePast();
+  // A coordinated job's workers (TrainingConfig.workers): JoinedWorkers::end and unreachable.
+  std::function<void()> end_workers;
+  std::function<std::string()> unreachable_workers;
   std::thread thread;
 };
 
@@ -109,47 +113,24 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
                                             "give its `config` to train a new model"));
   }
 
-  {
-    absl::MutexLock lock(&mu_);
-    if (shut_down_) return absl::UnavailableError("the server is shutting down");
-    int64_t running = 0;
-    for (const auto& [id, job] : jobs_) {
-      if (job->state != JobState::kRunning) continue;
-      ++running;
-      if (job->model == request.model) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("job ", id, " is already training model '", request.model,
-                         "'; wait for it or cancel it"));
-      }
-    }
-    if (running >= options_.max_running_jobs) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(running, " training jobs are running, the most this server runs at once"));
-    }
-  }
+  RETURN_IF_ERROR(CheckAdmission(request.model));
 
   auto job = std::make_unique<Job>();
   job->model = request.model;
   job->promote = request.promote;
-  job->created = (options_.clock ? options_.clock : Clock::Real())->Now();
-  Job* raw = job.get();
-
-  TrainJobOptions o;
+  TrainJobOptions o = CommonOptions(job.get());
   o.model = config;
   o.training = request.training;
   o.model_dir = model_dir;
-  o.data_dir = options_.data_dir;
   if (!options_.checkpoint_dir.empty()) {
     // The same job on other devices resumes the same checkpoint.
     v1::TrainingConfig placed_anywhere = request.training;
     placed_anywhere.clear_devices();
+    placed_anywhere.clear_workers();
     o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
                                         Fnv1a(Json(config) + "\n" + Json(placed_anywhere)));
   }
-  o.engine_factory = options_.engine_factory;
-  o.backend = options_.backend;
-  o.schedulers = options_.schedulers;
-  if (!request.training.devices().empty()) {
+  if (!request.training.devices().empty() && request.training.workers().empty()) {
     if (!options_.place) {
       return absl::InvalidArgumentError(
           "this server trains on its configured device only; leave training.devices empty");
@@ -158,32 +139,118 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
     o.engine_factory = std::move(placement.engine_factory);
     o.schedulers = std::move(placement.schedulers);
   }
+  if (!request.training.workers().empty()) {
+    if (!options_.join_workers) {
+      return absl::InvalidArgumentError(
+          "this server does not coordinate jobs across daemons; leave training.workers empty");
+    }
+    if (request.training.base_version() != 0) {
+      return absl::InvalidArgumentError(
+          "fine-tuning (base_version) runs on one daemon: its base version is in this "
+          "daemon's repository only; leave training.workers empty");
+    }
+    // Checked (without making an engine) before any worker is asked to start.
+    o.make_engine_in_run = true;
+    RETURN_IF_ERROR(TrainJob::Create(o).status());
+    ASSIGN_OR_RETURN(JoinedWorkers joined,
+                     options_.join_workers(request.model, config, request.training));
+    o.engine_factory = std::move(joined.placement.engine_factory);
+    o.schedulers = std::move(joined.placement.schedulers);
+    // The ranks join when the job runs: its workers' ranks are joining meanwhile.
+    o.make_engine_in_run = true;
+    job->end_workers = std::move(joined.end);
+    job->unreachable_workers = std::move(joined.unreachable);
+  }
+  return Launch(std::move(job), std::move(o));
+}
+
+absl::StatusOr<std::string> TrainJobManager::StartWorker(StartRequest request,
+                                                         JobPlacement placement) {
+  RETURN_IF_ERROR(CheckModelName(request.model));
+  if (!request.config.has_value()) {
+    return absl::InvalidArgumentError("a worker's job needs the model's config");
+  }
+  if (request.training.base_version() != 0) {
+    return absl::InvalidArgumentError("fine-tuning (base_version) runs on one daemon");
+  }
+  ModelConfig config = *request.config;
+  if (config.name().empty()) config.set_name(request.model);
+  RETURN_IF_ERROR(CheckAdmission(request.model));
+  auto job = std::make_unique<Job>();
+  job->model = request.model;
+  TrainJobOptions o = CommonOptions(job.get());
+  o.model = config;
+  o.training = request.training;
+  o.model_dir = absl::StrCat(options_.repository, "/", request.model);
+  o.engine_factory = std::move(placement.engine_factory);
+  o.schedulers = std::move(placement.schedulers);
+  o.make_engine_in_run = true;
+  o.worker = true;
+  o.publish = false;
+  return Launch(std::move(job), std::move(o));
+}
+
+absl::Status TrainJobManager::CheckAdmission(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return absl::UnavailableError("the server is shutting down");
+  int64_t running = 0;
+  for (const auto& [id, job] : jobs_) {
+    if (job->state != JobState::kRunning) continue;
+    ++running;
+    if (job->model == model) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", id, " is already training model '", model, "'; wait for it or cancel it"));
+    }
+  }
+  if (running >= options_.max_running_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(running, " training jobs are running, the most this server runs at once"));
+  }
+  return absl::OkStatus();
+}
+
+TrainJobOptions TrainJobManager::CommonOptions(Job* job) const {
+  job->created = (options_.clock ? options_.clock : Clock::Real())->Now();
+  TrainJobOptions o;
+  o.data_dir = options_.data_dir;
+  o.engine_factory = options_.engine_factory;
+  o.backend = options_.backend;
+  o.schedulers = options_.schedulers;
   o.clock = options_.clock;
   o.progress_every_steps = options_.progress_every_steps;
   o.max_series_rows = options_.max_series_rows;
   o.max_step_bytes = options_.max_step_bytes;
-  o.on_progress = [this, raw](const TrainProgress& progress) {
+  o.on_progress = [this, job](const TrainProgress& progress) {
     std::string id;
     {
       absl::MutexLock lock(&mu_);
-      raw->events.push_back(progress);
-      id = raw->id;
+      job->events.push_back(progress);
+      id = job->id;
     }
-    if (options_.observer != nullptr) options_.observer->OnProgress(id, raw->model, progress);
+    if (options_.observer != nullptr) options_.observer->OnProgress(id, job->model, progress);
+  };
+  return o;
+}
+
+absl::StatusOr<std::string> TrainJobManager::Launch(std::unique_ptr<Job> job, TrainJobOptions o) {
+  // A job that never starts tells its workers to stop.
+  absl::Cleanup end_workers = [&job] {
+    if (job != nullptr && job->end_workers) job->end_workers();
   };
   ASSIGN_OR_RETURN(job->job, TrainJob::Create(std::move(o)));
-
+  Job* raw = job.get();
   absl::MutexLock lock(&mu_);
   if (shut_down_) return absl::UnavailableError("the server is shutting down");
   for (const auto& [id, other] : jobs_) {
-    if (other->state == JobState::kRunning && other->model == request.model) {
+    if (other->state == JobState::kRunning && other->model == raw->model) {
       return absl::FailedPreconditionError(
-          absl::StrCat("job ", id, " is already training model '", request.model, "'"));
+          absl::StrCat("job ", id, " is already training model '", raw->model, "'"));
     }
   }
-  job->id = absl::StrCat("train-", next_id_++);
-  const std::string id = job->id;
-  spdlog::info("training job {} started for model '{}'", id, job->model);
+  raw->id = absl::StrCat("train-", next_id_++);
+  const std::string id = raw->id;
+  spdlog::info("training job {} started for model '{}'{}", id, raw->model,
+               raw->job->worker() ? " (ranks of another daemon's job)" : "");
   order_.push_back(id);
   jobs_[id] = std::move(job);
   raw->thread = std::thread([this, raw] { RunJob(raw); });
@@ -193,6 +260,18 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
 void TrainJobManager::RunJob(Job* job) {
   absl::StatusOr<TrainResult> result = job->job->Run();
   absl::Status status = result.status();
+  if (job->end_workers) {
+    // A failure in a collective is most often a worker that is gone: name it.
+    if ((absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
+        job->unreachable_workers) {
+      const std::string lost = job->unreachable_workers();
+      if (!lost.empty()) {
+        status = absl::Status(status.code(), absl::StrCat("lost worker ", lost, ": ",
+                                                          status.message()));
+      }
+    }
+    job->end_workers();
+  }
   bool promoted = false;
   if (status.ok() && result->version > 0 && options_.on_published) {
     status = options_.on_published(job->model, result->version, job->promote);

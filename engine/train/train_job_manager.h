@@ -33,6 +33,18 @@ struct JobPlacement {
   std::vector<DeviceScheduler*> schedulers;
 };
 
+// The ranks of a job that other daemons run (TrainingConfig.workers), once they have joined:
+// where this daemon's own ranks go in the group, and how to reach the workers' jobs.
+struct JoinedWorkers {
+  JobPlacement placement;  // this daemon's ranks, first in the group
+  // Tells every worker's job to stop (it may be waiting in a collective for this daemon's
+  // ranks). Called once when the job ends, however it ends.
+  std::function<void()> end;
+  // The workers that cannot be reached now, named, for the message of a job that failed in a
+  // collective ("" when all answer).
+  std::function<std::string()> unreachable;
+};
+
 struct JobSnapshot {
   std::string id;
   std::string model;
@@ -71,6 +83,12 @@ class TrainJobManager {
     // engine factory and schedulers for them, or the error that refuses the request
     // (INVALID_ARGUMENT for a device not in use). Unset: naming devices is refused.
     std::function<absl::StatusOr<JobPlacement>(const v1::TrainingConfig&)> place;
+    // Starts the workers' ranks of a job whose TrainingConfig names workers (model name, its
+    // config, the job's configuration); UNAVAILABLE for a worker that cannot be reached. Unset:
+    // such jobs are refused.
+    std::function<absl::StatusOr<JoinedWorkers>(const std::string&, const ModelConfig&,
+                                                const v1::TrainingConfig&)>
+        join_workers;
     Clock* clock = nullptr;    // not owned; nullptr: real clock
     int max_running_jobs = 2;  // more at once: RESOURCE_EXHAUSTED
     int64_t progress_every_steps = 10;
@@ -102,6 +120,13 @@ class TrainJobManager {
   // running-jobs limit; UNAVAILABLE after Shutdown. Returns the job id.
   absl::StatusOr<std::string> Start(StartRequest request);
 
+  // Runs ranks of another daemon's job here (TrainJobOptions::worker): `request.config` is
+  // the architecture (the model need not exist here), `placement` this daemon's ranks in the
+  // job's group. Validated and its data read before returning; listed, watched and cancelled
+  // like other jobs; publishes nothing. Fine-tuning (base_version) is refused: the base version
+  // lives in the coordinator's repository. Errors as Start. Returns the job id.
+  absl::StatusOr<std::string> StartWorker(StartRequest request, JobPlacement placement);
+
   absl::StatusOr<JobSnapshot> Get(const std::string& id) const;  // NOT_FOUND for an unknown id
   std::vector<JobSnapshot> List(const std::string& model = "") const;  // oldest first
   // Asks a running job to stop between steps; OK (and no-op) for a job that already ended.
@@ -124,6 +149,13 @@ class TrainJobManager {
   struct Job;
   explicit TrainJobManager(Options options);
   void RunJob(Job* job);
+  // Admits a job for `model` (FAILED_PRECONDITION when one runs for it, RESOURCE_EXHAUSTED at
+  // the limit, UNAVAILABLE after Shutdown).
+  absl::Status CheckAdmission(const std::string& model) const;
+  // Creates the job from `o`, registers it and starts its thread; the job id.
+  absl::StatusOr<std::string> Launch(std::unique_ptr<Job> job, TrainJobOptions o);
+  // The TrainJobOptions every job of this manager shares.
+  TrainJobOptions CommonOptions(Job* job) const;
   JobSnapshot SnapshotLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Constant after construction.

@@ -656,6 +656,34 @@ TEST_CASE("Train refuses bad requests and CancelTrainJob stops a running job",
   elsewhere.set_devices(0, "all");
   RequireError(Train(*daemon, TrainRequest("long", &config, elsewhere), nullptr),
                grpc::StatusCode::INVALID_ARGUMENT, "\"all\" names every GPU");
+  // Ranks in other daemons: a worker nobody answers at is UNAVAILABLE at submission, named.
+  v1::TrainingConfig spread = Training(1);
+  const std::string nowhere = absl::StrCat("127.0.0.1:", testing::PickFreePort());
+  spread.add_workers()->set_address(nowhere);
+  RequireError(Train(*daemon, TrainRequest("long", &config, spread), nullptr),
+               grpc::StatusCode::UNAVAILABLE,
+               absl::StrCat("training worker ", nowhere, " cannot be reached"));
+  // A worker that answers (this daemon itself), but ranks across daemons run on GPUs.
+  spread.mutable_workers(0)->set_address(daemon->grpc_address());
+  RequireError(Train(*daemon, TrainRequest("long", &config, spread), nullptr),
+               grpc::StatusCode::INVALID_ARGUMENT, "trains on GPUs");
+  spread.mutable_workers(0)->add_devices("all");
+  RequireError(Train(*daemon, TrainRequest("long", &config, spread), nullptr),
+               grpc::StatusCode::INVALID_ARGUMENT, "name worker");
+  // Asked to run ranks itself: refused before anything runs, with what is wrong.
+  v1::JoinTrainJobRequest join;
+  join.set_model("long");
+  *join.mutable_config() = config;
+  *join.mutable_training() = Training(1);
+  join.set_group_id(std::string(128, 'x'));
+  join.set_world_size(2);
+  join.set_first_rank(0);
+  v1::JoinTrainJobResponse joined;
+  RequireError(daemon->admin().JoinTrainJob(Context().get(), join, &joined),
+               grpc::StatusCode::INVALID_ARGUMENT, "after the coordinator's");
+  join.set_first_rank(1);
+  RequireError(daemon->admin().JoinTrainJob(Context().get(), join, &joined),
+               grpc::StatusCode::INVALID_ARGUMENT, "trains on GPUs");
 
   std::string id;
   const grpc::Status started = Train(*daemon, TrainRequest("long", &config, Training(100000)), &id);
