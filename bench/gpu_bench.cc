@@ -337,8 +337,9 @@ absl::Status BenchTrain(const Flags& flags) {
                    "],\"batch\":", B, ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
                    bench::TimingJson(timing), ",\"samples_per_s\":",
                    absl::StrFormat("%.3f", 1e6 * static_cast<double>(B) / timing.median_us),
-                   ",\"bucket_bytes\":", options.gradient_bucket_bytes, ",\"allreduce_us\":", all_reduce_json, ",\"allreduce_floats\":",
-                   model->parameters().size(), ",\"last_loss\":", last_loss, "}")
+                   ",\"bucket_bytes\":", options.gradient_bucket_bytes, ",\"allreduce_us\":",
+                   all_reduce_json, ",\"allreduce_floats\":", model->parameters().size(),
+                   ",\"last_loss\":", last_loss, "}")
           .c_str());
   return absl::OkStatus();
 }

@@ -336,8 +336,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   TrainWorkerClient worker_client;
   worker_client.self = options.grpc_address;
   if (!options.train_worker_token_file.empty()) {
-    ASSIGN_OR_RETURN(worker_client.bearer_token,
-                     ReadBearerToken(options.train_worker_token_file));
+    ASSIGN_OR_RETURN(worker_client.bearer_token, ReadBearerToken(options.train_worker_token_file));
   }
   const ClientTlsFiles worker_tls{.enabled = false,
                                   .ca_path = options.train_worker_ca_file,
@@ -346,9 +345,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   if (worker_tls.any()) {
     ASSIGN_OR_RETURN(worker_client.credentials, MakeChannelCredentials(worker_tls));
   }
-  job_options.join_workers = [training_devices, worker_client](
-                                 const std::string& model, const ModelConfig& config,
-                                 const v1::TrainingConfig& training) {
+  job_options.join_workers = [training_devices, worker_client](const std::string& model,
+                                                               const ModelConfig& config,
+                                                               const v1::TrainingConfig& training) {
     return JoinWorkers(training_devices, worker_client, model, config, training);
   };
   spdlog::info("training runs on {}", job_options.engine_factory ? train_device->id() : "cpu");
@@ -402,10 +401,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                             .server_status = [self]() { return self->Status(); },
                             .accepting = is_accepting,
                             .authorize = authorize,
-                            .join_train_job = [training_devices, jobs](
-                                                  const v1::JoinTrainJobRequest& request) {
-                              return JoinAsWorker(training_devices, *jobs, request);
-                            }});
+                            .join_train_job =
+                                [training_devices, jobs](const v1::JoinTrainJobRequest& request) {
+                                  return JoinAsWorker(training_devices, *jobs, request);
+                                }});
 
   ASSIGN_OR_RETURN(
       std::unique_ptr<KServeService> kserve,

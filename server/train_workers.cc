@@ -78,17 +78,16 @@ struct Workers {
 
 absl::Status WorkerError(const Worker& w, const grpc::Status& status, absl::string_view doing) {
   const auto code = static_cast<absl::StatusCode>(status.error_code());
-  return absl::Status(code == absl::StatusCode::kDeadlineExceeded ? absl::StatusCode::kUnavailable
-                                                                  : code,
-                      absl::StrCat("training worker ", w.address, " ", doing, ": ",
-                                   status.error_message()));
+  return absl::Status(
+      code == absl::StatusCode::kDeadlineExceeded ? absl::StatusCode::kUnavailable : code,
+      absl::StrCat("training worker ", w.address, " ", doing, ": ", status.error_message()));
 }
 
 }  // namespace
 
 absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
-                                          const TrainWorkerClient& client,
-                                          const std::string& model, const ModelConfig& config,
+                                          const TrainWorkerClient& client, const std::string& model,
+                                          const ModelConfig& config,
                                           const v1::TrainingConfig& training) {
   auto workers = std::make_shared<Workers>();
   workers->client = client;
@@ -166,8 +165,8 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
       return WorkerError(w, joined, "refused its ranks");
     }
     w.job_id = response.job_id();
-    spdlog::info("training '{}': worker {} runs ranks {}..{} of {} as its job {}", model,
-                 w.address, next_rank, next_rank + w.ranks - 1, world, w.job_id);
+    spdlog::info("training '{}': worker {} runs ranks {}..{} of {} as its job {}", model, w.address,
+                 next_rank, next_rank + w.ranks - 1, world, w.job_id);
     next_rank += w.ranks;
   }
   JoinedWorkers result;
@@ -194,9 +193,9 @@ absl::StatusOr<v1::JoinTrainJobResponse> JoinAsWorker(const TrainingDevices& dev
   }
   ASSIGN_OR_RETURN(const int ranks, CountTrainingRanks(devices, request.training()));
   if (request.first_rank() + ranks > request.world_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JoinTrainJob: ", ranks, " ranks from ", request.first_rank(), " do not fit a group of ",
-        request.world_size()));
+    return absl::InvalidArgumentError(absl::StrCat("JoinTrainJob: ", ranks, " ranks from ",
+                                                   request.first_rank(), " do not fit a group of ",
+                                                   request.world_size()));
   }
   RankGroup group{request.group_id(), request.world_size(), request.first_rank()};
   ASSIGN_OR_RETURN(JobPlacement placement, PlaceTrainingJob(devices, request.training(), &group));

@@ -38,8 +38,8 @@ struct TrainWorkerClient {
 // naming the worker that cannot be reached (the workers already started are cancelled);
 // INVALID_ARGUMENT for a worker without an address, or a job this daemon would run on the CPU.
 absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
-                                          const TrainWorkerClient& client,
-                                          const std::string& model, const ModelConfig& config,
+                                          const TrainWorkerClient& client, const std::string& model,
+                                          const ModelConfig& config,
                                           const v1::TrainingConfig& training);
 
 // Worker: runs the request's ranks here as a job of `jobs`.

@@ -347,13 +347,14 @@ absl::Status CudaTrainingEngine::HostCollective(float* values, int64_t n,
     ASSIGN_OR_RETURN(share_, allocator_->Allocate(n * kFloat));
     share_capacity_ = n;
   }
-  ASSIGN_OR_RETURN(void* const staging, lease_->HostStaging(StreamLease::Staging::kOutput, n * kFloat));
+  ASSIGN_OR_RETURN(void* const staging,
+                   lease_->HostStaging(StreamLease::Staging::kOutput, n * kFloat));
   const auto queue = [&]() -> absl::Status {
     RETURN_IF_ERROR(Upload(share_, values, n));
-    RETURN_IF_ERROR(sum_scale.has_value()
-                        ? communicator.AllReduceScaledSum(share_.as<float>(), n, *sum_scale,
-                                                          lease_->stream())
-                        : communicator.Broadcast(share_.as<float>(), n, 0, lease_->stream()));
+    RETURN_IF_ERROR(
+        sum_scale.has_value()
+            ? communicator.AllReduceScaledSum(share_.as<float>(), n, *sum_scale, lease_->stream())
+            : communicator.Broadcast(share_.as<float>(), n, 0, lease_->stream()));
     // Into pinned memory, so the copy waits on the stream and not the thread: Finish's wait
     // is the one that watches for a lost rank.
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, share_.data(), static_cast<size_t>(n * kFloat),
@@ -377,8 +378,8 @@ std::vector<int64_t> CudaTrainingEngine::BucketPlan() const {
   return plan;
 }
 
-absl::Status CudaTrainingEngine::QueueBucket(Communicator& communicator, int64_t begin,
-                                             int64_t end, float share) {
+absl::Status CudaTrainingEngine::QueueBucket(Communicator& communicator, int64_t begin, int64_t end,
+                                             float share) {
   if (reduce_stream_ == nullptr) {
     CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&reduce_stream_, cudaStreamNonBlocking));
     CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&backward_done_, cudaEventDisableTiming));
@@ -390,8 +391,8 @@ absl::Status CudaTrainingEngine::QueueBucket(Communicator& communicator, int64_t
                                          reduce_stream_);
 }
 
-absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, int64_t B,
-                                                float lr, std::optional<uint64_t> dropout_seed,
+absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, int64_t B, float lr,
+                                                std::optional<uint64_t> dropout_seed,
                                                 Communicator& communicator, float share) {
   const int64_t n = model_.parameters().size();
   // Every rank queues the same collectives in the same order: the plan depends on the model
@@ -422,7 +423,8 @@ absl::Status CudaTrainingEngine::QueueShardStep(const float* x, const float* y, 
     tape_->on_gradients_final = nullptr;
     RETURN_IF_ERROR(backward);
     if (next != plan.size()) {
-      return absl::InternalError("the backward pass did not report the gradient blocks it declares");
+      return absl::InternalError(
+          "the backward pass did not report the gradient blocks it declares");
     }
   } else {
     RETURN_IF_ERROR(cuda::FillLaunch(grads_.as<float>(), 0.0f, n, lease_->stream()));

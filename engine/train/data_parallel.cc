@@ -203,8 +203,8 @@ class DataParallelEngine final : public TrainingEngine {
       }
       const float share = static_cast<float>(rows) / static_cast<float>(B);
       double& loss = losses[static_cast<size_t>(rank.local)];
-      ASSIGN_OR_RETURN(loss, rank.engine->StepShard(x + begin * x_row, y + begin * y_row, rows,
-                                                    lr, seed, *rank.communicator, share));
+      ASSIGN_OR_RETURN(loss, rank.engine->StepShard(x + begin * x_row, y + begin * y_row, rows, lr,
+                                                    seed, *rank.communicator, share));
       if (SpansProcesses()) {
         // Some shards' losses are elsewhere: the global loss is their weighted sum.
         float global = static_cast<float>(loss);

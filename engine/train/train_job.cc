@@ -236,10 +236,12 @@ absl::Status TrainJob::AgreeOnEpoch(int64_t epoch, const std::vector<uint64_t>& 
   validation_loss = BitsDouble(GetWords(words, 0));
   const uint64_t first = GetWords(words, 2);
   if (!sums.empty() && sums.front() != first) {
-    return absl::InternalError(absl::StrCat(
-        "training of '", model_->config().name(), "': this worker's weights differ from rank 0's "
-        "after epoch ", epoch + 1, " (checksums ", absl::Hex(sums.front(), absl::kZeroPad16),
-        " and ", absl::Hex(first, absl::kZeroPad16), ")"));
+    return absl::InternalError(absl::StrCat("training of '", model_->config().name(),
+                                            "': this worker's weights differ from rank 0's "
+                                            "after epoch ",
+                                            epoch + 1, " (checksums ",
+                                            absl::Hex(sums.front(), absl::kZeroPad16), " and ",
+                                            absl::Hex(first, absl::kZeroPad16), ")"));
   }
   return absl::OkStatus();
 }

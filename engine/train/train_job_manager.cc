@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/file_io.h"
@@ -198,8 +198,8 @@ absl::Status TrainJobManager::CheckAdmission(const std::string& model) const {
     if (job->state != JobState::kRunning) continue;
     ++running;
     if (job->model == model) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", id, " is already training model '", model, "'; wait for it or cancel it"));
+      return absl::FailedPreconditionError(absl::StrCat("job ", id, " is already training model '",
+                                                        model, "'; wait for it or cancel it"));
     }
   }
   if (running >= options_.max_running_jobs) {
@@ -266,8 +266,8 @@ void TrainJobManager::RunJob(Job* job) {
         job->unreachable_workers) {
       const std::string lost = job->unreachable_workers();
       if (!lost.empty()) {
-        status = absl::Status(status.code(), absl::StrCat("lost worker ", lost, ": ",
-                                                          status.message()));
+        status =
+            absl::Status(status.code(), absl::StrCat("lost worker ", lost, ": ", status.message()));
       }
     }
     job->end_workers();

@@ -75,8 +75,8 @@ class HostTrainingEngine final : public TrainingEngine {
     std::vector<std::pair<std::string, std::vector<float>>> state;
     for (const auto& [name, values] : optimizer_.state()) {
       state.emplace_back(name, *values);
-      RETURN_IF_ERROR(communicator.Broadcast(state.back().second.data(), params.size(), 0,
-                                             nullptr));
+      RETURN_IF_ERROR(
+          communicator.Broadcast(state.back().second.data(), params.size(), 0, nullptr));
     }
     return optimizer_.Restore(state, optimizer_.steps_taken());
   }
@@ -156,9 +156,7 @@ absl::StatusOr<double> TrainingEngine::StepShard(const float*, const float*, int
       absl::StrCat("training on ", device(), " does not take part in data-parallel steps"));
 }
 
-absl::Status TrainingEngine::ShareFromFirstRank(std::vector<uint32_t>&) {
-  return absl::OkStatus();
-}
+absl::Status TrainingEngine::ShareFromFirstRank(std::vector<uint32_t>&) { return absl::OkStatus(); }
 
 absl::Status TrainingEngine::BroadcastState(Communicator&) {
   return absl::UnimplementedError(

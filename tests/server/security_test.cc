@@ -397,7 +397,7 @@ TEST_CASE("Tokens: every method needs its role, health and reflection stay open"
       REQUIRE_FALSE(Refused(status.error_code()));
     }
   }
-  REQUIRE(guarded == 35);
+  REQUIRE(guarded == 36);
 
   // The right roles do the real work.
   const v1::PredictRequest request = ToyRequest(2, 204);

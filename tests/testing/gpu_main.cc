@@ -19,7 +19,7 @@
 namespace {
 constexpr int kSkipExitCode = 77;
 constexpr int kMinDevices = FORECASTD_GPU_TEST_MIN_DEVICES;
-}
+}  // namespace
 
 int main(int argc, char* argv[]) {
   int count = 0;

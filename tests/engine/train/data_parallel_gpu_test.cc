@@ -126,9 +126,8 @@ TEST_CASE("Two GPUs take the ten steps one GPU takes on the same global batch, f
       training.mutable_optimizer()->set_kind(optimizer);
       training.mutable_optimizer()->set_momentum(0.9f);
       training.mutable_optimizer()->set_clip_grad_norm(1.0f);
-      const StepRun one =
-          RunSteps(config, training, MakeGpuTrainingEngineFactory(Gpus({0}), absl::Seconds(60)),
-                   B, 10);
+      const StepRun one = RunSteps(
+          config, training, MakeGpuTrainingEngineFactory(Gpus({0}), absl::Seconds(60)), B, 10);
       const StepRun two = RunSteps(
           config, training, MakeGpuTrainingEngineFactory(Gpus({0, 1}), absl::Seconds(60)), B, 10);
       for (size_t s = 0; s < one.losses.size(); ++s) {
@@ -278,9 +277,9 @@ TEST_CASE("A GPU rank that fails ends the step on both GPUs with its error, not 
     nccl.timeout = absl::Seconds(120);  // the abort, not the clock, must end rank 0's wait
     return CreateNcclCommunicator(nccl);
   };
-  options.make_engine = [](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
-                           const v1::TrainingConfig& c)
-      -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
+  options.make_engine =
+      [](int rank, Forecaster& m, Optimizer& o, const TrainingLoss& l,
+         const v1::TrainingConfig& c) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
     CudaTrainingEngineOptions gpu;
     gpu.device = rank;
     ASSIGN_OR_RETURN(auto engine, MakeCudaTrainingEngine(gpu, m, o, l, c));

@@ -6,9 +6,9 @@
 #include "engine/train/data_parallel.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -424,9 +424,10 @@ TEST_CASE("A job whose two ranks are in two processes trains as the one-process 
   }
 }
 
-TEST_CASE("A job over two processes resumed from the coordinator's checkpoint continues bit for "
-          "bit, the worker brought to its epoch and weights",
-          "[unit][train][data_parallel]") {
+TEST_CASE(
+    "A job over two processes resumed from the coordinator's checkpoint continues bit for "
+    "bit, the worker brought to its epoch and weights",
+    "[unit][train][data_parallel]") {
   TempDir dir;
   ReferenceBackend backend;
   TrainJobOptions options = JobOptions(dir, backend);
