@@ -257,6 +257,8 @@ std::string TrainJob::Fingerprint() const {
   // Where the steps run is not part of the job: a checkpoint resumes on other devices too.
   v1::TrainingConfig training = options_.training;
   training.clear_devices();
+  training.clear_workers();
+  training.clear_resume_on_failure();
   return absl::StrCat(ToJson(options_.model), "\n", ToJson(training));
 }
 

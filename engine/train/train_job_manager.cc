@@ -1,6 +1,7 @@
 #include "engine/train/train_job_manager.h"
 
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -31,6 +32,9 @@ struct TrainJobManager::Job {
   // A coordinated job's workers (TrainingConfig.workers): JoinedWorkers::end and unreachable.
   std::function<void()> end_workers;
   std::function<std::string()> unreachable_workers;
+  // With TrainingConfig.resume_on_failure: the job on this daemon's ranks alone, to go on with
+  // from the checkpoint when a worker is lost.
+  std::optional<TrainJobOptions> without_workers;
   std::thread thread;
 };
 
@@ -127,6 +131,7 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
     v1::TrainingConfig placed_anywhere = request.training;
     placed_anywhere.clear_devices();
     placed_anywhere.clear_workers();
+    placed_anywhere.clear_resume_on_failure();
     o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
                                         Fnv1a(Json(config) + "\n" + Json(placed_anywhere)));
   }
@@ -152,6 +157,22 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
     // Checked (without making an engine) before any worker is asked to start.
     o.make_engine_in_run = true;
     RETURN_IF_ERROR(TrainJob::Create(o).status());
+    if (request.training.resume_on_failure()) {
+      if (o.checkpoint_path.empty()) {
+        return absl::InvalidArgumentError(
+            "training.resume_on_failure resumes from a checkpoint, and this server keeps none");
+      }
+      // Where the job goes on without its workers: this daemon's ranks alone.
+      TrainJobOptions alone = o;
+      alone.training.clear_workers();
+      if (!alone.training.devices().empty()) {
+        ASSIGN_OR_RETURN(JobPlacement placement, options_.place(alone.training));
+        alone.engine_factory = std::move(placement.engine_factory);
+        alone.schedulers = std::move(placement.schedulers);
+      }
+      alone.make_engine_in_run = false;
+      job->without_workers = std::move(alone);
+    }
     ASSIGN_OR_RETURN(JoinedWorkers joined,
                      options_.join_workers(request.model, config, request.training));
     o.engine_factory = std::move(joined.placement.engine_factory);
@@ -261,9 +282,10 @@ void TrainJobManager::RunJob(Job* job) {
   absl::StatusOr<TrainResult> result = job->job->Run();
   absl::Status status = result.status();
   if (job->end_workers) {
+    const bool collective_failed =
+        (absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) && !job->job->cancelled();
     // A failure in a collective is most often a worker that is gone: name it.
-    if ((absl::IsDeadlineExceeded(status) || absl::IsUnavailable(status)) &&
-        job->unreachable_workers) {
+    if (collective_failed && job->unreachable_workers) {
       const std::string lost = job->unreachable_workers();
       if (!lost.empty()) {
         status =
@@ -271,6 +293,29 @@ void TrainJobManager::RunJob(Job* job) {
       }
     }
     job->end_workers();
+    if (collective_failed && job->without_workers.has_value()) {
+      spdlog::warn(
+          "training job {} for '{}': {}; going on from its last checkpoint on this daemon's "
+          "ranks alone",
+          job->id, job->model, std::string(status.message()));
+      absl::StatusOr<std::unique_ptr<TrainJob>> alone =
+          TrainJob::Create(*std::move(job->without_workers));
+      if (!alone.ok()) {
+        status = absl::Status(status.code(), absl::StrCat(status.message(),
+                                                          "; it could not go on without its "
+                                                          "workers: ",
+                                                          alone.status().message()));
+      } else {
+        std::unique_ptr<TrainJob> failed;
+        {
+          absl::MutexLock lock(&mu_);
+          failed = std::exchange(job->job, *std::move(alone));
+        }
+        failed.reset();
+        result = job->job->Run();
+        status = result.status();
+      }
+    }
   }
   bool promoted = false;
   if (status.ok() && result->version > 0 && options_.on_published) {

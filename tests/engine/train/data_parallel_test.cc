@@ -23,6 +23,7 @@
 #include "backends/reference_backend.h"
 #include "engine/train/checkpoint.h"
 #include "engine/train/train_job.h"
+#include "engine/train/train_job_manager.h"
 #include "kernels/base/status.h"
 #include "tests/engine/train/data_test_util.h"
 #include "tests/testing/catch.h"
@@ -88,6 +89,13 @@ class ProbeEngine final : public TrainingEngine {
   }
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override {
     return inner_->Evaluate(x, y, B);
+  }
+  absl::Status BroadcastState(Communicator& communicator) override {
+    return inner_->BroadcastState(communicator);
+  }
+  absl::Status HostCollective(float* values, int64_t n, Communicator& communicator,
+                              std::optional<float> sum_scale) override {
+    return inner_->HostCollective(values, n, communicator, sum_scale);
   }
   int64_t steps_taken() const override { return inner_->steps_taken(); }
 
@@ -457,6 +465,109 @@ TEST_CASE(
   REQUIRE(resumed->train_losses == straight->train_losses);
   REQUIRE(resumed->validation_losses == straight->validation_losses);
   REQUIRE(resumed->steps == straight->steps);
+}
+
+// A job of a TrainJobManager whose one worker (rank 1, run here on a thread as a worker daemon
+// would run it) fails its step `worker_fails_at`.
+struct LostWorkerRun {
+  JobSnapshot snapshot;
+  absl::Status worker;
+};
+
+LostWorkerRun RunWithLostWorker(bool resume_on_failure, int worker_fails_at) {
+  TempDir dir;
+  ReferenceBackend backend;
+  std::thread worker_thread;
+  std::unique_ptr<TrainJob> worker_job;
+  absl::Status worker_status;
+  TrainJobManager::Options o;
+  o.repository = (dir.path / "models").string();
+  o.checkpoint_dir = (dir.path / "checkpoints").string();
+  o.data_dir = dir.path;
+  o.backend = &backend;
+  o.join_workers = [&](const std::string&, const ModelConfig& config,
+                       const v1::TrainingConfig& training) -> absl::StatusOr<JoinedWorkers> {
+    auto group = std::make_shared<std::vector<std::unique_ptr<Communicator>>>(
+        MakeHostCommunicators(2, absl::Seconds(60)).value());
+    TrainJobOptions w;
+    w.model = config;
+    w.training = training;
+    w.training.clear_workers();
+    w.data_dir = dir.path;
+    w.publish = false;
+    w.worker = true;
+    w.make_engine_in_run = true;
+    w.engine_factory = [&backend, group, worker_fails_at](
+                           Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+                           const v1::TrainingConfig& c) {
+      DataParallelOptions options;
+      options.ranks = 1;
+      options.world_size = 2;
+      options.first_rank = 1;
+      options.make_communicator = [group](int) {
+        return absl::StatusOr<std::unique_ptr<Communicator>>(std::move((*group)[1]));
+      };
+      options.make_engine = [&backend, worker_fails_at](
+                                int, Forecaster& m, Optimizer& opt, const TrainingLoss& l,
+                                const v1::TrainingConfig& cc)
+          -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
+        ASSIGN_OR_RETURN(auto inner, MakeHostTrainingEngine(backend, m, opt, l, cc));
+        auto probe = std::make_unique<ProbeEngine>(std::move(inner), m, nullptr,
+                                                   m.lookback() * m.num_features());
+        probe->fail_at_step = worker_fails_at;
+        return std::unique_ptr<TrainingEngine>(std::move(probe));
+      };
+      return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, c);
+    };
+    ASSIGN_OR_RETURN(worker_job, TrainJob::Create(w));
+    worker_thread = std::thread([&] { worker_status = worker_job->Run().status(); });
+    JoinedWorkers joined;
+    joined.placement.engine_factory = OneOfTwoProcesses(backend, group, 0);
+    joined.end = [&] { worker_job->Cancel(); };
+    joined.unreachable = [] { return std::string("10.0.0.2:8001 (gone)"); };
+    return joined;
+  };
+  auto manager = TrainJobManager::Create(o).value();
+  TrainJobManager::StartRequest request;
+  request.model = std::string("m");
+  request.config = Lstm();
+  const std::string model_name = "m";
+  request.config->set_name(model_name);
+  request.training = JobOptions(dir, backend).training;
+  request.training.set_epochs(3);
+  request.training.add_workers()->set_address("10.0.0.2:8001");
+  request.training.set_resume_on_failure(resume_on_failure);
+  const absl::StatusOr<std::string> id = manager->Start(request);
+  INFO(id.status().ToString());
+  REQUIRE(id.ok());
+  LostWorkerRun run;
+  run.snapshot = manager->Watch(*id, [](const TrainProgress&) { return true; }, [] {
+                          return false;
+                        }).value();
+  manager->Shutdown();
+  if (worker_thread.joinable()) worker_thread.join();
+  run.worker = worker_status;
+  return run;
+}
+
+TEST_CASE("A job that loses its worker fails naming it, or goes on alone from its checkpoint",
+          "[unit][train][data_parallel]") {
+  // 11 steps an epoch: the worker fails in the second epoch, after one checkpoint.
+  const LostWorkerRun failed = RunWithLostWorker(/*resume_on_failure=*/false, 15);
+  CAPTURE(failed.snapshot.error);
+  REQUIRE(failed.snapshot.state == JobState::kFailed);
+  REQUIRE(absl::StrContains(failed.snapshot.error, "lost worker 10.0.0.2:8001 (gone)"));
+  REQUIRE(failed.snapshot.result.version == 0);
+  CAPTURE(failed.worker.ToString());
+  REQUIRE(absl::StrContains(failed.worker.message(), "rank failed on purpose"));
+
+  const LostWorkerRun resumed = RunWithLostWorker(/*resume_on_failure=*/true, 15);
+  CAPTURE(resumed.snapshot.error);
+  REQUIRE(resumed.snapshot.state == JobState::kSucceeded);
+  REQUIRE(resumed.snapshot.result.resumed_from_epoch == 1);
+  REQUIRE(resumed.snapshot.result.epochs_run == 3);
+  REQUIRE(resumed.snapshot.result.device == "cpu");
+  REQUIRE(resumed.snapshot.result.version == 1);
 }
 
 TEST_CASE("Ranks whose weights differ after an epoch fail the job with INTERNAL",
