@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 
 namespace forecastd {
 
@@ -44,6 +45,9 @@ class Communicator {
   // Ends the group: every collective in flight or to come, on every rank, fails with
   // UNAVAILABLE. Idempotent.
   virtual void Abort() = 0;
+  // How long a later wait may take before the group is given up on (from the rank's thread,
+  // between collectives); > 0.
+  virtual void SetTimeout(absl::Duration timeout) = 0;
 };
 
 }  // namespace forecastd

@@ -65,6 +65,11 @@ class HostGroup {
     return Aborted();
   }
 
+  void SetTimeout(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    timeout_ = timeout;
+  }
+
   void Abort(int rank) {
     absl::MutexLock lock(&mu_);
     if (aborted_) return;
@@ -78,8 +83,8 @@ class HostGroup {
   }
 
   const int size_;
-  const absl::Duration timeout_;
   mutable absl::Mutex mu_;
+  absl::Duration timeout_ ABSL_GUARDED_BY(mu_);
   std::vector<Post> posted_ ABSL_GUARDED_BY(mu_);
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
@@ -136,6 +141,8 @@ class HostCommunicator final : public Communicator {
   }
 
   void Abort() override { group_->Abort(rank_); }
+  // The group's waits share one timeout: the last rank to set it wins.
+  void SetTimeout(absl::Duration timeout) override { group_->SetTimeout(timeout); }
 
  private:
   static absl::Status HostOnly() {

@@ -120,8 +120,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "of --devices, else the CPU)");
   double collective_timeout_seconds = absl::ToDoubleSeconds(options.train_collective_timeout);
   app.add_option("--train-collective-timeout", collective_timeout_seconds,
-                 "seconds a rank of a multi-GPU training job waits for the others in a "
-                 "collective before the job fails as having lost a rank")
+                 "seconds beyond the slowest step seen that a rank of a multi-GPU training "
+                 "job waits for the others in a collective (and for them to join) before the "
+                 "job fails as having lost a rank")
       ->capture_default_str();
   app.add_option("--train-worker-token-file", options.train_worker_token_file,
                  "bearer token (a file) this daemon presents to the worker daemons of the jobs "

@@ -69,8 +69,9 @@ struct ServerOptions {
   // (a step runs only while no batch waits).
   std::string train_device;
   // How long a rank of a multi-GPU training job waits for the others in a collective (an NCCL
-  // all-reduce) before the job is failed as having lost a rank.
-  absl::Duration train_collective_timeout = absl::Seconds(30);
+  // all-reduce) beyond the slowest step seen (and for them to join) before the job is failed
+  // as having lost a rank.
+  absl::Duration train_collective_timeout = absl::Seconds(10);
   // How this daemon reaches the worker daemons of the jobs it coordinates
   // (TrainingConfig.workers): a file holding a bearer token with the `train` role on them ("":
   // none), and for workers serving TLS, the CA their certificates chain to and, for mutual TLS,

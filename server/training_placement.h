@@ -24,8 +24,9 @@ struct TrainingDevices {
   std::vector<ExecutionDevice*> devices;
   // The CPU's scheduler (a CPU-trained step's lease); not owned.
   DeviceScheduler* cpu_scheduler = nullptr;
-  // How long a rank waits for the others in a collective before the job is failed.
-  absl::Duration collective_timeout = absl::Seconds(30);
+  // How long a rank waits for the others in a collective, beyond the slowest step seen,
+  // before the job is failed.
+  absl::Duration collective_timeout = absl::Seconds(10);
   // The server's training device (--train-device, resolved): "cpu" or "cuda:<i>".
   std::string default_device = "cpu";
 };

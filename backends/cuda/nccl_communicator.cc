@@ -114,6 +114,7 @@ class NcclCommunicator final : public Communicator {
       ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Wait(void* stream) override ABSL_LOCKS_EXCLUDED(mu_);
   void Abort() override ABSL_LOCKS_EXCLUDED(mu_);
+  void SetTimeout(absl::Duration timeout) override { timeout_ = timeout; }
 
  private:
   // Checks what every collective needs: device memory (a stream), a count >= 0 and data for it.
@@ -134,7 +135,7 @@ class NcclCommunicator final : public Communicator {
   const int device_;
   const int rank_;
   const int size_;
-  const absl::Duration timeout_;
+  absl::Duration timeout_;  // the rank's thread changes it between collectives
 
   mutable absl::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);  // nullptr once aborted

@@ -520,6 +520,7 @@ TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngin
     options.ranks = static_cast<int>(ranks.size());
     options.world_size = g.world_size;
     options.first_rank = g.first_rank;
+    options.collective_margin = collective_timeout;
     // By value: the options live in the engine.
     options.make_communicator = [ranks, g, collective_timeout](int rank) {
       NcclCommunicatorOptions nccl;

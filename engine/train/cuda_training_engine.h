@@ -51,8 +51,10 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
 
 // The engine factory of a job on the GPUs `ranks` describe (one CudaTrainingEngineOptions each):
 // one entry, that GPU's engine; several, a data-parallel engine (data_parallel.h) with one rank
-// per GPU, joined over NCCL in a fresh group per engine, whose collectives give up after
-// `collective_timeout`. Empty `ranks`: every engine it makes is INVALID_ARGUMENT.
+// per GPU, joined over NCCL in a fresh group per engine, whose ranks give up on the others
+// after `collective_timeout` (joining, the first step) and then `collective_timeout` beyond the
+// slowest step seen (DataParallelOptions::collective_margin). Empty `ranks`: every engine it
+// makes is INVALID_ARGUMENT.
 // With `group`, the GPUs are ranks [first_rank, first_rank + ranks.size()) of a group of
 // world_size ranks spread over several processes, named by unique_id (NewNcclUniqueId, made by
 // the process of rank 0); always a data-parallel engine then, even of one local rank.

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "engine/random.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
@@ -193,6 +194,7 @@ class DataParallelEngine final : public TrainingEngine {
     const int64_t x_row = model_.lookback() * model_.num_features();
     const int64_t y_row = loss_.per_window();
     std::vector<double> losses(ranks_.size(), 0.0);
+    const absl::Time start = absl::Now();
     RETURN_IF_ERROR(OnRanks([&](Rank& rank) -> absl::Status {
       const auto [begin, end] = ShardRows(B, rank.global, options_.world_size);
       const int64_t rows = end - begin;
@@ -213,6 +215,13 @@ class DataParallelEngine final : public TrainingEngine {
       }
       return absl::OkStatus();
     }));
+    if (options_.collective_margin > absl::ZeroDuration()) {
+      // The rank threads are idle now: their communicators may be set from here.
+      slowest_step_ = std::max(slowest_step_, absl::Now() - start);
+      for (Rank& rank : ranks_) {
+        rank.communicator->SetTimeout(options_.collective_margin + slowest_step_);
+      }
+    }
     if (SpansProcesses()) return losses.front();
     return Combine(losses, B);
   }
@@ -300,6 +309,7 @@ class DataParallelEngine final : public TrainingEngine {
   // Set once every rank has its communicator (before any later task starts; read by the rank
   // threads, and by Abort() from any thread, only after that).
   std::atomic<bool> communicators_made_{false};
+  absl::Duration slowest_step_ = absl::ZeroDuration();  // of Step, over every rank
 };
 
 }  // namespace

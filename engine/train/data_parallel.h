@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "backends/communicator.h"
 #include "engine/train/training_engine.h"
 
@@ -39,6 +40,10 @@ struct DataParallelOptions {
   std::function<absl::StatusOr<std::unique_ptr<Communicator>>(int local_rank)> make_communicator;
   // Makes local rank i's engine over its model replica and optimiser, on that rank's thread.
   TrainingEngineFactoryForRank make_engine;
+  // > 0: after every step, each communicator's timeout (Communicator::SetTimeout) becomes this
+  // margin plus the slowest step seen so far, so a lost rank is noticed that long after the
+  // others arrive, however long steps take. 0: the communicators keep their own timeouts.
+  absl::Duration collective_margin = absl::ZeroDuration();
 };
 
 // INVALID_ARGUMENT for bad options, or a batch_size that does not split evenly over the world
