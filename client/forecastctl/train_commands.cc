@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -39,6 +40,7 @@ struct TrainArgs {
   std::string optimizer;
   std::string loss;
   std::string devices;
+  std::vector<std::string> workers;  // ADDRESS[=DEVICES], one per --worker
   int patience = 0;
   uint64_t seed = 0;
   double validation_fraction = 0.0;
@@ -82,6 +84,24 @@ v1::OptimizerKind OptimizerFromName(const std::string& name) {
   return v1::OPTIMIZER_ADAM;
 }
 
+// A --worker value, ADDRESS[=DEVICES] with DEVICES comma-separated (none: the worker's
+// training device).
+absl::StatusOr<v1::TrainingWorker> ParseWorker(absl::string_view text) {
+  const std::pair<absl::string_view, absl::string_view> parts =
+      absl::StrSplit(text, absl::MaxSplits('=', 1));
+  v1::TrainingWorker worker;
+  worker.set_address(std::string(absl::StripAsciiWhitespace(parts.first)));
+  if (worker.address().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--worker ", text, ": expected ADDRESS[=DEVICES], e.g. 10.0.0.2:8001=cuda:0"));
+  }
+  for (absl::string_view device : absl::StrSplit(parts.second, ',', absl::SkipEmpty())) {
+    device = absl::StripAsciiWhitespace(device);
+    if (!device.empty()) worker.add_devices(std::string(device));
+  }
+  return worker;
+}
+
 v1::LossKind LossFromName(const std::string& name) {
   if (name == "mae") return v1::LOSS_MAE;
   if (name == "huber") return v1::LOSS_HUBER;
@@ -114,6 +134,13 @@ absl::StatusOr<v1::TrainRequest> BuildRequest(Context& context, const TrainArgs&
     t.clear_devices();
     for (absl::string_view device : absl::StrSplit(args.devices, ',', absl::SkipEmpty())) {
       t.add_devices(std::string(absl::StripAsciiWhitespace(device)));
+    }
+  }
+  if (!args.workers.empty()) {
+    t.clear_workers();
+    for (const std::string& text : args.workers) {
+      ASSIGN_OR_RETURN(v1::TrainingWorker worker, ParseWorker(text));
+      *t.add_workers() = std::move(worker);
     }
   }
   if (!args.loss.empty()) t.mutable_loss()->set_kind(LossFromName(args.loss));
@@ -295,6 +322,8 @@ void AddTrainCommands(CLI::App& app, Context& context) {
       "  forecastctl train demo_lstm --csv prices/2024.csv --timestamp-column time \\\n"
       "      --epochs 5 --base-version 1        # fine-tune on a file in the server's data dir\n"
       "  forecastctl train demo_lstm --csv prices/2024.csv --devices all --batch-size 256\n"
+      "  forecastctl train demo_lstm --csv prices/2024.csv --devices cuda:0 --batch-size 256 \\\n"
+      "      --worker 10.0.0.2:8001=cuda:0,cuda:1 --worker 10.0.0.3:8001   # across daemons\n"
       "  forecastctl train --spec job.json --detach   # a forecastd.v1.TrainRequest in JSON\n"
       "Ctrl-C while watching asks whether to cancel the job or detach from it.");
   train->add_option("MODEL", args->model,
@@ -323,6 +352,14 @@ void AddTrainCommands(CLI::App& app, Context& context) {
                     "where the steps run: cuda:0,cuda:1,... (one data-parallel rank per GPU, "
                     "--batch-size the global batch), all (every GPU the server uses) or cpu; "
                     "default: the server's training device");
+  // One value per --worker, so that MODEL after it stays the model.
+  train
+      ->add_option("--worker", args->workers,
+                   "ADDRESS[=DEVICES] (repeatable): another forecastd that runs ranks of this "
+                   "job on the GPUs listed (comma-separated; none: its training device); it "
+                   "needs the same data and must grant the server's --train-worker-token-file "
+                   "the train role")
+      ->allow_extra_args(false);
   train->add_option("--optimizer", args->optimizer, "adam, adamw or sgd (default adam)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   train

@@ -643,6 +643,44 @@ TEST_CASE("server errors exit 1 and name the gRPC code", "[integration][forecast
                 "UNAVAILABLE");
 }
 
+TEST_CASE("train --worker names the workers of a job across daemons",
+          "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(200));
+  const std::vector<std::string> train = {"train",    "toy", "--inline-csv", f.Path("series.csv"),
+                                          "--epochs", "1"};
+  const auto with = [&train](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), train.begin(), train.end());
+    return extra;
+  };
+  const auto require_error = [](const CtlResult& r, const std::string& code,
+                                const std::string& names) {
+    INFO("stdout: " << r.out << "\nstderr: " << r.err);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE(absl::StartsWith(r.err, absl::StrCat("error: ", code, ": ")));
+    REQUIRE(absl::StrContains(r.err, names));
+  };
+  // Nothing listens there: the daemon refuses the job, naming the worker.
+  const std::string nowhere = absl::StrCat("127.0.0.1:", testing::PickFreePort());
+  require_error(Ctl(f, with({"--worker", nowhere})), "UNAVAILABLE", nowhere);
+  // The devices after '=' reach the daemon, which takes GPUs only.
+  require_error(Ctl(f, with({"--worker", absl::StrCat(nowhere, "=cpu")})), "INVALID_ARGUMENT",
+                absl::StrCat(nowhere, "'s GPUs"));
+  // The flags replace the spec's workers.
+  WriteFile(f.Path("job.json"),
+            R"({"model": "toy", "training": {"workers": [{"address": "127.0.0.1:1",
+                "devices": ["cpu"]}]}})");
+  require_error(Ctl(f, with({"--spec", f.Path("job.json"), "--worker", nowhere})), "UNAVAILABLE",
+                nowhere);
+  // An address is needed.
+  for (const char* bad : {"=cuda:0", "="}) {
+    CAPTURE(bad);
+    const CtlResult r = Ctl(f, with({"--worker", bad}));
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(absl::StrContains(r.err, "ADDRESS[=DEVICES]"));
+  }
+}
+
 TEST_CASE("usage errors exit 2", "[integration][forecastctl]") {
   Fixture f;
   WriteFile(f.Path("series.csv"), SeriesCsv(5));

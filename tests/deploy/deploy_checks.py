@@ -16,7 +16,10 @@ dockerfile: the Dockerfile's stages for both variants (cpu builds on debian:12 a
 k8s: every YAML file parses; kustomizations name files that exist; both variants, rendered by
   `kubectl kustomize` where kubectl is installed, agree with themselves (flags from the ConfigMap,
   probe and container ports, Service ports, grace period >= preStop + drain + grace, non-root,
-  read-only root, writable model volume, GPU requests in the overlay) and with forecastd --help.
+  read-only root, writable model volume, GPU requests in the overlay) and with forecastd --help;
+  the two-pod training example (examples/training-two-pods) likewise: a StatefulSet of GPU pods
+  behind its headless Service, token files from a Secret others may not read, the worker address
+  its README submits with, and none of it in what deploy/k8s or the GPU overlay deploys.
 systemd: the unit stops forecastd with SIGTERM and waits at least drain + grace, and
   `systemd-analyze verify` accepts it where systemd-analyze is installed.
 promtool: `promtool check config` and `promtool check rules` accept deploy/prometheus, and
@@ -513,6 +516,8 @@ def check_k8s(args):
         check_variant("deploy/k8s/overlays/gpu", render(k8s, "overlays/gpu", kubectl), flags, "gpu",
                       args.binary)
 
+    check_training_example(k8s, flags, kubectl, args.binary)
+
     # The Kubernetes scrape job finds the pods by what the Deployment sets.
     scrape = load_yaml_docs(os.path.join(source, "deploy/prometheus/prometheus-kubernetes.yml"))[0]
     relabel = scrape["scrape_configs"][0]["relabel_configs"]
@@ -521,6 +526,92 @@ def check_k8s(args):
           "prometheus-kubernetes.yml should keep the container port named metrics")
     check(keeps.get(("__meta_kubernetes_pod_annotation_prometheus_io_scrape",)) == "true",
           "prometheus-kubernetes.yml should keep pods annotated prometheus.io/scrape=true")
+
+
+def check_training_example(k8s, flags, kubectl, binary):
+    """deploy/k8s/examples/training-two-pods: two GPU pods that train one job together."""
+    example = "examples/training-two-pods"
+    directory = os.path.join(k8s, example)
+    name = f"deploy/k8s/{example}"
+    check_kustomization(directory)
+    if kubectl:
+        docs = render(k8s, example, kubectl)
+        for overlay in (".", "overlays/gpu"):
+            check(not any(d["kind"] == "StatefulSet" for d in render(k8s, overlay, kubectl)),
+                  f"deploy/k8s/{overlay}: deploys the training example's StatefulSet")
+    else:
+        docs = []
+        for file in sorted(os.listdir(directory)):
+            if file.endswith(".yaml") and file != "kustomization.yaml":
+                docs += load_yaml_docs(os.path.join(directory, file))
+        for doc in docs:
+            for c in doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []):
+                c["image"] = "forecastd:cuda"
+    sets = [d for d in docs if d["kind"] == "StatefulSet"]
+    if not check(len(sets) == 1, f"{name}: expected one StatefulSet, found {len(sets)}"):
+        return
+    statefulset = sets[0]
+    pod = statefulset["spec"]["template"]
+    spec = pod["spec"]
+    labels = pod["metadata"].get("labels", {})
+    check(statefulset["spec"].get("replicas", 1) >= 2, f"{name}: a job of two pods needs 2 replicas")
+    check(all(labels.get(k) == v
+              for k, v in statefulset["spec"]["selector"]["matchLabels"].items()),
+          f"{name}: StatefulSet selector")
+    service = next((d for d in docs if d["kind"] == "Service"
+                    and d["metadata"]["name"] == statefulset["spec"].get("serviceName")), None)
+    if check(service is not None, f"{name}: no Service named by serviceName "
+                                  f"{statefulset['spec'].get('serviceName')}"):
+        check(service["spec"].get("clusterIP") == "None",
+              f"{name}: the StatefulSet's Service must be headless (per-pod DNS names)")
+        check(all(labels.get(k) == v for k, v in service["spec"].get("selector", {}).items()),
+              f"{name}: Service {service['metadata']['name']} selects no training pod")
+    container = next(c for c in spec["containers"] if c["name"] == "forecastd")
+    values = flag_values(container.get("command", [])[1:] + container.get("args", []))
+    for flag in values:
+        check(flag in flags, f"{name}: the container passes {flag}, unknown to forecastd --help")
+    grpc_address = values.get("--grpc-address", "127.0.0.1:8001")
+    check(grpc_address.startswith("0.0.0.0:"), f"{name}: --grpc-address must listen on 0.0.0.0")
+    grpc_port = port_of(grpc_address)
+    ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    check(ports.get("grpc") == grpc_port, f"{name}: container port grpc {ports.get('grpc')} "
+                                          f"!= --grpc-address port {grpc_port}")
+    for probe_name in ("readinessProbe", "livenessProbe", "startupProbe"):
+        probe = container.get(probe_name, {})
+        check(probe.get("grpc", {}).get("port") == grpc_port,
+              f"{name}: {probe_name} should probe gRPC port {grpc_port}")
+    gpus = container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    check(gpus and int(gpus) >= 1, f"{name}: each pod should request an nvidia.com/gpu")
+    check(container["image"].endswith(":cuda"), f"{name}: runs {container['image']}, not :cuda")
+    security = container.get("securityContext", {})
+    check(security.get("readOnlyRootFilesystem") is True, f"{name}: readOnlyRootFilesystem")
+    check(security.get("allowPrivilegeEscalation") is False, f"{name}: allowPrivilegeEscalation")
+    drain, grace = drain_and_grace(values, binary)
+    check(spec.get("terminationGracePeriodSeconds", 30) >= 5 + drain + grace,
+          f"{name}: terminationGracePeriodSeconds below preStop + drain + grace")
+    # The token files come from a Secret mounted with no access for others (forecastd refuses
+    # a token file others may read).
+    volumes = {v["name"]: v for v in spec.get("volumes", [])}
+    mounts = container.get("volumeMounts", [])
+    for flag in ("--token-file", "--train-worker-token-file"):
+        path = values.get(flag, "")
+        if not check(path, f"{name}: the pods should run with {flag}"):
+            continue
+        mount = next((m for m in mounts if path.startswith(m["mountPath"].rstrip("/") + "/")), None)
+        secret = volumes.get(mount["name"], {}).get("secret") if mount else None
+        if check(secret is not None, f"{name}: {flag} {path} is not in a mounted Secret"):
+            check(secret.get("defaultMode", 0o644) & 0o007 == 0,
+                  f"{name}: the Secret of {flag} is mounted readable by others "
+                  f"(defaultMode {secret.get('defaultMode', 0o644):o})")
+    # The README submits to pod 0 with pod 1 as the worker, by its stable DNS name.
+    with open(os.path.join(directory, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    worker = (f"{statefulset['metadata']['name']}-1.{statefulset['spec'].get('serviceName')}"
+              f":{grpc_port}")
+    check(f"--worker {worker}" in readme, f"{name}/README.md: no `--worker {worker}`")
+    check(f"pod/{statefulset['metadata']['name']}-0" in readme,
+          f"{name}/README.md: should submit to pod {statefulset['metadata']['name']}-0")
+    print(f"{name}: {statefulset['spec'].get('replicas')} GPU pods, worker address {worker}")
 
 
 # --------------------------------------------------------------------------------------------
