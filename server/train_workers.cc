@@ -128,6 +128,12 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
   ASSIGN_OR_RETURN(const int local_ranks, CountTrainingRanks(devices, local));
   int world = local_ranks;
   for (const Worker& w : workers->list) world += w.ranks;
+  const int64_t batch = training.batch_size() > 0 ? training.batch_size() : 32;
+  if (batch % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch_size ", batch, " does not split evenly over ", world,
+                     " devices across the daemons; use a multiple of ", world));
+  }
 #if FORECASTD_WITH_CUDA
   RankGroup group;
   ASSIGN_OR_RETURN(group.unique_id, NewNcclUniqueId());

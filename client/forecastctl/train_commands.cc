@@ -41,6 +41,7 @@ struct TrainArgs {
   std::string loss;
   std::string devices;
   std::vector<std::string> workers;  // ADDRESS[=DEVICES], one per --worker
+  bool resume_on_failure = false;
   int patience = 0;
   uint64_t seed = 0;
   double validation_fraction = 0.0;
@@ -143,6 +144,7 @@ absl::StatusOr<v1::TrainRequest> BuildRequest(Context& context, const TrainArgs&
       *t.add_workers() = std::move(worker);
     }
   }
+  if (args.resume_on_failure) t.set_resume_on_failure(true);
   if (!args.loss.empty()) t.mutable_loss()->set_kind(LossFromName(args.loss));
   if (args.patience_option->count() > 0) t.set_early_stopping_patience(args.patience);
   if (args.seed_option->count() > 0) t.set_seed(args.seed);
@@ -360,6 +362,9 @@ void AddTrainCommands(CLI::App& app, Context& context) {
                    "needs the same data and must grant the server's --train-worker-token-file "
                    "the train role")
       ->allow_extra_args(false);
+  train->add_flag("--resume-on-failure", args->resume_on_failure,
+                  "with --worker: when a worker is lost, go on from the last checkpoint on "
+                  "this server's own ranks instead of failing");
   train->add_option("--optimizer", args->optimizer, "adam, adamw or sgd (default adam)")
       ->check(CLI::IsMember({"adam", "adamw", "sgd"}));
   train
