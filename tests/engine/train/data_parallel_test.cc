@@ -356,12 +356,14 @@ TEST_CASE("A job on two CPU ranks matches one rank's losses and resumes bit for 
   REQUIRE(resumed.steps == straight.steps);
 }
 
-// The engine factory of "process" `first_rank` of a group of two: one rank, its end of `group`.
+// The engine factory of "process" `first_rank` of a group of two: one rank, its end of `group`,
+// its engine a ProbeEngine that `configure` (if any) sets up.
 TrainingEngineFactory OneOfTwoProcesses(
     Backend& backend, std::shared_ptr<std::vector<std::unique_ptr<Communicator>>> group,
-    int first_rank) {
-  return [&backend, group, first_rank](Forecaster& model, Optimizer& optimizer,
-                                       const TrainingLoss& loss, const v1::TrainingConfig& config) {
+    int first_rank, std::function<void(ProbeEngine&)> configure = nullptr) {
+  return [&backend, group, first_rank, configure](Forecaster& model, Optimizer& optimizer,
+                                                  const TrainingLoss& loss,
+                                                  const v1::TrainingConfig& config) {
     DataParallelOptions options;
     options.ranks = 1;
     options.world_size = 2;
@@ -370,9 +372,15 @@ TrainingEngineFactory OneOfTwoProcesses(
       return absl::StatusOr<std::unique_ptr<Communicator>>(
           std::move((*group)[static_cast<size_t>(first_rank)]));
     };
-    options.make_engine = [&backend](int, Forecaster& m, Optimizer& o, const TrainingLoss& l,
-                                     const v1::TrainingConfig& c) {
-      return MakeHostTrainingEngine(backend, m, o, l, c);
+    options.make_engine =
+        [&backend, configure](
+            int, Forecaster& m, Optimizer& o, const TrainingLoss& l,
+            const v1::TrainingConfig& c) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
+      ASSIGN_OR_RETURN(auto inner, MakeHostTrainingEngine(backend, m, o, l, c));
+      auto probe = std::make_unique<ProbeEngine>(std::move(inner), m, nullptr,
+                                                 m.lookback() * m.num_features());
+      if (configure) configure(*probe);
+      return std::unique_ptr<TrainingEngine>(std::move(probe));
     };
     return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, config);
   };
@@ -497,28 +505,8 @@ LostWorkerRun RunWithLostWorker(bool resume_on_failure, int worker_fails_at) {
     w.publish = false;
     w.worker = true;
     w.make_engine_in_run = true;
-    w.engine_factory = [&backend, group, worker_fails_at](
-                           Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
-                           const v1::TrainingConfig& c) {
-      DataParallelOptions options;
-      options.ranks = 1;
-      options.world_size = 2;
-      options.first_rank = 1;
-      options.make_communicator = [group](int) {
-        return absl::StatusOr<std::unique_ptr<Communicator>>(std::move((*group)[1]));
-      };
-      options.make_engine = [&backend, worker_fails_at](
-                                int, Forecaster& m, Optimizer& opt, const TrainingLoss& l,
-                                const v1::TrainingConfig& cc)
-          -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
-        ASSIGN_OR_RETURN(auto inner, MakeHostTrainingEngine(backend, m, opt, l, cc));
-        auto probe = std::make_unique<ProbeEngine>(std::move(inner), m, nullptr,
-                                                   m.lookback() * m.num_features());
-        probe->fail_at_step = worker_fails_at;
-        return std::unique_ptr<TrainingEngine>(std::move(probe));
-      };
-      return MakeDataParallelTrainingEngine(std::move(options), model, optimizer, loss, c);
-    };
+    w.engine_factory = OneOfTwoProcesses(
+        backend, group, 1, [worker_fails_at](ProbeEngine& e) { e.fail_at_step = worker_fails_at; });
     ASSIGN_OR_RETURN(worker_job, TrainJob::Create(w));
     worker_thread = std::thread([&] { worker_status = worker_job->Run().status(); });
     JoinedWorkers joined;
@@ -541,9 +529,10 @@ LostWorkerRun RunWithLostWorker(bool resume_on_failure, int worker_fails_at) {
   INFO(id.status().ToString());
   REQUIRE(id.ok());
   LostWorkerRun run;
-  run.snapshot = manager->Watch(*id, [](const TrainProgress&) { return true; }, [] {
-                          return false;
-                        }).value();
+  run.snapshot = manager
+                     ->Watch(
+                         *id, [](const TrainProgress&) { return true; }, [] { return false; })
+                     .value();
   manager->Shutdown();
   if (worker_thread.joinable()) worker_thread.join();
   run.worker = worker_status;
