@@ -37,8 +37,9 @@ struct CudaTrainingEngineOptions {
   // buckets of at least this many bytes, each queued on a stream of its own as soon as the
   // backward pass has finished it (Forecaster::GradientBlockStarts), so the sums overlap the
   // rest of the backward. 0, or a model whose backward reports no blocks: one sum of the whole
-  // arena after the backward. Every rank of a job must use the same value.
-  int64_t gradient_bucket_bytes = int64_t{16} << 20;
+  // arena after the backward. Every rank of a job must use the same value. 0 by default: on
+  // two H200s the buckets were no faster (bench/RESULTS.md).
+  int64_t gradient_bucket_bytes = 0;
 };
 
 // INVALID_ARGUMENT for precision FP16 (it would need loss scaling); FAILED_PRECONDITION for
