@@ -146,6 +146,29 @@ TEST_CASE("Two GPUs take the ten steps one GPU takes on the same global batch, f
   }
 }
 
+TEST_CASE("Gradient sums in buckets during the backward give the steps of one sum after it",
+          "[gpu][train][data_parallel]") {
+  v1::TrainingConfig training;
+  training.set_batch_size(32);
+  training.set_precision(v1::PRECISION_FP32);
+  training.mutable_optimizer()->set_kind(v1::OPTIMIZER_SGD);
+  training.mutable_optimizer()->set_momentum(0.9f);
+  std::vector<CudaTrainingEngineOptions> bucketed = Gpus({0, 1});
+  for (CudaTrainingEngineOptions& rank : bucketed) rank.gradient_bucket_bytes = 1;  // every block
+  for (const int64_t B : {int64_t{32}, int64_t{1}}) {  // 1: rank 1 has no windows
+    CAPTURE(B);
+    const StepRun whole = RunSteps(
+        Transformer(), training, MakeGpuTrainingEngineFactory(Gpus({0, 1}), absl::Seconds(60)),
+        B, 5);
+    const StepRun buckets = RunSteps(
+        Transformer(), training, MakeGpuTrainingEngineFactory(bucketed, absl::Seconds(60)), B, 5);
+    CHECK(buckets.losses == whole.losses);
+    CHECK(buckets.weights == whole.weights);
+    REQUIRE(buckets.checksums.size() == 2);
+    CHECK(buckets.checksums[0] == buckets.checksums[1]);
+  }
+}
+
 TEST_CASE("bf16 mixed precision trains on two GPUs with the ranks identical",
           "[gpu][train][data_parallel]") {
   v1::TrainingConfig training;
