@@ -692,5 +692,66 @@ TEST_CASE("forecastctl reaches a daemon with mutual TLS and tokens", "[integrati
   REQUIRE(GetModelState(*daemon, "quant", kPredictToken) == v1::MODEL_UNLOADED);
 }
 
+TEST_CASE("Across daemons: the coordinator reaches its workers over mutual TLS with a train token",
+          "[integration][security]") {
+  TempDir secrets;
+  const TestCertificates certs = Certificates(secrets);
+  const std::string tokens = secrets.path() + "/tokens";
+  WriteTokenFile(tokens, StandardTokens());
+  Repository worker_repository;
+  std::unique_ptr<ForecastdDaemon> worker =
+      StartSecured(worker_repository.dir.path(),
+                   {"--tls-cert", certs.server_cert, "--tls-key", certs.server_key,
+                    "--tls-client-ca", certs.ca_cert, "--token-file", tokens},
+                   certs.Client(certs.client_cert, certs.client_key));
+  const std::string train_token = secrets.path() + "/train-token";
+  const std::string predict_token = secrets.path() + "/predict-token";
+  WriteTokenFile(train_token, absl::StrCat(kTrainToken, "\n"));
+  WriteTokenFile(predict_token, absl::StrCat(kPredictToken, "\n"));
+
+  struct Coordinator {
+    const char* what;
+    std::vector<std::string> flags;
+    grpc::StatusCode code;
+    const char* says;
+  };
+  const Coordinator coordinators[] = {
+      // Let in (TLS, its certificate, a train token): the worker answered, and what stops the
+      // job is that ranks across daemons train on GPUs, which this host has none of.
+      {"a client certificate and a train token",
+       {"--train-worker-ca", certs.ca_cert, "--train-worker-cert", certs.client_cert,
+        "--train-worker-key", certs.client_key, "--train-worker-token-file", train_token},
+       grpc::StatusCode::INVALID_ARGUMENT,
+       "trains on GPUs"},
+      {"no client certificate",
+       {"--train-worker-ca", certs.ca_cert, "--train-worker-token-file", train_token},
+       grpc::StatusCode::UNAVAILABLE,
+       "cannot be reached"},
+      {"a token without the train role",
+       {"--train-worker-ca", certs.ca_cert, "--train-worker-cert", certs.client_cert,
+        "--train-worker-key", certs.client_key, "--train-worker-token-file", predict_token},
+       grpc::StatusCode::PERMISSION_DENIED,
+       "needs the role 'train'"},
+  };
+  const ModelConfig config = TrainedConfig("spread");
+  for (const Coordinator& c : coordinators) {
+    CAPTURE(c.what);
+    Repository repository;
+    std::unique_ptr<ForecastdDaemon> coordinator = StartSecured(repository.dir.path(), c.flags);
+    v1::TrainingConfig training = Training(1);
+    training.add_workers()->set_address(worker->grpc_address());
+    v1::TrainResponse train;
+    const grpc::Status status = coordinator->forecaster().Train(
+        Context().get(), TrainRequest("spread", &config, training), &train);
+    CAPTURE(status.error_message());
+    REQUIRE(status.error_code() == c.code);
+    REQUIRE(absl::StrContains(status.error_message(), c.says));
+    if (c.code != grpc::StatusCode::INVALID_ARGUMENT) {
+      REQUIRE(absl::StrContains(status.error_message(),
+                                absl::StrCat("training worker ", worker->grpc_address())));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace forecastd::api_test

@@ -157,9 +157,9 @@ TEST_CASE("Gradient sums in buckets during the backward give the steps of one su
   for (CudaTrainingEngineOptions& rank : bucketed) rank.gradient_bucket_bytes = 1;  // every block
   for (const int64_t B : {int64_t{32}, int64_t{1}}) {  // 1: rank 1 has no windows
     CAPTURE(B);
-    const StepRun whole = RunSteps(
-        Transformer(), training, MakeGpuTrainingEngineFactory(Gpus({0, 1}), absl::Seconds(60)),
-        B, 5);
+    const StepRun whole =
+        RunSteps(Transformer(), training,
+                 MakeGpuTrainingEngineFactory(Gpus({0, 1}), absl::Seconds(60)), B, 5);
     const StepRun buckets = RunSteps(
         Transformer(), training, MakeGpuTrainingEngineFactory(bucketed, absl::Seconds(60)), B, 5);
     CHECK(buckets.losses == whole.losses);
