@@ -121,7 +121,10 @@ class DataParallelEngine final : public TrainingEngine {
     }
     // Every rank's communicator at once: a group forms only when all of its ranks join.
     RETURN_IF_ERROR(OnRanks([this](Rank& rank) -> absl::Status {
+      const absl::Time start = absl::Now();
       ASSIGN_OR_RETURN(rank.communicator, options_.make_communicator(rank.local));
+      spdlog::debug("data-parallel rank {} of {}: communicator joined in {}", rank.global,
+                    options_.world_size, absl::FormatDuration(absl::Now() - start));
       if (rank.communicator->rank() != rank.global ||
           rank.communicator->size() != options_.world_size) {
         return absl::InternalError(
@@ -133,8 +136,12 @@ class DataParallelEngine final : public TrainingEngine {
     }));
     communicators_made_ = true;
     return OnRanks([this, &config](Rank& rank) -> absl::Status {
+      const absl::Time start = absl::Now();
       ASSIGN_OR_RETURN(rank.engine, options_.make_engine(rank.local, *rank.model, *rank.optimizer,
                                                          loss_, config));
+      spdlog::debug("data-parallel rank {} of {}: engine on {} made in {}", rank.global,
+                    options_.world_size, rank.engine->device(),
+                    absl::FormatDuration(absl::Now() - start));
       return absl::OkStatus();
     });
   }
