@@ -133,6 +133,13 @@ absl::StatusOr<v1::TrainResponse> ForecastdClient::Train(const v1::TrainRequest&
   });
 }
 
+absl::StatusOr<v1::JoinTrainJobResponse> ForecastdClient::JoinTrainJob(
+    const v1::JoinTrainJobRequest& request) {
+  return Unary<v1::JoinTrainJobResponse>([&](v1::JoinTrainJobResponse* response) {
+    return admin_->JoinTrainJob(UnaryContext().get(), request, response);
+  });
+}
+
 absl::StatusOr<v1::TrainJobInfo> ForecastdClient::GetTrainJob(const std::string& job_id) {
   v1::GetTrainJobRequest request;
   request.set_job_id(job_id);

@@ -54,6 +54,9 @@ class ForecastdClient {
   absl::StatusOr<v1::ModelStatus> SetServingVersion(const std::string& name, int64_t version);
   // The tick streams of `model` ("": of every model).
   absl::StatusOr<v1::ListStreamsResponse> ListStreams(const std::string& model);
+  // Hands this daemon ranks of another daemon's training job (what a coordinating forecastd
+  // calls on its workers).
+  absl::StatusOr<v1::JoinTrainJobResponse> JoinTrainJob(const v1::JoinTrainJobRequest& request);
 
   // --- Forecaster
   absl::StatusOr<v1::PredictResponse> Predict(const v1::PredictRequest& request);

@@ -26,7 +26,6 @@
 #include "backends/cuda/nvml.h"
 #include "client/client_security.h"
 #include "engine/serving/cuda_execution_device.h"
-#include "engine/train/cuda_training_engine.h"
 #endif
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
@@ -317,7 +316,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                    ? absl::StrCat(options.model_repository, "/.checkpoints")
                                    : options.checkpoint_dir;
   job_options.backend = s.backend_.get();
-  job_options.schedulers = {s.scheduler_.get()};
   ExecutionDevice* train_device = nullptr;
   for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
     if (options.train_device.empty() ? d->id() != "cpu" : d->id() == options.train_device) {
@@ -329,19 +327,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     return absl::FailedPreconditionError(absl::StrCat(
         "--train-device ", options.train_device, " is not one of the devices in use (--devices)"));
   }
-#if FORECASTD_WITH_CUDA
-  if (auto* gpu = dynamic_cast<CudaExecutionDevice*>(train_device); gpu != nullptr) {
-    CudaTrainingEngineOptions engine_options;
-    engine_options.device = gpu->allocator().device();
-    engine_options.allocator = &gpu->allocator();
-    job_options.engine_factory = [engine_options](Forecaster& model, Optimizer& optimizer,
-                                                  const TrainingLoss& loss,
-                                                  const v1::TrainingConfig& config) {
-      return MakeCudaTrainingEngine(engine_options, model, optimizer, loss, config);
-    };
-    job_options.schedulers = {&gpu->scheduler()};
-  }
-#endif
   TrainingDevices training_devices;
   for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {
     training_devices.devices.push_back(d.get());
@@ -349,6 +334,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   training_devices.cpu_scheduler = s.scheduler_.get();
   training_devices.collective_timeout = options.train_collective_timeout;
   training_devices.default_device = train_device != nullptr ? train_device->id() : "cpu";
+  // A job that names no devices trains on the default one.
+  ASSIGN_OR_RETURN(JobPlacement default_placement,
+                   PlaceTrainingJob(training_devices, v1::TrainingConfig()));
+  job_options.engine_factory = std::move(default_placement.engine_factory);
+  job_options.schedulers = std::move(default_placement.schedulers);
   job_options.place = [training_devices](const v1::TrainingConfig& config) {
     return PlaceTrainingJob(training_devices, config);
   };
@@ -369,7 +359,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                                                                const v1::TrainingConfig& training) {
     return JoinWorkers(training_devices, worker_client, model, config, training);
   };
-  spdlog::info("training runs on {}", job_options.engine_factory ? train_device->id() : "cpu");
+  spdlog::info("training runs on {}", training_devices.default_device);
   job_options.max_running_jobs = options.max_training_jobs;
   job_options.max_series_rows = options.max_train_series_rows;
   job_options.max_step_bytes = options.max_train_memory_bytes;

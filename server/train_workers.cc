@@ -1,14 +1,12 @@
 #include "server/train_workers.h"
 
-#include <chrono>
+#include <limits>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "forecastd/v1/admin.grpc.pb.h"
-#include "forecastd/v1/forecaster.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
+#include "client/forecastd_client.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
 #if FORECASTD_WITH_CUDA
@@ -20,67 +18,49 @@ namespace {
 
 // One worker daemon as the coordinator sees it.
 struct Worker {
-  std::string address;
-  int ranks = 1;
-  std::unique_ptr<v1::Admin::Stub> admin;
-  std::unique_ptr<v1::Forecaster::Stub> forecaster;
-  std::string job_id;  // once joined
+  v1::TrainingWorker spec;                // its address and devices, as the request names them
+  int ranks = 1;                          // one per device it lists; one without any
+  std::unique_ptr<ForecastdClient> rpc;   // calls with the client's timeout
+  std::unique_ptr<ForecastdClient> ends;  // cancelling and checking its job, briefly
+  std::string job_id;                     // once joined
 };
 
+// The workers of one job, shared by the closures that end and check them.
 struct Workers {
-  TrainWorkerClient client;
   std::vector<Worker> list;
-
-  std::unique_ptr<grpc::ClientContext> Context(absl::Duration timeout) const {
-    auto context = std::make_unique<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-    if (!client.bearer_token.empty()) {
-      context->AddMetadata("authorization", absl::StrCat("Bearer ", client.bearer_token));
-    }
-    return context;
-  }
 
   // Cancels the jobs of the workers that joined (best effort: a worker that is gone has no job
   // to stop).
   void CancelAll() const {
     for (const Worker& w : list) {
       if (w.job_id.empty()) continue;
-      v1::CancelTrainJobRequest request;
-      request.set_job_id(w.job_id);
-      v1::TrainJobInfo info;
-      const grpc::Status status =
-          w.forecaster->CancelTrainJob(Context(absl::Seconds(5)).get(), request, &info);
-      if (!status.ok()) {
-        spdlog::warn("could not cancel job {} on worker {}: {}", w.job_id, w.address,
-                     status.error_message());
+      const absl::Status cancelled = w.ends->CancelTrainJob(w.job_id).status();
+      if (!cancelled.ok()) {
+        spdlog::warn("could not cancel job {} on worker {}: {}", w.job_id, w.spec.address(),
+                     std::string(cancelled.message()));
       }
     }
   }
 
-  // The workers whose jobs cannot be read now.
+  // The workers whose jobs cannot be read now, or have failed.
   std::string Unreachable() const {
     std::vector<std::string> lost;
     for (const Worker& w : list) {
-      v1::GetTrainJobRequest request;
-      request.set_job_id(w.job_id);
-      v1::TrainJobInfo info;
-      const grpc::Status status =
-          w.forecaster->GetTrainJob(Context(absl::Seconds(2)).get(), request, &info);
-      if (!status.ok()) {
-        lost.push_back(absl::StrCat(w.address, " (", status.error_message(), ")"));
-      } else if (info.state() == v1::TRAIN_JOB_FAILED) {
-        lost.push_back(absl::StrCat(w.address, " (its job failed: ", info.error(), ")"));
+      const absl::StatusOr<v1::TrainJobInfo> info = w.ends->GetTrainJob(w.job_id);
+      if (!info.ok()) {
+        lost.push_back(absl::StrCat(w.spec.address(), " (", info.status().message(), ")"));
+      } else if (info->state() == v1::TRAIN_JOB_FAILED) {
+        lost.push_back(absl::StrCat(w.spec.address(), " (its job failed: ", info->error(), ")"));
       }
     }
     return absl::StrJoin(lost, ", ");
   }
 };
 
-absl::Status WorkerError(const Worker& w, const grpc::Status& status, absl::string_view doing) {
-  const auto code = static_cast<absl::StatusCode>(status.error_code());
+absl::Status WorkerError(const Worker& w, const absl::Status& status, absl::string_view doing) {
   return absl::Status(
-      code == absl::StatusCode::kDeadlineExceeded ? absl::StatusCode::kUnavailable : code,
-      absl::StrCat("training worker ", w.address, " ", doing, ": ", status.error_message()));
+      absl::IsDeadlineExceeded(status) ? absl::StatusCode::kUnavailable : status.code(),
+      absl::StrCat("training worker ", w.spec.address(), " ", doing, ": ", status.message()));
 }
 
 }  // namespace
@@ -90,9 +70,6 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
                                           const ModelConfig& config,
                                           const v1::TrainingConfig& training) {
   auto workers = std::make_shared<Workers>();
-  workers->client = client;
-  const std::shared_ptr<grpc::ChannelCredentials> credentials =
-      client.credentials != nullptr ? client.credentials : grpc::InsecureChannelCredentials();
   for (const v1::TrainingWorker& spec : training.workers()) {
     if (spec.address().empty()) {
       return absl::InvalidArgumentError("training.workers: a worker without an address");
@@ -103,24 +80,25 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
             "training.workers: name worker ", spec.address(), "'s GPUs (cuda:<i>), not ", d));
       }
     }
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(-1);
-    auto channel = grpc::CreateCustomChannel(spec.address(), credentials, args);
+    ForecastdClient::Options options;
+    options.address = spec.address();
+    options.timeout = client.timeout;
+    // The request carries the job's data when it is inline; the worker's own limit applies.
+    options.max_message_bytes = std::numeric_limits<int>::max();
+    options.credentials = client.credentials;
+    options.bearer_token = client.bearer_token;
     Worker w;
-    w.address = spec.address();
+    w.spec = spec;
     w.ranks = spec.devices_size() > 0 ? spec.devices_size() : 1;
-    w.admin = v1::Admin::NewStub(channel);
-    w.forecaster = v1::Forecaster::NewStub(channel);
+    ASSIGN_OR_RETURN(w.rpc, ForecastdClient::Create(options));
+    options.timeout = absl::Seconds(5);
+    ASSIGN_OR_RETURN(w.ends, ForecastdClient::Create(options));
     workers->list.push_back(std::move(w));
   }
   // Every worker answers, and lets this daemon in with the `train` role, before any is given
   // ranks.
   for (const Worker& w : workers->list) {
-    v1::ListTrainJobsRequest probe;
-    probe.set_model(model);
-    v1::ListTrainJobsResponse jobs;
-    const grpc::Status reached =
-        w.forecaster->ListTrainJobs(workers->Context(client.timeout).get(), probe, &jobs);
+    const absl::Status reached = w.rpc->ListTrainJobs(model).status();
     if (!reached.ok()) return WorkerError(w, reached, "cannot be reached");
   }
   v1::TrainingConfig local = training;
@@ -140,39 +118,26 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
   group.world_size = world;
   group.first_rank = 0;
   ASSIGN_OR_RETURN(JobPlacement placement, PlaceTrainingJob(devices, local, &group));
-#else
-  (void)config;
-  return absl::FailedPreconditionError(
-      "this forecastd was built without CUDA; jobs across daemons train on GPUs");
-#endif
-#if FORECASTD_WITH_CUDA
   int next_rank = local_ranks;
   for (Worker& w : workers->list) {
     v1::JoinTrainJobRequest request;
     request.set_coordinator(client.self);
     request.set_model(model);
     *request.mutable_config() = config;
-    v1::TrainingConfig theirs = local;
-    theirs.clear_devices();
-    for (const v1::TrainingWorker& spec : training.workers()) {
-      if (spec.address() == w.address) {
-        for (const std::string& d : spec.devices()) theirs.add_devices(d);
-      }
-    }
-    *request.mutable_training() = theirs;
+    v1::TrainingConfig& theirs = *request.mutable_training();
+    theirs = local;
+    *theirs.mutable_devices() = w.spec.devices();
     request.set_group_id(group.unique_id);
     request.set_world_size(world);
     request.set_first_rank(next_rank);
-    v1::JoinTrainJobResponse response;
-    const grpc::Status joined =
-        w.admin->JoinTrainJob(workers->Context(client.timeout).get(), request, &response);
+    const absl::StatusOr<v1::JoinTrainJobResponse> joined = w.rpc->JoinTrainJob(request);
     if (!joined.ok()) {
       workers->CancelAll();
-      return WorkerError(w, joined, "refused its ranks");
+      return WorkerError(w, joined.status(), "refused its ranks");
     }
-    w.job_id = response.job_id();
-    spdlog::info("training '{}': worker {} runs ranks {}..{} of {} as its job {}", model, w.address,
-                 next_rank, next_rank + w.ranks - 1, world, w.job_id);
+    w.job_id = joined->job_id();
+    spdlog::info("training '{}': worker {} runs ranks {}..{} of {} as its job {}", model,
+                 w.spec.address(), next_rank, next_rank + w.ranks - 1, world, w.job_id);
     next_rank += w.ranks;
   }
   JoinedWorkers result;
@@ -180,6 +145,10 @@ absl::StatusOr<JoinedWorkers> JoinWorkers(const TrainingDevices& devices,
   result.end = [workers] { workers->CancelAll(); };
   result.unreachable = [workers] { return workers->Unreachable(); };
   return result;
+#else
+  (void)config;
+  return absl::FailedPreconditionError(
+      "this forecastd was built without CUDA; jobs across daemons train on GPUs");
 #endif
 }
 

@@ -103,12 +103,9 @@ absl::StatusOr<JobPlacement> PlaceTrainingJob(const TrainingDevices& devices,
     ranks.push_back(rank);
     placement.schedulers.push_back(&gpu->scheduler());
   }
-  std::optional<NcclGroup> nccl;
-  if (group != nullptr) {
-    nccl = NcclGroup{group->unique_id, group->world_size, group->first_rank};
-  }
-  placement.engine_factory =
-      MakeGpuTrainingEngineFactory(std::move(ranks), devices.collective_timeout, std::move(nccl));
+  placement.engine_factory = MakeGpuTrainingEngineFactory(
+      std::move(ranks), devices.collective_timeout,
+      group != nullptr ? std::optional<RankGroup>(*group) : std::nullopt);
   return placement;
 #else
   (void)group;

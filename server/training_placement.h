@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/serving/model_instance.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/train_job_manager.h"
 #include "forecastd/v1/training.pb.h"
 
@@ -29,14 +30,6 @@ struct TrainingDevices {
   absl::Duration collective_timeout = absl::Seconds(10);
   // The server's training device (--train-device, resolved): "cpu" or "cuda:<i>".
   std::string default_device = "cpu";
-};
-
-// This daemon's ranks in a job whose ranks span daemons: [first_rank, first_rank + its
-// devices) of world_size, in the NCCL group named by unique_id.
-struct RankGroup {
-  std::string unique_id;
-  int world_size = 0;
-  int first_rank = 0;
 };
 
 // The placement for `config.devices()` (empty: the default device). INVALID_ARGUMENT for a

@@ -128,12 +128,12 @@ class CudaTrainingEngine final : public TrainingEngine {
   DeviceBuffer x_, y_, pred_, dpred_;  // batch_capacity_ windows
   std::unique_ptr<DeviceTapeMemory> tape_memory_;
   std::optional<TrainingTape> tape_;
-  // Data-parallel steps with bucketed sums: the stream they run on (made on first use), and
-  // events ordering it after the backward's blocks and the update after it.
-  int64_t bucket_bytes_ = 0;
   // HostCollective's device copy of the values.
   DeviceBuffer share_;
   int64_t share_capacity_ = 0;
+  // Data-parallel steps with bucketed sums: the bucket size, the stream the sums run on (made
+  // on first use), and events ordering it after the backward's blocks and the update after it.
+  int64_t bucket_bytes_ = 0;
   cudaStream_t reduce_stream_ = nullptr;
   cudaEvent_t backward_done_ = nullptr;
   cudaEvent_t reduced_ = nullptr;
@@ -500,7 +500,7 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
 
 TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
                                                    absl::Duration collective_timeout,
-                                                   std::optional<NcclGroup> group) {
+                                                   std::optional<RankGroup> group) {
   return [ranks = std::move(ranks), collective_timeout, group = std::move(group)](
              Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
              const v1::TrainingConfig& config) -> absl::StatusOr<std::unique_ptr<TrainingEngine>> {
@@ -508,7 +508,7 @@ TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngin
     if (ranks.size() == 1 && !group.has_value()) {
       return MakeCudaTrainingEngine(ranks.front(), model, optimizer, loss, config);
     }
-    NcclGroup g;
+    RankGroup g;
     if (group.has_value()) {
       g = *group;
     } else {

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "engine/train/data_parallel.h"
 #include "engine/train/training_engine.h"
 
 namespace forecastd {
@@ -56,17 +57,11 @@ absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeCudaTrainingEngine(
 // after `collective_timeout` (joining, the first step) and then `collective_timeout` beyond the
 // slowest step seen (DataParallelOptions::collective_margin). Empty `ranks`: every engine it
 // makes is INVALID_ARGUMENT.
-// With `group`, the GPUs are ranks [first_rank, first_rank + ranks.size()) of a group of
-// world_size ranks spread over several processes, named by unique_id (NewNcclUniqueId, made by
-// the process of rank 0); always a data-parallel engine then, even of one local rank.
-struct NcclGroup {
-  std::string unique_id;
-  int world_size = 0;
-  int first_rank = 0;
-};
+// With `group`, the GPUs are its ranks in a group spread over several processes; always a
+// data-parallel engine then, even of one local rank.
 TrainingEngineFactory MakeGpuTrainingEngineFactory(std::vector<CudaTrainingEngineOptions> ranks,
                                                    absl::Duration collective_timeout,
-                                                   std::optional<NcclGroup> group = std::nullopt);
+                                                   std::optional<RankGroup> group = std::nullopt);
 
 }  // namespace forecastd
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "engine/hash.h"
 #include "engine/random.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
@@ -230,7 +231,7 @@ class DataParallelEngine final : public TrainingEngine {
       }
     }
     if (SpansProcesses()) return losses.front();
-    return Combine(losses, B);
+    return Combine(losses, B, /*over_group=*/true);
   }
 
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override {
@@ -246,12 +247,7 @@ class DataParallelEngine final : public TrainingEngine {
                        rank.engine->Evaluate(x + begin * x_row, y + begin * y_row, end - begin));
       return absl::OkStatus();
     }));
-    double total = 0.0;
-    for (const Rank& rank : ranks_) {
-      const auto [begin, end] = ShardRows(B, rank.local, options_.ranks);
-      total += losses[static_cast<size_t>(rank.local)] * static_cast<double>(end - begin);
-    }
-    return total / static_cast<double>(B);
+    return Combine(losses, B, /*over_group=*/false);
   }
 
   absl::StatusOr<std::vector<uint64_t>> WeightChecksums() override {
@@ -296,12 +292,15 @@ class DataParallelEngine final : public TrainingEngine {
 
   bool SpansProcesses() const { return options_.world_size > options_.ranks; }
 
-  // The global batch's loss: the local shards' losses weighted by their rows.
-  double Combine(const std::vector<double>& losses, int64_t B) const {
+  // The loss of B windows from this process's ranks' losses on their shards, each weighted by
+  // its rows: shards of the group's split (`over_group`, as Step takes them) or of this
+  // process's own (as Evaluate does).
+  double Combine(const std::vector<double>& losses, int64_t B, bool over_group) const {
     double total = 0.0;
     int64_t rows = 0;
     for (const Rank& rank : ranks_) {
-      const auto [begin, end] = ShardRows(B, rank.global, options_.world_size);
+      const auto [begin, end] = over_group ? ShardRows(B, rank.global, options_.world_size)
+                                           : ShardRows(B, rank.local, options_.ranks);
       total += losses[static_cast<size_t>(rank.local)] * static_cast<double>(end - begin);
       rows += end - begin;
     }
@@ -326,12 +325,8 @@ std::pair<int64_t, int64_t> ShardRows(int64_t B, int rank, int ranks) {
 }
 
 uint64_t ArenaChecksum(const float* data, int64_t n) {
-  uint64_t hash = 14695981039346656037ull;
-  const auto* bytes = reinterpret_cast<const unsigned char*>(data);
-  for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(float)); ++i) {
-    hash = (hash ^ bytes[i]) * 1099511628211ull;
-  }
-  return hash;
+  return Fnv1a(absl::string_view(reinterpret_cast<const char*>(data),
+                                 static_cast<size_t>(n) * sizeof(float)));
 }
 
 absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeDataParallelTrainingEngine(

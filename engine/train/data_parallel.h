@@ -46,17 +46,26 @@ struct DataParallelOptions {
   absl::Duration collective_margin = absl::ZeroDuration();
 };
 
+// This process's ranks in a group whose ranks span processes (daemons): ranks [first_rank,
+// first_rank + this process's ranks) of world_size, in the communicators' group named by
+// unique_id (for NCCL, NewNcclUniqueId's bytes, made by the process of rank 0).
+struct RankGroup {
+  std::string unique_id;
+  int world_size = 0;
+  int first_rank = 0;
+};
+
 // INVALID_ARGUMENT for bad options, or a batch_size that does not split evenly over the world
 // size; what making a rank's communicator or engine returned otherwise (the ranks made so far
 // are ended). Stateful training is refused (FAILED_PRECONDITION).
 absl::StatusOr<std::unique_ptr<TrainingEngine>> MakeDataParallelTrainingEngine(
-    DataParallelOptions options, Forecaster& model, Optimizer& optimizer,
-    const TrainingLoss& loss, const v1::TrainingConfig& config);
+    DataParallelOptions options, Forecaster& model, Optimizer& optimizer, const TrainingLoss& loss,
+    const v1::TrainingConfig& config);
 
 // Rows [begin, end) of a global batch of B rows that rank `rank` of `ranks` takes.
 std::pair<int64_t, int64_t> ShardRows(int64_t B, int rank, int ranks);
 
-// An FNV-1a hash of the bytes of `n` floats: what the ranks' weights are compared by.
+// Fnv1a (engine/hash.h) of the bytes of `n` floats: what the ranks' weights are compared by.
 uint64_t ArenaChecksum(const float* data, int64_t n);
 
 }  // namespace forecastd

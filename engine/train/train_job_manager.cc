@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "engine/file_io.h"
+#include "engine/hash.h"
 #include "engine/models/model_files.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -51,16 +52,6 @@ absl::Status CheckModelName(const std::string& name) {
     }
   }
   return absl::OkStatus();
-}
-
-// 64-bit FNV-1a: a stable name for a (model, configuration) pair's checkpoint file.
-uint64_t Fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 std::string Json(const google::protobuf::Message& message) {
@@ -135,12 +126,15 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
     o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
                                         Fnv1a(Json(config) + "\n" + Json(placed_anywhere)));
   }
-  if (!request.training.devices().empty() && request.training.workers().empty()) {
+  if (!request.training.devices().empty()) {
     if (!options_.place) {
       return absl::InvalidArgumentError(
           "this server trains on its configured device only; leave training.devices empty");
     }
-    ASSIGN_OR_RETURN(JobPlacement placement, options_.place(request.training));
+    // This daemon's own devices (with workers: where the job goes on if it loses them).
+    v1::TrainingConfig here = request.training;
+    here.clear_workers();
+    ASSIGN_OR_RETURN(JobPlacement placement, options_.place(here));
     o.engine_factory = std::move(placement.engine_factory);
     o.schedulers = std::move(placement.schedulers);
   }
@@ -165,11 +159,6 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
       // Where the job goes on without its workers: this daemon's ranks alone.
       TrainJobOptions alone = o;
       alone.training.clear_workers();
-      if (!alone.training.devices().empty()) {
-        ASSIGN_OR_RETURN(JobPlacement placement, options_.place(alone.training));
-        alone.engine_factory = std::move(placement.engine_factory);
-        alone.schedulers = std::move(placement.schedulers);
-      }
       alone.make_engine_in_run = false;
       job->without_workers = std::move(alone);
     }
