@@ -53,6 +53,20 @@ absl::Status Backend::RecurrentStep(RecurrentCell /*cell*/, float* /*out*/, floa
       absl::StrCat(name(), " has no RecurrentStep (HasFastPath(kRecurrentStep))"));
 }
 
+bool Backend::RecurrentStepForecastFits(const RecurrentDims& /*dims*/, int /*num_layers*/,
+                                        const RecurrentStepForecastSpec& /*spec*/) const {
+  return false;
+}
+
+absl::Status Backend::RecurrentStepForecast(RecurrentCell /*cell*/, float* /*y*/, float* /*slab*/,
+                                            const int32_t* /*slots*/, const float* /*x*/,
+                                            const RecurrentDirectionWeights* /*weights*/,
+                                            const RecurrentDims& /*dims*/, int /*num_layers*/,
+                                            const RecurrentStepForecastSpec& /*spec*/) {
+  return absl::UnimplementedError(
+      absl::StrCat(name(), " has no RecurrentStepForecast (HasFastPath(kRecurrentStepForecast))"));
+}
+
 absl::Status Backend::LinearForTraining(float* out, float* /*saved*/, const float* inp,
                                         const float* weight, const float* bias, int64_t N,
                                         int64_t IN, int64_t OUT) {

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/ref/activation.h"
 #include "kernels/ref/recurrent.h"
 
@@ -73,6 +74,10 @@ enum class FastPath {
   // UNIMPLEMENTED and the caller gathers the states, runs LstmLayer / GruLayer for T = 1 and
   // scatters them back itself (the data movement is not a Backend op).
   kRecurrentStep,
+  // RecurrentStepForecast at all: RecurrentStep with a forecast's standardising, head and
+  // de-standardising in the same primitive, for the sizes RecurrentStepForecastFits accepts.
+  // Without it the caller composes them around RecurrentStep.
+  kRecurrentStepForecast,
 };
 
 using ref::GeluForm;
@@ -81,6 +86,24 @@ using ref::RecurrentDirectionGrads;
 using ref::RecurrentDirectionWeights;
 
 enum class RecurrentCell { kLstm, kGru };
+
+// The forecast RecurrentStepForecast computes around one step: layer 0 reads
+// (x - x_mean) / x_std per feature (both nullptr: x as it is); y (B, outputs) is the head's
+// Linear of the top layer's h' (head_weight (outputs, H), head_bias (outputs)), then, unless
+// y_mean and y_std are nullptr, output o is y * y_std[f] + y_mean[f] with f the feature of
+// target (o % (K * Q)) / Q, K = target_features.size() and Q = quantiles: outputs are laid out
+// (P, K, Q), as Forecaster's.
+struct RecurrentStepForecastSpec {
+  const float* x_mean = nullptr;
+  const float* x_std = nullptr;
+  const float* head_weight = nullptr;
+  const float* head_bias = nullptr;
+  int64_t outputs = 0;
+  const float* y_mean = nullptr;
+  const float* y_std = nullptr;
+  absl::Span<const int> target_features;
+  int64_t quantiles = 1;
+};
 
 // What RecurrentStackForTraining saves for the RecurrentStackBackward of the same stack. The
 // caller (the model's training tape) owns it and its memory, and passes it to both calls.
@@ -157,6 +180,19 @@ class Backend {
                                      const int32_t* slots, const float* inp,
                                      const RecurrentDirectionWeights* weights,
                                      const RecurrentDims& dims, int num_layers);
+  // RecurrentStep's step followed by the forecast of `spec` from the top layer's h', as one
+  // primitive: y (B, spec.outputs) from the raw ticks x (B, dims.I); slab, slots and weights as
+  // RecurrentStep's. The backend's own kernels read x and slots and write y, so on a GPU they
+  // may be pinned host memory the device reaches (no copies around the step). Only where
+  // HasFastPath(kRecurrentStepForecast) and RecurrentStepForecastFits(dims, num_layers, spec):
+  // otherwise the default of the one returns false and of the other UNIMPLEMENTED.
+  virtual bool RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
+                                         const RecurrentStepForecastSpec& spec) const;
+  virtual absl::Status RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
+                                             const int32_t* slots, const float* x,
+                                             const RecurrentDirectionWeights* weights,
+                                             const RecurrentDims& dims, int num_layers,
+                                             const RecurrentStepForecastSpec& spec);
 
   // out (N, C) = LayerNorm(inp (N, C)) * gamma + beta; mean/rstd (N) or nullptr.
   virtual absl::Status LayerNorm(float* out, float* mean, float* rstd, const float* inp,

@@ -156,6 +156,17 @@ class CudaBackend final : public Backend {
                              const int32_t* slots, const float* inp,
                              const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                              int num_layers) override;
+  // The whole step and its forecast in one launch of the cluster kernel (up to
+  // kStepClusterMaxStreams streams, as kernels/cuda/recurrent_step.h's RecurrentStepForecast
+  // takes them; not when Options::step_kernel forces kWarp or kTiled). x, slots and y may be
+  // pinned host memory. Allocates nothing: capturable at any time.
+  bool RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
+                                 const RecurrentStepForecastSpec& spec) const override;
+  absl::Status RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
+                                     const int32_t* slots, const float* x,
+                                     const RecurrentDirectionWeights* weights,
+                                     const RecurrentDims& dims, int num_layers,
+                                     const RecurrentStepForecastSpec& spec) override;
   // cuDNN's reserve space of the stack's training plan (0 when B or T is 0).
   absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
                                                int num_layers) override;

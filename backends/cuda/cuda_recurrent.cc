@@ -575,6 +575,64 @@ absl::Status CudaBackend::RecurrentStep(RecurrentCell cell, float* out, float* s
   });
 }
 
+namespace {
+
+// The kernels' form of a step's forecast; false when it has more targets than they take.
+bool ToStepForecast(const RecurrentStepForecastSpec& spec, cuda::StepForecast* out) {
+  if (spec.target_features.size() > static_cast<size_t>(cuda::kStepForecastMaxTargets) ||
+      spec.outputs > std::numeric_limits<int>::max() || spec.quantiles < 1 ||
+      spec.quantiles > std::numeric_limits<int>::max()) {
+    return false;
+  }
+  out->x_mean = spec.x_mean;
+  out->x_std = spec.x_std;
+  out->head_weight = spec.head_weight;
+  out->head_bias = spec.head_bias;
+  out->outputs = static_cast<int>(spec.outputs);
+  out->y_mean = spec.y_mean;
+  out->y_std = spec.y_std;
+  out->targets = static_cast<int>(spec.target_features.size());
+  out->quantiles = static_cast<int>(spec.quantiles);
+  for (size_t k = 0; k < spec.target_features.size(); ++k) {
+    out->target_feature[k] = spec.target_features[k];
+  }
+  return true;
+}
+
+}  // namespace
+
+bool CudaBackend::RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
+                                            const RecurrentStepForecastSpec& spec) const {
+  if (options_.step_kernel == Options::StepKernel::kWarp ||
+      options_.step_kernel == Options::StepKernel::kTiled || dims.T != 1 || dims.ND != 1) {
+    return false;
+  }
+  cuda::StepForecast forecast;
+  return ToStepForecast(spec, &forecast) &&
+         cuda::RecurrentStepForecastFits(dims.B, dims.I, dims.H, num_layers, forecast);
+}
+
+absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
+                                                const int32_t* slots, const float* x,
+                                                const RecurrentDirectionWeights* weights,
+                                                const RecurrentDims& dims, int num_layers,
+                                                const RecurrentStepForecastSpec& spec) {
+  if (!RecurrentStepForecastFits(dims, num_layers, spec)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RecurrentStepForecast: ", dims.B, " streams, I=", dims.I, " H=", dims.H, " T=", dims.T,
+        " ND=", dims.ND, ", ", num_layers, " layers, ", spec.outputs, " outputs and ",
+        spec.target_features.size(), " targets are not what one launch takes"));
+  }
+  cuda::StepForecast forecast;
+  ToStepForecast(spec, &forecast);
+  return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    return cuda::RecurrentStepForecast(
+        y, slab, slots, x, weights,
+        cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru, dims.B, dims.I,
+        dims.H, num_layers, forecast, context_.stream);
+  });
+}
+
 absl::StatusOr<int64_t> CudaBackend::RecurrentSavedFloats(RecurrentCell cell,
                                                           const RecurrentDims& dims,
                                                           int num_layers) {

@@ -121,10 +121,12 @@ absl::Status Forecaster::Step(Backend& backend, float* out, const float* x, floa
   }
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
   const int64_t F = num_features_;
-  RETURN_IF_ERROR(workspace.Reserve(StepWorkspaceFloats(B)));
-  workspace.Reset();
   const ParameterView p(parameters_,
                         placement.weights != nullptr ? placement.weights : parameters_.data());
+  // One backend call: no workspace, no data movement of its own.
+  if (StepOneCallFits(backend, B)) return StepOneCall(backend, p, out, x, slab, slots, B);
+  RETURN_IF_ERROR(workspace.Reserve(StepWorkspaceFloats(B)));
+  workspace.Reset();
   DataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostDataOps();
   const float* xn = x;
   if (standardized()) {
@@ -136,6 +138,12 @@ absl::Status Forecaster::Step(Backend& backend, float* out, const float* x, floa
   float* y = workspace.Alloc(B * num_outputs());
   RETURN_IF_ERROR(StepStandardized(backend, p, data, y, xn, slab, slots, B, workspace));
   return Destandardize(data, p, out, y, B);
+}
+
+absl::Status Forecaster::StepOneCall(Backend& /*backend*/, const ParameterView& /*p*/,
+                                     float* /*out*/, const float* /*x*/, float* /*slab*/,
+                                     const int32_t* /*slots*/, int64_t /*B*/) const {
+  return absl::UnimplementedError("no one-call step");
 }
 
 absl::Status Forecaster::StepStandardized(Backend& /*backend*/, const ParameterView& /*p*/,

@@ -131,6 +131,12 @@ class Forecaster {
                     int64_t B, Workspace& workspace, const ForwardPlacement& placement) const;
   // Floats of scratch one Step with batch B needs.
   int64_t StepWorkspaceFloats(int64_t B) const;
+  // Whether Step on `backend` for B streams is one backend call that reads x and slots and
+  // writes out itself (Backend::RecurrentStepForecast): then, on a GPU, they may be pinned
+  // host memory the device reaches, and the step needs no copies around it.
+  bool StepIsOneCall(const Backend& backend, int64_t B) const {
+    return StateFloats() > 0 && B > 0 && StepOneCallFits(backend, B);
+  }
   // B raw windows (B, T, F) at the normaliser's mean (zeros for a model without one): they
   // standardise to zeros, so a forecast from them is finite whenever the weights are. For
   // warm-up and padding.
@@ -153,6 +159,12 @@ class Forecaster {
                                         const int32_t* slots, int64_t B,
                                         Workspace& workspace) const;
   virtual int64_t StepBodyWorkspaceFloats(int64_t /*B*/) const { return 0; }
+  // Step as one backend call, where the architecture and the backend allow it (see
+  // StepIsOneCall): out from the raw ticks x, standardising and de-standardising included.
+  virtual bool StepOneCallFits(const Backend& /*backend*/, int64_t /*B*/) const { return false; }
+  virtual absl::Status StepOneCall(Backend& backend, const ParameterView& p, float* out,
+                                   const float* x, float* slab, const int32_t* slots,
+                                   int64_t B) const;
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                         TrainingTape& tape) const = 0;

@@ -125,6 +125,37 @@ int64_t RecurrentForecaster::StepBodyWorkspaceFloats(int64_t B) const {
   return 5 * (B * H + pad);
 }
 
+RecurrentStepForecastSpec RecurrentForecaster::StepForecastSpec(const ParameterView* p) const {
+  RecurrentStepForecastSpec spec;
+  spec.outputs = num_outputs();
+  spec.target_features = target_features();
+  spec.quantiles = num_quantiles();
+  if (p != nullptr) {
+    spec.head_weight = p->at("head.weight");
+    spec.head_bias = p->at("head.bias");
+    if (standardized()) {
+      spec.x_mean = spec.y_mean = p->at("normalizer.mean");
+      spec.x_std = spec.y_std = p->at("normalizer.std");
+    }
+  }
+  return spec;
+}
+
+bool RecurrentForecaster::StepOneCallFits(const Backend& backend, int64_t B) const {
+  return backend.HasFastPath(FastPath::kRecurrentStepForecast) &&
+         backend.RecurrentStepForecastFits({B, 1, num_features(), rnn_.hidden_size(), 1},
+                                           rnn_.num_layers(), StepForecastSpec(nullptr));
+}
+
+absl::Status RecurrentForecaster::StepOneCall(Backend& backend, const ParameterView& p, float* out,
+                                              const float* x, float* slab, const int32_t* slots,
+                                              int64_t B) const {
+  const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
+  return backend.RecurrentStepForecast(cell(), out, slab, slots, x, weights.data(),
+                                       {B, 1, num_features(), rnn_.hidden_size(), 1},
+                                       rnn_.num_layers(), StepForecastSpec(&p));
+}
+
 absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const ParameterView& p,
                                                    DataOps& data, float* out, const float* xn,
                                                    float* slab, const int32_t* slots, int64_t B,

@@ -30,6 +30,11 @@ class RecurrentForecaster final : public Forecaster {
                                 const float* xn, float* slab, const int32_t* slots, int64_t B,
                                 Workspace& workspace) const override;
   int64_t StepBodyWorkspaceFloats(int64_t B) const override;
+  bool StepOneCallFits(const Backend& backend, int64_t B) const override;
+  absl::Status StepOneCall(Backend& backend, const ParameterView& p, float* out, const float* x,
+                           float* slab, const int32_t* slots, int64_t B) const override;
+  // The forecast around a one-call step; its pointers are `p`'s, none without it.
+  RecurrentStepForecastSpec StepForecastSpec(const ParameterView* p) const;
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                 TrainingTape& tape) const override;
   absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,

@@ -195,6 +195,7 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   for (const int64_t rows : step_sizes) RETURN_IF_ERROR(s.QueueStep(rows));
   RETURN_IF_ERROR(s.lease_->Synchronize());
   for (const int64_t rows : step_sizes) {
+    if (m.StepIsOneCall(*s.backend_, rows)) continue;  // one launch, no copies: Step runs it
     absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(
         s.lease_->stream(), [&s, rows]() { return s.QueueStepWithCopies(rows); });
     if (!graph.ok()) {
@@ -252,7 +253,10 @@ absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, 
         absl::StrCat("step of ", rows, " ticks; this instance takes 1 to ", max_step_rows_));
   }
   const int64_t F = model_->num_features(), S = model_->StateFloats();
-  const auto graph = step_graphs_.lower_bound(rows);
+  // Few streams: one launch reads the staged slots and ticks from pinned host memory and
+  // writes the forecasts back into it, so the step has no copies and needs no graph.
+  const bool one_call = model_->StepIsOneCall(*backend_, rows);
+  const auto graph = one_call ? step_graphs_.end() : step_graphs_.lower_bound(rows);
   const int64_t computed = graph != step_graphs_.end() ? graph->first : rows;
   const cudaStream_t stream = lease_->stream();
   const ScopedCudaDevice scoped(lease_->device());
@@ -273,7 +277,11 @@ absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, 
                                          static_cast<size_t>(S) * sizeof(float), stream));
   }
   const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
-  if (graph != step_graphs_.end()) {
+  if (one_call) {
+    const ForwardPlacement placement{weights_->as<const float>(), data_ops_.get()};
+    RETURN_IF_ERROR(model_->Step(*backend_, static_cast<float*>(staging_output_), staged_x,
+                                 slab_->as<float>(), staged_slots, rows, *workspace_, placement));
+  } else if (graph != step_graphs_.end()) {
     // The graph copies the staged inputs in and the output out itself: one launch. Padding
     // rows' ticks are whatever the staging buffer held; they step the padding slot only.
     RETURN_IF_ERROR(graph->second.Launch(stream));

@@ -6,7 +6,10 @@
 // off, one CUDA graph of the whole forward pass per size of FixedBatchSizes(): a batch of r
 // rows is copied in through the pinned buffer, runs the graph of the smallest captured size
 // >= r (the padding rows hold earlier, finite windows and are never copied out), and its r
-// forecasts come back the same way. After an instance is made, its batches allocate no
+// forecasts come back the same way. A state-mode step of few streams, where the model's step is
+// one backend call (Forecaster::StepIsOneCall), is one kernel launch that reads the staged
+// ticks from the pinned buffer and writes the forecasts into it; larger steps run a captured
+// step graph with copies. After an instance is made, its batches allocate no
 // device memory. Each model computes in the precision its config asks for
 // (CudaMathForPrecision). Built with CUDA only. Thread-safe.
 #ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_

@@ -469,10 +469,14 @@ __device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
   }
 }
 
-template <bool kLstm>
+// With kForecast (RecurrentStepForecast), `inp` is the raw ticks, standardised as they are
+// staged, and the top layer's h' goes through distributed shared memory like any layer's, so
+// that each block gathers all of it and its warps compute outputs of the head, de-standardised,
+// into `out` (B, O) instead of h'.
+template <bool kLstm, bool kForecast>
 __global__ void __launch_bounds__(kClusterMaxUnits * 32)
     StepClusterKernel(float* out, float* slab, const int32_t* slots, const float* inp,
-                      StackWeights weights, int B, int I0, int H, int L, int UB) {
+                      StackWeights weights, int B, int I0, int H, int L, int UB, StepForecast fc) {
   namespace cg = cooperative_groups;
   constexpr unsigned kAll = 0xffffffffu;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -505,6 +509,14 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
   // Asynchronous copies (cp.async): every element in flight at once, no registers held.
   const int n_stage = L * nb * H + nb * I0 + (kLstm ? L * nb * UB : 0);
   for (int e = threadIdx.x; e < n_stage; e += threads) {
+    if (kForecast && e >= L * nb * H && e < L * nb * H + nb * I0) {
+      // A tick, read (from host memory, perhaps) and standardised as Standardize does.
+      const int r = (e - L * nb * H) / I0, k = (e - L * nb * H) - r * I0;
+      float v = inp[static_cast<int64_t>(b0 + r) * I0 + k];
+      if (fc.x_mean != nullptr) v = __fdiv_rn(__fsub_rn(v, fc.x_mean[k]), fc.x_std[k]);
+      xh[r * kClusterKp + k] = v;
+      continue;
+    }
     const float* src;
     float* dst;
     if (ClusterStageAt<kLstm>(e, nb, L, I0, H, UB, j0, SL, rows, slab, inp, b0, xh, cs, &src,
@@ -557,7 +569,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
             h_new = (1.0f - g[1]) * n + g[1] * x_l[r * kClusterKp + I + j];
           }
           state[j] = h_new;
-          if (l + 1 < L) {
+          if (kForecast || l + 1 < L) {
             hb[r * UB + w_local] = h_new;
           } else {
             out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
@@ -578,8 +590,58 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
     }
     __syncthreads();
   }
+  if (kForecast) {
+    // The head: warp w of the cluster computes outputs w, w + C * UB, ... of the tile's streams
+    // from the whole top h', gathered into layer 0's staging rows (no longer read by anyone).
+    const int warps = static_cast<int>(cluster.num_blocks()) * UB;
+    const int w_global = rank * UB + w_local;
+    float hw[kClusterKPL];  // the first output's head row, loaded while the cluster waits
+#pragma unroll
+    for (int i = 0; i < kClusterKPL; ++i) {
+      const int k = lane + 32 * i;
+      hw[i] = w_global < fc.outputs && k < H ? fc.head_weight[int64_t{w_global} * H + k] : 0.0f;
+    }
+    const float* hb = hbuf + ((L - 1) % 2) * kClusterStreams * UB;
+    cluster.sync();
+    for (int e = threadIdx.x; e < nb * H; e += threads) {
+      const int r = e / H, k = e - r * H, owner = k / UB;
+      const float* remote = cluster.map_shared_rank(hb, owner);
+      xh[r * kClusterKp + k] = remote[r * UB + (k - owner * UB)];
+    }
+    __syncthreads();
+    const int KQ = fc.targets * fc.quantiles;
+    for (int o = w_global; o < fc.outputs; o += warps) {
+      if (o != w_global) {
+#pragma unroll
+        for (int i = 0; i < kClusterKPL; ++i) {
+          const int k = lane + 32 * i;
+          hw[i] = k < H ? fc.head_weight[int64_t{o} * H + k] : 0.0f;
+        }
+      }
+      float m = 0.0f, s = 1.0f;
+      if (fc.y_mean != nullptr) {
+        const int f = fc.target_feature[(o % KQ) / fc.quantiles];
+        m = fc.y_mean[f];
+        s = fc.y_std[f];
+      }
+      const float b = fc.head_bias[o];
+      for (int r = 0; r < nb; ++r) {
+        float a = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kClusterKPL; ++i)
+          a = fmaf(hw[i], xh[r * kClusterKp + lane + 32 * i], a);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) a += __shfl_xor_sync(kAll, a, offset);
+        if (lane == 0) {
+          const float v = a + b;
+          out[static_cast<int64_t>(b0 + r) * fc.outputs + o] =
+              fc.y_mean != nullptr ? __fadd_rn(__fmul_rn(v, s), m) : v;
+        }
+      }
+    }
+  }
   // No block leaves while another may still read its hbuf.
-  if (L > 1) cluster.sync();
+  if (kForecast || L > 1) cluster.sync();
 }
 
 // --- launchers
@@ -644,10 +706,10 @@ bool ClusterFits(int64_t I, int64_t H, int L) {
          ClusterSmemBytes(L, shape.UB) <= 48 * 1024;
 }
 
-template <bool kLstm>
+template <bool kLstm, bool kForecast>
 absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const float* inp,
                            const ref::RecurrentDirectionWeights* weights, int B, int I, int H,
-                           int L, cudaStream_t stream) {
+                           int L, const StepForecast& forecast, cudaStream_t stream) {
   const ClusterShape shape = ClusterShapeOf(H);
   StackWeights stack{};
   for (int l = 0; l < L; ++l) {
@@ -666,8 +728,8 @@ absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const 
   attribute[0].val.clusterDim.z = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, StepClusterKernel<kLstm>, out, slab, slots, inp,
-                                          stack, B, I, H, L, shape.UB));
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, StepClusterKernel<kLstm, kForecast>, out, slab,
+                                          slots, inp, stack, B, I, H, L, shape.UB, forecast));
   return absl::OkStatus();
 }
 
@@ -709,9 +771,12 @@ absl::Status RecurrentStepForward(float* out, float* scratch, float* slab, int* 
                    (kernel == StepKernel::kAuto && B <= kStepClusterMaxStreams);
   if (few && ClusterFits(I, H, L)) {
     const int b = static_cast<int>(B), i = static_cast<int>(I), h = static_cast<int>(H);
-    RETURN_IF_ERROR(lstm
-                        ? LaunchCluster<true>(out, slab, slots, inp, weights, b, i, h, L, stream)
-                        : LaunchCluster<false>(out, slab, slots, inp, weights, b, i, h, L, stream));
+    const StepForecast none;
+    const absl::Status launched =
+        lstm
+            ? LaunchCluster<true, false>(out, slab, slots, inp, weights, b, i, h, L, none, stream)
+            : LaunchCluster<false, false>(out, slab, slots, inp, weights, b, i, h, L, none, stream);
+    RETURN_IF_ERROR(launched);
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
     return absl::OkStatus();
   }
@@ -737,6 +802,46 @@ absl::Status RecurrentStepForward(float* out, float* scratch, float* slab, int* 
     CUDA_RETURN_IF_ERROR(cudaGetLastError());
     layer_in = layer_out;
   }
+  return absl::OkStatus();
+}
+
+bool RecurrentStepForecastFits(int64_t B, int64_t I, int64_t H, int L, const StepForecast& f) {
+  return B >= 1 && B <= kStepClusterMaxStreams && I >= 1 && H >= 1 && L >= 1 &&
+         ClusterFits(I, H, L) && f.outputs >= 1 && f.targets >= 1 &&
+         f.targets <= kStepForecastMaxTargets && f.quantiles >= 1 &&
+         f.outputs % (f.targets * f.quantiles) == 0;
+}
+
+absl::Status RecurrentStepForecast(float* y, float* slab, const int32_t* slots, const float* x,
+                                   const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                   int64_t B, int64_t I, int64_t H, int L,
+                                   const StepForecast& forecast, cudaStream_t stream) {
+  if (!RecurrentStepForecastFits(B, I, H, L, forecast)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RecurrentStepForecast: B=", B, " I=", I, " H=", H, " L=", L, " outputs=", forecast.outputs,
+        " targets=", forecast.targets, " quantiles=", forecast.quantiles,
+        " do not fit one cluster (RecurrentStepForecastFits)"));
+  }
+  if (y == nullptr || slab == nullptr || slots == nullptr || x == nullptr || weights == nullptr ||
+      forecast.head_weight == nullptr || forecast.head_bias == nullptr ||
+      (forecast.x_mean == nullptr) != (forecast.x_std == nullptr) ||
+      (forecast.y_mean == nullptr) != (forecast.y_std == nullptr)) {
+    return absl::InvalidArgumentError("RecurrentStepForecast: null pointer");
+  }
+  for (int l = 0; l < L; ++l) {
+    const ref::RecurrentDirectionWeights& lw = weights[l];
+    if (lw.w_ih == nullptr || lw.w_hh == nullptr || lw.b_ih == nullptr || lw.b_hh == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RecurrentStepForecast: layer ", l, " has a null weight"));
+    }
+  }
+  const int b = static_cast<int>(B), i = static_cast<int>(I), h = static_cast<int>(H);
+  const absl::Status launched =
+      cell == StepCell::kLstm
+          ? LaunchCluster<true, true>(y, slab, slots, x, weights, b, i, h, L, forecast, stream)
+          : LaunchCluster<false, true>(y, slab, slots, x, weights, b, i, h, L, forecast, stream);
+  RETURN_IF_ERROR(launched);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

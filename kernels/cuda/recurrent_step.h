@@ -62,6 +62,40 @@ absl::Status RecurrentStepForward(float* out, float* scratch, float* slab, int* 
                                   StepKernel kernel, int64_t B, int64_t I, int64_t H, int L,
                                   cudaStream_t stream);
 
+// A forecast's computation around one step, done inside the same launch (RecurrentStepForecast):
+// layer 0 reads the standardised tick, and the head's Linear of the top layer's h' and the
+// de-standardising of the result follow the layers. For the few streams kCluster serves.
+inline constexpr int kStepForecastMaxTargets = 8;
+struct StepForecast {
+  // Layer 0's input is (x - x_mean) / x_std, per feature (I); both nullptr: x as it is.
+  const float* x_mean = nullptr;
+  const float* x_std = nullptr;
+  const float* head_weight = nullptr;  // (O, H)
+  const float* head_bias = nullptr;    // (O)
+  int outputs = 0;                     // O = P * K * Q, laid out (P, K, Q)
+  // Output o becomes y * y_std[f] + y_mean[f] for f = target_feature[(o % (K * Q)) / Q];
+  // y_mean and y_std nullptr: y as it is.
+  const float* y_mean = nullptr;
+  const float* y_std = nullptr;
+  int targets = 0;    // K <= kStepForecastMaxTargets
+  int quantiles = 1;  // Q
+  int target_feature[kStepForecastMaxTargets] = {};
+};
+
+// Whether RecurrentStepForecast takes these sizes: B <= kStepClusterMaxStreams and a stack that
+// fits one cluster (as kCluster), at most kStepForecastMaxTargets targets.
+bool RecurrentStepForecastFits(int64_t B, int64_t I, int64_t H, int L, const StepForecast& f);
+
+// RecurrentStepForward's step for B streams with the forecast around it, in one launch:
+//   y (B, O): the de-standardised forecasts
+//   x (B, I): the raw ticks
+// slab and slots as RecurrentStepForward's. x, slots and y may be pinned host memory (read and
+// written by the kernel over the bus), so a step needs no copy of its own.
+absl::Status RecurrentStepForecast(float* y, float* slab, const int32_t* slots, const float* x,
+                                   const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                   int64_t B, int64_t I, int64_t H, int L,
+                                   const StepForecast& forecast, cudaStream_t stream);
+
 }  // namespace forecastd::cuda
 
 #endif  // FORECASTD_KERNELS_CUDA_RECURRENT_STEP_H_

@@ -3,8 +3,11 @@
 // against the same Step on the reference backend (host gather, reference layers, scatter): 1-3
 // layers, odd and even hidden sizes, 1 to 4096 streams in scattered slots of a slab whose other
 // rows must stay untouched, several consecutive steps from random states, every kernel choice
-// (kAuto, kCluster, kWarp, kTiled); forecasts and states within 1e-5 (abs + rel). Then the step
-// captured in a CUDA graph and replayed.
+// (kAuto, kCluster, kWarp, kTiled; up to 64 streams kAuto and kCluster make the whole step one
+// launch, RecurrentStepForecast); forecasts and states within 1e-5 (abs + rel). Then the step
+// captured in a CUDA graph and replayed, and the one-launch step reading its ticks and slots
+// from pinned host memory and writing its forecasts there, with quantiles and without a
+// normaliser.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -290,6 +293,72 @@ TEST_CASE("The fused step replays in a CUDA graph", "[gpu][model][stream]") {
       const Mismatch state = Compare(DeviceMemory::Get(slab, kRows * S), ref_slab);
       INFO("states: " << state.bad << " bad, worst " << state.where);
       CHECK(state.bad == 0);
+    }
+  }
+}
+
+TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles included",
+          "[gpu][model][stream]") {
+  ReferenceBackend reference;
+  std::unique_ptr<CudaBackend> cuda = MakeCuda(StepKernel::kAuto);
+  std::unique_ptr<CudaBackend> warp = MakeCuda(StepKernel::kWarp);
+  for (const bool lstm : {true, false}) {
+    for (const bool standard : {true, false}) {
+      ModelConfig config = Config(lstm, 2, 128);
+      for (const float q : {0.1f, 0.5f, 0.9f}) config.add_quantiles(q);
+      if (!standard) config.set_normalization(v1::NORMALIZATION_NONE);
+      const auto model = Build(config, 128, lstm ? 21 : 22);
+      const int64_t S = model->StateFloats(), outs = model->num_outputs();
+      REQUIRE(outs == int64_t{kP} * 2 * 3);
+      CHECK(model->StepIsOneCall(*cuda, 1));
+      CHECK(model->StepIsOneCall(*cuda, 64));
+      CHECK_FALSE(model->StepIsOneCall(*cuda, 65));
+      CHECK_FALSE(model->StepIsOneCall(*warp, 1));  // a forced per-layer kernel composes
+      CHECK_FALSE(model->StepIsOneCall(reference, 1));
+      for (const int64_t B : {int64_t{1}, int64_t{9}, int64_t{64}}) {
+        const std::string label =
+            absl::StrCat(lstm ? "lstm" : "gru", standard ? " standard" : " raw", " B=", B);
+        CAPTURE(label);
+        const int64_t rows = 2 * B + 5;
+        const std::vector<int32_t> slots = ScatteredSlots(B, rows, static_cast<uint32_t>(B + 1));
+        const std::vector<float> slab_0 = Normal(rows * S, 6, 0.8f);
+        const std::vector<float> x = Normal(B * kF, 13, 2.0f);
+        std::vector<float> ref_slab = slab_0, ref_out(static_cast<size_t>(B * outs));
+        Workspace host_workspace;
+        Ok(model->Step(reference, ref_out.data(), x.data(), ref_slab.data(), slots.data(), B,
+                       host_workspace, ForwardPlacement{}),
+           "reference Step");
+
+        DeviceMemory mem;
+        const ParameterArena& arena = model->parameters();
+        const float* weights =
+            mem.Upload(std::vector<float>(arena.data(), arena.data() + arena.size()));
+        float* slab = mem.Upload(slab_0);
+        // Pinned host memory for the ticks, the slots and the forecasts.
+        void* pinned = nullptr;
+        const size_t pinned_bytes = static_cast<size_t>(B * (kF + 1 + outs)) * sizeof(float);
+        Cuda(cudaHostAlloc(&pinned, pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc");
+        auto* host_slots = static_cast<int32_t*>(pinned);
+        float* host_x = static_cast<float*>(pinned) + B;
+        float* host_out = host_x + B * kF;
+        std::copy(slots.begin(), slots.end(), host_slots);
+        std::copy(x.begin(), x.end(), host_x);
+        std::fill(host_out, host_out + B * outs, -1.0f);
+        Workspace workspace;  // the one-launch step takes none
+        CudaDataOps data(cuda->stream());
+        Ok(model->Step(*cuda, host_out, host_x, slab, host_slots, B, workspace,
+                       ForwardPlacement{weights, &data}),
+           "one-launch Step");
+        Ok(cuda->Synchronize(), "Synchronize");
+        const Mismatch forecast =
+            Compare(std::vector<float>(host_out, host_out + B * outs), ref_out);
+        INFO("forecast: " << forecast.bad << " bad, worst " << forecast.where);
+        CHECK(forecast.bad == 0);
+        const Mismatch state = Compare(DeviceMemory::Get(slab, rows * S), ref_slab);
+        INFO("states: " << state.bad << " bad, worst " << state.where);
+        CHECK(state.bad == 0);
+        Cuda(cudaFreeHost(pinned), "cudaFreeHost");
+      }
     }
   }
 }
