@@ -17,10 +17,24 @@
 // int32 files, and `manifest.json` describing them. Prints one JSON line per B:
 //   {"B":...,"fused":{"median_us":...,...},"cluster":{...},"warp":{...},"tiled":{...},
 //    "cudnn":{...}}
+//
+// `--latency` instead times one step as a server waits for it: host wall time from queuing the
+// step to cudaStreamSynchronize's return, one step at a time (--latency-steps of them, after
+// 50 untimed), for the full forecast step (ticks in, forecasts out, head included):
+//   "floor": a 4-byte cudaMemsetAsync and the synchronize (what any launch and wait costs);
+//   "one_launch_pinned": RecurrentStepForecast reading ticks and slots from pinned host memory
+//     and writing forecasts there (what a state-mode step of few streams now is);
+//   "one_launch_device": the same on device buffers (no bus reads);
+//   "composed_graph": a captured graph of the copies in, RecurrentStep, the head's Linear and
+//     the copy out (each bias added by Linear; no normaliser), launched and synchronized;
+//   "one_launch_gpu": GPU time of the one-launch step in graph replays (as the main mode).
+// --gap-us spaces the timed steps (busy waiting), as a server's ticks arrive.
+// One JSON line per B: {"B":...,"latency":true,"floor":{...},...}.
 // Exit codes: 0 success, 1 a failure, 2 bad arguments.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -59,6 +73,9 @@ struct Flags {
   int steps_per_graph = 20;
   int replays = 50;
   std::string dir = "/tmp/step_bench";
+  bool latency = false;
+  int latency_steps = 2000;
+  double gap_us = 0.0;
 };
 
 // Device buffers freed with the object.
@@ -135,7 +152,139 @@ absl::StatusOr<bench::Timing> TimeGraph(cudaStream_t stream, const StepFn& step,
   return bench::Summarize(std::move(us));
 }
 
+// Host wall time of `step` followed by a synchronize of `stream`, one at a time, `gap_us` of
+// busy waiting apart (a server's ticks arrive with gaps in which the GPU idles).
+absl::StatusOr<bench::Timing> TimeWall(cudaStream_t stream, const StepFn& step, int steps,
+                                       double gap_us) {
+  std::vector<double> us;
+  for (int r = 0; r < steps + 50; ++r) {
+    const auto idle = std::chrono::steady_clock::now();
+    while (
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - idle).count() <
+        gap_us) {
+    }
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(step());
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+    const auto stop = std::chrono::steady_clock::now();
+    if (r >= 50) us.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+  }
+  return bench::Summarize(std::move(us));
+}
+
+absl::Status RunLatency(const Flags& flags) {
+  const bool lstm = flags.cell == "lstm";
+  const RecurrentCell cell = lstm ? RecurrentCell::kLstm : RecurrentCell::kGru;
+  const int64_t H = flags.hidden, F = flags.features, G = lstm ? 4 : 3, O = 10;
+  const int L = flags.layers;
+  const int64_t S = L * (lstm ? 2 : 1) * H;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator, CudaAllocator::Create({}));
+  ASSIGN_OR_RETURN(std::unique_ptr<InstanceStreams> streams,
+                   InstanceStreams::Create({}, allocator.get()));
+  std::vector<float> params;
+  std::vector<int64_t> offsets;
+  for (int l = 0; l < L; ++l) {
+    const int64_t I = l == 0 ? F : H;
+    for (const int64_t n : {G * H * I, G * H * H, G * H, G * H}) {
+      offsets.push_back(static_cast<int64_t>(params.size()));
+      const std::vector<float> v = Uniform(n, static_cast<uint32_t>(offsets.size()),
+                                           1.0f / std::sqrt(static_cast<float>(H)));
+      params.insert(params.end(), v.begin(), v.end());
+    }
+  }
+  const int64_t head_at = static_cast<int64_t>(params.size());
+  const std::vector<float> head = Uniform(O * H + O, 77, 1.0f / std::sqrt(static_cast<float>(H)));
+  params.insert(params.end(), head.begin(), head.end());
+  CudaBackend::Options options;  // kFp32, kAuto
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
+                   CudaBackend::Create(streams->Lease(), allocator.get(), options));
+  const cudaStream_t stream = backend->stream();
+  DeviceArena mem(allocator.get());
+  ASSIGN_OR_RETURN(const float* w, mem.Upload(params));
+  std::vector<RecurrentDirectionWeights> weights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back({w + offsets[4 * l], w + offsets[4 * l + 1], w + offsets[4 * l + 2],
+                       w + offsets[4 * l + 3]});
+  }
+  const int targets[1] = {0};
+  RecurrentStepForecastSpec spec;
+  spec.head_weight = w + head_at;
+  spec.head_bias = w + head_at + O * H;
+  spec.outputs = O;
+  spec.target_features = targets;
+  for (const int64_t B : flags.streams) {
+    if (!backend->RecurrentStepForecastFits({B, 1, F, H, 1}, L, spec)) {
+      std::printf(
+          "{\"B\":%lld,\"latency\":true,\"skipped\":\"more streams than one launch "
+          "takes\"}\n",
+          static_cast<long long>(B));
+      continue;
+    }
+    std::vector<int32_t> slots(static_cast<size_t>(B));
+    std::iota(slots.begin(), slots.end(), 0);
+    ASSIGN_OR_RETURN(float* slab, mem.Upload(Uniform(B * S, 101, 1.0f)));
+    ASSIGN_OR_RETURN(int32_t * dslots, mem.Upload(slots));
+    ASSIGN_OR_RETURN(float* dx, mem.Upload(Uniform(B * F, 102, 2.0f)));
+    ASSIGN_OR_RETURN(float* dy, mem.Upload(std::vector<float>(B * O, 0.0f)));
+    ASSIGN_OR_RETURN(float* dh, mem.Upload(std::vector<float>(2 * B * H, 0.0f)));
+    void* pinned = nullptr;
+    CUDA_RETURN_IF_ERROR(
+        cudaHostAlloc(&pinned, static_cast<size_t>(B * (1 + F + O) * 4), cudaHostAllocDefault));
+    auto* hslots = static_cast<int32_t*>(pinned);
+    float* hx = static_cast<float*>(pinned) + B;
+    float* hy = hx + B * F;
+    std::copy(slots.begin(), slots.end(), hslots);
+    const std::vector<float> x = Uniform(B * F, 102, 2.0f);
+    std::copy(x.begin(), x.end(), hx);
+    const StepFn floor = [&]() -> absl::Status {
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dy, 0, 4, stream));
+      return absl::OkStatus();
+    };
+    const StepFn pinned_step = [&, b = B]() {
+      return backend->RecurrentStepForecast(cell, hy, slab, hslots, hx, weights.data(),
+                                            {b, 1, F, H, 1}, L, spec);
+    };
+    const StepFn device_step = [&, b = B]() {
+      return backend->RecurrentStepForecast(cell, dy, slab, dslots, dx, weights.data(),
+                                            {b, 1, F, H, 1}, L, spec);
+    };
+    const StepFn composed = [&, b = B]() -> absl::Status {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dslots, hslots, static_cast<size_t>(b) * 4,
+                                           cudaMemcpyHostToDevice, stream));
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dx, hx, static_cast<size_t>(b * F) * 4, cudaMemcpyHostToDevice, stream));
+      RETURN_IF_ERROR(backend->RecurrentStep(cell, dh, dh + b * H, slab, dslots, dx, weights.data(),
+                                             {b, 1, F, H, 1}, L));
+      RETURN_IF_ERROR(backend->Linear(dy, dh, spec.head_weight, spec.head_bias, b, H, O));
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(hy, dy, static_cast<size_t>(b * O) * 4, cudaMemcpyDeviceToHost, stream));
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(composed());  // builds plans and scratch before the capture
+    RETURN_IF_ERROR(backend->Synchronize());
+    ASSIGN_OR_RETURN(CudaGraph graph, CudaGraph::Capture(stream, composed));
+    const StepFn composed_graph = [&]() { return graph.Launch(stream); };
+    std::string line = absl::StrCat(R"({"B":)", B, R"(,"latency":true)");
+    for (const auto& [name, fn] : {std::pair<const char*, const StepFn*>{"floor", &floor},
+                                   {"one_launch_pinned", &pinned_step},
+                                   {"one_launch_device", &device_step},
+                                   {"composed_graph", &composed_graph}}) {
+      ASSIGN_OR_RETURN(bench::Timing t, TimeWall(stream, *fn, flags.latency_steps, flags.gap_us));
+      absl::StrAppend(&line, R"(,")", name, R"(":{)", bench::TimingJson(t), "}");
+    }
+    ASSIGN_OR_RETURN(bench::Timing gpu,
+                     TimeGraph(stream, device_step, flags.steps_per_graph, flags.replays));
+    absl::StrAppend(&line, R"(,"one_launch_gpu":{)", bench::TimingJson(gpu), "}");
+    RETURN_IF_ERROR(backend->Synchronize());
+    cudaFreeHost(pinned);
+    std::printf("%s}\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Flags& flags) {
+  if (flags.latency) return RunLatency(flags);
   const bool lstm = flags.cell == "lstm";
   const RecurrentCell cell = lstm ? RecurrentCell::kLstm : RecurrentCell::kGru;
   const int64_t H = flags.hidden, F = flags.features, G = lstm ? 4 : 3;
@@ -269,6 +418,11 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--replays", flags.replays, "timed graph replays")->check(CLI::PositiveNumber);
   app.add_option("--dir", flags.dir, "where the inputs and results go (must exist)");
+  app.add_flag("--latency", flags.latency, "time one step as a server waits for it (see above)");
+  app.add_option("--latency-steps", flags.latency_steps, "timed steps per path in --latency")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--gap-us", flags.gap_us, "idle microseconds between timed steps in --latency")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = forecastd::Run(flags);
   if (!status.ok()) {

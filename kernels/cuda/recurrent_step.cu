@@ -474,7 +474,7 @@ __device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
 // that each block gathers all of it and its warps compute outputs of the head, de-standardised,
 // into `out` (B, O) instead of h'.
 template <bool kLstm, bool kForecast>
-__global__ void __launch_bounds__(kClusterMaxUnits * 32)
+__global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     StepClusterKernel(float* out, float* slab, const int32_t* slots, const float* inp,
                       StackWeights weights, int B, int I0, int H, int L, int UB, StepForecast fc) {
   namespace cg = cooperative_groups;
@@ -495,6 +495,14 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
   // would copy it to local memory, and a switch over layers would repeat LoadRows' code.
   __shared__ Weights layer_weights[kClusterMaxLayers];
   if (threadIdx.x < L) layer_weights[threadIdx.x] = weights.layer[threadIdx.x];
+  // The same for the targets' features (read by output); constant indices into the parameter.
+  __shared__ int target_feature[kStepForecastMaxTargets];
+  if (kForecast) {
+#pragma unroll
+    for (int k = 0; k < kStepForecastMaxTargets; ++k) {
+      if (threadIdx.x == k) target_feature[k] = fc.target_feature[k];
+    }
+  }
   float wr[kQuantities][kClusterKPL] = {}, bias[kQuantities] = {};
   LoadRows<kLstm>(wr, bias, weights.layer[0], j, lane, I0, H);
   // The bias of the quantity this lane ends the reduction with.
@@ -620,7 +628,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32)
       }
       float m = 0.0f, s = 1.0f;
       if (fc.y_mean != nullptr) {
-        const int f = fc.target_feature[(o % KQ) / fc.quantiles];
+        const int f = target_feature[(o % KQ) / fc.quantiles];
         m = fc.y_mean[f];
         s = fc.y_std[f];
       }

@@ -64,6 +64,7 @@ std::unique_ptr<Forecaster> Build(const ModelConfig& config, int hidden, uint32_
   ParameterArena& p = model->parameters();
   const std::vector<float> w = Normal(p.size(), seed, 0.6f / std::sqrt(static_cast<float>(hidden)));
   std::copy(w.begin(), w.end(), p.data());
+  if (!model->standardized()) return model;
   float* mean = p.at("normalizer.mean");
   float* std = p.at("normalizer.std");
   for (int f = 0; f < kF; ++f) {
