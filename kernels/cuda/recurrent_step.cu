@@ -115,6 +115,39 @@ __device__ __forceinline__ void HalvingSum16(float (&a)[16], int lane) {
   a[0] += __shfl_xor_sync(kAllLanes, a[0], 1);
 }
 
+// Sums 32 values across a warp, as HalvingSum16 with one more halving: lane l ends with sum l
+// in a[0] (the other entries are spent).
+__device__ __forceinline__ void HalvingSum32(float (&a)[32], int lane) {
+  constexpr unsigned kAllLanes = 0xffffffffu;
+#pragma unroll
+  for (int n = 0; n < 16; ++n) {
+    const bool hi = (lane & 16) != 0;
+    const float send = hi ? a[n] : a[n + 16], keep = hi ? a[n + 16] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 16);
+  }
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
+    const bool hi = (lane & 8) != 0;
+    const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 8);
+  }
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+    const bool hi = (lane & 4) != 0;
+    const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 4);
+  }
+#pragma unroll
+  for (int n = 0; n < 2; ++n) {
+    const bool hi = (lane & 2) != 0;
+    const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 2);
+  }
+  const bool hi = (lane & 1) != 0;
+  const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
+  a[0] = keep + __shfl_xor_sync(kAllLanes, send, 1);
+}
+
 // The top layer's last step: its h' sits in `out` and each block of a stream tile has read
 // the old h from the slab. The last block of the tile to finish (counted in counters[tile])
 // copies the tile's h' into the slab and zeroes the counter for the next call.
@@ -398,8 +431,8 @@ __global__ void __launch_bounds__(kTileThreads)
 // kCluster: the whole stack in one launch, for few streams and H <= kClusterMaxUnits *
 // kClusterMaxBlocks. A thread-block cluster of C blocks covers one tile of kClusterStreams
 // streams: block `rank` owns units [rank * UB, + UB), a warp each, as in StepWarpKernel (its
-// rows in registers, four streams reduced together). Every block first stages all the tile's
-// old states (each layer's h, and c of its own units) into shared memory; after one cluster
+// rows in registers, four or eight streams reduced together). Every block first stages all the
+// tile's old states (each layer's h, and c of its own units) into shared memory; after one cluster
 // barrier no block reads the slab's states again, so each writes its new h and c straight into
 // the slab. Layer l + 1's input, layer l's new h, travels through distributed shared memory:
 // each block leaves its units' share in `hbuf` (two buffers, alternating by layer) and, after
@@ -416,38 +449,6 @@ constexpr int kClusterMaxLayers = 8;
 struct StackWeights {
   Weights layer[kClusterMaxLayers];
 };
-
-// Where staged element e comes from and goes to: each layer's h (L x nb x H), then layer 0's
-// input (nb x I0), then for an LSTM each layer's c of this block's units (L x nb x UB).
-template <bool kLstm>
-__device__ __forceinline__ bool ClusterStageAt(int e, int nb, int L, int I0, int H, int UB, int j0,
-                                               int64_t SL, const int64_t* rows, const float* slab,
-                                               const float* inp, int b0, float* xh, float* cs,
-                                               const float** src, float** dst) {
-  const int n_h = L * nb * H, n_x = nb * I0;
-  if (e < n_h) {
-    const int l = e / (nb * H), rem = e - l * nb * H, r = rem / H, k = rem - r * H;
-    *src = slab + rows[r] + l * SL + k;
-    *dst = xh + (l * kClusterStreams + r) * kClusterKp + (l == 0 ? I0 : H) + k;
-    return true;
-  }
-  e -= n_h;
-  if (e < n_x) {
-    const int r = e / I0, k = e - r * I0;
-    *src = inp + static_cast<int64_t>(b0 + r) * I0 + k;
-    *dst = xh + r * kClusterKp + k;
-    return true;
-  }
-  e -= n_x;
-  if (kLstm && e < L * nb * UB) {
-    const int l = e / (nb * UB), rem = e - l * nb * UB, r = rem / UB, u = rem - r * UB;
-    if (j0 + u >= H) return false;
-    *src = slab + rows[r] + l * SL + H + j0 + u;
-    *dst = cs + (l * kClusterStreams + r) * UB + u;
-    return true;
-  }
-  return false;
-}
 
 template <bool kLstm>
 __device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
@@ -514,24 +515,42 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
   if (threadIdx.x < nb) rows[threadIdx.x] = static_cast<int64_t>(slots[b0 + threadIdx.x]) * S;
   for (int e = threadIdx.x; e < L * kClusterStreams * kClusterKp; e += threads) xh[e] = 0.0f;
   __syncthreads();
-  // Asynchronous copies (cp.async): every element in flight at once, no registers held.
-  const int n_stage = L * nb * H + nb * I0 + (kLstm ? L * nb * UB : 0);
-  for (int e = threadIdx.x; e < n_stage; e += threads) {
-    if (kForecast && e >= L * nb * H && e < L * nb * H + nb * I0) {
-      // A tick, read (from host memory, perhaps) and standardised as Standardize does.
-      const int r = (e - L * nb * H) / I0, k = (e - L * nb * H) - r * I0;
-      float v = inp[static_cast<int64_t>(b0 + r) * I0 + k];
-      if (fc.x_mean != nullptr) v = __fdiv_rn(__fsub_rn(v, fc.x_mean[k]), fc.x_std[k]);
-      xh[r * kClusterKp + k] = v;
-      continue;
+  // Asynchronous copies (cp.async): every element in flight at once, no registers held. Thread
+  // t stays on column hk = t % H of the h rows (and unit cu = t % UB of the c rows) and walks
+  // the (layer, stream) rows, so the only divisions are one per row.
+  const int hk = threadIdx.x % H, h_first = threadIdx.x / H, h_per = threads / H;  // >= 4 rows
+  if (h_first < h_per) {
+    for (int lr = h_first; lr < L * nb; lr += h_per) {
+      const int l = lr / nb, r = lr - l * nb;
+      __pipeline_memcpy_async(xh + (l * kClusterStreams + r) * kClusterKp + (l == 0 ? I0 : H) + hk,
+                              slab + rows[r] + l * SL + hk, sizeof(float));
     }
-    const float* src;
-    float* dst;
-    if (ClusterStageAt<kLstm>(e, nb, L, I0, H, UB, j0, SL, rows, slab, inp, b0, xh, cs, &src,
-                              &dst)) {
+  }
+  if (kLstm) {
+    const int cu = threadIdx.x % UB;
+    if (j0 + cu < H) {
+      for (int lr = threadIdx.x / UB; lr < L * nb; lr += threads / UB) {
+        const int l = lr / nb, r = lr - l * nb;
+        __pipeline_memcpy_async(cs + (l * kClusterStreams + r) * UB + cu,
+                                slab + rows[r] + l * SL + H + j0 + cu, sizeof(float));
+      }
+    }
+  }
+  for (int e = threadIdx.x; e < nb * I0; e += threads) {
+    const int r = e / I0, k = e - r * I0;
+    const float* src = inp + static_cast<int64_t>(b0 + r) * I0 + k;
+    float* dst = xh + r * kClusterKp + k;
+    if (kForecast) {
+      // A tick, read (from host memory, perhaps) and standardised as Standardize does.
+      float v = *src;
+      if (fc.x_mean != nullptr) v = __fdiv_rn(__fsub_rn(v, fc.x_mean[k]), fc.x_std[k]);
+      *dst = v;
+    } else {
       __pipeline_memcpy_async(dst, src, sizeof(float));
     }
   }
+  // Column hk of a layer's h' lives in block h_owner's hbuf, at h_at.
+  const int h_owner = hk / UB, h_at = hk - h_owner * UB;
   __pipeline_commit();
   __pipeline_wait_prior(0);
   // Every block of the cluster holds the old states it needs: from here on they may change.
@@ -542,7 +561,51 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     const float* x_l = xh + l * kClusterStreams * kClusterKp;
     float* hb = hbuf + (l % 2) * kClusterStreams * UB;
     if (j < H) {
-      for (int r0 = 0; r0 < nb; r0 += 4) {
+      // The cell of stream r from its four activated quantities g, run by one lane.
+      const auto cell = [&](int r, const float(&g)[kQuantities]) {
+        float* state = slab + rows[r] + l * SL;
+        float h_new;
+        if (kLstm) {
+          const float c = g[1] * cs[(l * kClusterStreams + r) * UB + w_local] + g[0] * g[2];
+          h_new = g[3] * tanhf(c);
+          state[H + j] = c;
+        } else {
+          const float n = tanhf(g[2] + g[0] * g[3]);
+          h_new = (1.0f - g[1]) * n + g[1] * x_l[r * kClusterKp + I + j];
+        }
+        state[j] = h_new;
+        if (kForecast || l + 1 < L) {
+          hb[r * UB + w_local] = h_new;
+        } else {
+          out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
+        }
+      };
+      if (nb > 4) {
+        // Five to eight streams in one pass: 32 sums, one reduction (lane l ends with quantity
+        // l & 3 of stream l >> 2), instead of two passes of four one after the other.
+        float a[32];
+#pragma unroll
+        for (int n = 0; n < 32; ++n) a[n] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kClusterKPL; ++i) {
+#pragma unroll
+          for (int u = 0; u < kClusterStreams; ++u) {
+            const float x = x_l[u * kClusterKp + lane + 32 * i];
+#pragma unroll
+            for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
+          }
+        }
+        HalvingSum32(a, lane);
+        const int q = lane & 3;
+        const float b = q == 0 ? bias[0] : q == 1 ? bias[1] : q == 2 ? bias[2] : bias[3];
+        const float act = ActivateQuantity<kLstm>(a[0] + b, q);
+        float g[kQuantities];
+        g[0] = act;
+#pragma unroll
+        for (int k = 1; k < kQuantities; ++k) g[k] = __shfl_down_sync(kAll, act, k);
+        const int r = lane / 4;
+        if (q == 0 && r < nb) cell(r, g);
+      } else {
         float a[16];
 #pragma unroll
         for (int n = 0; n < 16; ++n) a[n] = 0.0f;
@@ -550,7 +613,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
         for (int i = 0; i < kClusterKPL; ++i) {
 #pragma unroll
           for (int u = 0; u < 4; ++u) {
-            const float x = x_l[(r0 + u) * kClusterKp + lane + 32 * i];
+            const float x = x_l[u * kClusterKp + lane + 32 * i];
 #pragma unroll
             for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
           }
@@ -564,25 +627,8 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
         g[0] = act;
 #pragma unroll
         for (int q = 1; q < kQuantities; ++q) g[q] = __shfl_down_sync(kAll, act, 2 * q);
-        const int r = r0 + lane / 8;
-        if (lane % 8 == 0 && r < nb) {
-          float* state = slab + rows[r] + l * SL;
-          float h_new;
-          if (kLstm) {
-            const float c = g[1] * cs[(l * kClusterStreams + r) * UB + w_local] + g[0] * g[2];
-            h_new = g[3] * tanhf(c);
-            state[H + j] = c;
-          } else {
-            const float n = tanhf(g[2] + g[0] * g[3]);
-            h_new = (1.0f - g[1]) * n + g[1] * x_l[r * kClusterKp + I + j];
-          }
-          state[j] = h_new;
-          if (kForecast || l + 1 < L) {
-            hb[r * UB + w_local] = h_new;
-          } else {
-            out[static_cast<int64_t>(b0 + r) * H + j] = h_new;
-          }
-        }
+        const int r = lane / 8;
+        if (lane % 8 == 0 && r < nb) cell(r, g);
       }
     }
     if (l + 1 == L) break;
@@ -591,10 +637,9 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     bias_mine = pick_bias();
     cluster.sync();
     float* x_next = xh + (l + 1) * kClusterStreams * kClusterKp;
-    for (int e = threadIdx.x; e < nb * H; e += threads) {
-      const int r = e / H, k = e - r * H, owner = k / UB;
-      const float* remote = cluster.map_shared_rank(hb, owner);
-      x_next[r * kClusterKp + k] = remote[r * UB + (k - owner * UB)];
+    if (h_first < h_per) {
+      const float* remote = cluster.map_shared_rank(hb, h_owner);
+      for (int r = h_first; r < nb; r += h_per) x_next[r * kClusterKp + hk] = remote[r * UB + h_at];
     }
     __syncthreads();
   }
@@ -611,10 +656,9 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     }
     const float* hb = hbuf + ((L - 1) % 2) * kClusterStreams * UB;
     cluster.sync();
-    for (int e = threadIdx.x; e < nb * H; e += threads) {
-      const int r = e / H, k = e - r * H, owner = k / UB;
-      const float* remote = cluster.map_shared_rank(hb, owner);
-      xh[r * kClusterKp + k] = remote[r * UB + (k - owner * UB)];
+    if (h_first < h_per) {
+      const float* remote = cluster.map_shared_rank(hb, h_owner);
+      for (int r = h_first; r < nb; r += h_per) xh[r * kClusterKp + hk] = remote[r * UB + h_at];
     }
     __syncthreads();
     const int KQ = fc.targets * fc.quantiles;
