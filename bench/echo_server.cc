@@ -7,7 +7,9 @@
 // (bench/stream.sh's floor) answers each StreamOpen / StreamClose with a StreamStatus and each
 // StreamTicks with a StreamForecast of zeros (P, targets), numbered per key, `raw` when the
 // ticks were: forecastd's tick messages without the hub and the step. Its reactor reads and
-// writes concurrently, as forecastd's does. The other Forecaster methods answer UNIMPLEMENTED.
+// writes concurrently and writes from an outbox with gRPC's buffer hint while more answers wait
+// behind the one being written, as forecastd's does. The other Forecaster methods answer
+// UNIMPLEMENTED.
 //
 // Prints "echo_server listening on port N" once serving, then serves until SIGTERM or SIGINT.
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
@@ -40,6 +42,8 @@ struct EchoOptions {
 
 // One Stream call. gRPC runs at most one OnReadDone and one OnWriteDone at a time, but the two
 // may overlap: the outbox and the flags are guarded by mu_; sequences_ is touched by reads only.
+// A write started while more answers are queued behind it carries the buffer hint; the last one
+// queued goes without it and flushes those held before it (server/stream_call.h).
 class EchoStream final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::StreamResponse> {
  public:
   EchoStream(const EchoOptions& options, const std::string& zeros)
@@ -62,39 +66,50 @@ class EchoStream final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::S
     // Queued before the next read starts, so answers keep the order of the requests.
     v1::StreamResponse response = Answer(request_);
     const v1::StreamResponse* start = nullptr;
+    grpc::WriteOptions options;
     {
       std::lock_guard<std::mutex> lock(mu_);
       outbox_.push_back(std::move(response));
       if (!writing_) {
         writing_ = true;
         start = &outbox_.front();
+        options = FrontOptions();
       }
     }
     StartRead(&request_);
-    if (start != nullptr) StartWrite(start);
+    if (start != nullptr) StartWrite(start, options);
   }
 
   void OnWriteDone(bool ok) override {
     const v1::StreamResponse* next = nullptr;
+    grpc::WriteOptions options;
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       outbox_.pop_front();
       if (ok && !outbox_.empty()) {
         next = &outbox_.front();
+        options = FrontOptions();
       } else {
         writing_ = false;
         finish = (read_done_ || !ok) && !finished_;
         finished_ = finished_ || finish;
       }
     }
-    if (next != nullptr) StartWrite(next);
+    if (next != nullptr) StartWrite(next, options);
     if (finish) Finish(grpc::Status::OK);
   }
 
   void OnDone() override { delete this; }
 
  private:
+  // The options for writing outbox_.front(); mu_ held.
+  grpc::WriteOptions FrontOptions() const {
+    grpc::WriteOptions options;
+    if (outbox_.size() > 1) options.set_buffer_hint();
+    return options;
+  }
+
   v1::StreamResponse Answer(const v1::StreamRequest& request) {
     v1::StreamResponse response;
     response.set_key(request.key());

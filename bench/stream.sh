@@ -4,8 +4,9 @@
 #   (b) the same ticks against bench/echo_server's Stream: the gRPC floor, no compute
 #   (c) one Step of the model at B=1 in-process (CPU backend), and the server's compute_us
 #   (d) windowed Predict of the same model at concurrency 1 (bench/load_gen)
-#   (e) 1, 100, 1,000 and 10,000 streams (one tick in flight each, over --calls gRPC streams):
-#       ticks/s and p99; and Predict at concurrency 1,000 for the throughput ratio
+#   (e) 1, 100, 1,000 and 10,000 streams (one tick in flight each, over --calls gRPC streams on
+#       --channels connections): ticks/s and p99; and Predict at concurrency 1,000 over as many
+#       connections, for the throughput ratio
 # then a table with the ratios. The model is bench/configs/<--workload>.json with
 # streaming.mode STREAM_MODE_STATE and seeded random weights (stream_bench model).
 # Builds nothing: build forecastd, echo_server, load_gen and stream_bench first.
@@ -28,6 +29,9 @@
 #   --last-duration-s S  the largest level's measured seconds (default 1.5)
 #   --warmup-s S         untimed seconds before each point (default 1)
 #   --calls N            gRPC streams the keys of a level share (default 4)
+#   --channels N         (e): gRPC channels, each its own connection, that a level's calls and
+#                        Predict at concurrency 1,000 spread over (default 1); (a), (b) and (d)
+#                        use one
 #   --cpu-workers N      forecastd --cpu-workers (default 0: one per core)
 #   --omp-threads N      OMP_NUM_THREADS for forecastd and the in-process Step (default: env)
 # Every process it starts is stopped when it exits.
@@ -51,6 +55,7 @@ duration_s=3
 last_duration_s=1.5
 warmup_s=1
 calls=4
+channels=1
 cpu_workers=0
 omp_threads=""
 while [[ $# -gt 0 ]]; do
@@ -68,6 +73,7 @@ while [[ $# -gt 0 ]]; do
     --last-duration-s) last_duration_s=$2; shift 2 ;;
     --warmup-s) warmup_s=$2; shift 2 ;;
     --calls) calls=$2; shift 2 ;;
+    --channels) channels=$2; shift 2 ;;
     --cpu-workers) cpu_workers=$2; shift 2 ;;
     --omp-threads) omp_threads=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -133,10 +139,12 @@ start fd_port "${work}/forecastd.log" 'serving gRPC on [^ ]+ \(port ([0-9]+)\)' 
 fd=127.0.0.1:${fd_port}
 echo_target=127.0.0.1:${echo_port}
 
-predict() {  # concurrency, seconds
+predict() {  # concurrency, seconds, extra flags...
+  local concurrency=$1 seconds=$2
+  shift 2
   "${bin_dir}/load_gen" --target "${fd}" --label predict --model "${workload}" --lookback "${T}" \
-    --features "${F}" --concurrency "$1" --warmup-s "${warmup_s}" --duration-s "$2" \
-    --ready-timeout-s 120 >>"${results}"
+    --features "${F}" --concurrency "${concurrency}" --warmup-s "${warmup_s}" \
+    --duration-s "${seconds}" --ready-timeout-s 120 "$@" >>"${results}"
 }
 ticks_point() {  # label, target, streams, extra flags...
   local label=$1 target=$2 streams=$3
@@ -165,15 +173,15 @@ for streams in "${level_list[@]}"; do
   seconds=${duration_s}
   [[ ${streams} == "${last}" && ${#level_list[@]} -gt 1 ]] && seconds=${last_duration_s}
   echo "(e) ${streams} streams, ${seconds} s ..." >&2
-  ticks_point streams "${fd}" "${streams}" --duration-s "${seconds}"
+  ticks_point streams "${fd}" "${streams}" --duration-s "${seconds}" --channels "${channels}"
 done
-echo "(e) windowed Predict, concurrency 1000 ..." >&2
-predict 1000 "${duration_s}"
+echo "(e) windowed Predict, concurrency 1000, ${channels} channel(s) ..." >&2
+predict 1000 "${duration_s}" --channels "${channels}"
 
-python3 - "${results}" "${devices}" "${workload}" <<'PY'
+python3 - "${results}" "${devices}" "${workload}" "${channels}" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-devices, workload = sys.argv[2], sys.argv[3]
+devices, workload, channels = sys.argv[2], sys.argv[3], int(sys.argv[4])
 step = next(r for r in rows if r.get("what") == "step")
 forward = next(r for r in rows if r.get("what") == "forward")
 pred = {r["concurrency"]: r for r in rows if r.get("target") == "predict"}
@@ -216,12 +224,12 @@ if p1:
          f"server compute {p1['mean_server_compute_us']:.0f} us")
 for r in levels:
     line(f"(e) {r['streams']:,} streams", r["p50_us"], r["p99_us"], f"{r['ticks_per_s']:,.0f} ticks",
-         f"{r['calls']} gRPC streams; mean batch {r['mean_batch_rows']:.1f}; errors {r['errors']}"
+         f"{r['calls']} gRPC streams on {r.get('channels', 1)} connection(s); mean batch {r['mean_batch_rows']:.1f}; errors {r['errors']}"
          + (f" ({r['first_error']})" if r.get("first_error") else ""))
 p1000 = pred.get(1000)
 if p1000:
     line("(e) Predict, concurrency 1,000", p1000["p50_us"], p1000["p99_us"], f"{p1000['requests_per_s']:,.0f} windows",
-         f"mean batch {p1000['mean_batch_rows']:.1f}; errors {p1000['errors']}")
+         f"{channels} connection(s); mean batch {p1000['mean_batch_rows']:.1f}; errors {p1000['errors']}")
 print("\n| ratio | value |")
 print("| --- | ---: |")
 r1 = tick["p50_us"] / (echo["p50_us"] + compute)

@@ -10,15 +10,18 @@
 //   step   --model DIR [--iters N] [--warmup W]
 //       times Forecaster::Step at B=1 (one stream's tick) and Forward at B=1 (one window) on the
 //       CPU backend (oneDNN) in-process: the compute alone, no server.
-//   ticks  --target HOST:PORT --model NAME --features F --streams S [--calls G] [--ticks N |
-//          --duration-s D] [--warmup-s W] [--label L]
-//       S tick streams (keys) multiplexed over G Forecaster.Stream calls on one channel, one
-//       tick in flight per key: each key's next tick (one row of F floats, `raw`) leaves as soon
-//       as its forecast arrives. Counts the answers arriving in the measured window: N of them
-//       (--ticks), or all of D seconds. Works against forecastd and bench/echo_server alike.
+//   ticks  --target HOST:PORT --model NAME --features F --streams S [--calls G] [--channels C]
+//          [--ticks N | --duration-s D] [--warmup-s W] [--label L]
+//       S tick streams (keys) multiplexed over G Forecaster.Stream calls spread over C channels
+//       (default 1; each its own connection), one tick in flight per key: each key's next tick
+//       (one row of F floats, `raw`) is queued as soon as its forecast arrives. The calls run on
+//       gRPC's callback API: a read always outstanding, writes from an outbox with the buffer
+//       hint while more wait behind (as forecastd's replies). Counts the answers arriving in the
+//       measured window: N of them (--ticks), or all of D seconds. Works against forecastd and
+//       bench/echo_server alike.
 //
-// Latency is the client's: from writing a tick to reading its answer (steady clock);
-// percentiles are nearest-rank. Exit codes: 0 success, 1 a failure, 2 bad arguments.
+// Latency is the client's: from queuing a tick for writing to reading its answer (steady
+// clock); percentiles are nearest-rank. Exit codes: 0 success, 1 a failure, 2 bad arguments.
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -28,6 +31,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -36,11 +40,13 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "engine/models/model_config.h"
 #include "engine/models/model_files.h"
@@ -190,6 +196,7 @@ struct TickFlags {
   int64_t features = 10;
   int64_t streams = 1;
   int calls = 4;
+  int channels = 1;
   int64_t ticks = 0;
   double duration_s = 3.0;
   double warmup_s = 1.0;
@@ -212,62 +219,81 @@ int64_t NowNs() {
       .count();
 }
 
-// One Forecaster.Stream call carrying `keys` keys; Run is its thread.
-class TickCall {
+// One Forecaster.Stream call carrying `keys` keys, on gRPC's callback API. A read is always
+// outstanding; requests go out from an outbox one write at a time, with the buffer hint while
+// more are queued behind the one being written (the last one queued goes without it and flushes
+// them), as forecastd writes its answers. Start opens the keys; once all have answered, each
+// usable key gets a tick, and each forecast read sends that key's next tick until the window
+// stops; the call then half-closes and ends when the server finishes.
+// Thread-safety: gRPC runs the reactions. OnReadDone alone (one at a time, each after the
+// StartRead before it) touches the keys' state and the measurements; the outbox is shared with
+// OnWriteDone under mu_. The accessors may be called once Wait has returned.
+class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamResponse> {
  public:
-  TickCall(v1::Forecaster::Stub* stub, const TickFlags& flags, std::string prefix, int64_t keys,
-           const std::vector<std::string>& rows, Window* window)
-      : stub_(stub), flags_(flags), prefix_(std::move(prefix)), rows_(rows), window_(window) {
+  TickCall(v1::Forecaster::Stub* stub, const TickFlags& flags, const std::string& prefix,
+           int64_t keys, const std::vector<std::string>& rows, Window* window)
+      : stub_(stub), rows_(rows), window_(window), prefix_(prefix), model_(flags.model) {
+    keys_.reserve(static_cast<size_t>(keys));
+    for (int64_t k = 0; k < keys; ++k) keys_.push_back(absl::StrCat(prefix, k));
     sent_ns_.resize(static_cast<size_t>(keys));
     next_row_.resize(static_cast<size_t>(keys));
     usable_.assign(static_cast<size_t>(keys), false);
   }
 
-  void Run() {
-    grpc::ClientContext context;
-    auto stream = stub_->Stream(&context);
-    const int64_t keys = static_cast<int64_t>(sent_ns_.size());
-    v1::StreamRequest request;
-    v1::StreamResponse response;
-    for (int64_t k = 0; k < keys; ++k) {
-      request.Clear();
-      request.set_key(Key(k));
-      request.mutable_open()->set_model(flags_.model);
-      if (!stream->Write(request)) return Fail(*stream, "open write failed");
+  // Queues an open for every key and starts the call. Returns at once.
+  void Start() {
+    stub_->async()->Stream(&context_, this);
+    for (const std::string& key : keys_) {
+      v1::StreamRequest request;
+      request.set_key(key);
+      request.mutable_open()->set_model(model_);
+      Queue(std::move(request));
     }
-    int64_t in_flight = 0;
-    for (int64_t k = 0; k < keys; ++k) {
-      if (!stream->Read(&response)) return Fail(*stream, "open read failed");
-      const int64_t i = Index(response.key());
-      if (i < 0) continue;
-      if (response.has_error()) {
-        ++errors_;
-        if (first_error_.empty()) first_error_ = response.error().message();
-        continue;
+    if (keys_.empty()) CloseWrites();
+    StartRead(&response_);
+    StartCall();
+  }
+
+  // Blocks until the call is over (OnDone).
+  void Wait() {
+    absl::MutexLock lock(&done_mu_);
+    done_mu_.Await(absl::Condition(&done_));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The server finished (or the call failed): expected only once every tick is answered.
+      if (!opened_) {
+        read_failure_ = "open read failed";
+      } else if (in_flight_ > 0) {
+        read_failure_ = "tick read failed";
       }
-      usable_[i] = true;
+      return;
     }
-    window_->opened.fetch_add(1);
-    opened_ = true;
-    for (int64_t k = 0; k < keys; ++k) {
-      if (!usable_[k]) continue;
-      if (!Send(*stream, k)) return Fail(*stream, "tick write failed");
-      ++in_flight;
-    }
-    while (in_flight > 0) {
-      if (!stream->Read(&response)) return Fail(*stream, "tick read failed");
-      const int64_t now = NowNs();
-      const int64_t k = Index(response.key());
-      if (k < 0) continue;
-      --in_flight;
+    const int64_t now = NowNs();
+    const int64_t k = Index(response_.key());
+    if (!opened_) {
+      if (k >= 0 && response_.has_error()) {
+        CountError(response_.error().message());
+      } else if (k >= 0) {
+        usable_[k] = true;
+      }
+      if (++opens_answered_ == static_cast<int64_t>(keys_.size())) {
+        MarkOpened();
+        for (int64_t i = 0; i < static_cast<int64_t>(keys_.size()); ++i) {
+          if (usable_[i]) SendTick(i);
+        }
+        if (in_flight_ == 0) CloseWrites();
+      }
+    } else if (k >= 0) {
+      --in_flight_;
       if (now >= window_->begin_ns.load() && now < window_->end_ns.load() &&
           !window_->stopping.load()) {
-        if (response.has_error()) {
-          ++errors_;
-          if (first_error_.empty()) first_error_ = response.error().message();
+        if (response_.has_error()) {
+          CountError(response_.error().message());
         } else {
           latencies_us_.push_back(static_cast<double>(now - sent_ns_[k]) / 1e3);
-          const v1::Timing& t = response.forecast().timing();
+          const v1::Timing& t = response_.forecast().timing();
           compute_us_ += static_cast<double>(t.compute_us());
           total_us_ += static_cast<double>(t.total_us());
           batch_rows_ += t.batch_size();
@@ -278,13 +304,53 @@ class TickCall {
           }
         }
       }
-      if (window_->stopping.load()) continue;
-      if (!Send(*stream, k)) return Fail(*stream, "tick write failed");
-      ++in_flight;
+      if (!window_->stopping.load()) {
+        SendTick(k);
+      } else if (in_flight_ == 0) {
+        CloseWrites();
+      }
     }
-    stream->WritesDone();
-    const grpc::Status status = stream->Finish();
-    if (!status.ok() && failure_.empty()) failure_ = status.error_message();
+    StartRead(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::StreamRequest* next = nullptr;
+    grpc::WriteOptions options;
+    bool writes_done = false;
+    {
+      absl::MutexLock lock(&mu_);
+      outbox_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        // The call is broken: the read fails next, and OnDone gives the status.
+        if (write_failure_.empty()) write_failure_ = "write failed";
+        outbox_.clear();
+        return;
+      }
+      if (!outbox_.empty()) {
+        next = &outbox_.front();
+        options = StartFrontLocked();
+      } else if (close_writes_ && !writes_done_started_) {
+        writes_done = writes_done_started_ = true;
+      }
+    }
+    if (next != nullptr) StartWrite(next, options);
+    if (writes_done) StartWritesDone();
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::string what = read_failure_;
+    {
+      absl::MutexLock lock(&mu_);
+      if (what.empty()) what = write_failure_;
+    }
+    if (!status.ok() && what.empty()) what = "call failed";
+    if (!what.empty()) {
+      failure_ = absl::StrCat(what, ": ", status.error_code(), ": ", status.error_message());
+    }
+    MarkOpened();
+    absl::MutexLock lock(&done_mu_);
+    done_ = true;
   }
 
   const std::vector<double>& latencies_us() const { return latencies_us_; }
@@ -296,45 +362,102 @@ class TickCall {
   const std::string& failure() const { return failure_; }
 
  private:
-  std::string Key(int64_t k) const { return absl::StrCat(prefix_, k); }
   int64_t Index(const std::string& key) const {
     int64_t k = -1;
     if (key.size() <= prefix_.size() ||
         !absl::SimpleAtoi(absl::string_view(key).substr(prefix_.size()), &k) || k < 0 ||
-        k >= static_cast<int64_t>(sent_ns_.size())) {
+        k >= static_cast<int64_t>(keys_.size())) {
       return -1;
     }
     return k;
   }
-  bool Send(grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>& stream, int64_t k) {
-    request_.Clear();
-    request_.set_key(Key(k));
-    request_.mutable_ticks()->set_raw(rows_[(k + next_row_[k]++) % rows_.size()]);
-    sent_ns_[k] = NowNs();
-    return stream.Write(request_);
-  }
-  void Fail(grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>& stream,
-            const std::string& what) {
-    const grpc::Status status = stream.Finish();
-    failure_ = absl::StrCat(what, ": ", status.error_code(), ": ", status.error_message());
-    if (!opened_) window_->opened.fetch_add(1);
-    opened_ = true;
+
+  void CountError(const std::string& message) {
+    ++errors_;
+    if (first_error_.empty()) first_error_ = message;
   }
 
+  // Counts this call in window_->opened, once.
+  void MarkOpened() {
+    if (opened_) return;
+    opened_ = true;
+    window_->opened.fetch_add(1);
+  }
+
+  // Queues key k's next tick; its latency runs from here.
+  void SendTick(int64_t k) {
+    v1::StreamRequest request;
+    request.set_key(keys_[k]);
+    request.mutable_ticks()->set_raw(rows_[(k + next_row_[k]++) % rows_.size()]);
+    sent_ns_[k] = NowNs();
+    ++in_flight_;
+    Queue(std::move(request));
+  }
+
+  // Marks outbox_.front() as being written; the buffer hint while more wait behind it.
+  grpc::WriteOptions StartFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    grpc::WriteOptions options;
+    if (outbox_.size() > 1) options.set_buffer_hint();
+    return options;
+  }
+
+  void Queue(v1::StreamRequest request) {
+    const v1::StreamRequest* start = nullptr;
+    grpc::WriteOptions options;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!write_failure_.empty()) return;
+      outbox_.push_back(std::move(request));
+      if (writing_) return;
+      start = &outbox_.front();
+      options = StartFrontLocked();
+    }
+    StartWrite(start, options);
+  }
+
+  // Half-closes once the outbox is written.
+  void CloseWrites() {
+    {
+      absl::MutexLock lock(&mu_);
+      close_writes_ = true;
+      if (writing_ || writes_done_started_ || !write_failure_.empty()) return;
+      writes_done_started_ = true;
+    }
+    StartWritesDone();
+  }
+
+  // Constant after construction.
   v1::Forecaster::Stub* const stub_;
-  const TickFlags& flags_;
-  const std::string prefix_;
   const std::vector<std::string>& rows_;
   Window* const window_;
-  v1::StreamRequest request_;
+  const std::string prefix_, model_;
+  std::vector<std::string> keys_;  // prefix_ + index
+  grpc::ClientContext context_;
+
+  // Touched by Start (before StartCall) and then by OnReadDone only; OnDone reads them last.
+  v1::StreamResponse response_;  // the read in progress
+  bool opened_ = false;          // every open answered (or the call over); counted in window_
+  int64_t opens_answered_ = 0;
+  int64_t in_flight_ = 0;  // ticks queued and not yet answered
   std::vector<int64_t> sent_ns_;
   std::vector<int64_t> next_row_;
   std::vector<bool> usable_;
-  bool opened_ = false;  // counted in window_->opened
   std::vector<double> latencies_us_;
   double compute_us_ = 0, total_us_ = 0;
   int64_t batch_rows_ = 0, errors_ = 0;
-  std::string first_error_, failure_;
+  std::string first_error_, read_failure_;
+  std::string failure_;  // set by OnDone
+
+  absl::Mutex mu_;
+  std::deque<v1::StreamRequest> outbox_ ABSL_GUARDED_BY(mu_);  // front() is being written
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool close_writes_ ABSL_GUARDED_BY(mu_) = false;  // half-close once the outbox is empty
+  bool writes_done_started_ ABSL_GUARDED_BY(mu_) = false;
+  std::string write_failure_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex done_mu_;
+  bool done_ ABSL_GUARDED_BY(done_mu_) = false;
 };
 
 absl::Status RunTicks(const TickFlags& flags) {
@@ -345,14 +468,23 @@ absl::Status RunTicks(const TickFlags& flags) {
   for (size_t r = 0; r < rows.size(); ++r) {
     rows[r].assign(reinterpret_cast<const char*>(pool.data() + r * F), F * sizeof(float));
   }
-  auto channel = grpc::CreateChannel(flags.target, grpc::InsecureChannelCredentials());
-  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
-                                 std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                     std::chrono::duration<double>(flags.ready_timeout_s)))) {
-    return absl::UnavailableError(absl::StrCat("cannot connect to ", flags.target));
-  }
-  auto stub = v1::Forecaster::NewStub(channel);
   const int calls = static_cast<int>(std::min<int64_t>(flags.calls, flags.streams));
+  const int channels = std::min(flags.channels, calls);
+  std::vector<std::unique_ptr<v1::Forecaster::Stub>> stubs;
+  const auto ready_by = std::chrono::system_clock::now() +
+                        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                            std::chrono::duration<double>(flags.ready_timeout_s));
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args;
+    // Distinct arguments give each channel its own connection instead of a shared subchannel.
+    args.SetInt("forecastd.stream_bench.channel", i);
+    auto channel =
+        grpc::CreateCustomChannel(flags.target, grpc::InsecureChannelCredentials(), args);
+    if (!channel->WaitForConnected(ready_by)) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", flags.target));
+    }
+    stubs.push_back(v1::Forecaster::NewStub(channel));
+  }
   Window window;
   window.begin_ns.store(INT64_MAX);
   window.wanted.store(flags.ticks);
@@ -361,11 +493,10 @@ absl::Status RunTicks(const TickFlags& flags) {
   for (int c = 0; c < calls; ++c) {
     const int64_t keys = flags.streams / calls + (c < flags.streams % calls ? 1 : 0);
     tick_calls.push_back(std::make_unique<TickCall>(
-        stub.get(), flags, absl::StrCat("bench-", flags.streams, "-", c, "-"), keys, rows,
-        &window));
+        stubs[c % channels].get(), flags, absl::StrCat("bench-", flags.streams, "-", c, "-"), keys,
+        rows, &window));
   }
-  std::vector<std::thread> threads;
-  for (auto& call : tick_calls) threads.emplace_back([&call] { call->Run(); });
+  for (auto& call : tick_calls) call->Start();
   const auto to_ns = [](double s) { return static_cast<int64_t>(s * 1e9); };
   // Opening 10,000 keys takes a while; the warm-up starts once every key is open.
   while (window.opened.load() < calls) std::this_thread::sleep_for(std::chrono::milliseconds(2));
@@ -382,7 +513,7 @@ absl::Status RunTicks(const TickFlags& flags) {
     window.stopping.store(true);
   }
   const int64_t end = flags.ticks > 0 ? window.stopped_ns.load() : begin + to_ns(flags.duration_s);
-  for (std::thread& t : threads) t.join();
+  for (auto& call : tick_calls) call->Wait();
 
   std::vector<double> us;
   double compute = 0, total = 0;
@@ -403,11 +534,12 @@ absl::Status RunTicks(const TickFlags& flags) {
   const double n = static_cast<double>(us.size());
   const double seconds = std::max(1e-9, static_cast<double>(end - begin) / 1e9);
   std::string json = absl::StrFormat(
-      "{\"what\":\"ticks\",\"label\":\"%s\",\"streams\":%d,\"calls\":%d,\"ticks\":%d,"
+      "{\"what\":\"ticks\",\"label\":\"%s\",\"streams\":%d,\"calls\":%d,\"channels\":%d,"
+      "\"ticks\":%d,"
       "\"errors\":%d,\"seconds\":%.3f,\"ticks_per_s\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
       "\"p99_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,\"mean_server_compute_us\":%.1f,"
       "\"mean_server_total_us\":%.1f,\"mean_batch_rows\":%.2f",
-      label, flags.streams, calls, us.size(), errors, seconds, n / seconds, Rank(us, 0.5),
+      label, flags.streams, calls, channels, us.size(), errors, seconds, n / seconds, Rank(us, 0.5),
       Rank(us, 0.9), Rank(us, 0.99), us.empty() ? 0.0 : us.back(),
       us.empty() ? 0.0 : std::accumulate(us.begin(), us.end(), 0.0) / n,
       us.empty() ? 0.0 : compute / n, us.empty() ? 0.0 : total / n,
@@ -454,6 +586,10 @@ int main(int argc, char** argv) {
   ticks->add_option("--streams", tick_flags.streams, "keys, one tick in flight each")
       ->check(CLI::Range(1, 1000000));
   ticks->add_option("--calls", tick_flags.calls, "Forecaster.Stream calls carrying them")
+      ->check(CLI::Range(1, 1024));
+  ticks
+      ->add_option("--channels", tick_flags.channels,
+                   "gRPC channels (connections); the calls spread over them")
       ->check(CLI::Range(1, 1024));
   ticks->add_option("--ticks", tick_flags.ticks, "measure this many answers (0: --duration-s)")
       ->check(CLI::NonNegativeNumber);

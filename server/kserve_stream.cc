@@ -182,6 +182,9 @@ KServeInferStream::Step KServeInferStream::NextStepLocked() {
   if (!writes_.empty()) {
     writing_ = true;
     step.write = &writes_.front();
+    // gRPC may hold a hinted answer until a write without the hint; the answer behind it is
+    // written next, so the last one queued (never hinted) flushes them all.
+    if (writes_.size() > 1) step.write_options.set_buffer_hint();
     return step;
   }
   const bool reading_over = reads_done_ || close_status_.has_value() || broken_;
@@ -198,7 +201,7 @@ KServeInferStream::Step KServeInferStream::NextStepLocked() {
 }
 
 void KServeInferStream::Run(const Step& step) {
-  if (step.write != nullptr) StartWrite(step.write);
+  if (step.write != nullptr) StartWrite(step.write, step.write_options);
   if (step.finish.has_value()) Finish(*step.finish);
 }
 

@@ -2,7 +2,10 @@
 // of a service's open streams (KServeStreams) that a draining server closes. The reactor reads
 // requests one after another, hands each to a dispatch function that answers it later on any
 // thread, and writes the answers in the order they come, one Write at a time; it never waits on
-// a request itself, so no gRPC thread blocks on device work. KServeService creates one per call.
+// a request itself, so no gRPC thread blocks on device work. A write started while more answers
+// wait behind it carries gRPC's buffer hint (the transport may hold it and send several in one
+// flush); the last answer queued is written without it, which flushes it and all held before it,
+// so no answer waits for one that has not been given yet. KServeService creates one per call.
 // Thread-safe: gRPC's callback threads, the engine threads that answer requests and the
 // draining thread call it concurrently.
 #ifndef FORECASTD_SERVER_KSERVE_STREAM_H_
@@ -97,6 +100,8 @@ class KServeInferStream final
   // OnDone frees the stream), so no gRPC operation is started under mu_.
   struct Step {
     const inference::ModelStreamInferResponse* write = nullptr;
+    // The buffer hint while more answers are queued behind `write`.
+    grpc::WriteOptions write_options;
     std::optional<grpc::Status> finish;
   };
 

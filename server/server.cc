@@ -24,9 +24,9 @@
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nccl_communicator.h"
 #include "backends/cuda/nvml.h"
-#include "client/client_security.h"
 #include "engine/serving/cuda_execution_device.h"
 #endif
+#include "client/client_security.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"

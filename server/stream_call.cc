@@ -135,19 +135,29 @@ void StreamCall::OnReadDone(bool ok) {
   StartRead(&request_);
 }
 
+grpc::WriteOptions StreamCall::StartFrontLocked() {
+  writing_ = true;
+  grpc::WriteOptions options;
+  // The hint lets gRPC hold this response until a write without it; the response behind it is
+  // written next, so the last one queued (never hinted) flushes them all.
+  if (outbox_.size() > 1) options.set_buffer_hint();
+  return options;
+}
+
 void StreamCall::Push(v1::StreamResponse response) {
   const v1::StreamResponse* start = nullptr;
+  grpc::WriteOptions options;
   {
     absl::MutexLock l(&mu_);
     --unanswered_;
     if (finished_) return;
     outbox_.push_back(std::move(response));
     if (!writing_) {
-      writing_ = true;
+      options = StartFrontLocked();
       start = &outbox_.front();
     }
   }
-  if (start != nullptr) StartWrite(start);
+  if (start != nullptr) StartWrite(start, options);
 }
 
 void StreamCall::OnWriteDone(bool ok) {
@@ -166,19 +176,20 @@ void StreamCall::OnWriteDone(bool ok) {
 
 void StreamCall::Advance() {
   const v1::StreamResponse* start = nullptr;
+  grpc::WriteOptions options;
   bool finish = false;
   {
     absl::MutexLock l(&mu_);
     if (finished_ || writing_) return;
     if (!outbox_.empty()) {
-      writing_ = true;
+      options = StartFrontLocked();
       start = &outbox_.front();
     } else if (read_done_ && unanswered_ == 0) {
       finished_ = true;
       finish = true;
     }
   }
-  if (start != nullptr) StartWrite(start);
+  if (start != nullptr) StartWrite(start, options);
   if (finish) {
     // Detach the keys before the client sees the OK: a client that reconnects as soon as its
     // call has finished must find them kept, not still held by this call. (OnDone's Disconnect

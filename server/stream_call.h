@@ -1,9 +1,12 @@
 // One Forecaster.Stream call: a bidirectional gRPC stream carrying the requests of any number of
 // tick streams (StreamRequest) and their answers (StreamResponse). The call is one connection of
 // the StreamHub: it translates each request into a hub call and each hub reply into a response,
-// writing them one at a time in the order the hub produced them. It finishes with OK once the
-// client has half-closed and every request has been answered, or when the client cancels; its
-// streams are then kept or closed by the hub (StreamingConfig.on_disconnect).
+// writing them one at a time in the order the hub produced them. A write started while more
+// responses wait behind it carries gRPC's buffer hint (the transport may hold it and send several
+// in one flush); the last response in the outbox is written without it, which flushes it and all
+// held before it, so no response waits for a reply that has not been made yet. It finishes with
+// OK once the client has half-closed and every request has been answered, or when the client
+// cancels; its streams are then kept or closed by the hub (StreamingConfig.on_disconnect).
 // Thread-safety: gRPC calls the reactions; the hub calls the sink, one call at a time. Both only
 // touch the members guarded by mu_, and the call deletes itself in OnDone, after leaving the hub.
 #ifndef FORECASTD_SERVER_STREAM_CALL_H_
@@ -46,6 +49,9 @@ class StreamCall final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::S
   void Push(v1::StreamResponse response);
   // Starts the next write or finishes, as the state allows. Called without mu_ held.
   void Advance() ABSL_LOCKS_EXCLUDED(mu_);
+  // Marks outbox_.front() as being written and returns the options to write it with: the buffer
+  // hint while more responses are queued behind it.
+  grpc::WriteOptions StartFrontLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Handle(const v1::StreamRequest& request);
 
   StreamHub* const hub_;

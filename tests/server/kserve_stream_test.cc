@@ -1,11 +1,11 @@
 // ModelStreamInfer. First the stream reactor (server/kserve_stream.h) alone, behind a scripted
 // dispatch that holds each request until the test answers it: answers go out in the order they
-// are given, each with its request's id, errors as error_message; the stream ends with OK on
-// the client's half-close, ends once what is in flight is answered when the client cancels,
-// and ends with Close's status when the server drains. Then KServeService's stream over a
-// real registry (tests/testing/kserve_env.h): several requests in flight on one stream answer
-// exactly what ModelInfer answers, a bad request gets its error while the stream goes on, and a
-// request with a sequence_id is refused on its own.
+// are given, each with its request's id, errors as error_message, a burst of them in full; the
+// stream ends with OK on the client's half-close, ends once what is in flight is answered when
+// the client cancels, and ends with Close's status when the server drains. Then KServeService's
+// stream over a real registry (tests/testing/kserve_env.h): several requests in flight on one
+// stream answer exactly what ModelInfer answers, a bad request gets its error while the stream
+// goes on, and a request with a sequence_id is refused on its own.
 #include "server/kserve_stream.h"
 
 #include <chrono>
@@ -203,6 +203,47 @@ TEST_CASE("Answers given at once from many threads are each written once",
   REQUIRE(answers.size() == kRequests);
   for (int i = 0; i < kRequests; ++i) REQUIRE(answers[absl::StrCat(i)] == absl::StrCat("v", i));
   REQUIRE(stream->Finish().ok());
+  REQUIRE(env.service.AllStreamsDone());
+}
+
+TEST_CASE("A burst of answers queued behind a write all arrive, in the order given",
+          "[integration][kserve][stream]") {
+  // Answers queued behind the one being written go out with gRPC's buffer hint, the last one
+  // without it. All are read before the half-close, so one held back would stall the test
+  // rather than be flushed by the stream's end.
+  ScriptedEnv env;
+  auto context = StreamContext();
+  std::unique_ptr<ClientStream> stream = env.stub->ModelStreamInfer(context.get());
+  constexpr int kRequests = 256;
+  for (int i = 0; i < kRequests; ++i) {
+    inference::ModelInferRequest request;
+    request.set_id(absl::StrCat(i));
+    REQUIRE(stream->Write(request));
+  }
+  std::vector<ScriptedStreamService::Held> held = env.service.Take(kRequests);
+  REQUIRE(held.size() == kRequests);
+  for (int i = 0; i < kRequests; ++i) AnswerWith(held[i], absl::StrCat("v", i));
+  for (int i = 0; i < kRequests; ++i) {
+    inference::ModelStreamInferResponse reply;
+    REQUIRE(stream->Read(&reply));
+    REQUIRE(reply.infer_response().id() == absl::StrCat(i));
+    REQUIRE(reply.infer_response().raw_output_contents(0) == absl::StrCat("v", i));
+  }
+  // And a lone answer after the burst.
+  inference::ModelInferRequest last;
+  last.set_id("last");
+  REQUIRE(stream->Write(last));
+  held = env.service.Take(1);
+  REQUIRE(held.size() == 1);
+  AnswerWith(held[0], "alone");
+  inference::ModelStreamInferResponse reply;
+  REQUIRE(stream->Read(&reply));
+  REQUIRE(reply.infer_response().id() == "last");
+  REQUIRE(stream->WritesDone());
+  REQUIRE_FALSE(stream->Read(&reply));
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  REQUIRE(status.ok());
   REQUIRE(env.service.AllStreamsDone());
 }
 

@@ -1,8 +1,9 @@
 // Tick streams through the real forecastd binary: Forecaster.Stream carrying several keys of a
 // state-mode and a window-mode model on one gRPC stream, forecasts checked against the engine's
-// own forward pass over the same ticks, errors on one key leaving the others alone, resuming a
-// kept key on a new connection, a clean finish on half-close, the stream metrics,
-// Admin.ListStreams, and keeping streams across a SIGTERM restart and a SIGKILL.
+// own forward pass over the same ticks, a burst of many keys' ticks answered in full and in
+// order, errors on one key leaving the others alone, resuming a kept key on a new connection, a
+// clean finish on half-close, the stream metrics, Admin.ListStreams, and keeping streams across
+// a SIGTERM restart and a SIGKILL.
 #include <signal.h>
 
 #include <chrono>
@@ -186,6 +187,50 @@ TEST_CASE("Stream answers each key's ticks in order with the engine's forecasts"
   REQUIRE(SumSamples(metrics, "forecastd_stream_state_bytes", {{"model", "ticks"}}).sum > 0);
   REQUIRE(SumSamples(metrics, "forecastd_stream_tick_duration_seconds_count", {{"model", "ticks"}})
               .sum == N + 1);
+}
+
+TEST_CASE("A burst of ticks written without reading is answered in full, in each key's order",
+          "[integration][api][stream]") {
+  // Many replies queue behind the one being written: they go out with gRPC's buffer hint, the
+  // last one without it. Every answer is read before the half-close, so one held back by the
+  // hint would stall the test rather than be flushed by the call's end.
+  Fixture f;
+  auto context = Context();
+  std::unique_ptr<Stream> stream = f.stub->Stream(context.get());
+  constexpr int kKeys = 64;
+  const int N = 2 * kT;  // ticks per key
+  const auto key = [](int i) { return absl::StrCat("k", i); };
+  for (int i = 0; i < kKeys; ++i) REQUIRE(stream->Write(Open(key(i), "ticks")));
+  for (int i = 0; i < kKeys; ++i) REQUIRE(Read(*stream).has_status());
+  const std::vector<float> series = Windows(1, N, 23);  // (N, F), every key's ticks
+  for (int n = 1; n <= N; ++n) {
+    const std::vector<float> row(series.begin() + (n - 1) * kF, series.begin() + n * kF);
+    for (int i = 0; i < kKeys; ++i) REQUIRE(stream->Write(Ticks(key(i), row, (i + n) % 2 == 0)));
+  }
+  std::map<std::string, int64_t> last;
+  std::map<std::string, std::vector<float>> final_forecast;
+  for (int r = 0; r < kKeys * N; ++r) {
+    const v1::StreamResponse reply = Read(*stream);
+    INFO(reply.DebugString());
+    REQUIRE(reply.has_forecast());
+    REQUIRE(reply.forecast().sequence() == ++last[reply.key()]);
+    if (reply.forecast().sequence() == N) {
+      final_forecast[reply.key()] = Floats(reply.forecast().forecast());
+    }
+  }
+  REQUIRE(last.size() == kKeys);
+  const std::vector<float> want = Expected(*WithLookback(*f.state, N), series);
+  for (int i = 0; i < kKeys; ++i) {
+    CAPTURE(i);
+    REQUIRE(last[key(i)] == N);
+    RequireClose(final_forecast[key(i)], want);
+  }
+  REQUIRE(stream->WritesDone());
+  v1::StreamResponse extra;
+  REQUIRE_FALSE(stream->Read(&extra));
+  const grpc::Status status = stream->Finish();
+  INFO(status.error_message());
+  REQUIRE(status.ok());
 }
 
 // Feeds `rows` (n, F) one tick per message to `key` on a new connection (opening or resuming it)
