@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Tick streams against their peers, side by side in one run (bench/README.md, "Tick streams"):
-#   (a) one stream, one tick in flight, --ticks ticks: per-tick p50/p99 (forecastd)
-#   (b) the same ticks against bench/echo_server's Stream: the gRPC floor, no compute
+#   (a) one stream, one tick in flight, --ticks ticks: per-tick p50/p99 (forecastd), with
+#       stream_bench's blocking client (the least latency of its own for one key)
+#   (b) the same ticks, same client, against bench/echo_server's Stream: the gRPC floor, no
+#       compute
 #   (c) one Step of the model at B=1 in-process (CPU backend), and the server's compute_us
 #   (d) windowed Predict of the same model at concurrency 1 (bench/load_gen)
 #   (e) 1, 100, 1,000 and 10,000 streams (one tick in flight each, over --calls gRPC streams on
@@ -108,7 +110,8 @@ start() {
   local pid=$! found="" i
   pids+=("${pid}")
   for ((i = 0; i < 1200; i++)); do
-    found=$(sed -nE "s/.*${pattern}.*/\1/p" "${log}" | head -n1)
+    # (The log appears once the background shell has opened it.)
+    found=$(sed -nE "s/.*${pattern}.*/\1/p" "${log}" 2>/dev/null | head -n1 || true)
     [[ -n ${found} ]] && break
     kill -0 "${pid}" 2>/dev/null || break
     sleep 0.1
@@ -163,9 +166,9 @@ predict 1 "${duration_s}"
 round_ticks=$(((ticks + rounds - 1) / rounds))
 for ((round = 1; round <= rounds; ++round)); do
   echo "(a) one stream, ${round_ticks} ticks, round ${round}/${rounds} ..." >&2
-  ticks_point stream "${fd}" 1 --ticks "${round_ticks}"
+  ticks_point stream "${fd}" 1 --ticks "${round_ticks}" --client blocking
   echo "(b) echo stream, ${round_ticks} ticks, round ${round}/${rounds} ..." >&2
-  ticks_point echo "${echo_target}" 1 --ticks "${round_ticks}"
+  ticks_point echo "${echo_target}" 1 --ticks "${round_ticks}" --client blocking
 done
 IFS=, read -r -a level_list <<<"${levels}"
 last=${level_list[-1]}
@@ -191,7 +194,7 @@ def rounds_of(label):
     rs = [r for r in rows if r.get("label") == label]
     med = lambda key: statistics.median(r[key] for r in rs)
     out = dict(rs[0])
-    for key in ("p50_us", "p99_us", "ticks_per_s"):
+    for key in ("p50_us", "p99_us", "ticks_per_s", "p50_server_compute_us"):
         out[key] = med(key)
     n = sum(r["ticks"] for r in rs)
     out["ticks"] = n
@@ -204,8 +207,8 @@ tick = rounds_of("stream")
 echo = rounds_of("echo")
 levels = [r for r in rows if r.get("label") == "streams"]
 # On the CPU the step is timed in-process; elsewhere the server's own compute_us is the step.
-compute = step["p50_us"] if devices == "cpu" else tick["mean_server_compute_us"]
-compute_src = "in-process Step p50" if devices == "cpu" else "server compute_us mean"
+compute = step["p50_us"] if devices == "cpu" else tick["p50_server_compute_us"]
+compute_src = "in-process Step p50" if devices == "cpu" else "server compute_us p50"
 
 def line(name, p50, p99, rate, note=""):
     print(f"| {name} | {p50:,.0f} | {p99:,.0f} | {rate} | {note} |")
@@ -215,7 +218,7 @@ print("| point | p50 us | p99 us | per second | notes |")
 print("| --- | ---: | ---: | ---: | --- |")
 rounds_note = lambda r: f"{r['ticks']} ticks in {r['rounds']} rounds (p50s {', '.join(f'{v:.0f}' for v in r['round_p50_us'])})"
 line("(a) 1 stream, 1 tick in flight", tick["p50_us"], tick["p99_us"], f"{tick['ticks_per_s']:,.0f} ticks",
-     f"{rounds_note(tick)}; server total {tick['mean_server_total_us']:.0f} us, compute {tick['mean_server_compute_us']:.0f} us")
+     f"{rounds_note(tick)}; server total {tick['mean_server_total_us']:.0f} us, compute {tick['mean_server_compute_us']:.0f} us (mean), {tick['p50_server_compute_us']:.0f} us (p50)")
 line("(b) gRPC echo stream", echo["p50_us"], echo["p99_us"], f"{echo['ticks_per_s']:,.0f} ticks", rounds_note(echo))
 line("(c) Step B=1 in-process", step["p50_us"], step["p99_us"], "-", f"{step['backend']}; Forward B=1 (T-step window) p50 {forward['p50_us']:.0f} us")
 p1 = pred.get(1)
@@ -237,8 +240,8 @@ print(f"| tick p50 / (echo p50 + step compute [{compute_src}]) | {r1:.2f} |")
 if devices == "cpu":
     # The same with the step as the server measured it in (a): its caches are not kept warm by
     # a loop of steps, as the in-process timing's are.
-    r1s = tick["p50_us"] / (echo["p50_us"] + tick["mean_server_compute_us"])
-    print(f"| tick p50 / (echo p50 + step compute [server compute_us mean]) | {r1s:.2f} |")
+    r1s = tick["p50_us"] / (echo["p50_us"] + tick["p50_server_compute_us"])
+    print(f"| tick p50 / (echo p50 + step compute [server compute_us p50]) | {r1s:.2f} |")
 if p1:
     print(f"| windowed Predict p50 / tick p50 (concurrency 1) | {p1['p50_us'] / tick['p50_us']:.2f} |")
 at1000 = next((r for r in levels if r["streams"] == 1000), None)

@@ -11,14 +11,17 @@
 //       times Forecaster::Step at B=1 (one stream's tick) and Forward at B=1 (one window) on the
 //       CPU backend (oneDNN) in-process: the compute alone, no server.
 //   ticks  --target HOST:PORT --model NAME --features F --streams S [--calls G] [--channels C]
-//          [--ticks N | --duration-s D] [--warmup-s W] [--label L]
+//          [--client callback|blocking] [--ticks N | --duration-s D] [--warmup-s W] [--label L]
 //       S tick streams (keys) multiplexed over G Forecaster.Stream calls spread over C channels
 //       (default 1; each its own connection), one tick in flight per key: each key's next tick
-//       (one row of F floats, `raw`) is queued as soon as its forecast arrives. The calls run on
-//       gRPC's callback API: a read always outstanding, writes from an outbox with the buffer
-//       hint while more wait behind (as forecastd's replies). Counts the answers arriving in the
+//       (one row of F floats, `raw`) is queued as soon as its forecast arrives. With --client
+//       callback (the default) the calls run on gRPC's callback API: a read always outstanding,
+//       writes from an outbox with the buffer hint while more wait behind (as forecastd's
+//       replies); with --client blocking, one thread per call writes a tick and reads answers in
+//       turn (the least client latency for one key). Counts the answers arriving in the
 //       measured window: N of them (--ticks), or all of D seconds. Works against forecastd and
-//       bench/echo_server alike.
+//       bench/echo_server alike. Besides the means of the server's Timing it reports the median
+//       of its compute_us ("p50_server_compute_us").
 //
 // Latency is the client's: from queuing a tick for writing to reading its answer (steady
 // clock); percentiles are nearest-rank. Exit codes: 0 success, 1 a failure, 2 bad arguments.
@@ -197,6 +200,7 @@ struct TickFlags {
   int64_t streams = 1;
   int calls = 4;
   int channels = 1;
+  std::string client = "callback";
   int64_t ticks = 0;
   double duration_s = 3.0;
   double warmup_s = 1.0;
@@ -219,6 +223,39 @@ int64_t NowNs() {
       .count();
 }
 
+// What one call measured: the answers read inside the window, with the server's timings.
+struct TickTally {
+  std::vector<double> latencies_us;
+  std::vector<double> compute_us;  // each answer's Timing.compute_us
+  double total_us = 0;
+  int64_t batch_rows = 0, errors = 0;
+  std::string first_error, failure;
+
+  void Record(double latency_us, const v1::Timing& t) {
+    latencies_us.push_back(latency_us);
+    compute_us.push_back(static_cast<double>(t.compute_us()));
+    total_us += static_cast<double>(t.total_us());
+    batch_rows += t.batch_size();
+  }
+  void CountError(const std::string& message) {
+    ++errors;
+    if (first_error.empty()) first_error = message;
+  }
+};
+
+// One Forecaster.Stream call's client. Start returns at once; Wait blocks until the call is
+// over; tally() may be read after Wait.
+class TickClient {
+ public:
+  virtual ~TickClient() = default;
+  virtual void Start() = 0;
+  virtual void Wait() = 0;
+  const TickTally& tally() const { return tally_; }
+
+ protected:
+  TickTally tally_;
+};
+
 // One Forecaster.Stream call carrying `keys` keys, on gRPC's callback API. A read is always
 // outstanding; requests go out from an outbox one write at a time, with the buffer hint while
 // more are queued behind the one being written (the last one queued goes without it and flushes
@@ -228,7 +265,8 @@ int64_t NowNs() {
 // Thread-safety: gRPC runs the reactions. OnReadDone alone (one at a time, each after the
 // StartRead before it) touches the keys' state and the measurements; the outbox is shared with
 // OnWriteDone under mu_. The accessors may be called once Wait has returned.
-class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamResponse> {
+class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::StreamResponse>,
+                       public TickClient {
  public:
   TickCall(v1::Forecaster::Stub* stub, const TickFlags& flags, const std::string& prefix,
            int64_t keys, const std::vector<std::string>& rows, Window* window)
@@ -241,7 +279,7 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
   }
 
   // Queues an open for every key and starts the call. Returns at once.
-  void Start() {
+  void Start() override {
     stub_->async()->Stream(&context_, this);
     for (const std::string& key : keys_) {
       v1::StreamRequest request;
@@ -255,7 +293,7 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
   }
 
   // Blocks until the call is over (OnDone).
-  void Wait() {
+  void Wait() override {
     absl::MutexLock lock(&done_mu_);
     done_mu_.Await(absl::Condition(&done_));
   }
@@ -292,11 +330,8 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
         if (response_.has_error()) {
           CountError(response_.error().message());
         } else {
-          latencies_us_.push_back(static_cast<double>(now - sent_ns_[k]) / 1e3);
-          const v1::Timing& t = response_.forecast().timing();
-          compute_us_ += static_cast<double>(t.compute_us());
-          total_us_ += static_cast<double>(t.total_us());
-          batch_rows_ += t.batch_size();
+          tally_.Record(static_cast<double>(now - sent_ns_[k]) / 1e3,
+                        response_.forecast().timing());
           const int64_t wanted = window_->wanted.load();
           if (wanted > 0 && window_->measured.fetch_add(1) + 1 >= wanted) {
             window_->stopped_ns.store(now);
@@ -346,20 +381,12 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
     }
     if (!status.ok() && what.empty()) what = "call failed";
     if (!what.empty()) {
-      failure_ = absl::StrCat(what, ": ", status.error_code(), ": ", status.error_message());
+      tally_.failure = absl::StrCat(what, ": ", status.error_code(), ": ", status.error_message());
     }
     MarkOpened();
     absl::MutexLock lock(&done_mu_);
     done_ = true;
   }
-
-  const std::vector<double>& latencies_us() const { return latencies_us_; }
-  double compute_us() const { return compute_us_; }
-  double total_us() const { return total_us_; }
-  int64_t batch_rows() const { return batch_rows_; }
-  int64_t errors() const { return errors_; }
-  const std::string& first_error() const { return first_error_; }
-  const std::string& failure() const { return failure_; }
 
  private:
   int64_t Index(const std::string& key) const {
@@ -372,10 +399,7 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
     return k;
   }
 
-  void CountError(const std::string& message) {
-    ++errors_;
-    if (first_error_.empty()) first_error_ = message;
-  }
+  void CountError(const std::string& message) { tally_.CountError(message); }
 
   // Counts this call in window_->opened, once.
   void MarkOpened() {
@@ -443,11 +467,7 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
   std::vector<int64_t> sent_ns_;
   std::vector<int64_t> next_row_;
   std::vector<bool> usable_;
-  std::vector<double> latencies_us_;
-  double compute_us_ = 0, total_us_ = 0;
-  int64_t batch_rows_ = 0, errors_ = 0;
-  std::string first_error_, read_failure_;
-  std::string failure_;  // set by OnDone
+  std::string read_failure_;
 
   absl::Mutex mu_;
   std::deque<v1::StreamRequest> outbox_ ABSL_GUARDED_BY(mu_);  // front() is being written
@@ -458,6 +478,123 @@ class TickCall final : public grpc::ClientBidiReactor<v1::StreamRequest, v1::Str
 
   absl::Mutex done_mu_;
   bool done_ ABSL_GUARDED_BY(done_mu_) = false;
+};
+
+// The same on gRPC's blocking API: one thread per call (Start starts it) writes a tick and
+// reads answers in turn. With one key it adds the least of its own to a tick's latency, so the
+// single-stream points use it; with many keys its one write at a time limits the rate.
+class BlockingTickCall final : public TickClient {
+ public:
+  BlockingTickCall(v1::Forecaster::Stub* stub, const TickFlags& flags, std::string prefix,
+                   int64_t keys, const std::vector<std::string>& rows, Window* window)
+      : stub_(stub), flags_(flags), prefix_(std::move(prefix)), rows_(rows), window_(window) {
+    sent_ns_.resize(static_cast<size_t>(keys));
+    next_row_.resize(static_cast<size_t>(keys));
+    usable_.assign(static_cast<size_t>(keys), false);
+  }
+
+  void Start() override {
+    thread_ = std::thread([this] { Run(); });
+  }
+  void Wait() override {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    grpc::ClientContext context;
+    auto stream = stub_->Stream(&context);
+    const int64_t keys = static_cast<int64_t>(sent_ns_.size());
+    v1::StreamRequest request;
+    v1::StreamResponse response;
+    for (int64_t k = 0; k < keys; ++k) {
+      request.Clear();
+      request.set_key(Key(k));
+      request.mutable_open()->set_model(flags_.model);
+      if (!stream->Write(request)) return Fail(*stream, "open write failed");
+    }
+    int64_t in_flight = 0;
+    for (int64_t k = 0; k < keys; ++k) {
+      if (!stream->Read(&response)) return Fail(*stream, "open read failed");
+      const int64_t i = Index(response.key());
+      if (i < 0) continue;
+      if (response.has_error()) {
+        tally_.CountError(response.error().message());
+        continue;
+      }
+      usable_[i] = true;
+    }
+    window_->opened.fetch_add(1);
+    opened_ = true;
+    for (int64_t k = 0; k < keys; ++k) {
+      if (!usable_[k]) continue;
+      if (!Send(*stream, k)) return Fail(*stream, "tick write failed");
+      ++in_flight;
+    }
+    while (in_flight > 0) {
+      if (!stream->Read(&response)) return Fail(*stream, "tick read failed");
+      const int64_t now = NowNs();
+      const int64_t k = Index(response.key());
+      if (k < 0) continue;
+      --in_flight;
+      if (now >= window_->begin_ns.load() && now < window_->end_ns.load() &&
+          !window_->stopping.load()) {
+        if (response.has_error()) {
+          tally_.CountError(response.error().message());
+        } else {
+          tally_.Record(static_cast<double>(now - sent_ns_[k]) / 1e3, response.forecast().timing());
+          const int64_t wanted = window_->wanted.load();
+          if (wanted > 0 && window_->measured.fetch_add(1) + 1 >= wanted) {
+            window_->stopped_ns.store(now);
+            window_->stopping.store(true);
+          }
+        }
+      }
+      if (window_->stopping.load()) continue;
+      if (!Send(*stream, k)) return Fail(*stream, "tick write failed");
+      ++in_flight;
+    }
+    stream->WritesDone();
+    const grpc::Status status = stream->Finish();
+    if (!status.ok() && tally_.failure.empty()) tally_.failure = status.error_message();
+  }
+
+  std::string Key(int64_t k) const { return absl::StrCat(prefix_, k); }
+  int64_t Index(const std::string& key) const {
+    int64_t k = -1;
+    if (key.size() <= prefix_.size() ||
+        !absl::SimpleAtoi(absl::string_view(key).substr(prefix_.size()), &k) || k < 0 ||
+        k >= static_cast<int64_t>(sent_ns_.size())) {
+      return -1;
+    }
+    return k;
+  }
+  bool Send(grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>& stream, int64_t k) {
+    request_.Clear();
+    request_.set_key(Key(k));
+    request_.mutable_ticks()->set_raw(rows_[(k + next_row_[k]++) % rows_.size()]);
+    sent_ns_[k] = NowNs();
+    return stream.Write(request_);
+  }
+  void Fail(grpc::ClientReaderWriter<v1::StreamRequest, v1::StreamResponse>& stream,
+            const std::string& what) {
+    const grpc::Status status = stream.Finish();
+    tally_.failure = absl::StrCat(what, ": ", status.error_code(), ": ", status.error_message());
+    if (!opened_) window_->opened.fetch_add(1);
+    opened_ = true;
+  }
+
+  v1::Forecaster::Stub* const stub_;
+  const TickFlags& flags_;
+  const std::string prefix_;
+  const std::vector<std::string>& rows_;
+  Window* const window_;
+  v1::StreamRequest request_;
+  std::vector<int64_t> sent_ns_;
+  std::vector<int64_t> next_row_;
+  std::vector<bool> usable_;
+  bool opened_ = false;  // counted in window_->opened
+  std::thread thread_;
 };
 
 absl::Status RunTicks(const TickFlags& flags) {
@@ -488,13 +625,18 @@ absl::Status RunTicks(const TickFlags& flags) {
   Window window;
   window.begin_ns.store(INT64_MAX);
   window.wanted.store(flags.ticks);
-  std::vector<std::unique_ptr<TickCall>> tick_calls;
+  std::vector<std::unique_ptr<TickClient>> tick_calls;
   const std::string label = flags.label.empty() ? flags.target : flags.label;
   for (int c = 0; c < calls; ++c) {
     const int64_t keys = flags.streams / calls + (c < flags.streams % calls ? 1 : 0);
-    tick_calls.push_back(std::make_unique<TickCall>(
-        stubs[c % channels].get(), flags, absl::StrCat("bench-", flags.streams, "-", c, "-"), keys,
-        rows, &window));
+    const std::string prefix = absl::StrCat("bench-", flags.streams, "-", c, "-");
+    if (flags.client == "blocking") {
+      tick_calls.push_back(std::make_unique<BlockingTickCall>(stubs[c % channels].get(), flags,
+                                                              prefix, keys, rows, &window));
+    } else {
+      tick_calls.push_back(std::make_unique<TickCall>(stubs[c % channels].get(), flags, prefix,
+                                                      keys, rows, &window));
+    }
   }
   for (auto& call : tick_calls) call->Start();
   const auto to_ns = [](double s) { return static_cast<int64_t>(s * 1e9); };
@@ -515,22 +657,23 @@ absl::Status RunTicks(const TickFlags& flags) {
   const int64_t end = flags.ticks > 0 ? window.stopped_ns.load() : begin + to_ns(flags.duration_s);
   for (auto& call : tick_calls) call->Wait();
 
-  std::vector<double> us;
-  double compute = 0, total = 0;
+  std::vector<double> us, computes;
+  double total = 0;
   int64_t batch_rows = 0, errors = 0;
   std::string first_error;
   for (const auto& call : tick_calls) {
-    if (!call->failure().empty()) {
-      return absl::UnavailableError(absl::StrCat(label, ": ", call->failure()));
-    }
-    us.insert(us.end(), call->latencies_us().begin(), call->latencies_us().end());
-    compute += call->compute_us();
-    total += call->total_us();
-    batch_rows += call->batch_rows();
-    errors += call->errors();
-    if (first_error.empty()) first_error = call->first_error();
+    const TickTally& t = call->tally();
+    if (!t.failure.empty()) return absl::UnavailableError(absl::StrCat(label, ": ", t.failure));
+    us.insert(us.end(), t.latencies_us.begin(), t.latencies_us.end());
+    computes.insert(computes.end(), t.compute_us.begin(), t.compute_us.end());
+    total += t.total_us;
+    batch_rows += t.batch_rows;
+    errors += t.errors;
+    if (first_error.empty()) first_error = t.first_error;
   }
+  const double compute = std::accumulate(computes.begin(), computes.end(), 0.0);
   std::sort(us.begin(), us.end());
+  std::sort(computes.begin(), computes.end());
   const double n = static_cast<double>(us.size());
   const double seconds = std::max(1e-9, static_cast<double>(end - begin) / 1e9);
   std::string json = absl::StrFormat(
@@ -538,12 +681,13 @@ absl::Status RunTicks(const TickFlags& flags) {
       "\"ticks\":%d,"
       "\"errors\":%d,\"seconds\":%.3f,\"ticks_per_s\":%.1f,\"p50_us\":%.1f,\"p90_us\":%.1f,"
       "\"p99_us\":%.1f,\"max_us\":%.1f,\"mean_us\":%.1f,\"mean_server_compute_us\":%.1f,"
-      "\"mean_server_total_us\":%.1f,\"mean_batch_rows\":%.2f",
+      "\"mean_server_total_us\":%.1f,\"mean_batch_rows\":%.2f,\"p50_server_compute_us\":%.1f,"
+      "\"client\":\"%s\"",
       label, flags.streams, calls, channels, us.size(), errors, seconds, n / seconds, Rank(us, 0.5),
       Rank(us, 0.9), Rank(us, 0.99), us.empty() ? 0.0 : us.back(),
       us.empty() ? 0.0 : std::accumulate(us.begin(), us.end(), 0.0) / n,
       us.empty() ? 0.0 : compute / n, us.empty() ? 0.0 : total / n,
-      us.empty() ? 0.0 : static_cast<double>(batch_rows) / n);
+      us.empty() ? 0.0 : static_cast<double>(batch_rows) / n, Rank(computes, 0.5), flags.client);
   if (!first_error.empty()) {
     std::string escaped;
     for (const char c : first_error) {
@@ -591,6 +735,11 @@ int main(int argc, char** argv) {
       ->add_option("--channels", tick_flags.channels,
                    "gRPC channels (connections); the calls spread over them")
       ->check(CLI::Range(1, 1024));
+  ticks
+      ->add_option("--client", tick_flags.client,
+                   "callback (reads always outstanding, writes coalesced) or blocking (a "
+                   "thread per call, write then read)")
+      ->check(CLI::IsMember({"callback", "blocking"}));
   ticks->add_option("--ticks", tick_flags.ticks, "measure this many answers (0: --duration-s)")
       ->check(CLI::NonNegativeNumber);
   ticks->add_option("--duration-s", tick_flags.duration_s, "measured seconds")
