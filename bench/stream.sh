@@ -31,6 +31,8 @@
 #   --last-duration-s S  the largest level's measured seconds (default 1.5)
 #   --warmup-s S         untimed seconds before each point (default 1)
 #   --calls N            gRPC streams the keys of a level share (default 4)
+#   --client KIND        (e): stream_bench's client, blocking (default: a thread per call, which
+#                        carried the most ticks/s at 1,000 keys on a 16-core GPU host) or callback
 #   --channels N         (e): gRPC channels, each its own connection, that a level's calls and
 #                        Predict at concurrency 1,000 spread over (default 1); (a), (b) and (d)
 #                        use one
@@ -58,6 +60,7 @@ last_duration_s=1.5
 warmup_s=1
 calls=4
 channels=1
+client=blocking
 cpu_workers=0
 omp_threads=""
 while [[ $# -gt 0 ]]; do
@@ -76,6 +79,7 @@ while [[ $# -gt 0 ]]; do
     --warmup-s) warmup_s=$2; shift 2 ;;
     --calls) calls=$2; shift 2 ;;
     --channels) channels=$2; shift 2 ;;
+    --client) client=$2; shift 2 ;;
     --cpu-workers) cpu_workers=$2; shift 2 ;;
     --omp-threads) omp_threads=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -176,7 +180,8 @@ for streams in "${level_list[@]}"; do
   seconds=${duration_s}
   [[ ${streams} == "${last}" && ${#level_list[@]} -gt 1 ]] && seconds=${last_duration_s}
   echo "(e) ${streams} streams, ${seconds} s ..." >&2
-  ticks_point streams "${fd}" "${streams}" --duration-s "${seconds}" --channels "${channels}"
+  ticks_point streams "${fd}" "${streams}" --duration-s "${seconds}" --channels "${channels}" \
+    --client "${client}"
 done
 echo "(e) windowed Predict, concurrency 1000, ${channels} channel(s) ..." >&2
 predict 1000 "${duration_s}" --channels "${channels}"
@@ -227,7 +232,7 @@ if p1:
          f"server compute {p1['mean_server_compute_us']:.0f} us")
 for r in levels:
     line(f"(e) {r['streams']:,} streams", r["p50_us"], r["p99_us"], f"{r['ticks_per_s']:,.0f} ticks",
-         f"{r['calls']} gRPC streams on {r.get('channels', 1)} connection(s); mean batch {r['mean_batch_rows']:.1f}; errors {r['errors']}"
+         f"{r['calls']} gRPC streams on {r.get('channels', 1)} connection(s), {r.get('client', 'blocking')} client; mean batch {r['mean_batch_rows']:.1f}; errors {r['errors']}"
          + (f" ({r['first_error']})" if r.get("first_error") else ""))
 p1000 = pred.get(1000)
 if p1000:

@@ -268,8 +268,44 @@ ServingMetrics::ServingMetrics(prometheus::Registry& registry)
                                "include cached requests)")
                          .Register(registry)) {}
 
+const ServingMetrics::TickSeries& ServingMetrics::TickSeriesFor(const std::string& model,
+                                                                int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto& by_version = tick_series_[model];
+  std::unique_ptr<TickSeries>& series = by_version[version];
+  if (series == nullptr) {
+    series = std::make_unique<TickSeries>();
+    const std::string ok = GrpcCodeName(grpc::StatusCode::OK);
+    series->ticks_ok = &stream_ticks_.Add({{"model", model}, {"code", ok}});
+    series->tick_seconds = &stream_tick_seconds_.Add({{"model", model}}, LatencyBuckets());
+    if (version > 0) {
+      const prometheus::Labels labels = VersionLabels(model, version);
+      series->nv_success = &nv_success_.Add(labels);
+      series->nv_request_us = &nv_request_us_.Add(labels);
+      series->nv_queue_us = &nv_queue_us_.Add(labels);
+      series->nv_compute_us = &nv_compute_us_.Add(labels);
+      series->nv_inferences = &nv_inferences_.Add(labels);
+    }
+  }
+  return *series;
+}
+
 void ServingMetrics::OnTick(const std::string& model, int64_t version, const absl::Status& status,
                             const TickTiming& timing) {
+  if (status.ok()) {
+    // The same series as below, through handles made once per model version.
+    const TickSeries& series = TickSeriesFor(model, version);
+    series.ticks_ok->Increment();
+    series.tick_seconds->Observe(absl::ToDoubleSeconds(timing.total));
+    if (version > 0) {
+      series.nv_success->Increment();
+      series.nv_request_us->Increment(Microseconds(timing.total));
+      series.nv_queue_us->Increment(Microseconds(timing.queue));
+      series.nv_compute_us->Increment(Microseconds(timing.compute));
+      if (timing.computed) series.nv_inferences->Increment();
+    }
+    return;
+  }
   const grpc::StatusCode code = ToGrpcStatus(status).error_code();
   stream_ticks_.Add({{"model", model}, {"code", GrpcCodeName(code)}}).Increment();
   if (status.ok()) {

@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "engine/serving/batcher.h"
@@ -120,6 +121,19 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
 
  private:
   class ModelObserver;
+  // The series an answered tick of one model version adds to, made once: Family::Add builds and
+  // hashes its labels on every call, too slow for every tick. Triton's are null for version 0.
+  struct TickSeries {
+    prometheus::Counter* ticks_ok = nullptr;
+    prometheus::Histogram* tick_seconds = nullptr;
+    prometheus::Counter* nv_success = nullptr;
+    prometheus::Counter* nv_request_us = nullptr;
+    prometheus::Counter* nv_queue_us = nullptr;
+    prometheus::Counter* nv_compute_us = nullptr;
+    prometheus::Counter* nv_inferences = nullptr;
+  };
+  const TickSeries& TickSeriesFor(const std::string& model, int64_t version)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Triton's per-request series: success with its durations, or failure with its reason
   // (`ran`: the request's batch was computed); nothing for version 0.
@@ -155,6 +169,9 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
   std::map<std::pair<std::string, int64_t>, std::unique_ptr<ModelObserver>> observers_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, int64_t> last_step_ ABSL_GUARDED_BY(mu_);  // by job id
+  // By model, then version; entries are never removed (nor are the series they point at).
+  absl::flat_hash_map<std::string, absl::flat_hash_map<int64_t, std::unique_ptr<TickSeries>>>
+      tick_series_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace forecastd
