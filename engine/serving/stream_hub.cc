@@ -632,8 +632,12 @@ void StreamHub::EnqueueAll(std::vector<Dispatch> dispatches) {
 }
 
 void StreamHub::OnTaskDone(const std::shared_ptr<Stream>& stream, TickResult result) {
+  // The batch's last computed task delivers every reply its batch queued: per connection, all
+  // at once, rather than one delivery per reply. (Every kStep and kWindow task is the hub's, so
+  // the last of a batch comes back here.)
+  const bool more = result.more_in_batch;
   TaskDone(stream, std::move(result));
-  Flush();
+  if (!more) Flush();
 }
 
 void StreamHub::TaskDone(const std::shared_ptr<Stream>& stream, TickResult result) {

@@ -204,11 +204,11 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       if (task->kind == Kind::kReadState) {
         std::vector<float> state(static_cast<size_t>(options_.state_floats));
         const absl::Status status = instance.ReadState(task->slot, state.data());
-        Complete(*task, status, std::move(state), clock_->Now() - start, 1, start);
+        Complete(*task, status, std::move(state), clock_->Now() - start, 1, false, start);
       } else if (task->kind == Kind::kWriteState) {
         const absl::Status status =
             instance.WriteState(task->slot, task->input.empty() ? nullptr : task->input.data());
-        Complete(*task, status, {}, clock_->Now() - start, 1, start);
+        Complete(*task, status, {}, clock_->Now() - start, 1, false, start);
       } else {
         computed.push_back(task.get());
       }
@@ -245,14 +245,16 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       std::vector<float> forecast;
       if (status.ok()) forecast.assign(output.begin() + r * O, output.begin() + (r + 1) * O);
       Complete(*computed[static_cast<size_t>(r)], status, std::move(forecast), compute, rows,
-               compute_start);
+               r + 1 < rows, compute_start);
     }
   }
 
   void Complete(TickTask& task, const absl::Status& status, std::vector<float> output,
-                absl::Duration compute, int64_t rows, absl::Time start = absl::InfinitePast()) {
+                absl::Duration compute, int64_t rows, bool more_in_batch = false,
+                absl::Time start = absl::InfinitePast()) {
     TickResult result;
     result.status = status;
+    result.more_in_batch = more_in_batch;
     result.output = std::move(output);
     result.version = options_.version;
     result.queue_time = (start == absl::InfinitePast() ? clock_->Now() : start) - task.enqueue_time;

@@ -31,6 +31,10 @@ struct TickResult {
   absl::Duration queue_time;    // enqueue until its batch started
   absl::Duration compute_time;  // its batch's step or forward
   int64_t batch_rows = 0;       // tasks in the batch it ran in
+  // kStep, kWindow: more of the batch's computed tasks (kStep, kWindow) complete right after
+  // this one, on the same thread, so a `done` may leave work it can share with theirs (such as
+  // delivering replies) to the last of them. Always false for state reads and writes.
+  bool more_in_batch = false;
 };
 
 struct TickTask {

@@ -1,7 +1,8 @@
 // TickEngine on CPU instances: a state-mode step computes Forecaster::Step at the task's slot,
 // state reads and writes round-trip, ticks queued while the device is busy share one batch,
 // slots run out with RESOURCE_EXHAUSTED, a draining engine refuses new tasks, and a tick for an
-// idle engine runs inline on the enqueuing thread.
+// idle engine runs inline on the enqueuing thread; a batch's computed tasks but its last say that
+// more of the batch follows.
 #include "engine/serving/tick_engine.h"
 
 #include <algorithm>
@@ -134,6 +135,36 @@ TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][strea
     REQUIRE(result.status.ok());
     REQUIRE(result.batch_rows == 4);
   }
+}
+
+TEST_CASE("A batch's computed tasks but the last say more of the batch follows; state tasks never",
+          "[unit][stream]") {
+  Env env;
+  absl::Notification release;
+  std::promise<void> holding;
+  env.scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    holding.set_value();
+    release.WaitForNotification();
+  });
+  holding.get_future().wait();
+  // Queued in this order; the batch runs the state read first, then the steps.
+  std::vector<std::future<TickResult>> steps;
+  for (int32_t slot = 0; slot < 3; ++slot) {
+    steps.push_back(env.Submit(TickTask::Kind::kStep, slot, {10.0f, 100.0f}, true));
+  }
+  auto read = env.Submit(TickTask::Kind::kReadState, 3, {});
+  release.Notify();
+  const TickResult state = Get(read);
+  REQUIRE(state.status.ok());
+  CHECK_FALSE(state.more_in_batch);
+  int more = 0;
+  for (auto& f : steps) {
+    const TickResult r = Get(f);
+    REQUIRE(r.status.ok());
+    REQUIRE(r.batch_rows == 3);
+    more += r.more_in_batch ? 1 : 0;
+  }
+  CHECK(more == 2);  // all but the last of the three
 }
 
 TEST_CASE("A tick for an idle engine runs inline - one enqueued from its completion queues",
