@@ -124,6 +124,32 @@ std::vector<float> Uniform(int64_t n, uint32_t seed, float bound) {
   return v;
 }
 
+// L layers' parameters, PyTorch's initialisation (uniform in +-1/sqrt(H)), in arena order
+// (w_ih, w_hh, b_ih, b_hh per layer; G gates), and where each tensor starts.
+void LayerParams(int L, int64_t F, int64_t H, int64_t G, std::vector<float>* params,
+                 std::vector<int64_t>* offsets) {
+  for (int l = 0; l < L; ++l) {
+    const int64_t I = l == 0 ? F : H;
+    for (const int64_t n : {G * H * I, G * H * H, G * H, G * H}) {
+      offsets->push_back(static_cast<int64_t>(params->size()));
+      const std::vector<float> v = Uniform(n, static_cast<uint32_t>(offsets->size()),
+                                           1.0f / std::sqrt(static_cast<float>(H)));
+      params->insert(params->end(), v.begin(), v.end());
+    }
+  }
+}
+
+// The layers' weights in a copy of LayerParams' array at w.
+std::vector<RecurrentDirectionWeights> LayerWeightsAt(const float* w,
+                                                      const std::vector<int64_t>& offsets, int L) {
+  std::vector<RecurrentDirectionWeights> weights;
+  for (int l = 0; l < L; ++l) {
+    weights.push_back({w + offsets[4 * l], w + offsets[4 * l + 1], w + offsets[4 * l + 2],
+                       w + offsets[4 * l + 3]});
+  }
+  return weights;
+}
+
 // One path's step, queued on its backend's stream.
 using StepFn = std::function<absl::Status()>;
 
@@ -183,15 +209,7 @@ absl::Status RunLatency(const Flags& flags) {
                    InstanceStreams::Create({}, allocator.get()));
   std::vector<float> params;
   std::vector<int64_t> offsets;
-  for (int l = 0; l < L; ++l) {
-    const int64_t I = l == 0 ? F : H;
-    for (const int64_t n : {G * H * I, G * H * H, G * H, G * H}) {
-      offsets.push_back(static_cast<int64_t>(params.size()));
-      const std::vector<float> v = Uniform(n, static_cast<uint32_t>(offsets.size()),
-                                           1.0f / std::sqrt(static_cast<float>(H)));
-      params.insert(params.end(), v.begin(), v.end());
-    }
-  }
+  LayerParams(L, F, H, G, &params, &offsets);
   const int64_t head_at = static_cast<int64_t>(params.size());
   const std::vector<float> head = Uniform(O * H + O, 77, 1.0f / std::sqrt(static_cast<float>(H)));
   params.insert(params.end(), head.begin(), head.end());
@@ -201,11 +219,7 @@ absl::Status RunLatency(const Flags& flags) {
   const cudaStream_t stream = backend->stream();
   DeviceArena mem(allocator.get());
   ASSIGN_OR_RETURN(const float* w, mem.Upload(params));
-  std::vector<RecurrentDirectionWeights> weights;
-  for (int l = 0; l < L; ++l) {
-    weights.push_back({w + offsets[4 * l], w + offsets[4 * l + 1], w + offsets[4 * l + 2],
-                       w + offsets[4 * l + 3]});
-  }
+  const std::vector<RecurrentDirectionWeights> weights = LayerWeightsAt(w, offsets, L);
   const int targets[1] = {0};
   RecurrentStepForecastSpec spec;
   spec.head_weight = w + head_at;
@@ -294,18 +308,9 @@ absl::Status Run(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<InstanceStreams> streams,
                    InstanceStreams::Create({}, allocator.get()));
 
-  // The parameters, PyTorch's initialisation (uniform in +-1/sqrt(H)), arena order.
   std::vector<float> params;
   std::vector<int64_t> offsets;
-  for (int l = 0; l < L; ++l) {
-    const int64_t I = l == 0 ? F : H;
-    for (const int64_t n : {G * H * I, G * H * H, G * H, G * H}) {
-      offsets.push_back(static_cast<int64_t>(params.size()));
-      const std::vector<float> v = Uniform(n, static_cast<uint32_t>(offsets.size()),
-                                           1.0f / std::sqrt(static_cast<float>(H)));
-      params.insert(params.end(), v.begin(), v.end());
-    }
-  }
+  LayerParams(L, F, H, G, &params, &offsets);
   RETURN_IF_ERROR(WriteRaw(flags.dir + "/params.f32", params));
 
   std::string manifest = absl::StrCat(R"({"cell":")", flags.cell, R"(","H":)", H, R"(,"L":)", L,
@@ -338,11 +343,7 @@ absl::Status Run(const Flags& flags) {
       const cudaStream_t stream = backend->stream();
       DeviceArena mem(allocator.get());
       ASSIGN_OR_RETURN(const float* w, mem.Upload(params));
-      std::vector<RecurrentDirectionWeights> weights;
-      for (int l = 0; l < L; ++l) {
-        weights.push_back({w + offsets[4 * l], w + offsets[4 * l + 1], w + offsets[4 * l + 2],
-                           w + offsets[4 * l + 3]});
-      }
+      const std::vector<RecurrentDirectionWeights> weights = LayerWeightsAt(w, offsets, L);
       ASSIGN_OR_RETURN(float* slab, mem.Upload(slab_0));
       ASSIGN_OR_RETURN(const int32_t* dslots, mem.Upload(slots));
       ASSIGN_OR_RETURN(const float* dxn, mem.Upload(xn));

@@ -83,69 +83,30 @@ __device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, fl
   return (1.0f - z) * n + z * h;
 }
 
-// Sums 16 values across a warp: value n of lane l is a[n] of that lane, and each of the 16
-// sums is over the 32 lanes. Halving: at offset 16 a lane keeps the half of its values its bit 4
-// picks and adds its partner's copy of that half; then 8, 4 and 2 on the rest, and a last
-// exchange at offset 1: lane l ends with sum l >> 1 in a[0] (the other entries are spent).
-__device__ __forceinline__ void HalvingSum16(float (&a)[16], int lane) {
+// Sums N (16 or 32) values across a warp: value n of lane l is a[n] of that lane, and each of
+// the N sums is over the 32 lanes. Halving: at offset 16 a lane keeps the half of its values its
+// bit 4 picks and adds its partner's copy of that half; then 8, 4, ... on the rest, until one
+// value is left. With N = 32 lane l ends with sum l in a[0]; with N = 16 a last exchange at
+// offset 1 adds the two copies and lane l ends with sum l >> 1 (the other entries are spent).
+// One halving level of HalvingSum and the levels after it: kHalf values kept of 2 kHalf.
+template <int kHalf, int N>
+__device__ __forceinline__ void HalvingLevels(float (&a)[N], int lane) {
   constexpr unsigned kAllLanes = 0xffffffffu;
+  constexpr int kOffset = 32 * kHalf / N;  // 16 at the first level, halving after
+  const bool hi = (lane & kOffset) != 0;
 #pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const bool hi = (lane & 16) != 0;
-    const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 16);
+  for (int n = 0; n < kHalf; ++n) {
+    const float send = hi ? a[n] : a[n + kHalf], keep = hi ? a[n + kHalf] : a[n];
+    a[n] = keep + __shfl_xor_sync(kAllLanes, send, kOffset);
   }
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    const bool hi = (lane & 8) != 0;
-    const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 8);
-  }
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-    const bool hi = (lane & 4) != 0;
-    const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 4);
-  }
-  {
-    const bool hi = (lane & 2) != 0;
-    const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
-    a[0] = keep + __shfl_xor_sync(kAllLanes, send, 2);
-  }
-  a[0] += __shfl_xor_sync(kAllLanes, a[0], 1);
+  if constexpr (kHalf > 1) HalvingLevels<kHalf / 2>(a, lane);
 }
 
-// Sums 32 values across a warp, as HalvingSum16 with one more halving: lane l ends with sum l
-// in a[0] (the other entries are spent).
-__device__ __forceinline__ void HalvingSum32(float (&a)[32], int lane) {
-  constexpr unsigned kAllLanes = 0xffffffffu;
-#pragma unroll
-  for (int n = 0; n < 16; ++n) {
-    const bool hi = (lane & 16) != 0;
-    const float send = hi ? a[n] : a[n + 16], keep = hi ? a[n + 16] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 16);
-  }
-#pragma unroll
-  for (int n = 0; n < 8; ++n) {
-    const bool hi = (lane & 8) != 0;
-    const float send = hi ? a[n] : a[n + 8], keep = hi ? a[n + 8] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 8);
-  }
-#pragma unroll
-  for (int n = 0; n < 4; ++n) {
-    const bool hi = (lane & 4) != 0;
-    const float send = hi ? a[n] : a[n + 4], keep = hi ? a[n + 4] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 4);
-  }
-#pragma unroll
-  for (int n = 0; n < 2; ++n) {
-    const bool hi = (lane & 2) != 0;
-    const float send = hi ? a[n] : a[n + 2], keep = hi ? a[n + 2] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, 2);
-  }
-  const bool hi = (lane & 1) != 0;
-  const float send = hi ? a[0] : a[1], keep = hi ? a[1] : a[0];
-  a[0] = keep + __shfl_xor_sync(kAllLanes, send, 1);
+template <int N>
+__device__ __forceinline__ void HalvingSum(float (&a)[N], int lane) {
+  static_assert(N == 16 || N == 32, "16 or 32 sums");
+  HalvingLevels<N / 2>(a, lane);
+  if constexpr (N == 16) a[0] += __shfl_xor_sync(0xffffffffu, a[0], 1);
 }
 
 // The top layer's last step: its h' sits in `out` and each block of a stream tile has read
@@ -262,7 +223,7 @@ __global__ void __launch_bounds__(kWarpThreads)
           for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
         }
       }
-      HalvingSum16(a, lane);
+      HalvingSum<16>(a, lane);
       float sums[kQuantities];
 #pragma unroll
       for (int q = 0; q < kQuantities; ++q) sums[q] = __shfl_down_sync(kAll, a[0], 2 * q);
@@ -595,7 +556,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
             for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
           }
         }
-        HalvingSum32(a, lane);
+        HalvingSum<32>(a, lane);
         const int q = lane & 3;
         const float b = q == 0 ? bias[0] : q == 1 ? bias[1] : q == 2 ? bias[2] : bias[3];
         const float act = ActivateQuantity<kLstm>(a[0] + b, q);
@@ -618,7 +579,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
             for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
           }
         }
-        HalvingSum16(a, lane);
+        HalvingSum<16>(a, lane);
         // Each lane activates its own sum (quantity q = (lane >> 1) & 3 of stream lane >> 3),
         // so the warp runs one activation per lane instead of four per stream; lane 8u then
         // gathers stream u's four and runs the rest of the cell.

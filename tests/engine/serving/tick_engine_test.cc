@@ -73,6 +73,20 @@ struct Env {
     return promise->get_future();
   }
 
+  // Occupies the only worker until the returned notification is notified, so that tasks
+  // enqueued meanwhile queue up and share a batch. Keep it until their results are in.
+  std::unique_ptr<absl::Notification> HoldWorker() {
+    auto release = std::make_unique<absl::Notification>();
+    std::promise<void> holding;
+    absl::Notification* r = release.get();
+    scheduler->Submit(1, absl::InfiniteFuture(), [r, &holding](int, bool) {
+      holding.set_value();
+      r->WaitForNotification();
+    });
+    holding.get_future().wait();
+    return release;
+  }
+
   ReferenceBackend backend;
   std::shared_ptr<Forecaster> model;
   std::unique_ptr<DeviceScheduler> scheduler;
@@ -117,19 +131,12 @@ TEST_CASE(
 
 TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][stream]") {
   Env env;
-  // Hold the only worker so the ticks queue up behind it.
-  absl::Notification release;
-  std::promise<void> holding;
-  env.scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
-    holding.set_value();
-    release.WaitForNotification();
-  });
-  holding.get_future().wait();
+  const std::unique_ptr<absl::Notification> release = env.HoldWorker();
   std::vector<std::future<TickResult>> results;
   for (int32_t slot = 0; slot < 4; ++slot) {
     results.push_back(env.Submit(TickTask::Kind::kStep, slot, {10.0f, 100.0f}, true));
   }
-  release.Notify();
+  release->Notify();
   for (auto& r : results) {
     const TickResult result = Get(r);
     REQUIRE(result.status.ok());
@@ -140,20 +147,14 @@ TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][strea
 TEST_CASE("A batch's computed tasks but the last say more of the batch follows; state tasks never",
           "[unit][stream]") {
   Env env;
-  absl::Notification release;
-  std::promise<void> holding;
-  env.scheduler->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
-    holding.set_value();
-    release.WaitForNotification();
-  });
-  holding.get_future().wait();
+  const std::unique_ptr<absl::Notification> release = env.HoldWorker();
   // Queued in this order; the batch runs the state read first, then the steps.
   std::vector<std::future<TickResult>> steps;
   for (int32_t slot = 0; slot < 3; ++slot) {
     steps.push_back(env.Submit(TickTask::Kind::kStep, slot, {10.0f, 100.0f}, true));
   }
   auto read = env.Submit(TickTask::Kind::kReadState, 3, {});
-  release.Notify();
+  release->Notify();
   const TickResult state = Get(read);
   REQUIRE(state.status.ok());
   CHECK_FALSE(state.more_in_batch);
