@@ -411,6 +411,26 @@ struct StackWeights {
   Weights layer[kClusterMaxLayers];
 };
 
+// A lane's share of the four quantities' dot products for the first kU streams of a tile:
+// a[u * 4 + q] = sum over its columns lane + 32 i of wr[q][i] * x[u][lane + 32 i] (x rows of
+// kClusterKp floats in shared memory).
+template <int kU>
+__device__ __forceinline__ void ClusterSums(float (&a)[4 * kU],
+                                            const float (&wr)[kQuantities][kClusterKPL],
+                                            const float* x, int lane) {
+#pragma unroll
+  for (int n = 0; n < 4 * kU; ++n) a[n] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kClusterKPL; ++i) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const float xv = x[u * kClusterKp + lane + 32 * i];
+#pragma unroll
+      for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], xv, a[u * 4 + q]);
+    }
+  }
+}
+
 template <bool kLstm>
 __device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
                                          float (&bias)[kQuantities], const Weights& w, int j,
@@ -545,17 +565,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
         // Five to eight streams in one pass: 32 sums, one reduction (lane l ends with quantity
         // l & 3 of stream l >> 2), instead of two passes of four one after the other.
         float a[32];
-#pragma unroll
-        for (int n = 0; n < 32; ++n) a[n] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kClusterKPL; ++i) {
-#pragma unroll
-          for (int u = 0; u < kClusterStreams; ++u) {
-            const float x = x_l[u * kClusterKp + lane + 32 * i];
-#pragma unroll
-            for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
-          }
-        }
+        ClusterSums<kClusterStreams>(a, wr, x_l, lane);
         HalvingSum<32>(a, lane);
         const int q = lane & 3;
         const float b = q == 0 ? bias[0] : q == 1 ? bias[1] : q == 2 ? bias[2] : bias[3];
@@ -568,17 +578,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
         if (q == 0 && r < nb) cell(r, g);
       } else {
         float a[16];
-#pragma unroll
-        for (int n = 0; n < 16; ++n) a[n] = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kClusterKPL; ++i) {
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const float x = x_l[u * kClusterKp + lane + 32 * i];
-#pragma unroll
-            for (int q = 0; q < kQuantities; ++q) a[u * 4 + q] = fmaf(wr[q][i], x, a[u * 4 + q]);
-          }
-        }
+        ClusterSums<4>(a, wr, x_l, lane);
         HalvingSum<16>(a, lane);
         // Each lane activates its own sum (quantity q = (lane >> 1) & 3 of stream lane >> 3),
         // so the warp runs one activation per lane instead of four per stream; lane 8u then
