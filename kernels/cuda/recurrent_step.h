@@ -32,9 +32,10 @@ enum class StepCell { kLstm, kGru };
 //     64 streams x 16 units (every gate of them, so the cell runs where the sums are) over
 //     K-chunks staged in shared memory. Any width.
 //   kAuto: kCluster up to kStepClusterMaxStreams streams where it fits, kWarp up to
-//     kStepWarpMaxStreams where the width allows, kTiled beyond. (On an H100, lstm_h128_l2:
-//     kCluster 14.5 us, kWarp 22.1, kTiled 32.1 at 64 streams; kWarp 24.3, kCluster 28.1,
-//     kTiled 33.1 at 128; kTiled 33.2, kWarp 45.3 at 256; bench/step_gpu.sh.)
+//     kStepWarpMaxStreams where the width allows, kTiled beyond. (On an H100, lstm_h128_l2,
+//     bench/step_gpu.sh: kCluster 12.6 us, kWarp 22.3, kTiled 32.3 at 64 streams; kTiled 33.3,
+//     kCluster 109, kWarp 127 at 1,024. At 128 and 256, measured before the cluster kernel's
+//     eight-stream pass: kWarp 24.3, kCluster 28.1, kTiled 33.1; kTiled 33.2, kWarp 45.3.)
 enum class StepKernel { kAuto, kCluster, kWarp, kTiled };
 inline constexpr int64_t kStepClusterMaxStreams = 64;
 inline constexpr int64_t kStepWarpMaxStreams = 128;

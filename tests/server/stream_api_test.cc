@@ -425,7 +425,9 @@ TEST_CASE("KServe sequence requests (Triton's sequence_id) run on the model's ti
     REQUIRE(reply.error_message().empty());
     ++answered[reply.infer_response().id()];
   }
-  REQUIRE(stream->Finish().ok());
+  const grpc::Status finished = stream->Finish();
+  INFO(finished.error_code() << ": " << finished.error_message());
+  REQUIRE(finished.ok());
   REQUIRE(answered["r2"] == 6);
 }
 
