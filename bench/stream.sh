@@ -36,6 +36,9 @@
 #   --channels N         (e): gRPC channels, each its own connection, that a level's calls and
 #                        Predict at concurrency 1,000 spread over (default 1); (a), (b) and (d)
 #                        use one
+#   --server-cpus LIST   run forecastd and echo_server alike under `taskset -c LIST` (default:
+#                        any core)
+#   --client-cpus LIST   run stream_bench and load_gen under `taskset -c LIST` (default: any)
 #   --cpu-workers N      forecastd --cpu-workers (default 0: one per core)
 #   --omp-threads N      OMP_NUM_THREADS for forecastd and the in-process Step (default: env)
 # Every process it starts is stopped when it exits.
@@ -61,6 +64,8 @@ warmup_s=1
 calls=4
 channels=1
 client=blocking
+server_cpus=""
+client_cpus=""
 cpu_workers=0
 omp_threads=""
 while [[ $# -gt 0 ]]; do
@@ -80,6 +85,8 @@ while [[ $# -gt 0 ]]; do
     --calls) calls=$2; shift 2 ;;
     --channels) channels=$2; shift 2 ;;
     --client) client=$2; shift 2 ;;
+    --server-cpus) server_cpus=$2; shift 2 ;;
+    --client-cpus) client_cpus=$2; shift 2 ;;
     --cpu-workers) cpu_workers=$2; shift 2 ;;
     --omp-threads) omp_threads=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -93,6 +100,11 @@ for program in "${forecastd}" "${bin_dir}/echo_server" "${bin_dir}/load_gen" \
   [[ -x ${program} ]] || { echo "stream.sh: ${program} is missing: build it first" >&2; exit 1; }
 done
 if [[ -n ${omp_threads} ]]; then export OMP_NUM_THREADS=${omp_threads}; fi
+# Core sets: the same for both servers, so that (b) stays the floor of (a).
+server_on=()
+client_on=()
+[[ -n ${server_cpus} ]] && server_on=(taskset -c "${server_cpus}")
+[[ -n ${client_cpus} ]] && client_on=(taskset -c "${client_cpus}")
 
 work=$(mktemp -d)
 pids=()
@@ -138,9 +150,9 @@ targets=$(python3 -c 'import json,sys; print(",".join(json.load(open(sys.argv[1]
 
 echo "starting echo_server and forecastd (--devices ${devices}) ..." >&2
 start echo_port "${work}/echo.log" 'listening on port ([0-9]+)' \
-  "${bin_dir}/echo_server" --horizon "${P}" --target-names "${targets}"
+  "${server_on[@]}" "${bin_dir}/echo_server" --horizon "${P}" --target-names "${targets}"
 start fd_port "${work}/forecastd.log" 'serving gRPC on [^ ]+ \(port ([0-9]+)\)' \
-  "${forecastd}" --model-repository "${work}/repo" --load-model "${workload}" \
+  "${server_on[@]}" "${forecastd}" --model-repository "${work}/repo" --load-model "${workload}" \
   --devices "${devices}" --grpc-address "${address}" --metrics-address 127.0.0.1:0 \
   --http-address '' --cpu-workers "${cpu_workers}"
 fd=127.0.0.1:${fd_port}
@@ -149,20 +161,20 @@ echo_target=127.0.0.1:${echo_port}
 predict() {  # concurrency, seconds, extra flags...
   local concurrency=$1 seconds=$2
   shift 2
-  "${bin_dir}/load_gen" --target "${fd}" --label predict --model "${workload}" --lookback "${T}" \
+  "${client_on[@]}" "${bin_dir}/load_gen" --target "${fd}" --label predict --model "${workload}" --lookback "${T}" \
     --features "${F}" --concurrency "${concurrency}" --warmup-s "${warmup_s}" \
     --duration-s "${seconds}" --ready-timeout-s 120 "$@" >>"${results}"
 }
 ticks_point() {  # label, target, streams, extra flags...
   local label=$1 target=$2 streams=$3
   shift 3
-  "${bin_dir}/stream_bench" ticks --target "${target}" --label "${label}" --model "${workload}" \
+  "${client_on[@]}" "${bin_dir}/stream_bench" ticks --target "${target}" --label "${label}" --model "${workload}" \
     --features "${F}" --streams "${streams}" --calls "${calls}" --warmup-s "${warmup_s}" "$@" \
     >>"${results}"
 }
 
 echo "(c) one step in-process ..." >&2
-"${bin_dir}/stream_bench" step --model "${work}/repo/${workload}" >>"${results}"
+"${server_on[@]}" "${bin_dir}/stream_bench" step --model "${work}/repo/${workload}" >>"${results}"
 echo "(d) windowed Predict, concurrency 1 (waits for the model) ..." >&2
 predict 1 "${duration_s}"
 # (a) and (b) take turns, --rounds times, so that a change in the machine's state (other load,
