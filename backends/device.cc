@@ -1,5 +1,7 @@
 #include "backends/device.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <thread>
 #include <utility>
@@ -44,14 +46,23 @@ absl::StatusOr<std::vector<DeviceSpec>> ParseDeviceList(absl::string_view text) 
   return specs;
 }
 
+int UsableCpuCores() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
+    const int count = CPU_COUNT(&mask);
+    if (count > 0) return count;
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
 DeviceRegistry::DeviceRegistry(std::vector<Device> devices) : devices_(std::move(devices)) {}
 
 DeviceRegistry DeviceRegistry::Discover() {
   std::vector<Device> devices;
   Device cpu;
   cpu.kind = DeviceKind::kCpu;
-  cpu.name =
-      absl::StrCat("host CPU, ", std::max(1u, std::thread::hardware_concurrency()), " threads");
+  cpu.name = absl::StrCat("host CPU, ", UsableCpuCores(), " threads");
   devices.push_back(cpu);
   absl::StatusOr<std::vector<Device>> gpus = DiscoverCudaDevices();
   if (gpus.ok()) {

@@ -44,6 +44,10 @@ struct DeviceSpec {
 // malformed entry is INVALID_ARGUMENT naming the entry.
 absl::StatusOr<std::vector<DeviceSpec>> ParseDeviceList(absl::string_view text);
 
+// The CPU cores this process may run on: those of its affinity mask (taskset, a container's
+// cpuset), else what the hardware reports; at least 1.
+int UsableCpuCores();
+
 // Every CUDA GPU the driver reports, with its name, memory and compute capability, for
 // DeviceRegistry::Discover(). A host without a driver or without a GPU yields an empty list,
 // not an error; other CUDA failures are errors. CMake links one definition: the driver's list

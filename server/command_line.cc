@@ -110,7 +110,7 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "training jobs that may run at once")
       ->capture_default_str();
   app.add_option("--cpu-workers", options.cpu_workers,
-                 "CPU worker threads running batches (0: one per core)")
+                 "CPU worker threads running batches (0: one per core this process may use)")
       ->capture_default_str();
   app.add_option("--gpu-instances", options.gpu_instances,
                  "instances of every model per GPU, each on its own stream")

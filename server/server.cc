@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/device.h"
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nccl_communicator.h"
 #include "backends/cuda/nvml.h"
@@ -200,7 +201,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // The CPU runs every model: the CUDA backend serves from the GPU issue on.
   ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
   s.backend_ = std::move(dnnl);
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  // The cores this process may use (its affinity mask: taskset, a container's cpuset).
+  const int cores = UsableCpuCores();
   const int workers = options.cpu_workers > 0 ? options.cpu_workers : cores;
   // Cores shared out between the workers, so that a worker's OpenMP threads never compete
   // with another worker's. Workers also run a few nice levels below the gRPC threads: when

@@ -1,5 +1,7 @@
 #include "backends/device.h"
 
+#include <sched.h>
+
 #include <string>
 
 #include "tests/testing/catch.h"
@@ -64,6 +66,23 @@ TEST_CASE("On a host without GPUs 'all' means the CPU and 'cuda' is an error", "
   REQUIRE(cpu_only.Resolve(ParseDeviceList("all").value()).value().size() == 1);
   REQUIRE(cpu_only.Resolve(ParseDeviceList("cuda").value()).status().code() ==
           absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("UsableCpuCores counts the cores of the affinity mask", "[unit][device]") {
+  cpu_set_t saved;
+  CPU_ZERO(&saved);
+  REQUIRE(sched_getaffinity(0, sizeof(saved), &saved) == 0);
+  CHECK(UsableCpuCores() == CPU_COUNT(&saved));
+  // Narrowed to one core of the mask (as `taskset -c N` does), the count follows.
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  const int narrowed = UsableCpuCores();
+  REQUIRE(sched_setaffinity(0, sizeof(saved), &saved) == 0);
+  CHECK(narrowed == 1);
 }
 
 }  // namespace
