@@ -268,24 +268,75 @@ ServingMetrics::ServingMetrics(prometheus::Registry& registry)
                                "include cached requests)")
                          .Register(registry)) {}
 
+void ServingMetrics::TritonOkSeries::Observe(absl::Duration total, absl::Duration queue,
+                                             absl::Duration compute) const {
+  if (success == nullptr) return;  // version 0: Triton does not count it
+  success->Increment();
+  request_us->Increment(Microseconds(total));
+  queue_us->Increment(Microseconds(queue));
+  compute_us->Increment(Microseconds(compute));
+}
+
+ServingMetrics::TritonOkSeries ServingMetrics::MakeTritonOkSeries(const std::string& model,
+                                                                  int64_t version) {
+  TritonOkSeries series;
+  if (version <= 0) return series;
+  const prometheus::Labels labels = VersionLabels(model, version);
+  series.success = &nv_success_.Add(labels);
+  series.request_us = &nv_request_us_.Add(labels);
+  series.queue_us = &nv_queue_us_.Add(labels);
+  series.compute_us = &nv_compute_us_.Add(labels);
+  return series;
+}
+
 const ServingMetrics::TickSeries& ServingMetrics::TickSeriesFor(const std::string& model,
                                                                 int64_t version) {
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const auto by_version = tick_series_.find(model);
+    if (by_version != tick_series_.end()) {
+      const auto it = by_version->second.find(version);
+      if (it != by_version->second.end()) return *it->second;
+    }
+  }
   absl::MutexLock lock(&mu_);
-  auto& by_version = tick_series_[model];
-  std::unique_ptr<TickSeries>& series = by_version[version];
+  std::unique_ptr<TickSeries>& series = tick_series_[model][version];
   if (series == nullptr) {
     series = std::make_unique<TickSeries>();
     const std::string ok = GrpcCodeName(grpc::StatusCode::OK);
     series->ticks_ok = &stream_ticks_.Add({{"model", model}, {"code", ok}});
     series->tick_seconds = &stream_tick_seconds_.Add({{"model", model}}, LatencyBuckets());
-    if (version > 0) {
-      const prometheus::Labels labels = VersionLabels(model, version);
-      series->nv_success = &nv_success_.Add(labels);
-      series->nv_request_us = &nv_request_us_.Add(labels);
-      series->nv_queue_us = &nv_queue_us_.Add(labels);
-      series->nv_compute_us = &nv_compute_us_.Add(labels);
-      series->nv_inferences = &nv_inferences_.Add(labels);
-    }
+    series->triton = MakeTritonOkSeries(model, version);
+    if (version > 0) series->nv_inferences = &nv_inferences_.Add(VersionLabels(model, version));
+  }
+  return *series;
+}
+
+const ServingMetrics::RequestSeries& ServingMetrics::RequestSeriesFor(const std::string& model,
+                                                                      int64_t version,
+                                                                      const std::string& method,
+                                                                      uint32_t priority) {
+  const std::string key = absl::StrCat(model, "\n", version, "\n", method, "\n", priority);
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    const auto it = request_series_.find(key);
+    if (it != request_series_.end()) return *it->second;
+  }
+  absl::MutexLock lock(&mu_);
+  std::unique_ptr<RequestSeries>& series = request_series_[key];
+  if (series == nullptr) {
+    series = std::make_unique<RequestSeries>();
+    const std::string level = PriorityLabel(priority);
+    series->requests_ok = &requests_.Add({{"model", model},
+                                          {"version", absl::StrCat(version)},
+                                          {"method", method},
+                                          {"priority", level},
+                                          {"code", GrpcCodeName(grpc::StatusCode::OK)}});
+    const prometheus::Labels labels = {{"model", model}, {"priority", level}};
+    series->request_seconds = &request_seconds_.Add(labels, LatencyBuckets());
+    series->queue_seconds = &queue_seconds_.Add(labels, LatencyBuckets());
+    series->compute_seconds = &compute_seconds_.Add(labels, LatencyBuckets());
+    series->triton = MakeTritonOkSeries(model, version);
   }
   return *series;
 }
@@ -297,13 +348,8 @@ void ServingMetrics::OnTick(const std::string& model, int64_t version, const abs
     const TickSeries& series = TickSeriesFor(model, version);
     series.ticks_ok->Increment();
     series.tick_seconds->Observe(absl::ToDoubleSeconds(timing.total));
-    if (version > 0) {
-      series.nv_success->Increment();
-      series.nv_request_us->Increment(Microseconds(timing.total));
-      series.nv_queue_us->Increment(Microseconds(timing.queue));
-      series.nv_compute_us->Increment(Microseconds(timing.compute));
-      if (timing.computed) series.nv_inferences->Increment();
-    }
+    series.triton.Observe(timing.total, timing.queue, timing.compute);
+    if (timing.computed && series.nv_inferences != nullptr) series.nv_inferences->Increment();
     return;
   }
   const grpc::StatusCode code = ToGrpcStatus(status).error_code();
@@ -336,6 +382,16 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
                                     const std::string& method, uint32_t priority,
                                     grpc::StatusCode code, absl::Duration total,
                                     absl::Duration queue, absl::Duration compute) {
+  if (code == grpc::StatusCode::OK) {
+    // The same series as below, through handles made once per label set.
+    const RequestSeries& series = RequestSeriesFor(model, version, method, priority);
+    series.requests_ok->Increment();
+    series.triton.Observe(total, queue, compute);
+    series.request_seconds->Observe(absl::ToDoubleSeconds(total));
+    series.queue_seconds->Observe(absl::ToDoubleSeconds(queue));
+    series.compute_seconds->Observe(absl::ToDoubleSeconds(compute));
+    return;
+  }
   const std::string level = PriorityLabel(priority);
   requests_
       .Add({{"model", model},

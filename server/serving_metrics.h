@@ -121,18 +121,34 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
 
  private:
   class ModelObserver;
-  // The series an answered tick of one model version adds to, made once: Family::Add builds and
-  // hashes its labels on every call, too slow for every tick. Triton's are null for version 0.
+  // The series a successful request or answered tick adds to are made once per label set and
+  // kept: Family::Add builds and hashes its labels on every call, too slow for every request.
+  // Triton's per-request series of one model version; all null for version 0 (not counted).
+  struct TritonOkSeries {
+    prometheus::Counter* success = nullptr;
+    prometheus::Counter* request_us = nullptr;
+    prometheus::Counter* queue_us = nullptr;
+    prometheus::Counter* compute_us = nullptr;
+    void Observe(absl::Duration total, absl::Duration queue, absl::Duration compute) const;
+  };
   struct TickSeries {
     prometheus::Counter* ticks_ok = nullptr;
     prometheus::Histogram* tick_seconds = nullptr;
-    prometheus::Counter* nv_success = nullptr;
-    prometheus::Counter* nv_request_us = nullptr;
-    prometheus::Counter* nv_queue_us = nullptr;
-    prometheus::Counter* nv_compute_us = nullptr;
-    prometheus::Counter* nv_inferences = nullptr;
+    TritonOkSeries triton;
+    prometheus::Counter* nv_inferences = nullptr;  // null for version 0
   };
+  struct RequestSeries {
+    prometheus::Counter* requests_ok = nullptr;
+    prometheus::Histogram* request_seconds = nullptr;
+    prometheus::Histogram* queue_seconds = nullptr;
+    prometheus::Histogram* compute_seconds = nullptr;
+    TritonOkSeries triton;
+  };
+  TritonOkSeries MakeTritonOkSeries(const std::string& model, int64_t version);
   const TickSeries& TickSeriesFor(const std::string& model, int64_t version)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  const RequestSeries& RequestSeriesFor(const std::string& model, int64_t version,
+                                        const std::string& method, uint32_t priority)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // Triton's per-request series: success with its durations, or failure with its reason
@@ -172,6 +188,9 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
   // By model, then version; entries are never removed (nor are the series they point at).
   absl::flat_hash_map<std::string, absl::flat_hash_map<int64_t, std::unique_ptr<TickSeries>>>
       tick_series_ ABSL_GUARDED_BY(mu_);
+  // By model, version, method and priority (one key string).
+  absl::flat_hash_map<std::string, std::unique_ptr<RequestSeries>> request_series_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace forecastd
