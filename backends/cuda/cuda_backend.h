@@ -45,6 +45,9 @@ namespace forecastd {
 
 class LtBiasGemms;  // cublas_gemm.h
 struct GemmBatch;   // cublas_gemm.h
+namespace cuda {
+struct StepForecast;  // kernels/cuda/recurrent_step.h
+}  // namespace cuda
 
 class CudaBackend final : public Backend {
  public:
@@ -279,6 +282,11 @@ class CudaBackend final : public Backend {
 
   // The 16-bit type of kBf16 / kFp16; nullopt under kFp32 / kTf32.
   std::optional<cuda::Storage16> Storage16() const;
+
+  // cuda_recurrent.cc. The kernels' form of `spec` in *forecast, when one launch takes these
+  // sizes under this backend's options (RecurrentStepForecastFits); false otherwise.
+  bool StepForecastFor(const RecurrentDims& dims, int num_layers,
+                       const RecurrentStepForecastSpec& spec, cuda::StepForecast* forecast) const;
 
   // cuda_linear.cc.
   // Under kBf16 / kFp16, GEMMs of at least kMinGemm16Macs multiply-adds take their operands

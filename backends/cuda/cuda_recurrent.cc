@@ -601,15 +601,19 @@ bool ToStepForecast(const RecurrentStepForecastSpec& spec, cuda::StepForecast* o
 
 }  // namespace
 
+bool CudaBackend::StepForecastFor(const RecurrentDims& dims, int num_layers,
+                                  const RecurrentStepForecastSpec& spec,
+                                  cuda::StepForecast* forecast) const {
+  return options_.step_kernel != Options::StepKernel::kWarp &&
+         options_.step_kernel != Options::StepKernel::kTiled && dims.T == 1 && dims.ND == 1 &&
+         ToStepForecast(spec, forecast) &&
+         cuda::RecurrentStepForecastFits(dims.B, dims.I, dims.H, num_layers, *forecast);
+}
+
 bool CudaBackend::RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
                                             const RecurrentStepForecastSpec& spec) const {
-  if (options_.step_kernel == Options::StepKernel::kWarp ||
-      options_.step_kernel == Options::StepKernel::kTiled || dims.T != 1 || dims.ND != 1) {
-    return false;
-  }
   cuda::StepForecast forecast;
-  return ToStepForecast(spec, &forecast) &&
-         cuda::RecurrentStepForecastFits(dims.B, dims.I, dims.H, num_layers, forecast);
+  return StepForecastFor(dims, num_layers, spec, &forecast);
 }
 
 absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
@@ -617,14 +621,13 @@ absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, fl
                                                 const RecurrentDirectionWeights* weights,
                                                 const RecurrentDims& dims, int num_layers,
                                                 const RecurrentStepForecastSpec& spec) {
-  if (!RecurrentStepForecastFits(dims, num_layers, spec)) {
+  cuda::StepForecast forecast;
+  if (!StepForecastFor(dims, num_layers, spec, &forecast)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "RecurrentStepForecast: ", dims.B, " streams, I=", dims.I, " H=", dims.H, " T=", dims.T,
         " ND=", dims.ND, ", ", num_layers, " layers, ", spec.outputs, " outputs and ",
         spec.target_features.size(), " targets are not what one launch takes"));
   }
-  cuda::StepForecast forecast;
-  ToStepForecast(spec, &forecast);
   return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     return cuda::RecurrentStepForecast(
         y, slab, slots, x, weights,

@@ -530,8 +530,14 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
       __pipeline_memcpy_async(dst, src, sizeof(float));
     }
   }
-  // Column hk of a layer's h' lives in block h_owner's hbuf, at h_at.
+  // Column hk of a layer's h' lives in block h_owner's hbuf, at h_at: gathered into rows of
+  // `dst` (kClusterKp apart) from every block's share in `hb`.
   const int h_owner = hk / UB, h_at = hk - h_owner * UB;
+  const auto gather_h = [=](const float* hb, float* dst) {
+    if (h_first >= h_per) return;
+    const float* remote = cluster.map_shared_rank(hb, h_owner);
+    for (int r = h_first; r < nb; r += h_per) dst[r * kClusterKp + hk] = remote[r * UB + h_at];
+  };
   __pipeline_commit();
   __pipeline_wait_prior(0);
   // Every block of the cluster holds the old states it needs: from here on they may change.
@@ -597,11 +603,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     LoadRows<kLstm>(wr, bias, layer_weights[l + 1], j, lane, H, H);
     bias_mine = pick_bias();
     cluster.sync();
-    float* x_next = xh + (l + 1) * kClusterStreams * kClusterKp;
-    if (h_first < h_per) {
-      const float* remote = cluster.map_shared_rank(hb, h_owner);
-      for (int r = h_first; r < nb; r += h_per) x_next[r * kClusterKp + hk] = remote[r * UB + h_at];
-    }
+    gather_h(hb, xh + (l + 1) * kClusterStreams * kClusterKp);
     __syncthreads();
   }
   if (kForecast) {
@@ -617,10 +619,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     }
     const float* hb = hbuf + ((L - 1) % 2) * kClusterStreams * UB;
     cluster.sync();
-    if (h_first < h_per) {
-      const float* remote = cluster.map_shared_rank(hb, h_owner);
-      for (int r = h_first; r < nb; r += h_per) xh[r * kClusterKp + hk] = remote[r * UB + h_at];
-    }
+    gather_h(hb, xh);
     __syncthreads();
     const int KQ = fc.targets * fc.quantiles;
     for (int o = w_global; o < fc.outputs; o += warps) {

@@ -106,6 +106,15 @@ void AnswerWith(ScriptedStreamService::Held& held, const std::string& value) {
   held.reply(absl::OkStatus());
 }
 
+// Writes n requests with ids "0" .. "n-1".
+void WriteNumbered(ClientStream& stream, int n) {
+  for (int i = 0; i < n; ++i) {
+    inference::ModelInferRequest request;
+    request.set_id(absl::StrCat(i));
+    REQUIRE(stream.Write(request));
+  }
+}
+
 struct ScriptedEnv {
   ScriptedEnv() {
     int port = 0;
@@ -177,11 +186,7 @@ TEST_CASE("Answers given at once from many threads are each written once",
   auto context = StreamContext();
   std::unique_ptr<ClientStream> stream = env.stub->ModelStreamInfer(context.get());
   constexpr int kRequests = 64;
-  for (int i = 0; i < kRequests; ++i) {
-    inference::ModelInferRequest request;
-    request.set_id(absl::StrCat(i));
-    REQUIRE(stream->Write(request));
-  }
+  WriteNumbered(*stream, kRequests);
   // Half-closed before any answer: the stream still waits for all of them.
   REQUIRE(stream->WritesDone());
   std::vector<ScriptedStreamService::Held> held = env.service.Take(kRequests);
@@ -215,11 +220,7 @@ TEST_CASE("A burst of answers queued behind a write all arrive, in the order giv
   auto context = StreamContext();
   std::unique_ptr<ClientStream> stream = env.stub->ModelStreamInfer(context.get());
   constexpr int kRequests = 256;
-  for (int i = 0; i < kRequests; ++i) {
-    inference::ModelInferRequest request;
-    request.set_id(absl::StrCat(i));
-    REQUIRE(stream->Write(request));
-  }
+  WriteNumbered(*stream, kRequests);
   std::vector<ScriptedStreamService::Held> held = env.service.Take(kRequests);
   REQUIRE(held.size() == kRequests);
   for (int i = 0; i < kRequests; ++i) AnswerWith(held[i], absl::StrCat("v", i));
