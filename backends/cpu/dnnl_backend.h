@@ -45,8 +45,10 @@ class DnnlBackend final : public Backend {
 
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;
-  // One FastPath, kRecurrentStep, on a CPU with AVX2 and FMA (the tick streams' one step,
-  // straight from the slab: backends/cpu/recurrent_avx2.h). Otherwise a recurrent stack runs
+  // Two FastPaths, kRecurrentStep and kRecurrentStepForecast, on a CPU with AVX2 and FMA (the
+  // tick streams' one step straight from the slab, and the same with the forecast's
+  // standardising, head and de-standardising in the same pass over each tile of streams:
+  // backends/cpu/recurrent_avx2.h). Otherwise a recurrent stack runs
   // layer by layer, each layer on its oneDNN primitive, and training keeps each layer's input
   // for the layer backwards.
   bool HasFastPath(FastPath path) const override;
@@ -54,6 +56,13 @@ class DnnlBackend final : public Backend {
                              const int32_t* slots, const float* inp,
                              const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
                              int num_layers) override;
+  bool RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
+                                 const RecurrentStepForecastSpec& spec) const override;
+  absl::Status RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
+                                     const int32_t* slots, const float* x,
+                                     const RecurrentDirectionWeights* weights,
+                                     const RecurrentDims& dims, int num_layers,
+                                     const RecurrentStepForecastSpec& spec) override;
 
   // Weights of Linear, LstmLayer and GruLayer are read on every call: the recurrent layers
   // copy them into oneDNN's layout each time (work about 1/(B*T) of the layer's own), so

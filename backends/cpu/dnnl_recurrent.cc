@@ -208,7 +208,67 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
 }
 
 bool DnnlBackend::HasFastPath(FastPath path) const {
-  return path == FastPath::kRecurrentStep && cpu::HasAvx2Fma();
+  return (path == FastPath::kRecurrentStep || path == FastPath::kRecurrentStepForecast) &&
+         cpu::HasAvx2Fma();
+}
+
+bool DnnlBackend::RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
+                                            const RecurrentStepForecastSpec& spec) const {
+  const int64_t per_quantile_target =
+      static_cast<int64_t>(spec.target_features.size()) * spec.quantiles;
+  return cpu::HasAvx2Fma() && dims.B >= 1 && dims.I >= 1 && dims.H >= 1 && dims.T == 1 &&
+         dims.ND == 1 && num_layers >= 1 && spec.outputs >= 1 && spec.quantiles >= 1 &&
+         (spec.y_mean == nullptr ||
+          (per_quantile_target >= 1 && spec.outputs % per_quantile_target == 0));
+}
+
+absl::Status DnnlBackend::RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
+                                                const int32_t* slots, const float* x,
+                                                const RecurrentDirectionWeights* weights,
+                                                const RecurrentDims& dims, int num_layers,
+                                                const RecurrentStepForecastSpec& spec) {
+  if (!RecurrentStepForecastFits(dims, num_layers, spec) || spec.head_weight == nullptr ||
+      spec.head_bias == nullptr || (spec.x_mean == nullptr) != (spec.x_std == nullptr) ||
+      (spec.y_mean == nullptr) != (spec.y_std == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "RecurrentStepForecast: B=", dims.B, " T=", dims.T, " I=", dims.I, " H=", dims.H,
+        " ND=", dims.ND, ", ", num_layers, " layers, ", spec.outputs, " outputs, ",
+        spec.target_features.size(), " targets, ", spec.quantiles,
+        " quantiles (or a missing head or normaliser) is not a step this CPU runs in one call"));
+  }
+  cpu::StepArgs args{cell == RecurrentCell::kLstm ? cpu::Cell::kLstm : cpu::Cell::kGru,
+                     dims.B,
+                     dims.I,
+                     dims.H,
+                     num_layers,
+                     x,
+                     slab,
+                     slots,
+                     weights,
+                     /*top=*/nullptr};
+  args.x_mean = spec.x_mean;
+  args.x_std = spec.x_std;
+  args.head_weight = spec.head_weight;
+  args.head_bias = spec.head_bias;
+  args.outputs = spec.outputs;
+  args.y = y;
+  // The de-standardisation as one mean and std per output: output o forecasts feature
+  // target_features[(o % (K * Q)) / Q] (outputs laid out (P, K, Q)).
+  thread_local std::vector<float> y_scale;
+  if (spec.y_mean != nullptr) {
+    const int64_t O = spec.outputs,
+                  KQ = static_cast<int64_t>(spec.target_features.size()) * spec.quantiles;
+    y_scale.resize(static_cast<size_t>(2 * O));
+    for (int64_t o = 0; o < O; ++o) {
+      const int f = spec.target_features[static_cast<size_t>((o % KQ) / spec.quantiles)];
+      y_scale[static_cast<size_t>(o)] = spec.y_mean[f];
+      y_scale[static_cast<size_t>(O + o)] = spec.y_std[f];
+    }
+    args.y_mean = y_scale.data();
+    args.y_std = y_scale.data() + O;
+  }
+  cpu::RunStep(args);
+  return absl::OkStatus();
 }
 
 absl::Status DnnlBackend::RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,

@@ -385,7 +385,7 @@ void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
 // ---- One step of a slab's streams: rows [b0, b1), at most kStepTile of them.
 constexpr int64_t kStepTile = 4;
 
-FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, float* gh) {
+FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, float* gh, float* xs) {
   const bool lstm = a.cell == Cell::kLstm;
   const int64_t H = a.H, G = lstm ? 4 : 3, GH = G * H, SL = (lstm ? 2 : 1) * H, S = a.L * SL;
   const int64_t nb = b1 - b0;
@@ -395,6 +395,11 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
   float* gh_rows[kStepTile];
   for (int64_t i = 0; i < nb; ++i) {
     inp[i] = a.x + (b0 + i) * a.I;
+    if (a.x_mean != nullptr) {
+      float* row = xs + i * a.I;
+      for (int64_t f = 0; f < a.I; ++f) row[f] = (inp[i][f] - a.x_mean[f]) / a.x_std[f];
+      inp[i] = row;
+    }
     state[i] = a.slab + int64_t{a.slots[b0 + i]} * S;
     gx_rows[i] = gx + i * GH;
     gh_rows[i] = gh + i * GH;
@@ -426,7 +431,20 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
     }
     for (int64_t i = 0; i < nb; ++i) inp[i] = state[i] + l * SL;
   }
-  for (int64_t i = 0; i < nb; ++i) std::copy(inp[i], inp[i] + H, a.top + (b0 + i) * H);
+  if (a.top != nullptr) {
+    for (int64_t i = 0; i < nb; ++i) std::copy(inp[i], inp[i] + H, a.top + (b0 + i) * H);
+  }
+  if (a.head_weight == nullptr) return;
+  float* y_rows[kStepTile] = {};
+  for (int64_t i = 0; i < nb; ++i) y_rows[i] = a.y + (b0 + i) * a.outputs;
+  MatVec(a.head_weight, a.outputs, H, inp, y_rows, nb);
+  for (int64_t i = 0; i < nb; ++i) {
+    float* y = y_rows[i];
+    for (int64_t o = 0; o < a.outputs; ++o) y[o] += a.head_bias[o];
+    if (a.y_mean != nullptr) {
+      for (int64_t o = 0; o < a.outputs; ++o) y[o] = y[o] * a.y_std[o] + a.y_mean[o];
+    }
+  }
 }
 
 }  // namespace
@@ -434,20 +452,22 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
 void RunStep(const StepArgs& a) {
   const int64_t GH = (a.cell == Cell::kLstm ? 4 : 3) * a.H;
   const int64_t tiles = (a.B + kStepTile - 1) / kStepTile;
+  const auto run_tiles = [&](int64_t first, int64_t step) {
+    thread_local std::vector<float> scratch;
+    const size_t floats = static_cast<size_t>(kStepTile * (2 * GH + a.I));
+    if (scratch.size() < floats) scratch.resize(floats);
+    for (int64_t t = first; t < tiles; t += step) {
+      StepRows(a, t * kStepTile, std::min(a.B, (t + 1) * kStepTile), scratch.data(),
+               scratch.data() + kStepTile * GH, scratch.data() + 2 * kStepTile * GH);
+    }
+  };
   const int threads =
       static_cast<int>(std::min<int64_t>(std::max(1, omp_get_max_threads()), tiles));
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < static_cast<size_t>(2 * kStepTile * GH)) {
-      scratch.resize(static_cast<size_t>(2 * kStepTile * GH));
-    }
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < tiles; ++t) {
-      StepRows(a, t * kStepTile, std::min(a.B, (t + 1) * kStepTile), scratch.data(),
-               scratch.data() + kStepTile * GH);
-    }
-  }
+  // One tile (a tick at a time): no parallel region at all, whose set-up would cost about as
+  // much as the step.
+  if (threads == 1) return run_tiles(0, 1);
+#pragma omp parallel num_threads(threads)
+  run_tiles(omp_get_thread_num(), omp_get_num_threads());
 }
 
 bool HasAvx2Fma() {

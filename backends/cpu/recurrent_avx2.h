@@ -56,7 +56,19 @@ struct StepArgs {
   const int32_t* slots;  // (B), distinct
   // (L): w_ih (G*H, I) for layer 0, (G*H, H) above; w_hh (G*H, H); b_ih, b_hh (G*H).
   const ref::RecurrentDirectionWeights* layers;
-  float* top;  // (B, H): the top layer's new h
+  float* top;  // (B, H): the top layer's new h, or nullptr
+  // Optional, the whole forecast of a tick in the same pass (Backend::RecurrentStepForecast):
+  // layer 0 reads (x - x_mean) / x_std where x_mean is set; with head_weight set, y (B,
+  // outputs) = head_weight (outputs, H) h'_top + head_bias, then y * y_std + y_mean per output
+  // where y_mean is set (both (outputs), one value per output).
+  const float* x_mean = nullptr;
+  const float* x_std = nullptr;
+  const float* head_weight = nullptr;
+  const float* head_bias = nullptr;
+  int64_t outputs = 0;
+  const float* y_mean = nullptr;
+  const float* y_std = nullptr;
+  float* y = nullptr;
 };
 void RunStep(const StepArgs& args);
 

@@ -145,8 +145,10 @@ class Forecaster {
  protected:
   explicit Forecaster(const ModelConfig& config);
 
-  // Declares the architecture's parameters, in state_dict order.
-  virtual void DeclareParameters(ParameterArena& arena) const = 0;
+  // Declares the architecture's parameters, in state_dict order. Called once, by Create, which
+  // declares the normaliser's first; a model may keep the offsets Add returns, so that it never
+  // looks a parameter up by name per call.
+  virtual void DeclareParameters(ParameterArena& arena) = 0;
   // out (B, P*targets) standardised forecasts from xn (B, T, F) standardised windows, with
   // the weights of `p` and the data movement of `data`.
   virtual absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,

@@ -57,6 +57,8 @@ class ParameterView {
   const float* at(absl::string_view name) const {
     return base_ + (arena_->at(name) - arena_->data());
   }
+  // The float at `offset` (ParameterArena::Add's result) in this copy.
+  const float* AtOffset(int64_t offset) const { return base_ + offset; }
 
  private:
   const ParameterArena* arena_;

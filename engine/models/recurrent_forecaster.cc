@@ -22,20 +22,26 @@ RecurrentForecaster::RecurrentForecaster(const ModelConfig& config)
       gates_(config.has_lstm() ? 4 : 3),
       directions_(rnn_.bidirectional() ? 2 : 1) {}
 
-void RecurrentForecaster::DeclareParameters(ParameterArena& arena) const {
+void RecurrentForecaster::DeclareParameters(ParameterArena& arena) {
   const int64_t H = rnn_.hidden_size(), G = gates_;
+  layer_offsets_.clear();
   for (int l = 0; l < rnn_.num_layers(); ++l) {
     const int64_t I = l == 0 ? num_features() : directions_ * H;
     for (int d = 0; d < directions_; ++d) {
       const std::string s = Suffix(l, d);
-      arena.Add("rnn.weight_ih" + s, {G * H, I});
-      arena.Add("rnn.weight_hh" + s, {G * H, H});
-      arena.Add("rnn.bias_ih" + s, {G * H});
-      arena.Add("rnn.bias_hh" + s, {G * H});
+      DirectionOffsets& o = layer_offsets_.emplace_back();
+      o.w_ih = arena.Add("rnn.weight_ih" + s, {G * H, I});
+      o.w_hh = arena.Add("rnn.weight_hh" + s, {G * H, H});
+      o.b_ih = arena.Add("rnn.bias_ih" + s, {G * H});
+      o.b_hh = arena.Add("rnn.bias_hh" + s, {G * H});
     }
   }
-  arena.Add("head.weight", {num_outputs(), directions_ * H});
-  arena.Add("head.bias", {num_outputs()});
+  head_weight_offset_ = arena.Add("head.weight", {num_outputs(), directions_ * H});
+  head_bias_offset_ = arena.Add("head.bias", {num_outputs()});
+  if (standardized()) {
+    mean_offset_ = (*arena.Find("normalizer.mean"))->offset;
+    std_offset_ = (*arena.Find("normalizer.std"))->offset;
+  }
 }
 
 int64_t RecurrentForecaster::BodyWorkspaceFloats(int64_t B) const {
@@ -47,17 +53,15 @@ int64_t RecurrentForecaster::BodyWorkspaceFloats(int64_t B) const {
 void RecurrentForecaster::LayerWeights(const ParameterView& p, int l,
                                        RecurrentDirectionWeights* weights) const {
   for (int d = 0; d < directions_; ++d) {
-    const std::string s = Suffix(l, d);
-    weights[d] = {p.at("rnn.weight_ih" + s), p.at("rnn.weight_hh" + s), p.at("rnn.bias_ih" + s),
-                  p.at("rnn.bias_hh" + s)};
+    const DirectionOffsets& o = layer_offsets_[static_cast<size_t>(l * directions_ + d)];
+    weights[d] = {p.AtOffset(o.w_ih), p.AtOffset(o.w_hh), p.AtOffset(o.b_ih), p.AtOffset(o.b_hh)};
   }
 }
 
 void RecurrentForecaster::LayerGrads(int l, float* dparams, RecurrentDirectionGrads* grads) const {
   for (int d = 0; d < directions_; ++d) {
-    const std::string s = Suffix(l, d);
-    grads[d] = {grad(dparams, "rnn.weight_ih" + s), grad(dparams, "rnn.weight_hh" + s),
-                grad(dparams, "rnn.bias_ih" + s), grad(dparams, "rnn.bias_hh" + s)};
+    const DirectionOffsets& o = layer_offsets_[static_cast<size_t>(l * directions_ + d)];
+    grads[d] = {dparams + o.w_ih, dparams + o.w_hh, dparams + o.b_ih, dparams + o.b_hh};
   }
 }
 
@@ -105,8 +109,8 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
     RETURN_IF_ERROR(backend.RecurrentStack(cell(), result, scratch, xn, weights.data(), dims, L));
     RETURN_IF_ERROR(data.GatherRows(last, result + (T - 1) * ND * H, B, T * ND * H, ND * H));
   }
-  return backend.Linear(out, last, p.at("head.weight"), p.at("head.bias"), B, ND * H,
-                        num_outputs());
+  return backend.Linear(out, last, p.AtOffset(head_weight_offset_), p.AtOffset(head_bias_offset_),
+                        B, ND * H, num_outputs());
 }
 
 // State mode. A stream's state is, layer after layer, h (H) and for an LSTM c (H):
@@ -131,11 +135,11 @@ RecurrentStepForecastSpec RecurrentForecaster::StepForecastSpec(const ParameterV
   spec.target_features = target_features();
   spec.quantiles = num_quantiles();
   if (p != nullptr) {
-    spec.head_weight = p->at("head.weight");
-    spec.head_bias = p->at("head.bias");
+    spec.head_weight = p->AtOffset(head_weight_offset_);
+    spec.head_bias = p->AtOffset(head_bias_offset_);
     if (standardized()) {
-      spec.x_mean = spec.y_mean = p->at("normalizer.mean");
-      spec.x_std = spec.y_std = p->at("normalizer.std");
+      spec.x_mean = spec.y_mean = p->AtOffset(mean_offset_);
+      spec.x_std = spec.y_std = p->AtOffset(std_offset_);
     }
   }
   return spec;
@@ -169,8 +173,8 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
     const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
     RETURN_IF_ERROR(backend.RecurrentStep(cell(), outputs[0], outputs[1], slab, slots, xn,
                                           weights.data(), {B, 1, num_features(), H, 1}, L));
-    return backend.Linear(out, outputs[0], p.at("head.weight"), p.at("head.bias"), B, H,
-                          num_outputs());
+    return backend.Linear(out, outputs[0], p.AtOffset(head_weight_offset_),
+                          p.AtOffset(head_bias_offset_), B, H, num_outputs());
   }
   float* h_0 = workspace.Alloc(B * H);
   float* c_0 = is_lstm_ ? workspace.Alloc(B * H) : nullptr;
@@ -194,7 +198,8 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
     RETURN_IF_ERROR(data.ScatterSlots(h, layer_out, slots, B, S, H));
     inp = layer_out;
   }
-  return backend.Linear(out, inp, p.at("head.weight"), p.at("head.bias"), B, H, num_outputs());
+  return backend.Linear(out, inp, p.AtOffset(head_weight_offset_), p.AtOffset(head_bias_offset_), B,
+                        H, num_outputs());
 }
 
 }  // namespace forecastd

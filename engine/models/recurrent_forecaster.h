@@ -21,7 +21,7 @@ class RecurrentForecaster final : public Forecaster {
   int64_t ChunkStateFloats(int64_t B) const override;
 
  private:
-  void DeclareParameters(ParameterArena& arena) const override;
+  void DeclareParameters(ParameterArena& arena) override;
   absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                    float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;
@@ -70,6 +70,14 @@ class RecurrentForecaster final : public Forecaster {
   const v1::RecurrentConfig rnn_;
   const int gates_;       // G: 4 for LSTM, 3 for GRU
   const int directions_;  // ND
+  // Where the parameters lie in the arena (from DeclareParameters): layer l, direction d at
+  // layer_offsets_[l * ND + d]; the normaliser's offsets are -1 without one.
+  struct DirectionOffsets {
+    int64_t w_ih, w_hh, b_ih, b_hh;
+  };
+  std::vector<DirectionOffsets> layer_offsets_;
+  int64_t head_weight_offset_ = 0, head_bias_offset_ = 0;
+  int64_t mean_offset_ = -1, std_offset_ = -1;
 };
 
 }  // namespace forecastd

@@ -15,7 +15,7 @@ std::string TransformerForecaster::Layer(int k, absl::string_view rest) {
 TransformerForecaster::TransformerForecaster(const ModelConfig& config)
     : Forecaster(config), tf_(config.transformer()), eps_(LayerNormEps(config.transformer())) {}
 
-void TransformerForecaster::DeclareParameters(ParameterArena& arena) const {
+void TransformerForecaster::DeclareParameters(ParameterArena& arena) {
   const int64_t D = tf_.d_model(), FF = tf_.dim_feedforward();
   arena.Add("input_proj.weight", {D, num_features()});
   arena.Add("input_proj.bias", {D});

@@ -18,7 +18,7 @@ class TransformerForecaster final : public Forecaster {
   explicit TransformerForecaster(const ModelConfig& config);
 
  private:
-  void DeclareParameters(ParameterArena& arena) const override;
+  void DeclareParameters(ParameterArena& arena) override;
   absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                    float* out, const float* xn, int64_t B,
                                    Workspace& workspace) const override;

@@ -1552,14 +1552,15 @@ TEST_CASE("DnnlBackend reports which ops are native") {
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kPositionalEncoding));
   REQUIRE_FALSE((*backend)->SupportsOp(Op::kAttentionLastQueryBackward));
   // No stack fast paths: the default compositions run the stack layer by layer. The one step
-  // of tick streams is its own where the CPU has AVX2 and FMA.
+  // of tick streams, alone and with its forecast, is its own where the CPU has AVX2 and FMA.
   for (const FastPath path : {FastPath::kRecurrentStack, FastPath::kRecurrentStackLast,
                               FastPath::kRecurrentStackBackward}) {
     CAPTURE(static_cast<int>(path));
     REQUIRE_FALSE((*backend)->HasFastPath(path));
   }
-  REQUIRE((*backend)->HasFastPath(FastPath::kRecurrentStep) ==
-          (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  REQUIRE((*backend)->HasFastPath(FastPath::kRecurrentStep) == avx2_fma);
+  REQUIRE((*backend)->HasFastPath(FastPath::kRecurrentStepForecast) == avx2_fma);
 }
 
 TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {

@@ -1,7 +1,9 @@
 // Forecaster::Step, the state mode of tick streams: a unidirectional LSTM or GRU fed x_1..x_N one
 // step at a time from zero states forecasts what Forward does on the window x_1..x_N (a model of
 // lookback N with the same weights), on the reference and the oneDNN backends, for N = 1, T and
-// 5T, several streams at once in scattered slots, within 1e-5.
+// 5T, several streams at once in scattered slots, within 1e-5; with and without the normaliser,
+// with quantiles, and for more streams than one tile of the CPU's one-call step.
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
@@ -48,6 +50,7 @@ std::unique_ptr<Forecaster> Build(const ModelConfig& config, uint32_t seed) {
   ParameterArena& p = model->parameters();
   const std::vector<float> w = Random(p.size(), seed, 0.4f);
   std::copy(w.begin(), w.end(), p.data());
+  if (config.normalization() == v1::NORMALIZATION_NONE) return model;
   float* mean = p.at("normalizer.mean");
   float* std = p.at("normalizer.std");
   for (int f = 0; f < kF; ++f) {
@@ -75,15 +78,17 @@ void RequireNear(const std::vector<float>& got, const std::vector<float>& want) 
   }
 }
 
-void CheckStepsEqualWindows(Backend& backend, const ModelConfig& config) {
+void CheckStepsEqualWindows(Backend& backend, const ModelConfig& config, int64_t streams = 3) {
   const auto model = Build(config, 7);
   const int64_t S = model->StateFloats();
   const int64_t H = config.has_lstm() ? config.lstm().hidden_size() : config.gru().hidden_size();
   const int64_t L = config.has_lstm() ? config.lstm().num_layers() : config.gru().num_layers();
   REQUIRE(S == L * H * (config.has_lstm() ? 2 : 1));
-  // Three streams in scattered slots of a slab of 7, the others holding junk that must stay.
-  constexpr int64_t kB = 3, kSlots = 7;
-  const std::vector<int32_t> slots = {5, 0, 3};
+  // The streams in scattered slots of a slab of 2 * streams + 1, the others holding junk that
+  // must stay.
+  const int64_t kB = streams, kSlots = 2 * streams + 1;
+  std::vector<int32_t> slots;
+  for (int64_t b = 0; b < kB; ++b) slots.push_back(static_cast<int32_t>((5 + 3 * b) % kSlots));
   std::vector<float> slab = Random(kSlots * S, 3, 1.0f);
   const std::vector<float> untouched = slab;
   for (const int32_t slot : slots) std::fill_n(slab.begin() + slot * S, S, 0.0f);
@@ -113,7 +118,7 @@ void CheckStepsEqualWindows(Backend& backend, const ModelConfig& config) {
     RequireNear(out, want);
   }
   for (int64_t slot = 0; slot < kSlots; ++slot) {
-    if (slot == 5 || slot == 0 || slot == 3) continue;
+    if (std::find(slots.begin(), slots.end(), slot) != slots.end()) continue;
     for (int64_t i = 0; i < S; ++i) REQUIRE(slab[slot * S + i] == untouched[slot * S + i]);
   }
 }
@@ -128,6 +133,24 @@ TEST_CASE("Step from zero states forecasts what Forward does on the ticks so far
       CAPTURE(lstm, layers);
       CheckStepsEqualWindows(reference, config);
       CheckStepsEqualWindows(*dnnl, config);
+    }
+  }
+}
+
+TEST_CASE("Step forecasts quantiles, unstandardised models and many streams as Forward does",
+          "[unit][model][stream]") {
+  ReferenceBackend reference;
+  auto dnnl = DnnlBackend::Create({}).value();
+  ModelConfig quantiles = Config(/*lstm=*/true, /*layers=*/2, /*hidden=*/9, kT);
+  for (const float q : {0.1f, 0.5f, 0.9f}) quantiles.add_quantiles(q);
+  ModelConfig raw = Config(/*lstm=*/false, /*layers=*/2, /*hidden=*/17, kT);
+  raw.set_normalization(v1::NORMALIZATION_NONE);
+  for (const ModelConfig& config : {quantiles, raw}) {
+    // 9 streams: two full tiles of four and one of one.
+    for (const int64_t streams : {int64_t{1}, int64_t{9}}) {
+      CAPTURE(config.name(), config.quantiles_size(), streams);
+      CheckStepsEqualWindows(reference, config, streams);
+      CheckStepsEqualWindows(*dnnl, config, streams);
     }
   }
 }
