@@ -94,7 +94,6 @@ struct Flags {
   std::string rnn_algo = "auto";
   int64_t attention_scratch_mib = 0;  // 0: CudaBackend's default
   int64_t bucket_mib = -1;            // -1: CudaTrainingEngineOptions' default
-  int gemm_sm_margin = 0;             // CudaTrainingEngineOptions::gemm_sm_margin
   bool no_graph = false;
   bool train = false;
   std::string output;
@@ -283,7 +282,6 @@ absl::Status BenchTrain(const Flags& flags) {
     options.attention_scratch_bytes = flags.attention_scratch_mib << 20;
   }
   if (flags.bucket_mib >= 0) options.gradient_bucket_bytes = flags.bucket_mib << 20;
-  options.gemm_sm_margin = flags.gemm_sm_margin;
   // One GPU: its engine; several: data-parallel ranks over NCCL, as a job on them trains.
   std::vector<CudaTrainingEngineOptions> ranks;
   for (const int device : devices) {
@@ -334,15 +332,14 @@ absl::Status BenchTrain(const Flags& flags) {
   CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, devices[0]));
   std::printf(
       "%s\n",
-      absl::StrCat(
-          "{\"backend\":\"cuda\",\"mode\":\"train\",\"device\":", JsonString(prop.name),
-          ",\"devices\":", R, ",\"device_ordinals\":[", absl::StrJoin(devices, ","),
-          "],\"batch\":", B, ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
-          bench::TimingJson(timing), ",\"samples_per_s\":",
-          absl::StrFormat("%.3f", 1e6 * static_cast<double>(B) / timing.median_us),
-          ",\"bucket_bytes\":", options.gradient_bucket_bytes,
-          ",\"gemm_sm_margin\":", options.gemm_sm_margin, ",\"allreduce_us\":", all_reduce_json,
-          ",\"allreduce_floats\":", model->parameters().size(), ",\"last_loss\":", last_loss, "}")
+      absl::StrCat("{\"backend\":\"cuda\",\"mode\":\"train\",\"device\":", JsonString(prop.name),
+                   ",\"devices\":", R, ",\"device_ordinals\":[", absl::StrJoin(devices, ","),
+                   "],\"batch\":", B, ",\"iters\":", flags.iters, ",\"math\":\"", flags.math, "\",",
+                   bench::TimingJson(timing), ",\"samples_per_s\":",
+                   absl::StrFormat("%.3f", 1e6 * static_cast<double>(B) / timing.median_us),
+                   ",\"bucket_bytes\":", options.gradient_bucket_bytes, ",\"allreduce_us\":",
+                   all_reduce_json, ",\"allreduce_floats\":", model->parameters().size(),
+                   ",\"last_loss\":", last_loss, "}")
           .c_str());
   return absl::OkStatus();
 }
@@ -512,10 +509,6 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mib", flags.bucket_mib,
                  "with --train on several GPUs: gradient sums in buckets of this many MiB "
                  "overlapping the backward; 0: one sum after it (default: the engine's)");
-  app.add_option("--gemm-sm-margin", flags.gemm_sm_margin,
-                 "with --train: SMs the GEMMs leave free for the gradient sums beside them "
-                 "(CudaTrainingEngineOptions::gemm_sm_margin; default 0)")
-      ->check(CLI::NonNegativeNumber);
   app.add_option("--attention-scratch-mib", flags.attention_scratch_mib,
                  "chunk of attention scores in MiB (CudaBackend::Options::attention_scratch_bytes)")
       ->check(CLI::NonNegativeNumber);

@@ -84,8 +84,7 @@ struct LtBiasGemms::Plan {
   std::optional<cublasLtMatmulAlgo_t> algo;  // none: fall back
 };
 
-LtBiasGemms::LtBiasGemms(const CudaStreamContext& context, int sm_count_target)
-    : context_(context), sm_count_target_(sm_count_target) {}
+LtBiasGemms::LtBiasGemms(const CudaStreamContext& context) : context_(context) {}
 
 LtBiasGemms::~LtBiasGemms() = default;
 
@@ -137,10 +136,6 @@ absl::StatusOr<bool> LtBiasGemms::TryRun(const GemmBatch& g, LtEpilogue kind, fl
         cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &g.op_b, sizeof(g.op_b)));
     CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE,
                                                           &epilogue, sizeof(epilogue)));
-    if (sm_count_target_ > 0) {
-      CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-          op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_count_target_, sizeof(sm_count_target_)));
-    }
     // Stored (rows, cols) of each column-major operand before its op.
     const bool ta = g.op_a != CUBLAS_OP_N, tb = g.op_b != CUBLAS_OP_N;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;

@@ -58,8 +58,7 @@ class LtBiasGemms {
  public:
   static constexpr size_t kMaxPlans = 256;
 
-  // sm_count_target: CudaBackend::Options::gemm_sm_count_target (0: every SM).
-  LtBiasGemms(const CudaStreamContext& context, int sm_count_target);
+  explicit LtBiasGemms(const CudaStreamContext& context);
   ~LtBiasGemms();
   LtBiasGemms(const LtBiasGemms&) = delete;
   LtBiasGemms& operator=(const LtBiasGemms&) = delete;
@@ -83,7 +82,6 @@ class LtBiasGemms {
   using Key = std::array<int64_t, 15>;
 
   const CudaStreamContext context_;
-  const int32_t sm_count_target_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
   int64_t fused_calls_ = 0;
   int64_t fallback_calls_ = 0;

@@ -33,9 +33,6 @@ absl::Status CudaBackend::Validate(const CudaStreamContext& context, const CudaA
   if (options.rnn_plan_capacity <= 0) {
     return absl::InvalidArgumentError("CudaBackend: rnn_plan_capacity must be > 0");
   }
-  if (options.gemm_sm_count_target < 0) {
-    return absl::InvalidArgumentError("CudaBackend: gemm_sm_count_target must be >= 0");
-  }
   if (options.attention_scratch_bytes <= 0) {
     return absl::InvalidArgumentError("CudaBackend: attention_scratch_bytes must be > 0");
   }
@@ -47,27 +44,15 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(StreamLease lea
                                                                  const Options& options) {
   const CudaStreamContext context = lease.context();
   RETURN_IF_ERROR(Validate(context, allocator, options));
-  std::unique_ptr<CudaBackend> backend(
+  return std::unique_ptr<CudaBackend>(
       new CudaBackend(std::move(lease), context, allocator, options));
-  RETURN_IF_ERROR(backend->ApplySmCountTarget(options.gemm_sm_count_target));
-  return backend;
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(const CudaStreamContext& context,
                                                                  CudaAllocator* allocator,
                                                                  const Options& options) {
   RETURN_IF_ERROR(Validate(context, allocator, options));
-  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::nullopt, context, allocator, options));
-  RETURN_IF_ERROR(backend->ApplySmCountTarget(options.gemm_sm_count_target));
-  return backend;
-}
-
-absl::Status CudaBackend::ApplySmCountTarget(int target) {
-  if (target == 0) return absl::OkStatus();
-  const ScopedCudaDevice scoped(context_.device);
-  RETURN_IF_ERROR(scoped.status());
-  CUBLAS_RETURN_IF_ERROR(cublasSetSmCountTarget(context_.cublas, target));
-  return absl::OkStatus();
+  return std::unique_ptr<CudaBackend>(new CudaBackend(std::nullopt, context, allocator, options));
 }
 
 CudaBackend::CudaBackend(std::optional<StreamLease> lease, const CudaStreamContext& context,
@@ -76,7 +61,7 @@ CudaBackend::CudaBackend(std::optional<StreamLease> lease, const CudaStreamConte
       context_(context),
       allocator_(allocator),
       options_(options),
-      bias_gemms_(std::make_unique<LtBiasGemms>(context, options.gemm_sm_count_target)) {}
+      bias_gemms_(std::make_unique<LtBiasGemms>(context)) {}
 
 CudaBackend::~CudaBackend() {
   absl::MutexLock lock(&mu_);
@@ -84,8 +69,6 @@ CudaBackend::~CudaBackend() {
   // Queued work may still read the scratch and the plans' sequence lengths.
   cudaStreamSynchronize(context_.stream);
   cudaGetLastError();
-  // The handle outlives the backend (it is the stream's): back to every SM.
-  if (options_.gemm_sm_count_target > 0) cublasSetSmCountTarget(context_.cublas, 0);
   plans_.clear();
   for (DeviceBuffer& buffer : scratch_) buffer.Reset();
 }

@@ -99,11 +99,6 @@ class CudaBackend final : public Backend {
     // at B=32 ran a forward in 32.6 ms and a training step in 116.2 ms in one chunk (512 MiB),
     // 34.7 and 123.2 ms in two (256 MiB); smaller chunks were no faster (bench/RESULTS.md).
     int64_t attention_scratch_bytes = int64_t{512} << 20;
-    // GEMMs (cuBLAS and cuBLASLt) are planned for this many SMs, leaving the others to work
-    // that runs beside them on another stream (a data-parallel step's gradient sums, which
-    // otherwise wait for whole-GPU GEMMs to drain); 0: every SM. Set on the stream's cuBLAS
-    // handle for the backend's lifetime. Must be >= 0.
-    int gemm_sm_count_target = 0;
   };
 
   struct Stats {
@@ -281,8 +276,6 @@ class CudaBackend final : public Backend {
               CudaAllocator* allocator, const Options& options);
   static absl::Status Validate(const CudaStreamContext& context, const CudaAllocator* allocator,
                                const Options& options);
-  // Options::gemm_sm_count_target on the cuBLAS handle (nothing for 0).
-  absl::Status ApplySmCountTarget(int target);
 
   // Runs `body` under the mutex with this backend's device current.
   absl::Status Run(absl::FunctionRef<absl::Status()> body);

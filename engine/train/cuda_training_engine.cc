@@ -2,7 +2,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -161,15 +160,6 @@ absl::Status CudaTrainingEngine::Init(const CudaTrainingEngineOptions& options,
   CudaBackend::Options backend_options;
   backend_options.math = CudaMathForPrecision(config.precision());
   backend_options.attention_scratch_bytes = options.attention_scratch_bytes;
-  if (options.gemm_sm_margin < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gemm_sm_margin is ", options.gemm_sm_margin, "; it must be >= 0"));
-  }
-  if (options.gemm_sm_margin > 0) {
-    int sms = 0;
-    CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_));
-    backend_options.gemm_sm_count_target = std::max(1, sms - options.gemm_sm_margin);
-  }
   ASSIGN_OR_RETURN(backend_, CudaBackend::Create(lease_->context(), allocator_, backend_options));
   data_ops_ = std::make_unique<CudaDataOps>(lease_->stream());
 

@@ -41,10 +41,6 @@ struct CudaTrainingEngineOptions {
   // arena after the backward. Every rank of a job must use the same value. 0 by default: on
   // two H200s the buckets were no faster (bench/RESULTS.md).
   int64_t gradient_bucket_bytes = 0;
-  // SMs the step's GEMMs leave free (CudaBackend::Options::gemm_sm_count_target = the GPU's
-  // SMs minus this), for bucketed gradient sums to run beside the backward instead of
-  // waiting for whole-GPU GEMMs. 0: GEMMs use every SM. >= 0.
-  int gemm_sm_margin = 0;
 };
 
 // INVALID_ARGUMENT for precision FP16 (it would need loss scaling); FAILED_PRECONDITION for
