@@ -138,6 +138,7 @@ struct StepFlags {
   std::string model;
   int64_t iters = 2000;
   int64_t warmup = 200;
+  int64_t batch = 1;  // streams per Step, each in its own slot
 };
 
 std::string Summary(std::vector<double> us) {
@@ -151,14 +152,17 @@ absl::Status TimeStep(const StepFlags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, 1));
   ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> backend, DnnlBackend::Create({}));
   const int64_t T = model->lookback(), F = model->num_features();
-  const std::vector<float> ticks = RandomRows(T, F, 7);
-  std::vector<float> out(static_cast<size_t>(model->num_outputs()));
-  std::vector<float> slab(static_cast<size_t>(model->StateFloats()), 0.0f);
-  const int32_t slot = 0;
+  const int64_t B = flags.batch;
+  // B streams' ticks for T steps: step i reads rows [(i % T) * B, + B).
+  const std::vector<float> ticks = RandomRows(T * B, F, 7);
+  std::vector<float> out(static_cast<size_t>(B * model->num_outputs()));
+  std::vector<float> slab(static_cast<size_t>(B * model->StateFloats()), 0.0f);
+  std::vector<int32_t> slots(static_cast<size_t>(B));
+  std::iota(slots.begin(), slots.end(), 0);
   Workspace workspace;
   const auto step = [&](int64_t i) {
-    return model->Step(*backend, out.data(), ticks.data() + (i % T) * F, slab.data(), &slot, 1,
-                       workspace, ForwardPlacement{});
+    return model->Step(*backend, out.data(), ticks.data() + (i % T) * B * F, slab.data(),
+                       slots.data(), B, workspace, ForwardPlacement{});
   };
   for (int64_t i = 0; i < flags.warmup; ++i) RETURN_IF_ERROR(step(i));
   std::vector<double> step_us;
@@ -180,8 +184,8 @@ absl::Status TimeStep(const StepFlags& flags) {
     }
   }
   const std::string backend_name(backend->name());
-  std::printf("%s\n", absl::StrFormat(R"({"what":"step","backend":"%s","batch":1,"iters":%d,%s})",
-                                      backend_name, flags.iters, Summary(std::move(step_us)))
+  std::printf("%s\n", absl::StrFormat(R"({"what":"step","backend":"%s","batch":%d,"iters":%d,%s})",
+                                      backend_name, B, flags.iters, Summary(std::move(step_us)))
                           .c_str());
   std::printf("%s\n",
               absl::StrFormat(R"({"what":"forward","backend":"%s","batch":1,"iters":%d,%s})",
@@ -715,11 +719,13 @@ int main(int argc, char** argv) {
   model->add_option("--seed", model_flags.seed, "weights' seed");
 
   forecastd::StepFlags step_flags;
-  CLI::App* step = app.add_subcommand("step", "time Step and Forward at B=1 in-process (CPU)");
+  CLI::App* step = app.add_subcommand("step", "time Step (of --batch streams) and Forward at B=1 in-process (CPU)");
   step->add_option("--model", step_flags.model, "model directory (holds config.json)")->required();
   step->add_option("--iters", step_flags.iters, "timed steps")->check(CLI::PositiveNumber);
   step->add_option("--warmup", step_flags.warmup, "untimed steps first")
       ->check(CLI::NonNegativeNumber);
+  step->add_option("--batch", step_flags.batch, "streams per Step (Forward stays at B=1)")
+      ->check(CLI::Range(1, 65536));
 
   forecastd::TickFlags tick_flags;
   CLI::App* ticks = app.add_subcommand("ticks", "closed-loop ticks on S streams");
