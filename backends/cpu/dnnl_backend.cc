@@ -14,10 +14,15 @@
 #include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
+#include "backends/cpu/recurrent_avx2.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
 namespace {
+
+// Linear calls of at most this many rows run cpu::SmallLinear (one tile of rows: the weights
+// are read once).
+constexpr int64_t kSmallLinearRows = 4;
 
 using dnnl_internal::Args;
 using dnnl_internal::AttentionMds;
@@ -184,6 +189,12 @@ absl::Status DnnlBackend::Linear(float* out, const float* inp, const float* weig
                                  const float* bias, int64_t N, int64_t IN, int64_t OUT) {
   if (N == 0 || IN == 0 || OUT == 0) {
     return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
+  }
+  // A few rows (a forecast's head at a small batch): dot products straight from the weights;
+  // oneDNN's per-call set-up (memory objects, a stream, the primitive's lookup) would cost more.
+  if (N <= kSmallLinearRows && cpu::HasAvx2Fma()) {
+    cpu::SmallLinear(out, inp, weight, bias, N, IN, OUT);
+    return absl::OkStatus();
   }
   const bool has_bias = bias != nullptr;
   ASSIGN_OR_RETURN(std::shared_ptr<const DnnlPrimitive> p,

@@ -470,6 +470,24 @@ void RunStep(const StepArgs& a) {
   run_tiles(omp_get_thread_num(), omp_get_num_threads());
 }
 
+FD_AVX2 void SmallLinear(float* out, const float* inp, const float* weight, const float* bias,
+                         int64_t N, int64_t IN, int64_t OUT) {
+  for (int64_t b0 = 0; b0 < N; b0 += kStepTile) {
+    const int64_t nb = std::min(kStepTile, N - b0);
+    const float* rows[kStepTile] = {};
+    float* outs[kStepTile] = {};
+    for (int64_t i = 0; i < nb; ++i) {
+      rows[i] = inp + (b0 + i) * IN;
+      outs[i] = out + (b0 + i) * OUT;
+    }
+    MatVec(weight, OUT, IN, rows, outs, nb);
+    if (bias == nullptr) continue;
+    for (int64_t i = 0; i < nb; ++i) {
+      for (int64_t o = 0; o < OUT; ++o) outs[i][o] += bias[o];
+    }
+  }
+}
+
 bool HasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;

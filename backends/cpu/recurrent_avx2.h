@@ -72,6 +72,12 @@ struct StepArgs {
 };
 void RunStep(const StepArgs& args);
 
+// out (N, OUT) = inp (N, IN) W^T + bias for W (OUT, IN) row-major (bias may be nullptr), by
+// dot products along W's rows, four input rows at a time: for the few rows of a forecast's
+// head, where a GEMM library's per-call set-up costs more than the product.
+void SmallLinear(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                 int64_t IN, int64_t OUT);
+
 }  // namespace forecastd::cpu
 
 #endif  // FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_

@@ -69,7 +69,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       if (absl::Status status = queue_.Push(task, clock_->Now()); !status.ok()) return status;
       ++in_flight_;
       if (!options_.run_inline_when_idle || inline_claim_ || queue_.size() != 1 ||
-          outstanding_batches_ != 0) {
+          computing_batches_ != 0) {
         wakeup_ = true;
         return absl::OkStatus();
       }
@@ -158,6 +158,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       if (!batch.empty()) {
         ++unstarted_batches_;
         ++outstanding_batches_;
+        ++computing_batches_;
       }
       mu_.Unlock();
       for (PriorityQueue::Expired& e : expired) {
@@ -229,6 +230,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       if (queue_.size() > 0) wakeup_ = true;
       ++unstarted_batches_;
       ++outstanding_batches_;
+      ++computing_batches_;
     }
     RunBatch(std::move(batch), worker, cancelled);
   }
@@ -239,11 +241,15 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     {
       absl::MutexLock lock(&mu_);
       --unstarted_batches_;
-      wakeup_ = true;  // with max_enqueued_batches, the next batch may form now
+      // With max_enqueued_batches, a batch held back by the limit may form now. Only then is
+      // the batcher thread woken: waking it costs the caller a futex call (and on a busy host
+      // the core), which an inline run on an idle batcher would pay on every request.
+      if (options_.max_enqueued_batches != 0 && queue_.size() > 0) wakeup_ = true;
       abandoned = abandon_unstarted_;
     }
     const int64_t num_tasks = static_cast<int64_t>(tasks.size());
     const absl::Time start = clock_->Now();
+    bool computed = false;  // computing_batches_ counted down (Compute does it before replying)
     if (cancelled || abandoned) {
       const absl::Status status =
           cancelled ? absl::UnavailableError("the device scheduler is shut down")
@@ -264,15 +270,19 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
           live.push_back(std::move(task));
         }
       }
-      if (!live.empty()) Compute(std::move(live), worker, start);
+      if (!live.empty()) Compute(std::move(live), worker, start, &computed);
     }
     absl::MutexLock lock(&mu_);
     in_flight_ -= num_tasks;
     --outstanding_batches_;
+    if (!computed) --computing_batches_;
   }
 
-  // Stages the inputs, runs the batch, and hands each task its rows of the output.
-  void Compute(Tasks tasks, int worker, absl::Time start) {
+  // Stages the inputs, runs the batch, and hands each task its rows of the output. Sets
+  // *computed once the batch has run and computing_batches_ counted down, before the replies:
+  // a request that arrives while they go out (a client answered first sends its next one)
+  // finds the batcher idle and may run inline.
+  void Compute(Tasks tasks, int worker, absl::Time start, bool* computed) {
     const int64_t in = options_.input_floats_per_row;
     const int64_t out = options_.output_floats_per_row;
     int64_t rows = 0;
@@ -298,6 +308,11 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     }
     const absl::Status status = options_.run_batch(staging.input, rows, staging.output, worker);
     const absl::Duration compute_time = clock_->Now() - start;
+    {
+      absl::MutexLock lock(&mu_);
+      --computing_batches_;
+      *computed = true;
+    }
     int64_t row = 0;
     for (std::unique_ptr<PredictTask>& task : tasks) {
       PredictResult result;
@@ -352,6 +367,8 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
   // Batches handed to the scheduler and not started / not finished.
   int64_t unstarted_batches_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t outstanding_batches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of those, the ones still computing (not yet replying): a task runs inline only at 0.
+  int64_t computing_batches_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   // A Drain timed out: batches not started yet complete without running.
   bool abandon_unstarted_ ABSL_GUARDED_BY(mu_) = false;

@@ -111,10 +111,11 @@ class Batcher {
     // Zero: unbounded (a batch goes to the scheduler the moment it closes). A small value
     // (such as the scheduler's num_workers) lets batches grow while the device is busy.
     int64_t max_enqueued_batches = 0;
-    // A task that finds this batcher idle (nothing queued, no batch waiting or running) runs
-    // at once on Enqueue's thread when the scheduler has an idle worker slot and nothing
-    // queued (DeviceScheduler::TryRunInline), without max_queue_delay: with the device idle
-    // there is nothing to wait for, and no thread hand-off. Otherwise it queues as usual.
+    // A task that finds this batcher idle (nothing queued, no batch waiting or computing; a
+    // batch whose replies are still going out counts as done) runs at once on Enqueue's
+    // thread when the scheduler has an idle worker slot and nothing queued
+    // (DeviceScheduler::TryRunInline), without max_queue_delay: with the device idle there is
+    // nothing to wait for, and no thread hand-off. Otherwise it queues as usual.
     bool run_inline_when_idle = false;
     // Not owned; required; must outlive the Batcher.
     DeviceScheduler* scheduler = nullptr;

@@ -55,8 +55,9 @@ class DeviceScheduler::Impl {
   }
 
   bool TryRunInline(const Work& work) {
-    // Work enqueued from inside an inline run (a completion's next request) queues instead,
-    // so the caller's stack stays one run deep.
+    // Work enqueued from inside running work, inline or on a worker (a completion's next
+    // request), queues instead, so a stack holds one run and a batch's other completions
+    // never wait behind another run.
     if (running_inline_) return false;
     int worker = -1;
     {
@@ -137,7 +138,9 @@ class DeviceScheduler::Impl {
       items_.erase(first);
       busy_[w] = true;
       mu_.Unlock();
+      running_inline_ = true;
       work(worker, /*cancelled=*/false);
+      running_inline_ = false;
       work = nullptr;  // destroy what it captured before reporting idle
       mu_.Lock();
       busy_[w] = false;

@@ -53,7 +53,8 @@ class DeviceScheduler {
   // a slot is neither running work nor leased, and Shutdown() has not begun: the slot counts
   // as busy meanwhile (its thread takes no work), and `work` gets that slot's index with
   // `cancelled` = false. Returns false, having run nothing, otherwise, and also when called
-  // from inside inline work on this thread (its next request then queues, one run deep). So a
+  // from inside work running on this thread, inline or on a worker (its next request then
+  // queues, one run deep). So a
   // caller whose work would only wait for a thread to wake (one request on an idle device) skips
   // the hand-off; under load, work queues as with Submit.
   bool TryRunInline(const Work& work);

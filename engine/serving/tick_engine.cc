@@ -65,13 +65,14 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
         return absl::UnavailableError(
             absl::StrCat("model version ", options_.version, " is draining"));
       }
-      idle = queue_.empty() && work_outstanding_ == 0;
+      idle = queue_.empty() && computing_ == 0;
       task->enqueue_time = clock_->Now();
       queue_.push_back(std::move(task));
       submit = !work_waiting_;
       if (submit) {
         work_waiting_ = true;
         ++work_outstanding_;
+        ++computing_;
       }
     }
     if (!submit) return absl::OkStatus();
@@ -170,17 +171,19 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       if (!queue_.empty() && !cancelled) {
         work_waiting_ = true;
         ++work_outstanding_;
+        ++computing_;
         submit = true;
       }
     }
     if (submit) Submit();
+    bool step_done = false;  // computing_ counted down (RunBatch does it before the answers)
     if (cancelled || worker < 0 || worker >= static_cast<int>(options_.instances->size())) {
       const absl::Status status =
           cancelled ? absl::UnavailableError("the device is shutting down")
                     : absl::InternalError(absl::StrCat("worker ", worker, " has no instance"));
       for (auto& task : batch) Complete(*task, status, {}, absl::ZeroDuration(), 0);
     } else {
-      RunBatch(*(*options_.instances)[static_cast<size_t>(worker)], batch);
+      RunBatch(*(*options_.instances)[static_cast<size_t>(worker)], batch, &step_done);
     }
     // Tasks still queued when a cancelled run finds no other work item left complete here.
     std::deque<std::unique_ptr<TickTask>> rest;
@@ -194,9 +197,14 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     }
     absl::MutexLock l(&mu_);
     --work_outstanding_;
+    if (!step_done) --computing_;
   }
 
-  void RunBatch(ModelInstance& instance, std::vector<std::unique_ptr<TickTask>>& batch) {
+  // Sets *step_done once the batch's step is done and computing_ counted down, before the
+  // answers go out: a tick that arrives while they do (a client answered first sends its
+  // next one) finds the engine idle and may run inline.
+  void RunBatch(ModelInstance& instance, std::vector<std::unique_ptr<TickTask>>& batch,
+                bool* step_done) {
     const absl::Time start = clock_->Now();
     // State reads and writes first, one by one (rare: snapshots, export, import).
     std::vector<TickTask*> computed;
@@ -241,6 +249,11 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       status = instance.Run(input, rows, output.data());
     }
     const absl::Duration compute = clock_->Now() - compute_start;
+    {
+      absl::MutexLock l(&mu_);
+      --computing_;
+      *step_done = true;
+    }
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<float> forecast;
       if (status.ok()) forecast.assign(output.begin() + r * O, output.begin() + (r + 1) * O);
@@ -274,6 +287,8 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
   bool work_waiting_ ABSL_GUARDED_BY(mu_) = false;
   // Work items submitted and not yet finished.
   int64_t work_outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  // Of those, the ones that have not finished computing (their answers not yet going out).
+  int64_t computing_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -79,8 +79,9 @@ class TickEngine {
     Clock* clock = nullptr;
     // The scheduler priority its batches run at (1: before every Predict level but the first).
     uint32_t priority = 1;
-    // A task that finds the engine idle (nothing queued or running) runs at once on Enqueue's
-    // thread when the scheduler has an idle worker slot (DeviceScheduler::TryRunInline).
+    // A task that finds the engine idle (nothing queued or computing; a batch whose answers
+    // are still going out counts as done) runs at once on Enqueue's thread when the scheduler
+    // has an idle worker slot (DeviceScheduler::TryRunInline).
     bool run_inline_when_idle = false;
   };
 

@@ -29,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -1569,27 +1570,58 @@ TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {
   REQUIRE(DnnlBackend::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("DnnlBackend runs a Linear of at most four rows without a primitive, as the reference") {
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
+  REQUIRE(created.ok());
+  DnnlBackend& backend = **created;
+  ReferenceBackend reference;
+  std::mt19937 rng(11001);
+  // Odd sizes: IN not a multiple of 8 (masked tails), OUT not of the 8-row tiles.
+  for (const int64_t N : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}}) {
+    for (const auto& [IN, OUT] : {std::pair<int64_t, int64_t>{13, 10}, {128, 17}, {7, 1}}) {
+      CAPTURE(N, IN, OUT);
+      const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                               bias = Uniform(rng, OUT);
+      for (const bool with_bias : {true, false}) {
+        std::vector<float> got(static_cast<size_t>(N * OUT)), want(got.size());
+        const float* b = with_bias ? bias.data() : nullptr;
+        REQUIRE(backend.Linear(got.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
+        REQUIRE(reference.Linear(want.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * (1.0f + std::fabs(want[i])));
+        }
+      }
+    }
+  }
+  // Where the CPU runs the small path, no primitive was needed.
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    REQUIRE(backend.cache_stats().builds == 0);
+  }
+}
+
 TEST_CASE("DnnlBackend builds a primitive once per shape and reuses it") {
   absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
   REQUIRE(created.ok());
   DnnlBackend& backend = **created;
   std::mt19937 rng(11000);
-  const std::vector<float> inp = Uniform(rng, 4 * 6), weight = Uniform(rng, 5 * 6),
+  // More rows than a small Linear (which needs no primitive: below).
+  const std::vector<float> inp = Uniform(rng, 8 * 6), weight = Uniform(rng, 5 * 6),
                            bias = Uniform(rng, 5);
-  std::vector<float> out(4 * 5);
+  std::vector<float> out(8 * 5);
   REQUIRE(backend.cache_stats().builds == 0);
 
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 4, 6, 5).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 8, 6, 5).ok());
   REQUIRE(backend.cache_stats().builds == 1);
   REQUIRE(backend.cache_stats().native == 1);
   // Same shape, other buffers: no new primitive.
-  std::vector<float> out2(4 * 5);
-  REQUIRE(backend.Linear(out2.data(), inp.data(), weight.data(), bias.data(), 4, 6, 5).ok());
+  std::vector<float> out2(8 * 5);
+  REQUIRE(backend.Linear(out2.data(), inp.data(), weight.data(), bias.data(), 8, 6, 5).ok());
   REQUIRE(backend.cache_stats().builds == 1);
   REQUIRE(out2 == out);
   // Another batch size, or no bias, is another primitive.
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 3, 6, 5).ok());
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), nullptr, 4, 6, 5).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 7, 6, 5).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), nullptr, 8, 6, 5).ok());
   REQUIRE(backend.cache_stats().builds == 3);
 
   // A recurrent layer: primitive and weight reorders are one entry, built once.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -492,6 +493,47 @@ TEST_CASE("With run_inline_when_idle tasks that arrive while one runs inline que
   h.CheckComputed(1, 1);
   h.CheckComputed(2, 1);
   h.CheckComputed(3, 2);
+}
+
+TEST_CASE("With run_inline_when_idle a task arriving while the last batch replies runs inline",
+          "[unit][batcher]") {
+  Harness h(/*num_workers=*/2);
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.run_inline_when_idle = true;
+  h.Start();
+  // Task 1 runs inline on `first` and holds its reply there, as a slow reply write would.
+  absl::Notification replying, release;
+  absl::Status first_status;
+  std::thread first([&h, &replying, &release, &first_status] {
+    std::unique_ptr<PredictTask> task = MakeTask({.id = 1}, &h.completions);
+    auto done = std::move(task->done);
+    task->done = [&replying, &release, done = std::move(done)](PredictResult result) {
+      replying.Notify();
+      release.WaitForNotification();
+      done(std::move(result));
+    };
+    first_status = h.batcher->Enqueue(task);
+  });
+  REQUIRE(replying.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // The batch has computed: task 2 runs here and now, not after max_queue_delay on a worker.
+  std::thread::id ran_on;
+  auto task = MakeTask({.id = 2, .rows = 2}, &h.completions);
+  auto done = std::move(task->done);
+  task->done = [&ran_on, done = std::move(done)](PredictResult result) {
+    ran_on = std::this_thread::get_id();
+    done(std::move(result));
+  };
+  REQUIRE(h.batcher->Enqueue(task).ok());
+  REQUIRE(ran_on == std::this_thread::get_id());
+  REQUIRE(h.completions.count() == 1);
+  REQUIRE(h.completions.Get(2).queue_time == absl::ZeroDuration());
+  release.Notify();
+  first.join();
+  REQUIRE(first_status.ok());
+  REQUIRE(h.completions.WaitFor(2));
+  REQUIRE(h.model.batch_ids() == Ids{{1}, {2}});
+  h.CheckComputed(1, 1);
+  h.CheckComputed(2, 2);
 }
 
 TEST_CASE("With run_inline_when_idle and no idle worker a task queues as usual",

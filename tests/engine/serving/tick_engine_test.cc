@@ -28,10 +28,10 @@ ModelConfig StateConfig() {
 }
 
 struct Env {
-  explicit Env(int64_t slots = 4) {
+  explicit Env(int64_t slots = 4, int workers = 1) {
     model = testing::RandomModel(StateConfig(), 5);
     DeviceScheduler::Options scheduler_options;
-    scheduler_options.num_workers = 1;
+    scheduler_options.num_workers = workers;
     scheduler = DeviceScheduler::Create(scheduler_options).value();
     CpuExecutionDevice device(&backend, scheduler.get());
     ExecutionDevice::InstanceOptions instance_options;
@@ -209,6 +209,47 @@ TEST_CASE("A tick for an idle engine runs inline - one enqueued from its complet
   REQUIRE_FALSE(second_inside_first);
   REQUIRE(second_on != caller);  // a worker ran it
   REQUIRE(second_status.ok());
+}
+
+TEST_CASE("A tick arriving while the last batch's answers go out runs inline", "[unit][stream]") {
+  Env env(/*slots=*/4, /*workers=*/2);
+  // The first tick runs inline on `first` and holds its answer there, as a slow reply would.
+  absl::Notification answering, release;
+  absl::Status first_enqueued, first_status;
+  std::thread first([&] {
+    auto task = std::make_unique<TickTask>();
+    task->kind = TickTask::Kind::kStep;
+    task->slot = 0;
+    task->zero_state = true;
+    task->input = {10.0f, 100.0f};
+    task->done = [&](TickResult r) {
+      first_status = r.status;
+      answering.Notify();
+      release.WaitForNotification();
+    };
+    first_enqueued = env.engine->Enqueue(task);
+  });
+  REQUIRE(answering.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  // Its step is done: the next tick runs here and now, not on a worker.
+  const std::thread::id caller = std::this_thread::get_id();
+  std::thread::id second_on;
+  absl::Status second_status;
+  auto second = std::make_unique<TickTask>();
+  second->kind = TickTask::Kind::kStep;
+  second->slot = 1;
+  second->zero_state = true;
+  second->input = {10.0f, 100.0f};
+  second->done = [&](TickResult r) {
+    second_on = std::this_thread::get_id();
+    second_status = r.status;
+  };
+  REQUIRE(env.engine->Enqueue(second).ok());
+  REQUIRE(second_on == caller);
+  REQUIRE(second_status.ok());
+  release.Notify();
+  first.join();
+  REQUIRE(first_enqueued.ok());
+  REQUIRE(first_status.ok());
 }
 
 TEST_CASE("Slots run out with RESOURCE_EXHAUSTED and a draining engine refuses tasks",
