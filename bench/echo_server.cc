@@ -15,6 +15,7 @@
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
 #include <grpcpp/grpcpp.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -38,6 +39,9 @@ struct EchoOptions {
   std::vector<std::string> target_names = {"price", "load"};
   int64_t version = 1;
   int64_t max_batch_rows = 64;
+  // Predict holds its gRPC thread this long before answering (a busy wait, as a server that
+  // computes on the thread that read the request would): 0, none.
+  int64_t busy_us = 0;
 };
 
 // One Stream call. gRPC runs at most one OnReadDone and one OnWriteDone at a time, but the two
@@ -184,6 +188,13 @@ class EchoForecaster final : public v1::Forecaster::CallbackService {
     for (const std::string& name : options_.target_names) response->add_target_names(name);
     v1::Timing* timing = response->mutable_timing();
     timing->set_batch_size(B);
+    if (options_.busy_us > 0) {
+      const auto until =
+          std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_us);
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      timing->set_compute_us(static_cast<uint64_t>(options_.busy_us));
+    }
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }
@@ -213,6 +224,9 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   app.add_option("--max-batch-rows", options.max_batch_rows, "largest B accepted")
       ->check(CLI::PositiveNumber);
+  app.add_option("--busy-us", options.busy_us,
+                 "Predict busy-waits this long on its gRPC thread before answering (default 0)")
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
