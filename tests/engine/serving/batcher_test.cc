@@ -226,6 +226,14 @@ std::unique_ptr<PredictTask> MakeTask(const TaskSpec& spec, Completions* complet
   return task;
 }
 
+// Has `task` note the thread its completion runs on in *ran_on before it completes.
+void NoteCompletionThread(PredictTask& task, std::thread::id* ran_on) {
+  task.done = [ran_on, done = std::move(task.done)](PredictResult result) {
+    *ran_on = std::this_thread::get_id();
+    done(std::move(result));
+  };
+}
+
 // Everything a batcher test needs, destroyed batcher first.
 struct Harness {
   explicit Harness(int num_workers = 1) {
@@ -447,11 +455,7 @@ TEST_CASE("With run_inline_when_idle a task for an idle batcher runs at once on 
   h.Start();
   std::thread::id ran_on;
   auto task = MakeTask({.id = 1, .rows = 2}, &h.completions);
-  auto done = std::move(task->done);
-  task->done = [&ran_on, done = std::move(done)](PredictResult result) {
-    ran_on = std::this_thread::get_id();
-    done(std::move(result));
-  };
+  NoteCompletionThread(*task, &ran_on);
   REQUIRE(h.batcher->Enqueue(task).ok());
   // Done before Enqueue returned, on this thread, with no wait for max_queue_delay (the fake
   // clock never moved).
@@ -518,11 +522,7 @@ TEST_CASE("With run_inline_when_idle a task arriving while the last batch replie
   // The batch has computed: task 2 runs here and now, not after max_queue_delay on a worker.
   std::thread::id ran_on;
   auto task = MakeTask({.id = 2, .rows = 2}, &h.completions);
-  auto done = std::move(task->done);
-  task->done = [&ran_on, done = std::move(done)](PredictResult result) {
-    ran_on = std::this_thread::get_id();
-    done(std::move(result));
-  };
+  NoteCompletionThread(*task, &ran_on);
   REQUIRE(h.batcher->Enqueue(task).ok());
   REQUIRE(ran_on == std::this_thread::get_id());
   REQUIRE(h.completions.count() == 1);

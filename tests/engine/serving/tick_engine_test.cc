@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -94,6 +96,17 @@ struct Env {
   std::unique_ptr<TickEngine> engine;
 };
 
+// A step tick from a zeroed state in `slot`, answered to `done`.
+std::unique_ptr<TickTask> StepTask(int32_t slot, std::function<void(TickResult)> done) {
+  auto task = std::make_unique<TickTask>();
+  task->kind = TickTask::Kind::kStep;
+  task->slot = slot;
+  task->zero_state = true;
+  task->input = {10.0f, 100.0f};
+  task->done = std::move(done);
+  return task;
+}
+
 TickResult Get(std::future<TickResult>& f) {
   REQUIRE(f.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
   return f.get();
@@ -176,30 +189,20 @@ TEST_CASE("A tick for an idle engine runs inline - one enqueued from its complet
   absl::Notification second_done;
   bool inside_first = false, second_inside_first = true;
   absl::Status second_enqueued, first_status, second_status;
-  auto second = std::make_unique<TickTask>();
-  second->kind = TickTask::Kind::kStep;
-  second->slot = 1;
-  second->zero_state = true;
-  second->input = {10.0f, 100.0f};
-  second->done = [&](TickResult r) {
+  auto second = StepTask(1, [&](TickResult r) {
     second_on = std::this_thread::get_id();
     second_inside_first = inside_first;
     second_status = r.status;
     second_done.Notify();
-  };
-  auto first = std::make_unique<TickTask>();
-  first->kind = TickTask::Kind::kStep;
-  first->slot = 0;
-  first->zero_state = true;
-  first->input = {10.0f, 100.0f};
-  first->done = [&](TickResult r) {
+  });
+  auto first = StepTask(0, [&](TickResult r) {
     first_on = std::this_thread::get_id();
     inside_first = true;
     // The next request of a stream, enqueued from the completion: it must not run inside it.
     second_enqueued = env.engine->Enqueue(second);
     inside_first = false;
     first_status = r.status;
-  };
+  });
   REQUIRE(env.engine->Enqueue(first).ok());
   // The idle engine ran it before Enqueue returned, on this thread.
   REQUIRE(first_on == caller);
@@ -217,16 +220,11 @@ TEST_CASE("A tick arriving while the last batch's answers go out runs inline", "
   absl::Notification answering, release;
   absl::Status first_enqueued, first_status;
   std::thread first([&] {
-    auto task = std::make_unique<TickTask>();
-    task->kind = TickTask::Kind::kStep;
-    task->slot = 0;
-    task->zero_state = true;
-    task->input = {10.0f, 100.0f};
-    task->done = [&](TickResult r) {
+    auto task = StepTask(0, [&](TickResult r) {
       first_status = r.status;
       answering.Notify();
       release.WaitForNotification();
-    };
+    });
     first_enqueued = env.engine->Enqueue(task);
   });
   REQUIRE(answering.WaitForNotificationWithTimeout(absl::Seconds(60)));
@@ -234,15 +232,10 @@ TEST_CASE("A tick arriving while the last batch's answers go out runs inline", "
   const std::thread::id caller = std::this_thread::get_id();
   std::thread::id second_on;
   absl::Status second_status;
-  auto second = std::make_unique<TickTask>();
-  second->kind = TickTask::Kind::kStep;
-  second->slot = 1;
-  second->zero_state = true;
-  second->input = {10.0f, 100.0f};
-  second->done = [&](TickResult r) {
+  auto second = StepTask(1, [&](TickResult r) {
     second_on = std::this_thread::get_id();
     second_status = r.status;
-  };
+  });
   REQUIRE(env.engine->Enqueue(second).ok());
   REQUIRE(second_on == caller);
   REQUIRE(second_status.ok());
