@@ -15,6 +15,7 @@
 // Exit codes: 0 stopped by a signal, 1 cannot serve, 2 bad arguments.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
@@ -23,7 +24,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,6 +45,10 @@ struct EchoOptions {
   // Predict holds its gRPC thread this long before answering (a busy wait, as a server that
   // computes on the thread that read the request would): 0, none.
   int64_t busy_us = 0;
+  // With busy_us: Predict returns at once and one thread of the echo's own, which polls
+  // without sleeping, answers busy_us after the request (as a server whose device finishes the
+  // work and whose poller notices it would).
+  bool busy_elsewhere = false;
 };
 
 // One Stream call. gRPC runs at most one OnReadDone and one OnWriteDone at a time, but the two
@@ -154,14 +161,22 @@ class EchoStream final : public grpc::ServerBidiReactor<v1::StreamRequest, v1::S
   bool finished_ = false;                  // guarded by mu_
 };
 
-// Thread-safe: constant after construction.
+// Thread-safe: constant after construction but for the answers queued for the finisher.
 class EchoForecaster final : public v1::Forecaster::CallbackService {
  public:
   explicit EchoForecaster(EchoOptions options)
       : options_(std::move(options)),
         zeros_(options_.max_batch_rows * options_.horizon * options_.target_names.size() *
                    sizeof(float),
-               '\0') {}
+               '\0') {
+    if (options_.busy_us > 0 && options_.busy_elsewhere) {
+      finisher_ = std::thread([this] { Finisher(); });
+    }
+  }
+  ~EchoForecaster() override {
+    stop_.store(true);
+    if (finisher_.joinable()) finisher_.join();
+  }
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const v1::PredictRequest* request,
@@ -191,9 +206,14 @@ class EchoForecaster final : public v1::Forecaster::CallbackService {
     if (options_.busy_us > 0) {
       const auto until =
           std::chrono::steady_clock::now() + std::chrono::microseconds(options_.busy_us);
+      timing->set_compute_us(static_cast<uint64_t>(options_.busy_us));
+      if (options_.busy_elsewhere) {
+        std::lock_guard<std::mutex> lock(mu_);
+        pending_.push_back({reactor, until});
+        return reactor;
+      }
       while (std::chrono::steady_clock::now() < until) {
       }
-      timing->set_compute_us(static_cast<uint64_t>(options_.busy_us));
     }
     reactor->Finish(grpc::Status::OK);
     return reactor;
@@ -205,8 +225,32 @@ class EchoForecaster final : public v1::Forecaster::CallbackService {
   }
 
  private:
+  struct Pending {
+    grpc::ServerUnaryReactor* reactor;
+    std::chrono::steady_clock::time_point until;
+  };
+
+  // Answers each pending Predict once its time has come, polling without sleeping.
+  void Finisher() {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      std::optional<Pending> next;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!pending_.empty() && std::chrono::steady_clock::now() >= pending_.front().until) {
+          next = pending_.front();
+          pending_.pop_front();
+        }
+      }
+      if (next) next->reactor->Finish(grpc::Status::OK);
+    }
+  }
+
   const EchoOptions options_;
   const std::string zeros_;  // the largest forecast's bytes
+  std::mutex mu_;
+  std::deque<Pending> pending_;  // guarded by mu_, in arrival order (so in time order)
+  std::atomic<bool> stop_{false};
+  std::thread finisher_;
 };
 
 }  // namespace
@@ -227,6 +271,9 @@ int main(int argc, char** argv) {
   app.add_option("--busy-us", options.busy_us,
                  "Predict busy-waits this long on its gRPC thread before answering (default 0)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--busy-elsewhere", options.busy_elsewhere,
+               "with --busy-us: Predict returns at once and a polling thread answers busy-us "
+               "later");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
