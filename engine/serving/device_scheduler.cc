@@ -58,7 +58,7 @@ class DeviceScheduler::Impl {
     // Work enqueued from inside running work, inline or on a worker (a completion's next
     // request), queues instead, so a stack holds one run and a batch's other completions
     // never wait behind another run.
-    if (running_inline_) return false;
+    if (running_work_) return false;
     int worker = -1;
     {
       absl::MutexLock lock(&mu_);
@@ -68,9 +68,9 @@ class DeviceScheduler::Impl {
       busy_[static_cast<size_t>(worker)] = true;
     }
     if (on_inline_) on_inline_(worker);
-    running_inline_ = true;
+    running_work_ = true;
     work(worker, /*cancelled=*/false);
-    running_inline_ = false;
+    running_work_ = false;
     absl::MutexLock lock(&mu_);
     busy_[static_cast<size_t>(worker)] = false;
     return true;
@@ -138,9 +138,9 @@ class DeviceScheduler::Impl {
       items_.erase(first);
       busy_[w] = true;
       mu_.Unlock();
-      running_inline_ = true;
+      running_work_ = true;
       work(worker, /*cancelled=*/false);
-      running_inline_ = false;
+      running_work_ = false;
       work = nullptr;  // destroy what it captured before reporting idle
       mu_.Lock();
       busy_[w] = false;
@@ -172,11 +172,11 @@ class DeviceScheduler::Impl {
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);    // [worker]: running an item
   std::vector<bool> leased_ ABSL_GUARDED_BY(mu_);  // [worker]: held by a TrainingLease
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // This thread is inside inline work (of any scheduler).
-  static thread_local bool running_inline_;
+  // This thread is running work, inline or as a worker (of any scheduler).
+  static thread_local bool running_work_;
 };
 
-thread_local bool DeviceScheduler::Impl::running_inline_ = false;
+thread_local bool DeviceScheduler::Impl::running_work_ = false;
 
 absl::StatusOr<std::unique_ptr<DeviceScheduler>> DeviceScheduler::Create(const Options& options) {
   if (options.num_workers < 1 || options.num_workers > kMaxWorkers) {

@@ -54,9 +54,8 @@ class DeviceScheduler {
   // as busy meanwhile (its thread takes no work), and `work` gets that slot's index with
   // `cancelled` = false. Returns false, having run nothing, otherwise, and also when called
   // from inside work running on this thread, inline or on a worker (its next request then
-  // queues, one run deep). So a
-  // caller whose work would only wait for a thread to wake (one request on an idle device) skips
-  // the hand-off; under load, work queues as with Submit.
+  // queues, one run deep). So a caller whose work would only wait for a thread to wake (one
+  // request on an idle device) skips the hand-off; under load, work queues as with Submit.
   bool TryRunInline(const Work& work);
 
   // Holds one worker for a training step; the worker takes no inference work until the lease

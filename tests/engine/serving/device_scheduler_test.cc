@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -358,6 +360,25 @@ TEST_CASE("TryRunInline refuses while work is queued or no slot is free",
   ran = false;
   REQUIRE_FALSE(scheduler->TryRunInline(work));
   REQUIRE_FALSE(ran);
+}
+
+TEST_CASE("TryRunInline from inside running work - inline or on a worker - refuses",
+          "[unit][device_scheduler]") {
+  auto scheduler = MakeScheduler(2);  // a free slot in every case below
+  const auto nested = [&scheduler](int, bool) { return scheduler->TryRunInline([](int, bool) {}); };
+  bool from_inline = true;
+  REQUIRE(scheduler->TryRunInline(
+      [&](int worker, bool cancelled) { from_inline = nested(worker, cancelled); }));
+  REQUIRE_FALSE(from_inline);
+  std::promise<bool> from_worker;
+  scheduler->Submit(1, absl::InfiniteFuture(), [&](int worker, bool cancelled) {
+    from_worker.set_value(nested(worker, cancelled));
+  });
+  std::future<bool> result = from_worker.get_future();
+  REQUIRE(result.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  REQUIRE_FALSE(result.get());
+  // Outside any work, the same call runs inline.
+  REQUIRE(scheduler->TryRunInline([](int, bool) {}));
 }
 
 TEST_CASE("A slot running inline work takes no queued work until it returns",
