@@ -384,10 +384,23 @@ void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
 
 // ---- One step of a slab's streams: rows [b0, b1), at most kStepTile of them.
 constexpr int64_t kStepTile = 4;
+// From this many streams a step packs each layer's weights into panels first (G*H*(I+H) floats
+// copied once per step) for PanelMatVec, which needs no horizontal sums.
+constexpr int64_t kPackedStepRows = 32;
 
-FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, float* gh, float* xs) {
+// A step's weights packed for PanelMatVec: layer l's W_ih at w_ih[l], W_hh at w_hh[l]; both
+// nullptr when the step runs on the weights as they are.
+struct StepPanels {
+  const float* const* w_ih = nullptr;
+  const float* const* w_hh = nullptr;
+};
+
+FD_AVX2 void StepRows(const StepArgs& a, const StepPanels& panels, int64_t b0, int64_t b1,
+                      float* gx, float* gh, float* xs) {
   const bool lstm = a.cell == Cell::kLstm;
   const int64_t H = a.H, G = lstm ? 4 : 3, GH = G * H, SL = (lstm ? 2 : 1) * H, S = a.L * SL;
+  // The gates' rows padded to whole panels (PanelMatVec writes the padding too).
+  const int64_t GHp = NumPanels(GH) * kPanel;
   const int64_t nb = b1 - b0;
   const float* inp[kStepTile];
   float* state[kStepTile];
@@ -401,16 +414,21 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
       inp[i] = row;
     }
     state[i] = a.slab + int64_t{a.slots[b0 + i]} * S;
-    gx_rows[i] = gx + i * GH;
-    gh_rows[i] = gh + i * GH;
+    gx_rows[i] = gx + i * GHp;
+    gh_rows[i] = gh + i * GHp;
   }
   for (int64_t l = 0; l < a.L; ++l) {
     const ref::RecurrentDirectionWeights& w = a.layers[l];
     const int64_t K = l == 0 ? a.I : H;
     const float* h_prev[kStepTile];
     for (int64_t i = 0; i < nb; ++i) h_prev[i] = state[i] + l * SL;
-    MatVec(w.w_ih, GH, K, inp, gx_rows, nb);
-    MatVec(w.w_hh, GH, H, h_prev, gh_rows, nb);
+    if (panels.w_ih != nullptr) {
+      PanelMatVec(panels.w_ih[l], NumPanels(GH), K, inp, gx_rows, nb);
+      PanelMatVec(panels.w_hh[l], NumPanels(GH), H, h_prev, gh_rows, nb);
+    } else {
+      MatVec(w.w_ih, GH, K, inp, gx_rows, nb);
+      MatVec(w.w_hh, GH, H, h_prev, gh_rows, nb);
+    }
     for (int64_t i = 0; i < nb; ++i) {
       float* gxi = gx_rows[i];
       float* ghi = gh_rows[i];
@@ -450,15 +468,37 @@ FD_AVX2 void StepRows(const StepArgs& a, int64_t b0, int64_t b1, float* gx, floa
 }  // namespace
 
 void RunStep(const StepArgs& a) {
-  const int64_t GH = (a.cell == Cell::kLstm ? 4 : 3) * a.H;
+  const int64_t GH = (a.cell == Cell::kLstm ? 4 : 3) * a.H, GHp = NumPanels(GH) * kPanel;
   const int64_t tiles = (a.B + kStepTile - 1) / kStepTile;
+  // Many streams: every layer's weights packed once, here, for all tiles.
+  StepPanels panels;
+  thread_local std::vector<float> packed;
+  thread_local std::vector<const float*> packed_at;
+  if (a.B >= kPackedStepRows) {
+    int64_t floats = 0;
+    for (int64_t l = 0; l < a.L; ++l) floats += GHp * ((l == 0 ? a.I : a.H) + a.H);
+    if (packed.size() < static_cast<size_t>(floats)) packed.resize(static_cast<size_t>(floats));
+    packed_at.assign(static_cast<size_t>(2 * a.L), nullptr);
+    float* next = packed.data();
+    for (int64_t l = 0; l < a.L; ++l) {
+      const int64_t K = l == 0 ? a.I : a.H;
+      PackPanels(a.layers[l].w_ih, GH, K, next);
+      packed_at[static_cast<size_t>(l)] = next;
+      next += GHp * K;
+      PackPanels(a.layers[l].w_hh, GH, a.H, next);
+      packed_at[static_cast<size_t>(a.L + l)] = next;
+      next += GHp * a.H;
+    }
+    panels.w_ih = packed_at.data();
+    panels.w_hh = packed_at.data() + a.L;
+  }
   const auto run_tiles = [&](int64_t first, int64_t step) {
     thread_local std::vector<float> scratch;
-    const size_t floats = static_cast<size_t>(kStepTile * (2 * GH + a.I));
+    const size_t floats = static_cast<size_t>(kStepTile * (2 * GHp + a.I));
     if (scratch.size() < floats) scratch.resize(floats);
     for (int64_t t = first; t < tiles; t += step) {
-      StepRows(a, t * kStepTile, std::min(a.B, (t + 1) * kStepTile), scratch.data(),
-               scratch.data() + kStepTile * GH, scratch.data() + 2 * kStepTile * GH);
+      StepRows(a, panels, t * kStepTile, std::min(a.B, (t + 1) * kStepTile), scratch.data(),
+               scratch.data() + kStepTile * GHp, scratch.data() + 2 * kStepTile * GHp);
     }
   };
   const int threads =

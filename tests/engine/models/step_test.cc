@@ -2,11 +2,13 @@
 // step at a time from zero states forecasts what Forward does on the window x_1..x_N (a model of
 // lookback N with the same weights), on the reference and the oneDNN backends, for N = 1, T and
 // 5T, several streams at once in scattered slots, within 1e-5; with and without the normaliser,
-// with quantiles, and for more streams than one tile of the CPU's one-call step.
+// with quantiles, and for more streams than one tile of the CPU's one-call step (and enough
+// for it to pack the weights).
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -88,7 +90,9 @@ void CheckStepsEqualWindows(Backend& backend, const ModelConfig& config, int64_t
   // must stay.
   const int64_t kB = streams, kSlots = 2 * streams + 1;
   std::vector<int32_t> slots;
-  for (int64_t b = 0; b < kB; ++b) slots.push_back(static_cast<int32_t>((5 + 3 * b) % kSlots));
+  // 2 and the odd kSlots are coprime: distinct slots.
+  for (int64_t b = 0; b < kB; ++b) slots.push_back(static_cast<int32_t>((5 + 2 * b) % kSlots));
+  REQUIRE(std::set<int32_t>(slots.begin(), slots.end()).size() == slots.size());
   std::vector<float> slab = Random(kSlots * S, 3, 1.0f);
   const std::vector<float> untouched = slab;
   for (const int32_t slot : slots) std::fill_n(slab.begin() + slot * S, S, 0.0f);
@@ -146,8 +150,8 @@ TEST_CASE("Step forecasts quantiles, unstandardised models and many streams as F
   ModelConfig raw = Config(/*lstm=*/false, /*layers=*/2, /*hidden=*/17, kT);
   raw.set_normalization(v1::NORMALIZATION_NONE);
   for (const ModelConfig& config : {quantiles, raw}) {
-    // 9 streams: two full tiles of four and one of one.
-    for (const int64_t streams : {int64_t{1}, int64_t{9}}) {
+    // 9 streams: two full tiles of four and one of one; 37: enough for packed weights.
+    for (const int64_t streams : {int64_t{1}, int64_t{9}, int64_t{37}}) {
       CAPTURE(config.name(), config.quantiles_size(), streams);
       CheckStepsEqualWindows(reference, config, streams);
       CheckStepsEqualWindows(*dnnl, config, streams);
