@@ -719,7 +719,8 @@ int main(int argc, char** argv) {
   model->add_option("--seed", model_flags.seed, "weights' seed");
 
   forecastd::StepFlags step_flags;
-  CLI::App* step = app.add_subcommand("step", "time Step (of --batch streams) and Forward at B=1 in-process (CPU)");
+  CLI::App* step = app.add_subcommand(
+      "step", "time Step (of --batch streams) and Forward at B=1 in-process (CPU)");
   step->add_option("--model", step_flags.model, "model directory (holds config.json)")->required();
   step->add_option("--iters", step_flags.iters, "timed steps")->check(CLI::PositiveNumber);
   step->add_option("--warmup", step_flags.warmup, "untimed steps first")

@@ -354,15 +354,10 @@ void ServingMetrics::OnTick(const std::string& model, int64_t version, const abs
   }
   const grpc::StatusCode code = ToGrpcStatus(status).error_code();
   stream_ticks_.Add({{"model", model}, {"code", GrpcCodeName(code)}}).Increment();
-  if (status.ok()) {
-    stream_tick_seconds_.Add({{"model", model}}, LatencyBuckets())
-        .Observe(absl::ToDoubleSeconds(timing.total));
-  }
   // A tick message is one of Triton's sequence requests, of one inference when a forward gave
   // its forecast; that forward ran in a tick batch, which the batchers' execution count does
   // not see.
-  ObserveTritonRequest(model, version, code, timing.computed, timing.total, timing.queue,
-                       timing.compute);
+  ObserveTritonFailure(model, version, code, timing.computed);
   if (timing.computed && version > 0) {
     nv_inferences_.Add(VersionLabels(model, version)).Increment();
   }
@@ -400,9 +395,8 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
             {"priority", level},
             {"code", GrpcCodeName(code)}})
       .Increment();
-  ObserveTritonRequest(model, version, code, compute > absl::ZeroDuration(), total, queue, compute);
-  const bool reached_engine = code == grpc::StatusCode::OK || queue > absl::ZeroDuration() ||
-                              compute > absl::ZeroDuration();
+  ObserveTritonFailure(model, version, code, compute > absl::ZeroDuration());
+  const bool reached_engine = queue > absl::ZeroDuration() || compute > absl::ZeroDuration();
   if (!reached_engine) return;
   const prometheus::Labels labels = {{"model", model}, {"priority", level}};
   request_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(total));
@@ -410,20 +404,12 @@ void ServingMetrics::ObserveRequest(const std::string& model, int64_t version,
   compute_seconds_.Add(labels, LatencyBuckets()).Observe(absl::ToDoubleSeconds(compute));
 }
 
-void ServingMetrics::ObserveTritonRequest(const std::string& model, int64_t version,
-                                          grpc::StatusCode code, bool ran, absl::Duration total,
-                                          absl::Duration queue, absl::Duration compute) {
+void ServingMetrics::ObserveTritonFailure(const std::string& model, int64_t version,
+                                          grpc::StatusCode code, bool ran) {
   if (version <= 0) return;  // never reached a model version: Triton does not count it
   prometheus::Labels labels = VersionLabels(model, version);
-  if (code != grpc::StatusCode::OK) {
-    labels["reason"] = FailureReason(code, ran);
-    nv_failure_.Add(labels).Increment();
-    return;
-  }
-  nv_success_.Add(labels).Increment();
-  nv_request_us_.Add(labels).Increment(Microseconds(total));
-  nv_queue_us_.Add(labels).Increment(Microseconds(queue));
-  nv_compute_us_.Add(labels).Increment(Microseconds(compute));
+  labels["reason"] = FailureReason(code, ran);
+  nv_failure_.Add(labels).Increment();
 }
 
 void ServingMetrics::ObserveDeadlineMiss(const std::string& model) {

@@ -151,11 +151,10 @@ class ServingMetrics : public TrainJobObserver, public StreamObserver {
                                         const std::string& method, uint32_t priority)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Triton's per-request series: success with its durations, or failure with its reason
-  // (`ran`: the request's batch was computed); nothing for version 0.
-  void ObserveTritonRequest(const std::string& model, int64_t version, grpc::StatusCode code,
-                            bool ran, absl::Duration total, absl::Duration queue,
-                            absl::Duration compute);
+  // Triton's failure series of a failed request, with its reason (`ran`: the request's batch
+  // was computed); nothing for version 0. Successes go through TritonOkSeries.
+  void ObserveTritonFailure(const std::string& model, int64_t version, grpc::StatusCode code,
+                            bool ran);
 
   prometheus::Family<prometheus::Counter>& requests_;
   prometheus::Family<prometheus::Histogram>& request_seconds_;

@@ -246,27 +246,8 @@ absl::Status DnnlBackend::RecurrentStepForecast(RecurrentCell cell, float* y, fl
                      slots,
                      weights,
                      /*top=*/nullptr};
-  args.x_mean = spec.x_mean;
-  args.x_std = spec.x_std;
-  args.head_weight = spec.head_weight;
-  args.head_bias = spec.head_bias;
-  args.outputs = spec.outputs;
+  args.forecast = &spec;
   args.y = y;
-  // The de-standardisation as one mean and std per output: output o forecasts feature
-  // target_features[(o % (K * Q)) / Q] (outputs laid out (P, K, Q)).
-  thread_local std::vector<float> y_scale;
-  if (spec.y_mean != nullptr) {
-    const int64_t O = spec.outputs,
-                  KQ = static_cast<int64_t>(spec.target_features.size()) * spec.quantiles;
-    y_scale.resize(static_cast<size_t>(2 * O));
-    for (int64_t o = 0; o < O; ++o) {
-      const int f = spec.target_features[static_cast<size_t>((o % KQ) / spec.quantiles)];
-      y_scale[static_cast<size_t>(o)] = spec.y_mean[f];
-      y_scale[static_cast<size_t>(O + o)] = spec.y_std[f];
-    }
-    args.y_mean = y_scale.data();
-    args.y_std = y_scale.data() + O;
-  }
   cpu::RunStep(args);
   return absl::OkStatus();
 }

@@ -402,15 +402,16 @@ FD_AVX2 void StepRows(const StepArgs& a, const StepPanels& panels, int64_t b0, i
   // The gates' rows padded to whole panels (PanelMatVec writes the padding too).
   const int64_t GHp = NumPanels(GH) * kPanel;
   const int64_t nb = b1 - b0;
+  const RecurrentStepForecastSpec* fc = a.forecast;
   const float* inp[kStepTile];
   float* state[kStepTile];
   float* gx_rows[kStepTile];
   float* gh_rows[kStepTile];
   for (int64_t i = 0; i < nb; ++i) {
     inp[i] = a.x + (b0 + i) * a.I;
-    if (a.x_mean != nullptr) {
+    if (fc != nullptr && fc->x_mean != nullptr) {
       float* row = xs + i * a.I;
-      for (int64_t f = 0; f < a.I; ++f) row[f] = (inp[i][f] - a.x_mean[f]) / a.x_std[f];
+      for (int64_t f = 0; f < a.I; ++f) row[f] = (inp[i][f] - fc->x_mean[f]) / fc->x_std[f];
       inp[i] = row;
     }
     state[i] = a.slab + int64_t{a.slots[b0 + i]} * S;
@@ -452,15 +453,21 @@ FD_AVX2 void StepRows(const StepArgs& a, const StepPanels& panels, int64_t b0, i
   if (a.top != nullptr) {
     for (int64_t i = 0; i < nb; ++i) std::copy(inp[i], inp[i] + H, a.top + (b0 + i) * H);
   }
-  if (a.head_weight == nullptr) return;
+  if (fc == nullptr) return;
+  const int64_t O = fc->outputs;
   float* y_rows[kStepTile] = {};
-  for (int64_t i = 0; i < nb; ++i) y_rows[i] = a.y + (b0 + i) * a.outputs;
-  MatVec(a.head_weight, a.outputs, H, inp, y_rows, nb);
+  for (int64_t i = 0; i < nb; ++i) y_rows[i] = a.y + (b0 + i) * O;
+  MatVec(fc->head_weight, O, H, inp, y_rows, nb);
+  // Output o forecasts feature target_features[(o % (K * Q)) / Q] (outputs laid out (P, K, Q)).
+  const int64_t Q = fc->quantiles, KQ = static_cast<int64_t>(fc->target_features.size()) * Q;
   for (int64_t i = 0; i < nb; ++i) {
     float* y = y_rows[i];
-    for (int64_t o = 0; o < a.outputs; ++o) y[o] += a.head_bias[o];
-    if (a.y_mean != nullptr) {
-      for (int64_t o = 0; o < a.outputs; ++o) y[o] = y[o] * a.y_std[o] + a.y_mean[o];
+    for (int64_t o = 0; o < O; ++o) {
+      y[o] += fc->head_bias[o];
+      if (fc->y_mean != nullptr) {
+        const int f = fc->target_features[static_cast<size_t>((o % KQ) / Q)];
+        y[o] = y[o] * fc->y_std[f] + fc->y_mean[f];
+      }
     }
   }
 }

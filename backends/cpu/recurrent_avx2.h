@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "backends/backend.h"
 #include "kernels/ref/recurrent.h"
 
 namespace forecastd::cpu {
@@ -60,16 +61,9 @@ struct StepArgs {
   const ref::RecurrentDirectionWeights* layers;
   float* top;  // (B, H): the top layer's new h, or nullptr
   // Optional, the whole forecast of a tick in the same pass (Backend::RecurrentStepForecast):
-  // layer 0 reads (x - x_mean) / x_std where x_mean is set; with head_weight set, y (B,
-  // outputs) = head_weight (outputs, H) h'_top + head_bias, then y * y_std + y_mean per output
-  // where y_mean is set (both (outputs), one value per output).
-  const float* x_mean = nullptr;
-  const float* x_std = nullptr;
-  const float* head_weight = nullptr;
-  const float* head_bias = nullptr;
-  int64_t outputs = 0;
-  const float* y_mean = nullptr;
-  const float* y_std = nullptr;
+  // layer 0 reads x standardised and y (B, forecast->outputs) gets the head's outputs,
+  // de-standardised, as `forecast` says (its head and bias set).
+  const RecurrentStepForecastSpec* forecast = nullptr;
   float* y = nullptr;
 };
 void RunStep(const StepArgs& args);
