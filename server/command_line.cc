@@ -138,6 +138,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_flag("!--no-inline-when-idle", options.inline_when_idle,
                "always hand requests to the batcher and a worker thread, with each model's "
                "max_queue_delay, even when the model and the device are idle");
+  app.add_flag("!--no-gpu-completion-thread", options.gpu_completion_thread,
+               "a request that runs at once on a GPU waits for the GPU on its gRPC thread and "
+               "replies from there, instead of a per-GPU thread replying when the batch ends");
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest gRPC message accepted or sent (and REST request body)")
       ->capture_default_str();

@@ -250,6 +250,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     gpu.device = d.index;
     gpu.instances_per_model = options.gpu_instances;
     gpu.use_graphs = options.gpu_graphs;
+    gpu.completion_thread = options.gpu_completion_thread;
     absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> cuda = CudaExecutionDevice::Create(gpu);
     if (!cuda.ok()) {
       return absl::Status(cuda.status().code(),

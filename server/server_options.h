@@ -92,6 +92,10 @@ struct ServerOptions {
   // at once on the gRPC thread that read it, without the batching delay and the hand-off to a
   // worker thread; under load requests batch as usual (--no-inline-when-idle: always batch).
   bool inline_when_idle = true;
+  // On a GPU such a request's batch is queued on the GPU and the gRPC thread returns; the
+  // GPU's completion thread writes the reply when the batch ends (--no-gpu-completion-thread:
+  // the gRPC thread waits for the GPU and replies itself).
+  bool gpu_completion_thread = true;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

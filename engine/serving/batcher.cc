@@ -78,8 +78,10 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       inline_claim_ = true;
     }
     std::shared_ptr<Impl> self = shared_from_this();
-    const bool ran = options_.scheduler->TryRunInline(
-        [&self](int worker, bool cancelled) { self->RunClaimed(worker, cancelled); });
+    const bool ran =
+        options_.scheduler->TryStartInline([&self](int worker, DeviceScheduler::SlotHold hold) {
+          self->RunClaimed(worker, std::move(hold));
+        });
     if (!ran) {
       // No idle worker: the task stays queued, for the batcher thread.
       absl::MutexLock lock(&mu_);
@@ -217,9 +219,10 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                });
   }
 
-  // Inline, on Enqueue's thread as worker `worker`: the front task (the claimed one unless a
-  // task of a higher level came meanwhile, or it expired) as a batch of its own.
-  void RunClaimed(int worker, bool cancelled) {
+  // Inline, on Enqueue's thread as worker `worker`, whose slot `hold` keeps busy: the front
+  // task (the claimed one unless a task of a higher level came meanwhile, or it expired) as a
+  // batch of its own.
+  void RunClaimed(int worker, DeviceScheduler::SlotHold hold) {
     Tasks batch;
     {
       absl::MutexLock lock(&mu_);
@@ -232,11 +235,23 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       ++outstanding_batches_;
       ++computing_batches_;
     }
-    RunBatch(std::move(batch), worker, cancelled);
+    RunBatch(std::move(batch), worker, /*cancelled=*/false, &hold);
   }
 
-  // On a scheduler worker (or inline with `cancelled` after the scheduler shut down).
-  void RunBatch(Tasks tasks, int worker, bool cancelled) {
+  // A batch whose inputs are staged: what its completion needs.
+  struct Staged {
+    Tasks tasks;
+    int64_t rows = 0;
+    absl::Time start;
+    Batcher::Staging staging;
+    std::vector<float> own_input, own_output;  // when the options stage nowhere
+  };
+
+  // On a scheduler worker (or inline with `cancelled` after the scheduler shut down), or inline
+  // on Enqueue's thread with the slot's `hold`: then a batch is started (Options::start_batch)
+  // where the options allow, and finishes, replies and counts itself out later.
+  void RunBatch(Tasks tasks, int worker, bool cancelled,
+                DeviceScheduler::SlotHold* hold = nullptr) {
     bool abandoned;
     {
       absl::MutexLock lock(&mu_);
@@ -249,90 +264,125 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     }
     const int64_t num_tasks = static_cast<int64_t>(tasks.size());
     const absl::Time start = clock_->Now();
-    bool computed = false;  // computing_batches_ counted down (Compute does it before replying)
     if (cancelled || abandoned) {
       const absl::Status status =
           cancelled ? absl::UnavailableError("the device scheduler is shut down")
                     : absl::UnavailableError("model version drained before the request ran");
       for (std::unique_ptr<PredictTask>& task : tasks)
         CompleteUnrun(std::move(task), status, start);
-    } else {
-      // The worker may start late: a task whose deadline passed meanwhile is not computed.
-      Tasks live;
-      live.reserve(tasks.size());
-      for (std::unique_ptr<PredictTask>& task : tasks) {
-        if (task->deadline <= start) {
-          CompleteUnrun(
-              std::move(task),
-              absl::DeadlineExceededError("the request's deadline passed before its batch started"),
-              start);
-        } else {
-          live.push_back(std::move(task));
-        }
-      }
-      if (!live.empty()) Compute(std::move(live), worker, start, &computed);
+      EndBatch(num_tasks, /*computed=*/false);
+      return;
     }
-    absl::MutexLock lock(&mu_);
-    in_flight_ -= num_tasks;
-    --outstanding_batches_;
-    if (!computed) --computing_batches_;
+    // The worker may start late: a task whose deadline passed meanwhile is not computed.
+    Tasks live;
+    live.reserve(tasks.size());
+    for (std::unique_ptr<PredictTask>& task : tasks) {
+      if (task->deadline <= start) {
+        CompleteUnrun(
+            std::move(task),
+            absl::DeadlineExceededError("the request's deadline passed before its batch started"),
+            start);
+      } else {
+        live.push_back(std::move(task));
+      }
+    }
+    if (live.empty()) {
+      EndBatch(num_tasks, /*computed=*/false);
+      return;
+    }
+    Staged batch = Stage(std::move(live), worker, start);
+    const float* input = batch.staging.input;
+    float* output = batch.staging.output;
+    const int64_t rows = batch.rows;
+    if (hold != nullptr && options_.start_batch) {
+      options_.start_batch(input, rows, output, worker,
+                           [self = shared_from_this(), batch = std::move(batch),
+                            hold = std::move(*hold), num_tasks](absl::Status status) mutable {
+                             self->Finish(batch, status, &hold);
+                             self->EndBatch(num_tasks, /*computed=*/true);
+                           });
+      return;
+    }
+    const absl::Status status = options_.run_batch(input, rows, output, worker);
+    Finish(batch, status, hold);
+    EndBatch(num_tasks, /*computed=*/true);
   }
 
-  // Stages the inputs, runs the batch, and hands each task its rows of the output. Sets
-  // *computed once the batch has run and computing_batches_ counted down, before the replies:
-  // a request that arrives while they go out (a client answered first sends its next one)
-  // finds the batcher idle and may run inline.
-  void Compute(Tasks tasks, int worker, absl::Time start, bool* computed) {
+  // Copies the tasks' inputs into the worker's staging buffers (or buffers of the batch's own).
+  Staged Stage(Tasks tasks, int worker, absl::Time start) {
+    Staged batch;
+    batch.tasks = std::move(tasks);
+    batch.start = start;
     const int64_t in = options_.input_floats_per_row;
     const int64_t out = options_.output_floats_per_row;
-    int64_t rows = 0;
-    for (const std::unique_ptr<PredictTask>& task : tasks) rows += task->rows;
-    Batcher::Staging staging = options_.staging ? options_.staging(worker) : Batcher::Staging{};
-    std::vector<float> own_input, own_output;
-    if (staging.input == nullptr) {
-      own_input.resize(static_cast<size_t>(rows * in));
-      staging.input = own_input.data();
+    for (const std::unique_ptr<PredictTask>& task : batch.tasks) batch.rows += task->rows;
+    batch.staging = options_.staging ? options_.staging(worker) : Batcher::Staging{};
+    if (batch.staging.input == nullptr) {
+      batch.own_input.resize(static_cast<size_t>(batch.rows * in));
+      batch.staging.input = batch.own_input.data();
     }
-    if (staging.output == nullptr) {
-      own_output.resize(static_cast<size_t>(rows * out));
-      staging.output = own_output.data();
+    if (batch.staging.output == nullptr) {
+      batch.own_output.resize(static_cast<size_t>(batch.rows * out));
+      batch.staging.output = batch.own_output.data();
     }
-    char* next = reinterpret_cast<char*>(staging.input);
-    for (const std::unique_ptr<PredictTask>& task : tasks) {
+    char* next = reinterpret_cast<char*>(batch.staging.input);
+    for (const std::unique_ptr<PredictTask>& task : batch.tasks) {
       const absl::string_view bytes = task->InputBytes();
       std::memcpy(next, bytes.data(), bytes.size());
       next += bytes.size();
     }
     if (options_.observer != nullptr) {
-      options_.observer->OnBatch(rows, static_cast<int64_t>(tasks.size()));
+      options_.observer->OnBatch(batch.rows, static_cast<int64_t>(batch.tasks.size()));
     }
-    const absl::Status status = options_.run_batch(staging.input, rows, staging.output, worker);
-    const absl::Duration compute_time = clock_->Now() - start;
+    return batch;
+  }
+
+  // After the batch computed with `status`: counts it out of computing_batches_ before the
+  // replies (a request that arrives while they go out, a client answered first sending its
+  // next one, finds the batcher idle and may run inline), copies each task's rows out of the
+  // staging buffer, releases `hold` (the slot's buffers are free from here), and completes the
+  // tasks.
+  void Finish(Staged& batch, const absl::Status& status, DeviceScheduler::SlotHold* hold) {
+    const int64_t out = options_.output_floats_per_row;
+    const absl::Duration compute_time = clock_->Now() - batch.start;
     {
       absl::MutexLock lock(&mu_);
       --computing_batches_;
-      *computed = true;
     }
+    std::vector<PredictResult> results(batch.tasks.size());
     int64_t row = 0;
-    for (std::unique_ptr<PredictTask>& task : tasks) {
-      PredictResult result;
+    for (size_t i = 0; i < batch.tasks.size(); ++i) {
+      PredictTask& task = *batch.tasks[i];
+      PredictResult& result = results[i];
       result.status = status;
       result.version = options_.version;
-      result.queue_time = start - task->enqueue_time;
+      result.queue_time = batch.start - task.enqueue_time;
       result.compute_time = compute_time;
-      result.batch_rows = rows;
+      result.batch_rows = batch.rows;
       if (status.ok()) {
-        const float* first = staging.output + row * out;
-        const int64_t floats = task->rows * out;
-        if (task->output != nullptr) {
-          std::memcpy(task->output, first, static_cast<size_t>(floats) * sizeof(float));
+        const float* first = batch.staging.output + row * out;
+        const int64_t floats = task.rows * out;
+        if (task.output != nullptr) {
+          std::memcpy(task.output, first, static_cast<size_t>(floats) * sizeof(float));
         } else {
           result.output.assign(first, first + floats);
         }
       }
-      row += task->rows;
-      Complete(std::move(task), std::move(result));
+      row += task.rows;
     }
+    if (hold != nullptr) hold->Release();
+    for (size_t i = 0; i < batch.tasks.size(); ++i) {
+      Complete(std::move(batch.tasks[i]), std::move(results[i]));
+    }
+  }
+
+  // The batch's tasks have all completed: counts them and it out (computing_batches_ too unless
+  // Finish did).
+  void EndBatch(int64_t num_tasks, bool computed) {
+    absl::MutexLock lock(&mu_);
+    in_flight_ -= num_tasks;
+    --outstanding_batches_;
+    if (!computed) --computing_batches_;
   }
 
   // Completes a task that never ran, with `status`, at `now`.

@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/clock.h"
@@ -75,6 +76,13 @@ class Batcher {
   // several calls may run at once on different workers.
   using RunBatchFn =
       std::function<absl::Status(const float* input, int64_t rows, float* output, int worker)>;
+  // Starts a batch as run_batch computes it and calls `finish` exactly once with its status
+  // when `output` is written: before returning, or later on another thread (a GPU instance's
+  // completion thread, which then also hands the tasks their results). `input` and `output`
+  // stay valid until then.
+  using StartBatchFn =
+      std::function<void(const float* input, int64_t rows, float* output, int worker,
+                         absl::AnyInvocable<void(absl::Status) &&> finish)>;
   // The host buffers a worker's batches are staged in (a GPU instance's pinned buffers, a CPU
   // instance's arena): `input` holds max_batch_size * input_floats_per_row floats, `output`
   // max_batch_size * output_floats_per_row. Only the batch running on that worker uses them.
@@ -102,6 +110,11 @@ class Batcher {
     int64_t version = 0;
     // The model's forward pass; required.
     RunBatchFn run_batch;
+    // For a batch that runs inline (run_inline_when_idle): started instead of run_batch, so
+    // that Enqueue's thread returns once the device has its work; the worker slot stays busy
+    // (DeviceScheduler::TryStartInline) and the batch counts as computing until `finish`,
+    // which writes the replies from where the result became ready. Empty: run_batch.
+    StartBatchFn start_batch;
     // Where worker `worker` stages its batches: the tasks' input bytes are copied into its
     // `input` (once: nothing else copies them), run_batch gets both buffers, and each task's
     // rows are copied from `output` into the task's `output` buffer. Empty: the batcher
@@ -133,12 +146,12 @@ class Batcher {
 
   // Ownership of the task moves to the batcher iff this returns OK (its `done` is then called
   // exactly once: on an engine thread, or inside Enqueue when it ran inline (see
-  // Options::run_inline_when_idle), so the caller must not hold a lock `done` takes). Otherwise the
-  // task is still the caller's, untouched: INVALID_ARGUMENT for a null task, rows outside [1,
-  // max_batch_size], an input size other than rows * input_floats_per_row, no `done`, or a priority
-  // level outside [0, levels]; DEADLINE_EXCEEDED when its deadline has already passed;
-  // RESOURCE_EXHAUSTED when its level's queue is full; UNAVAILABLE ("model version is
-  // draining") once Drain() has begun.
+  // Options::run_inline_when_idle and start_batch), so the caller must not hold a lock `done`
+  // takes). Otherwise the task is still the caller's, untouched: INVALID_ARGUMENT for a null task,
+  // rows outside [1, max_batch_size], an input size other than rows * input_floats_per_row, no
+  // `done`, or a priority level outside [0, levels]; DEADLINE_EXCEEDED when its deadline has
+  // already passed; RESOURCE_EXHAUSTED when its level's queue is full; UNAVAILABLE ("model version
+  // is draining") once Drain() has begun.
   absl::Status Enqueue(std::unique_ptr<PredictTask>& task);
 
   // Stops accepting, dispatches what is queued at once (max_queue_delay no longer applies),

@@ -3,13 +3,19 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <optional>
+#include <thread>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_devices.h"
 #include "backends/cuda/cuda_graph.h"
@@ -20,6 +26,103 @@
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
+
+// Runs what follows GPU work started without waiting for it (CudaModelInstance::Start), on
+// one thread per GPU that polls the work's events: it sleeps while nothing is pending, polls
+// (yielding its core) while anything is, and keeps polling for kLinger after the last
+// completion, because a client that was just answered usually sends its next request within
+// that time, and a sleeping thread takes longer to wake than a short batch takes to compute.
+class CudaCompletionThread {
+ public:
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+  static constexpr std::chrono::microseconds kLinger{2000};
+
+  explicit CudaCompletionThread(int device) : device_(device), thread_([this] { Loop(); }) {}
+  // Returns once everything added has completed.
+  ~CudaCompletionThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    stopping_flag_.store(true, std::memory_order_release);
+    thread_.join();
+  }
+
+  // Calls `done` on this thread once `event` (recorded on this GPU) has completed: OK, or the
+  // CUDA error the event reports.
+  void Add(cudaEvent_t event, Done done) {
+    absl::MutexLock lock(&mu_);
+    added_.push_back(Pending{event, std::move(done)});
+    has_added_.store(true, std::memory_order_release);
+  }
+
+ private:
+  struct Pending {
+    cudaEvent_t event;
+    Done done;
+  };
+  using SteadyClock = std::chrono::steady_clock;
+
+  void Loop() {
+    if (const cudaError_t error = cudaSetDevice(device_); error != cudaSuccess) {
+      spdlog::error("cuda:{} completion thread: cudaSetDevice failed: {}", device_,
+                    cudaGetErrorString(error));
+    }
+    std::vector<Pending> pending;
+    SteadyClock::time_point last_done = SteadyClock::now();
+    while (true) {
+      if (has_added_.load(std::memory_order_acquire)) {
+        absl::MutexLock lock(&mu_);
+        for (Pending& p : added_) pending.push_back(std::move(p));
+        added_.clear();
+        has_added_.store(false, std::memory_order_relaxed);
+      }
+      if (pending.empty()) {
+        if (!stopping_flag_.load(std::memory_order_acquire) &&
+            SteadyClock::now() - last_done < kLinger) {
+          std::this_thread::yield();
+          continue;
+        }
+        absl::MutexLock lock(&mu_);
+        auto wake = [this]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !added_.empty() || stopping_; };
+        mu_.Await(absl::Condition(&wake));
+        if (added_.empty()) return;  // stopping, nothing left
+        continue;
+      }
+      bool any = false;
+      for (size_t i = 0; i < pending.size();) {
+        const cudaError_t state = cudaEventQuery(pending[i].event);
+        if (state == cudaErrorNotReady) {
+          ++i;
+          continue;
+        }
+        absl::Status status = absl::OkStatus();
+        if (state != cudaSuccess) {
+          status = absl::InternalError(
+              absl::StrCat("CUDA error on cuda:", device_, ": ", cudaGetErrorString(state)));
+        }
+        Done done = std::move(pending[i].done);
+        pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        std::move(done)(std::move(status));
+        any = true;
+      }
+      if (any) {
+        last_done = SteadyClock::now();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  const int device_;
+  std::atomic<bool> has_added_{false};
+  std::atomic<bool> stopping_flag_{false};
+  absl::Mutex mu_;
+  std::vector<Pending> added_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is made
+};
 
 namespace {
 
@@ -40,6 +143,8 @@ class CudaModelInstance final : public ModelInstance {
     int64_t state_slots = 0;
     int64_t max_step_rows = 0;
     std::vector<int64_t> step_graph_sizes;
+    // Where Start's batches complete; nullptr: Start waits for the GPU itself (Run).
+    CudaCompletionThread* completions = nullptr;
   };
 
   static absl::StatusOr<std::unique_ptr<CudaModelInstance>> Create(
@@ -47,11 +152,18 @@ class CudaModelInstance final : public ModelInstance {
       CudaAllocator* allocator, const Options& options);
 
   ~CudaModelInstance() override {
+    // A started batch's completion reads the staging buffer until it clears started_.
+    while (started_.load(std::memory_order_acquire)) std::this_thread::yield();
     // Buffers go back to the allocator below; nothing queued may still read them.
     if (lease_.has_value()) lease_->Synchronize().IgnoreError();
+    if (done_event_ != nullptr) cudaEventDestroy(done_event_);
   }
 
   absl::Status Run(const float* input, int64_t rows, float* output) override;
+  // With a completion thread: queues the batch and an event after it, and returns; the
+  // thread copies the forecasts out and calls `finish` when the event completes.
+  void Start(const float* input, int64_t rows, float* output,
+             absl::AnyInvocable<void(absl::Status) &&> finish) override;
 
   absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
                     float* output) override;
@@ -73,6 +185,8 @@ class CudaModelInstance final : public ModelInstance {
 
   // Forecaster::Forward on the device buffers at `rows` rows, queued on the stream.
   absl::Status QueueForward(int64_t rows);
+  // Run's work up to the copy of its forecasts into the output staging buffer, queued.
+  absl::Status QueueRun(const float* input, int64_t rows);
   // Forecaster::Step on the step buffers at `rows` rows, queued on the stream.
   absl::Status QueueStep(int64_t rows);
   // QueueStep between the copies of its inputs from the staging buffer ([slots (rows) | ticks
@@ -97,6 +211,9 @@ class CudaModelInstance final : public ModelInstance {
   void* staging_input_ = nullptr;   // pinned, max_batch_size rows
   void* staging_output_ = nullptr;  // pinned, max_batch_size rows
   std::map<int64_t, CudaGraph> graphs_;
+  CudaCompletionThread* completions_ = nullptr;  // the device's; nullptr: Start is Run
+  cudaEvent_t done_event_ = nullptr;             // recorded after a started batch
+  std::atomic<bool> started_{false};             // a started batch has not completed
 
   // State mode (slab_ set).
   std::shared_ptr<DeviceBuffer> slab_;  // shared by the version's instances
@@ -148,6 +265,13 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   ASSIGN_OR_RETURN(s.backend_,
                    CudaBackend::Create(s.lease_->context(), allocator, backend_options));
   s.data_ops_ = std::make_unique<CudaDataOps>(s.lease_->stream());
+
+  if (options.completions != nullptr) {
+    const ScopedCudaDevice on_device(allocator->device());
+    RETURN_IF_ERROR(on_device.status());
+    CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&s.done_event_, cudaEventDisableTiming));
+    s.completions_ = options.completions;
+  }
 
   // Every row of the input starts as a neutral window, so rows a padded batch computes but
   // never returns hold finite values from the start (later, earlier batches' windows).
@@ -326,7 +450,7 @@ absl::Status CudaModelInstance::QueueForward(int64_t rows) {
                          *workspace_, placement);
 }
 
-absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* output) {
+absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows) {
   if (rows < 1 || rows > max_batch_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", rows, " rows; this instance takes 1 to ", max_batch_size_));
@@ -351,11 +475,53 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, output_.data(),
                                        static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
                                        stream));
-  RETURN_IF_ERROR(lease_->Synchronize());
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* output) {
+  const absl::Status queued = QueueRun(input, rows);
+  // Whatever was queued finishes before the buffers are used again.
+  const absl::Status synced = lease_->Synchronize();
+  RETURN_IF_ERROR(queued);
+  RETURN_IF_ERROR(synced);
   if (output != staging_output_) {
-    std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
+    std::memcpy(output, staging_output_,
+                static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float));
   }
   return absl::OkStatus();
+}
+
+void CudaModelInstance::Start(const float* input, int64_t rows, float* output,
+                              absl::AnyInvocable<void(absl::Status) &&> finish) {
+  if (completions_ == nullptr) {
+    ModelInstance::Start(input, rows, output, std::move(finish));
+    return;
+  }
+  absl::Status queued = QueueRun(input, rows);
+  if (queued.ok()) {
+    const ScopedCudaDevice scoped(lease_->device());
+    queued = scoped.status();
+    if (queued.ok()) {
+      if (const cudaError_t error = cudaEventRecord(done_event_, lease_->stream());
+          error != cudaSuccess) {
+        queued = absl::InternalError(
+            absl::StrCat("cudaEventRecord failed: ", cudaGetErrorString(error)));
+      }
+    }
+  }
+  if (!queued.ok()) {
+    lease_->Synchronize().IgnoreError();  // nothing queued may still use the buffers
+    std::move(finish)(std::move(queued));
+    return;
+  }
+  started_.store(true, std::memory_order_release);
+  const size_t out_bytes = static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float);
+  completions_->Add(done_event_, [this, output, out_bytes,
+                                  finish = std::move(finish)](absl::Status status) mutable {
+    if (status.ok() && output != staging_output_) std::memcpy(output, staging_output_, out_bytes);
+    started_.store(false, std::memory_order_release);
+    std::move(finish)(std::move(status));
+  });
 }
 
 }  // namespace
@@ -408,7 +574,11 @@ CudaExecutionDevice::CudaExecutionDevice(const Options& options,
     : options_(options),
       id_(absl::StrCat("cuda:", options.device)),
       allocator_(std::move(allocator)),
-      scheduler_(std::move(scheduler)) {}
+      scheduler_(std::move(scheduler)) {
+  if (options.completion_thread) {
+    completions_ = std::make_unique<CudaCompletionThread>(options.device);
+  }
+}
 
 CudaExecutionDevice::~CudaExecutionDevice() { scheduler_->Shutdown(); }
 
@@ -447,6 +617,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
   if (options_.use_graphs) instance_options.graph_batch_sizes = FixedBatchSizes(options);
   instance_options.math = CudaMathForPrecision(model->config().precision());
   instance_options.workspace_bytes = options_.workspace_bytes_per_instance;
+  instance_options.completions = completions_.get();
   std::vector<std::unique_ptr<ModelInstance>> instances;
   for (int i = 0; i < options_.instances_per_model; ++i) {
     ASSIGN_OR_RETURN(

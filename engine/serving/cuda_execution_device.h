@@ -9,8 +9,10 @@
 // forecasts come back the same way. A state-mode step of few streams, where the model's step is
 // one backend call (Forecaster::StepIsOneCall), is one kernel launch that reads the staged
 // ticks from the pinned buffer and writes the forecasts into it; larger steps run a captured
-// step graph with copies. After an instance is made, its batches allocate no
-// device memory. Each model computes in the precision its config asks for
+// step graph with copies. A batch that runs inline on the thread that received its request is
+// started there (ModelInstance::Start) and completed by the GPU's completion thread, which
+// polls the batch's event and writes the replies. After an instance is made, its batches
+// allocate no device memory. Each model computes in the precision its config asks for
 // (CudaMathForPrecision). Built with CUDA only. Thread-safe.
 #ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
 #define FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
@@ -27,6 +29,8 @@
 #include "engine/serving/model_instance.h"
 
 namespace forecastd {
+
+class CudaCompletionThread;
 
 // The CUDA backend's math for a model config's precision: FP32 and unspecified -> kFp32, TF32
 // -> kTf32, BF16 -> kBf16, FP16 -> kFp16.
@@ -47,6 +51,11 @@ class CudaExecutionDevice final : public ExecutionDevice {
     int64_t workspace_bytes_per_instance = int64_t{32} << 20;
     // Bytes the GPU's allocator may hold (CudaAllocator::Options::limit_bytes); 0: no limit.
     int64_t memory_limit_bytes = 0;
+    // A batch that runs inline on the thread that received its request (Batcher's
+    // start_batch) is queued on the GPU and that thread returns; one thread of this GPU's
+    // notices the batch's end and writes the replies. false: the receiving thread waits for
+    // the GPU and replies itself.
+    bool completion_thread = true;
   };
 
   // INVALID_ARGUMENT for bad options; the CUDA error when the GPU cannot be used.
@@ -70,10 +79,12 @@ class CudaExecutionDevice final : public ExecutionDevice {
   CudaExecutionDevice(const Options& options, std::unique_ptr<CudaAllocator> allocator,
                       std::unique_ptr<DeviceScheduler> scheduler);
 
-  // Constant after construction; the scheduler is declared last, so destroyed first.
+  // Constant after construction. The destructor shuts the scheduler down first, which waits
+  // for batches still completing on the completion thread; then the members go in reverse.
   const Options options_;
   const std::string id_;
   const std::unique_ptr<CudaAllocator> allocator_;
+  std::unique_ptr<CudaCompletionThread> completions_;  // nullptr: Options::completion_thread off
   const std::unique_ptr<DeviceScheduler> scheduler_;
 };
 

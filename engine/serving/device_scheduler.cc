@@ -54,7 +54,7 @@ class DeviceScheduler::Impl {
     work(/*worker=*/-1, /*cancelled=*/true);
   }
 
-  bool TryRunInline(const Work& work) {
+  bool TryStartInline(const HeldWork& work) {
     // Work enqueued from inside running work, inline or on a worker (a completion's next
     // request), queues instead, so a stack holds one run and a batch's other completions
     // never wait behind another run.
@@ -69,11 +69,14 @@ class DeviceScheduler::Impl {
     }
     if (on_inline_) on_inline_(worker);
     running_work_ = true;
-    work(worker, /*cancelled=*/false);
+    work(worker, SlotHold(this, worker));
     running_work_ = false;
+    return true;
+  }
+
+  void ReleaseSlot(int worker) {
     absl::MutexLock lock(&mu_);
     busy_[static_cast<size_t>(worker)] = false;
-    return true;
   }
 
   absl::StatusOr<int> AcquireLease(absl::Time deadline) {
@@ -203,7 +206,36 @@ absl::StatusOr<DeviceScheduler::TrainingLease> DeviceScheduler::AcquireTrainingL
 
 void DeviceScheduler::ReleaseLease(int worker) { impl_->ReleaseLease(worker); }
 
-bool DeviceScheduler::TryRunInline(const Work& work) { return impl_->TryRunInline(work); }
+bool DeviceScheduler::TryStartInline(const HeldWork& work) { return impl_->TryStartInline(work); }
+
+bool DeviceScheduler::TryRunInline(const Work& work) {
+  return impl_->TryStartInline([&work](int worker, SlotHold hold) {
+    work(worker, /*cancelled=*/false);
+    hold.Release();
+  });
+}
+
+DeviceScheduler::SlotHold::SlotHold(SlotHold&& other) noexcept
+    : impl_(other.impl_), worker_(other.worker_) {
+  other.impl_ = nullptr;
+}
+
+DeviceScheduler::SlotHold& DeviceScheduler::SlotHold::operator=(SlotHold&& other) noexcept {
+  if (this != &other) {
+    Release();
+    impl_ = other.impl_;
+    worker_ = other.worker_;
+    other.impl_ = nullptr;
+  }
+  return *this;
+}
+
+void DeviceScheduler::SlotHold::Release() {
+  if (impl_ == nullptr) return;
+  Impl* impl = impl_;
+  impl_ = nullptr;
+  impl->ReleaseSlot(worker_);
+}
 
 void DeviceScheduler::Shutdown() { impl_->Shutdown(); }
 

@@ -21,6 +21,8 @@
 namespace forecastd {
 
 class DeviceScheduler {
+  class Impl;  // first: SlotHold points to it
+
  public:
   struct Options {
     // Worker slots, in [1, 1024]. Each runs one item at a time; `worker` passed to the work is
@@ -58,6 +60,33 @@ class DeviceScheduler {
   // request on an idle device) skips the hand-off; under load, work queues as with Submit.
   bool TryRunInline(const Work& work);
 
+  // A worker slot kept busy after the inline work that took it has returned, until the hold is
+  // released (Release() or destruction, on any thread): for work that started something
+  // asynchronous on the slot's instance, such as a GPU batch whose completion is noticed and
+  // answered on another thread. Move-only; an empty hold releases nothing.
+  class SlotHold {
+   public:
+    SlotHold() = default;
+    SlotHold(SlotHold&& other) noexcept;
+    SlotHold& operator=(SlotHold&& other) noexcept;
+    SlotHold(const SlotHold&) = delete;
+    SlotHold& operator=(const SlotHold&) = delete;
+    ~SlotHold() { Release(); }
+    void Release();
+    bool held() const { return impl_ != nullptr; }
+
+   private:
+    friend class DeviceScheduler;
+    SlotHold(Impl* impl, int worker) : impl_(impl), worker_(worker) {}
+    Impl* impl_ = nullptr;  // nullptr once released or moved from
+    int worker_ = -1;
+  };
+  // TryRunInline for work that may keep its slot past its return: `work` also gets the slot's
+  // hold, and the slot stays busy until that hold is released. (TryRunInline is this with the
+  // hold released when `work` returns.) Shutdown() waits for held slots too.
+  using HeldWork = std::function<void(int worker, SlotHold hold)>;
+  bool TryStartInline(const HeldWork& work);
+
   // Holds one worker for a training step; the worker takes no inference work until the lease
   // is destroyed. Move-only.
   class TrainingLease {
@@ -92,7 +121,6 @@ class DeviceScheduler {
   int64_t leased_workers() const;
 
  private:
-  class Impl;
   explicit DeviceScheduler(std::unique_ptr<Impl> impl);
   void ReleaseLease(int worker);
   std::unique_ptr<Impl> impl_;

@@ -105,6 +105,11 @@ absl::StatusOr<std::shared_ptr<std::vector<float>>> NewHostSlab(
 
 }  // namespace
 
+void ModelInstance::Start(const float* input, int64_t rows, float* output,
+                          absl::AnyInvocable<void(absl::Status) &&> finish) {
+  std::move(finish)(Run(input, rows, output));
+}
+
 absl::Status ModelInstance::Step(const int32_t* /*slots*/, const uint8_t* /*zero*/,
                                  const float* /*x*/, int64_t /*rows*/, float* /*output*/) {
   return absl::UnimplementedError("this instance keeps no stream states");

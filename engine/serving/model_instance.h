@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
@@ -30,6 +31,12 @@ class ModelInstance {
   // memory; rows in [1, the max_batch_size the instance was made for] (INVALID_ARGUMENT
   // otherwise). Returns once output is written.
   virtual absl::Status Run(const float* input, int64_t rows, float* output) = 0;
+  // Run's work, started: calls `finish` exactly once with Run's status when `output` is
+  // written, either before returning (this default, which is Run) or later on another thread
+  // (a GPU instance whose device's completion thread notices the end of the batch). `input`
+  // and `output` must stay valid, and the instance gets no other call, until then.
+  virtual void Start(const float* input, int64_t rows, float* output,
+                     absl::AnyInvocable<void(absl::Status) &&> finish);
   // Host buffers of max_batch_size rows that Run takes as input and output without copying
   // them (a GPU instance's pinned staging buffers, a CPU instance's own arrays): a batch
   // staged in them crosses host memory once each way (Batcher::Options::staging).

@@ -135,6 +135,15 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     }
     return raw->instances[static_cast<size_t>(worker)]->Run(input, rows, output);
   };
+  batcher_options->start_batch = [raw](const float* input, int64_t rows, float* output, int worker,
+                                       absl::AnyInvocable<void(absl::Status) &&> finish) {
+    if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) {
+      std::move(finish)(absl::InternalError(absl::StrCat("worker ", worker, " has no instance (",
+                                                         raw->instances.size(), " instances)")));
+      return;
+    }
+    raw->instances[static_cast<size_t>(worker)]->Start(input, rows, output, std::move(finish));
+  };
   batcher_options->staging = [raw](int worker) -> Batcher::Staging {
     if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) return {};
     ModelInstance& instance = *raw->instances[static_cast<size_t>(worker)];

@@ -14,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -534,6 +535,135 @@ TEST_CASE("With run_inline_when_idle a task arriving while the last batch replie
   REQUIRE(h.model.batch_ids() == Ids{{1}, {2}});
   h.CheckComputed(1, 1);
   h.CheckComputed(2, 2);
+}
+
+// A start_batch that computes at once (FakeModel::Run) but keeps `finish` for the test to
+// call, from whatever thread it likes, as a GPU's completion thread would.
+class StartedBatches {
+ public:
+  void Start(Harness& h, const float* input, int64_t rows, float* output, int worker,
+             absl::AnyInvocable<void(absl::Status) &&> finish) {
+    absl::Status status = h.model.Run(input, rows, output, worker);
+    absl::MutexLock lock(&mu_);
+    pending_.push_back({std::move(finish), std::move(status)});
+  }
+  int64_t pending() const {
+    absl::MutexLock lock(&mu_);
+    return static_cast<int64_t>(pending_.size());
+  }
+  // Finishes the oldest started batch, on the calling thread, with its run's status or
+  // `status` when given.
+  void FinishOldest(std::optional<absl::Status> status = std::nullopt) {
+    Pending p;
+    {
+      absl::MutexLock lock(&mu_);
+      REQUIRE_FALSE(pending_.empty());
+      p = std::move(pending_.front());
+      pending_.erase(pending_.begin());
+    }
+    std::move(p.finish)(status.has_value() ? *status : p.status);
+  }
+
+ private:
+  struct Pending {
+    absl::AnyInvocable<void(absl::Status) &&> finish;
+    absl::Status status;
+  };
+  mutable absl::Mutex mu_;
+  std::vector<Pending> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_CASE("A batch started inline completes when its finish runs - on the finishing thread",
+          "[unit][batcher]") {
+  Harness h;  // one worker slot, which the started batch holds
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.run_inline_when_idle = true;
+  StartedBatches started;
+  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
+                                         int worker,
+                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
+    started.Start(h, input, rows, output, worker, std::move(finish));
+  };
+  h.Start();
+  std::thread::id ran_on;
+  auto task = MakeTask({.id = 1, .rows = 2}, &h.completions);
+  NoteCompletionThread(*task, &ran_on);
+  REQUIRE(h.batcher->Enqueue(task).ok());
+  // Started at once, without max_queue_delay, and not completed: Enqueue returned first.
+  REQUIRE(started.pending() == 1);
+  REQUIRE(h.completions.count() == 0);
+  REQUIRE(h.batcher->in_flight_tasks() == 1);
+  // Its slot stays busy, so a task arriving now neither runs inline nor finds a worker.
+  REQUIRE(h.scheduler->busy_workers() == 1);
+  h.EnqueueOk({.id = 2});
+  h.clock.Advance(10 * kMs);
+  h.batcher->WaitUntilIdleForTesting();
+  REQUIRE(h.model.batch_ids() == Ids{{1}});
+  // Finished from another thread: the task completes there, with its own rows.
+  std::thread::id finisher;
+  std::thread finishing([&started, &finisher] {
+    finisher = std::this_thread::get_id();
+    started.FinishOldest();
+  });
+  finishing.join();
+  REQUIRE(ran_on == finisher);
+  h.CheckComputed(1, 2);
+  REQUIRE(h.completions.Get(1).queue_time == absl::ZeroDuration());
+  // The slot is free again: the queued task runs on the worker (run_batch, not started).
+  REQUIRE(h.completions.WaitFor(2));
+  h.CheckComputed(2, 1);
+  REQUIRE(h.model.batch_ids() == Ids{{1}, {2}});
+  REQUIRE(started.pending() == 0);
+  REQUIRE(h.batcher->in_flight_tasks() == 0);
+  REQUIRE(h.observer.batches() == 2);
+}
+
+TEST_CASE("A started batch's error goes to its tasks - and the batcher stays usable",
+          "[unit][batcher]") {
+  Harness h;
+  h.options.run_inline_when_idle = true;
+  StartedBatches started;
+  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
+                                         int worker,
+                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
+    started.Start(h, input, rows, output, worker, std::move(finish));
+  };
+  h.Start();
+  h.EnqueueOk({.id = 1});
+  REQUIRE(started.pending() == 1);
+  started.FinishOldest(absl::InternalError("the device failed"));
+  REQUIRE(h.completions.Get(1).status.code() == absl::StatusCode::kInternal);
+  REQUIRE(h.completions.Get(1).output.empty());
+  REQUIRE(h.scheduler->busy_workers() == 0);
+  h.EnqueueOk({.id = 2});
+  started.FinishOldest();
+  h.CheckComputed(2, 1);
+  REQUIRE(h.batcher->in_flight_tasks() == 0);
+}
+
+TEST_CASE("The batcher's destruction waits for a started batch to finish", "[unit][batcher]") {
+  Harness h;
+  h.options.run_inline_when_idle = true;
+  StartedBatches started;
+  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
+                                         int worker,
+                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
+    started.Start(h, input, rows, output, worker, std::move(finish));
+  };
+  h.Start();
+  h.EnqueueOk({.id = 1});
+  REQUIRE(started.pending() == 1);
+  std::atomic<bool> destroyed{false};
+  std::thread destroying([&h, &destroyed] {
+    h.batcher.reset();
+    destroyed = true;
+  });
+  absl::SleepFor(20 * kMs);  // real time: destruction must still be waiting
+  REQUIRE_FALSE(destroyed);
+  started.FinishOldest();
+  destroying.join();
+  REQUIRE(destroyed);
+  h.CheckComputed(1, 1);
 }
 
 TEST_CASE("With run_inline_when_idle and no idle worker a task queues as usual",

@@ -1,7 +1,8 @@
 // Needs a GPU. CudaExecutionDevice and its CUDA model instances: forecasts of every batch size
 // (graph replays of padded batches and eager runs) against the reference backend for an LSTM,
 // a GRU and a transformer; no device allocation on the predict path after the instances are
-// made; memory back to its level over load/unload cycles; and a ModelRegistry serving a model
+// made; batches started on the GPU and completed by its completion thread; memory back to its
+// level over load/unload cycles; and a ModelRegistry serving a model
 // on the GPU under concurrent requests.
 #include "engine/serving/cuda_execution_device.h"
 
@@ -143,6 +144,46 @@ TEST_CASE("GPU instances forecast what the reference does at every batch size, p
             absl::StatusCode::kInvalidArgument);
     }
   }
+}
+
+TEST_CASE("A started GPU batch completes on the device's completion thread with Run's forecasts",
+          "[gpu][serving]") {
+  std::unique_ptr<CudaExecutionDevice> device = MakeDevice(/*use_graphs=*/true);
+  const ModelConfig config = Configs().front();
+  const std::shared_ptr<const Forecaster> model = testing::RandomModel(config, 7);
+  std::vector<std::unique_ptr<ModelInstance>> instances = MakeInstances(*device, model);
+  for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{12}}) {
+    const std::vector<float> input =
+        testing::RandomWindows(rows, kLookback, static_cast<uint32_t>(300 + rows));
+    const std::vector<float> want = testing::ReferenceForward(*model, input, rows);
+    std::vector<float> got(want.size(), NAN);
+    std::promise<std::pair<absl::Status, std::thread::id>> finished;
+    instances[0]->Start(input.data(), rows, got.data(), [&finished](absl::Status status) {
+      finished.set_value({std::move(status), std::this_thread::get_id()});
+    });
+    std::future<std::pair<absl::Status, std::thread::id>> result = finished.get_future();
+    REQUIRE(result.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    const auto [status, thread] = result.get();
+    INFO("rows=" << rows << ": " << status.ToString());
+    REQUIRE(status.ok());
+    CHECK(thread != std::this_thread::get_id());  // the completion thread, not the caller
+    CHECK(WorstError(got, want) < 1e-4);
+    // Run on the same instance afterwards agrees bit for bit.
+    std::vector<float> again(want.size(), NAN);
+    REQUIRE(instances[0]->Run(input.data(), rows, again.data()).ok());
+    CHECK(again == got);
+  }
+  // A bad batch size finishes at once with the error, on the caller's thread.
+  std::vector<float> out(200);
+  const std::vector<float> input = testing::RandomWindows(13, kLookback, 1);
+  absl::Status refused;
+  std::thread::id refused_on;
+  instances[1]->Start(input.data(), 13, out.data(), [&](absl::Status status) {
+    refused = std::move(status);
+    refused_on = std::this_thread::get_id();
+  });
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(refused_on == std::this_thread::get_id());
 }
 
 TEST_CASE("A model's precision setting reaches its GPU instances", "[gpu][serving]") {

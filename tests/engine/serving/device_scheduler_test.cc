@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -404,6 +405,60 @@ TEST_CASE("A slot running inline work takes no queued work until it returns",
   REQUIRE(recorder.WaitForRecords(2));
   REQUIRE(recorder.order() == std::vector<int>{-1, 1});
   REQUIRE(recorder.workers() == std::vector<int>{0, 0});
+}
+
+TEST_CASE("A slot held past its inline work stays busy until the hold is released",
+          "[unit][device_scheduler]") {
+  Recorder recorder;
+  auto scheduler = MakeScheduler(1);
+  DeviceScheduler::SlotHold kept;
+  int slot = -1;
+  REQUIRE(scheduler->TryStartInline([&](int worker, DeviceScheduler::SlotHold hold) {
+    slot = worker;
+    kept = std::move(hold);
+  }));
+  REQUIRE(slot == 0);
+  REQUIRE(kept.held());
+  // The work returned, but its slot is still busy: nothing runs inline, queued work waits.
+  REQUIRE(scheduler->busy_workers() == 1);
+  REQUIRE_FALSE(scheduler->TryRunInline([](int, bool) {}));
+  scheduler->Submit(1, absl::InfiniteFuture(),
+                    [&recorder](int worker, bool) { recorder.Record(1, worker); });
+  REQUIRE(scheduler->queued() == 1);
+  // Shutdown waits for the held slot too.
+  std::atomic<bool> shut_down{false};
+  std::thread shutting([&] {
+    scheduler->Shutdown();
+    shut_down = true;
+  });
+  absl::SleepFor(absl::Milliseconds(20));  // real time: Shutdown must still be waiting
+  REQUIRE_FALSE(shut_down);
+  REQUIRE(recorder.order().empty());
+  // Released on another thread: the slot takes the queued work, and Shutdown returns.
+  std::thread releasing([&kept] { kept.Release(); });
+  releasing.join();
+  REQUIRE_FALSE(kept.held());
+  shutting.join();
+  REQUIRE(shut_down);
+  REQUIRE(recorder.order() == std::vector<int>{1});
+  REQUIRE(scheduler->busy_workers() == 0);
+  kept.Release();  // a second release frees nothing
+  REQUIRE(scheduler->busy_workers() == 0);
+}
+
+TEST_CASE("A hold released inside its work frees the slot at once", "[unit][device_scheduler]") {
+  auto scheduler = MakeScheduler(1);
+  int64_t busy_after_release = -1;
+  REQUIRE(scheduler->TryStartInline([&](int, DeviceScheduler::SlotHold hold) {
+    REQUIRE(scheduler->busy_workers() == 1);
+    hold.Release();
+    busy_after_release = scheduler->busy_workers();
+  }));
+  REQUIRE(busy_after_release == 0);
+  // A hold dropped without Release frees its slot as well.
+  REQUIRE(scheduler->TryStartInline([](int, DeviceScheduler::SlotHold) {}));
+  REQUIRE(scheduler->busy_workers() == 0);
+  REQUIRE(scheduler->TryRunInline([](int, bool) {}));
 }
 
 TEST_CASE("Submit from many threads runs every item exactly once", "[unit][device_scheduler]") {
