@@ -24,8 +24,10 @@
 #   --address HOST:PORT  forecastd's gRPC address (default 127.0.0.1:0, a free port)
 #   --devices LIST       forecastd --devices (default cpu; cuda:0 on a GPU host)
 #   --workload NAME      bench/configs/NAME.json (default lstm_h128_l2)
-#   --ticks N            (a) and (b): measured ticks (default 3000), split over the rounds
-#   --rounds N           (a) and (b) take turns N times (default 3); medians of the rounds
+#   --ticks N            (a) and (b): measured ticks (default 7500), split over the rounds
+#   --rounds N           (a) and (b) take turns N times (default 25: short turns, so that a
+#                        change in the machine's state falls on both alike); medians of the
+#                        rounds
 #   --levels LIST        (e): stream counts (default 1,100,1000,10000)
 #   --duration-s S       (e) and Predict: measured seconds per point (default 3)
 #   --last-duration-s S  the largest level's measured seconds (default 1.5)
@@ -55,8 +57,8 @@ forecastd=""
 address=127.0.0.1:0
 devices=cpu
 workload=lstm_h128_l2
-ticks=3000
-rounds=3
+ticks=7500
+rounds=25
 levels=1,100,1000,10000
 duration_s=3
 last_duration_s=1.5
