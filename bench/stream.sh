@@ -42,6 +42,8 @@
 #                        any core)
 #   --client-cpus LIST   run stream_bench and load_gen under `taskset -c LIST` (default: any)
 #   --cpu-workers N      forecastd --cpu-workers (default 0: one per core)
+#   --forecastd-arg ARG  one more forecastd argument (repeatable), e.g.
+#                        --forecastd-arg=--tick-batches-per-model=1
 #   --omp-threads N      OMP_NUM_THREADS for forecastd and the in-process Step (default: env)
 # Every process it starts is stopped when it exits.
 set -euo pipefail
@@ -69,6 +71,7 @@ client=blocking
 server_cpus=""
 client_cpus=""
 cpu_workers=0
+forecastd_args=()
 omp_threads=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -90,6 +93,8 @@ while [[ $# -gt 0 ]]; do
     --server-cpus) server_cpus=$2; shift 2 ;;
     --client-cpus) client_cpus=$2; shift 2 ;;
     --cpu-workers) cpu_workers=$2; shift 2 ;;
+    --forecastd-arg) forecastd_args+=("$2"); shift 2 ;;
+    --forecastd-arg=*) forecastd_args+=("${1#--forecastd-arg=}"); shift ;;
     --omp-threads) omp_threads=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "stream.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -156,7 +161,7 @@ start echo_port "${work}/echo.log" 'listening on port ([0-9]+)' \
 start fd_port "${work}/forecastd.log" 'serving gRPC on [^ ]+ \(port ([0-9]+)\)' \
   "${server_on[@]}" "${forecastd}" --model-repository "${work}/repo" --load-model "${workload}" \
   --devices "${devices}" --grpc-address "${address}" --metrics-address 127.0.0.1:0 \
-  --http-address '' --cpu-workers "${cpu_workers}"
+  --http-address '' --cpu-workers "${cpu_workers}" ${forecastd_args[@]+"${forecastd_args[@]}"}
 fd=127.0.0.1:${fd_port}
 echo_target=127.0.0.1:${echo_port}
 

@@ -141,6 +141,12 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_flag("!--no-gpu-completion-thread", options.gpu_completion_thread,
                "a request that runs at once on a GPU waits for the GPU on its gRPC thread and "
                "replies from there, instead of a per-GPU thread replying when the batch ends");
+  app.add_option("--tick-batches-per-model", options.tick_batches_per_model,
+                 "tick-stream batches of one model version computing at once, at most; ticks "
+                 "arriving meanwhile wait and go out together in the next batch (0: one per "
+                 "worker slot)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest gRPC message accepted or sent (and REST request body)")
       ->capture_default_str();

@@ -96,6 +96,9 @@ struct ServerOptions {
   // GPU's completion thread writes the reply when the batch ends (--no-gpu-completion-thread:
   // the gRPC thread waits for the GPU and replies itself).
   bool gpu_completion_thread = true;
+  // Tick-stream batches of one model version computing at once, at most; ticks arriving
+  // meanwhile queue and go out together in the next batch. 0: one per worker slot.
+  int64_t tick_batches_per_model = 0;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

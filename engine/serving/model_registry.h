@@ -138,6 +138,9 @@ class ModelRegistry {
     // Batcher::Options::run_inline_when_idle of every version: a request for an idle model on
     // an idle device runs on the thread that enqueued it, without the batching delay.
     bool run_inline_when_idle = false;
+    // TickEngine::Options::max_concurrent_batches of every version: tick batches of one
+    // version computing at once, at most (0: one per worker).
+    int64_t max_tick_batches = 0;
     // Caps the max_queue_size of every priority level's queue policy of every version (a
     // config's own smaller, nonzero size stays; 0 in a config becomes this). 0: no cap.
     uint32_t max_queue_size = 0;

@@ -12,9 +12,11 @@
 
 namespace forecastd {
 
-// Batching: a task queues; when no work item of this engine waits on the scheduler, one is
-// submitted. A work item, once a worker runs it, takes up to max_batch tasks from the front
-// (and submits a successor when more remain, so other workers can help). Under load the queue
+// Batching: a task queues; when no work item of this engine waits on the scheduler and fewer
+// than max_concurrent_batches compute, one is submitted. A work item, once a worker runs it,
+// takes up to max_batch tasks from the front (and submits a successor when more remain and the
+// limit allows, so other workers can help; otherwise the next one goes out when a batch's
+// compute ends). Under load the queue
 // grows while the device is busy and batches get larger; with Options::run_inline_when_idle a
 // task that finds the engine idle (nothing queued or running) and a worker slot free runs
 // inline, on the thread that enqueued it (DeviceScheduler::TryRunInline), so one tick in
@@ -68,7 +70,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       idle = queue_.empty() && computing_ == 0;
       task->enqueue_time = clock_->Now();
       queue_.push_back(std::move(task));
-      submit = !work_waiting_;
+      submit = !work_waiting_ && BelowLimitLocked();
       if (submit) {
         work_waiting_ = true;
         ++work_outstanding_;
@@ -168,7 +170,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      if (!queue_.empty() && !cancelled) {
+      if (!queue_.empty() && !cancelled && BelowLimitLocked()) {
         work_waiting_ = true;
         ++work_outstanding_;
         ++computing_;
@@ -195,9 +197,32 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       Complete(*task, absl::UnavailableError("the device is shutting down"), {},
                absl::ZeroDuration(), 0);
     }
-    absl::MutexLock l(&mu_);
-    --work_outstanding_;
-    if (!step_done) --computing_;
+    bool held_back = false;
+    {
+      absl::MutexLock l(&mu_);
+      --work_outstanding_;
+      if (!step_done) {
+        --computing_;
+        held_back = !cancelled && TakeHeldBackLocked();
+      }
+    }
+    if (held_back) Submit();
+  }
+
+  // Fewer batches compute (or wait for a worker) than the limit allows: one more may go.
+  bool BelowLimitLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.max_concurrent_batches == 0 || computing_ < options_.max_concurrent_batches;
+  }
+
+  // After a batch stopped computing: counts in a work item for the ticks the limit held back,
+  // and returns true when the caller must Submit() it (without mu_: a scheduler that shut down
+  // runs it on the calling thread).
+  bool TakeHeldBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (queue_.empty() || work_waiting_ || !BelowLimitLocked()) return false;
+    work_waiting_ = true;
+    ++work_outstanding_;
+    ++computing_;
+    return true;
   }
 
   // Sets *step_done once the batch's step is done and computing_ counted down, before the
@@ -249,11 +274,14 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       status = instance.Run(input, rows, output.data());
     }
     const absl::Duration compute = clock_->Now() - compute_start;
+    bool held_back = false;
     {
       absl::MutexLock l(&mu_);
       --computing_;
       *step_done = true;
+      held_back = TakeHeldBackLocked();
     }
+    if (held_back) Submit();
     for (int64_t r = 0; r < rows; ++r) {
       std::vector<float> forecast;
       if (status.ok()) forecast.assign(output.begin() + r * O, output.begin() + (r + 1) * O);
@@ -300,6 +328,9 @@ absl::StatusOr<std::unique_ptr<TickEngine>> TickEngine::Create(const Options& op
       options.output_floats < 1 || options.slots < 0 ||
       options.slots > int64_t{std::numeric_limits<int32_t>::max()}) {
     return absl::InvalidArgumentError("TickEngine: bad sizes");
+  }
+  if (options.max_concurrent_batches < 0) {
+    return absl::InvalidArgumentError("TickEngine: max_concurrent_batches must be >= 0");
   }
   if (options.mode == v1::StreamingConfig::STREAM_MODE_STATE &&
       (options.slots < 1 || options.state_floats < 1)) {

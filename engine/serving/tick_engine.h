@@ -83,9 +83,14 @@ class TickEngine {
     // are still going out counts as done) runs at once on Enqueue's thread when the scheduler
     // has an idle worker slot (DeviceScheduler::TryRunInline).
     bool run_inline_when_idle = false;
+    // Batches of this engine computing at once, at most (0: as many as there are workers).
+    // While that many compute, ticks queue and the next batch takes them together: on a
+    // device with many workers, ticks then go out in batches of tens or hundreds instead of a
+    // worker waking for every few.
+    int64_t max_concurrent_batches = 0;
   };
 
-  // INVALID_ARGUMENT for bad options.
+  // INVALID_ARGUMENT for bad options (negative max_concurrent_batches among them).
   static absl::StatusOr<std::unique_ptr<TickEngine>> Create(const Options& options);
   // Drain(), then waits for its batches on the scheduler.
   ~TickEngine();

@@ -2,10 +2,12 @@
 // state reads and writes round-trip, ticks queued while the device is busy share one batch,
 // slots run out with RESOURCE_EXHAUSTED, a draining engine refuses new tasks, and a tick for an
 // idle engine runs inline on the enqueuing thread; a batch's computed tasks but its last say that
-// more of the batch follows.
+// more of the batch follows; with a limit of one batch at a time, ticks wait for the computing
+// batch and then share one.
 #include "engine/serving/tick_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -29,8 +31,44 @@ ModelConfig StateConfig() {
   return c;
 }
 
+// A CPU instance whose first `blocked` steps wait at `gate` before computing, so a test can
+// keep a batch computing.
+class GatedInstance : public ModelInstance {
+ public:
+  GatedInstance(std::unique_ptr<ModelInstance> inner, absl::Notification* gate, int blocked)
+      : inner_(std::move(inner)), gate_(gate), blocked_(blocked) {}
+  absl::Status Run(const float* input, int64_t rows, float* output) override {
+    return inner_->Run(input, rows, output);
+  }
+  float* input_staging() override { return inner_->input_staging(); }
+  float* output_staging() override { return inner_->output_staging(); }
+  absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
+                    float* output) override {
+    if (blocked_.fetch_sub(1) > 0) {
+      entered_.Notify();
+      gate_->WaitForNotification();
+    }
+    return inner_->Step(slots, zero, x, rows, output);
+  }
+  absl::Status ReadState(int32_t slot, float* state) override {
+    return inner_->ReadState(slot, state);
+  }
+  absl::Status WriteState(int32_t slot, const float* state) override {
+    return inner_->WriteState(slot, state);
+  }
+  absl::Notification& entered() { return entered_; }
+
+ private:
+  std::unique_ptr<ModelInstance> inner_;
+  absl::Notification* gate_;
+  std::atomic<int> blocked_;
+  absl::Notification entered_;
+};
+
 struct Env {
-  explicit Env(int64_t slots = 4, int workers = 1) {
+  // With `gate`, every instance's first step waits for it (GatedInstance).
+  explicit Env(int64_t slots = 4, int workers = 1, int64_t max_concurrent_batches = 0,
+               absl::Notification* gate = nullptr) {
     model = testing::RandomModel(StateConfig(), 5);
     DeviceScheduler::Options scheduler_options;
     scheduler_options.num_workers = workers;
@@ -41,6 +79,11 @@ struct Env {
     instance_options.state_slots = slots;
     instance_options.max_step_rows = 8;
     instances = device.CreateInstances(model, instance_options).value();
+    if (gate != nullptr) {
+      for (std::unique_ptr<ModelInstance>& instance : instances) {
+        instance = std::make_unique<GatedInstance>(std::move(instance), gate, 1);
+      }
+    }
     TickEngine::Options options;
     options.version = 3;
     options.mode = v1::StreamingConfig::STREAM_MODE_STATE;
@@ -53,6 +96,7 @@ struct Env {
     options.instances = &instances;
     options.scheduler = scheduler.get();
     options.run_inline_when_idle = true;
+    options.max_concurrent_batches = max_concurrent_batches;
     engine = TickEngine::Create(options).value();
   }
   ~Env() {
@@ -243,6 +287,61 @@ TEST_CASE("A tick arriving while the last batch's answers go out runs inline", "
   first.join();
   REQUIRE(first_enqueued.ok());
   REQUIRE(first_status.ok());
+}
+
+TEST_CASE("With one batch at a time - ticks wait for the computing one and then share a batch",
+          "[unit][stream]") {
+  absl::Notification gate;
+  Env env(/*slots=*/4, /*workers=*/2, /*max_concurrent_batches=*/1, &gate);
+  // The first tick runs inline on `first` and stays in its step at the gate.
+  std::promise<TickResult> first_promise;
+  absl::Status first_enqueued;
+  std::thread first([&] {
+    auto task = StepTask(0, [&](TickResult r) { first_promise.set_value(std::move(r)); });
+    first_enqueued = env.engine->Enqueue(task);
+  });
+  GatedInstance* computing = nullptr;
+  for (int i = 0; i < 60000 && computing == nullptr; ++i) {
+    for (auto& instance : env.instances) {
+      auto* g = static_cast<GatedInstance*>(instance.get());
+      if (g->entered().WaitForNotificationWithTimeout(absl::Milliseconds(1))) computing = g;
+    }
+  }
+  REQUIRE(computing != nullptr);
+  // Three more ticks: the other worker is idle, but the limit holds them in the queue.
+  std::vector<std::future<TickResult>> results;
+  for (int32_t slot = 1; slot < 4; ++slot) {
+    results.push_back(env.Submit(TickTask::Kind::kStep, slot, {1, 2}, true));
+  }
+  REQUIRE(env.scheduler->queued() == 0);
+  REQUIRE(env.scheduler->busy_workers() == 1);
+  gate.Notify();
+  first.join();
+  REQUIRE(first_enqueued.ok());
+  std::future<TickResult> first_result = first_promise.get_future();
+  REQUIRE(Get(first_result).batch_rows == 1);
+  for (auto& r : results) {
+    const TickResult result = Get(r);
+    REQUIRE(result.status.ok());
+    REQUIRE(result.batch_rows == 3);  // one batch, formed when the first one's step ended
+  }
+}
+
+TEST_CASE("TickEngine::Create refuses a negative batch limit", "[unit][stream]") {
+  Env env;
+  TickEngine::Options options;
+  options.version = 3;
+  options.mode = v1::StreamingConfig::STREAM_MODE_STATE;
+  options.slots = 4;
+  options.max_batch = 8;
+  options.tick_floats = env.model->num_features();
+  options.window_floats = int64_t{env.model->lookback()} * env.model->num_features();
+  options.output_floats = env.model->num_outputs();
+  options.state_floats = env.model->StateFloats();
+  options.instances = &env.instances;
+  options.scheduler = env.scheduler.get();
+  options.max_concurrent_batches = -1;
+  REQUIRE(TickEngine::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 TEST_CASE("Slots run out with RESOURCE_EXHAUSTED and a draining engine refuses tasks",
