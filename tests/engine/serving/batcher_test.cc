@@ -547,6 +547,15 @@ class StartedBatches {
     absl::MutexLock lock(&mu_);
     pending_.push_back({std::move(finish), std::move(status)});
   }
+  // Starts h's batcher with tasks inline when idle and these as its start_batch.
+  void StartBatcher(Harness& h) {
+    h.options.run_inline_when_idle = true;
+    h.options.start_batch = [this, &h](const float* input, int64_t rows, float* output, int worker,
+                                       absl::AnyInvocable<void(absl::Status) &&> finish) {
+      Start(h, input, rows, output, worker, std::move(finish));
+    };
+    h.Start();
+  }
   int64_t pending() const {
     absl::MutexLock lock(&mu_);
     return static_cast<int64_t>(pending_.size());
@@ -577,14 +586,8 @@ TEST_CASE("A batch started inline completes when its finish runs - on the finish
           "[unit][batcher]") {
   Harness h;  // one worker slot, which the started batch holds
   h.options.max_queue_delay = 10 * kMs;
-  h.options.run_inline_when_idle = true;
   StartedBatches started;
-  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
-                                         int worker,
-                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
-    started.Start(h, input, rows, output, worker, std::move(finish));
-  };
-  h.Start();
+  started.StartBatcher(h);
   std::thread::id ran_on;
   auto task = MakeTask({.id = 1, .rows = 2}, &h.completions);
   NoteCompletionThread(*task, &ran_on);
@@ -621,14 +624,8 @@ TEST_CASE("A batch started inline completes when its finish runs - on the finish
 TEST_CASE("A started batch's error goes to its tasks - and the batcher stays usable",
           "[unit][batcher]") {
   Harness h;
-  h.options.run_inline_when_idle = true;
   StartedBatches started;
-  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
-                                         int worker,
-                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
-    started.Start(h, input, rows, output, worker, std::move(finish));
-  };
-  h.Start();
+  started.StartBatcher(h);
   h.EnqueueOk({.id = 1});
   REQUIRE(started.pending() == 1);
   started.FinishOldest(absl::InternalError("the device failed"));
@@ -643,14 +640,8 @@ TEST_CASE("A started batch's error goes to its tasks - and the batcher stays usa
 
 TEST_CASE("The batcher's destruction waits for a started batch to finish", "[unit][batcher]") {
   Harness h;
-  h.options.run_inline_when_idle = true;
   StartedBatches started;
-  h.options.start_batch = [&h, &started](const float* input, int64_t rows, float* output,
-                                         int worker,
-                                         absl::AnyInvocable<void(absl::Status) &&> finish) {
-    started.Start(h, input, rows, output, worker, std::move(finish));
-  };
-  h.Start();
+  started.StartBatcher(h);
   h.EnqueueOk({.id = 1});
   REQUIRE(started.pending() == 1);
   std::atomic<bool> destroyed{false};
