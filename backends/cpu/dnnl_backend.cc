@@ -196,6 +196,14 @@ absl::Status DnnlBackend::Linear(float* out, const float* inp, const float* weig
     cpu::SmallLinear(out, inp, weight, bias, N, IN, OUT);
     return absl::OkStatus();
   }
+  // A small product (a recurrent layer's projection of one window): broadcasts and FMAs over W
+  // in panels, without oneDNN's per-call set-up (memory objects, a stream, the primitive's
+  // lookup), which in a server, on a thread whose caches hold other work, costs as much as the
+  // product.
+  if (N * IN * OUT <= cpu::kPanelLinearMacs && cpu::HasAvx2Fma()) {
+    cpu::PanelLinear(out, inp, weight, bias, N, IN, OUT);
+    return absl::OkStatus();
+  }
   const bool has_bias = bias != nullptr;
   ASSIGN_OR_RETURN(std::shared_ptr<const DnnlPrimitive> p,
                    cache_.GetOrBuild<DnnlPrimitive>(

@@ -535,6 +535,60 @@ FD_AVX2 void SmallLinear(float* out, const float* inp, const float* weight, cons
   }
 }
 
+// Rows [b0, b1) of NarrowLinear, four at a time, through `scratch` (4 * OUTp floats) where OUT
+// is not a whole number of panels (PanelMatVec writes the padding too).
+FD_AVX2 void PanelLinearRows(float* out, const float* inp, const float* wp, const float* bias,
+                             int64_t b0, int64_t b1, int64_t IN, int64_t OUT, float* scratch) {
+  const int64_t panels = NumPanels(OUT), OUTp = panels * kPanel;
+  const bool direct = OUTp == OUT;
+  for (int64_t r = b0; r < b1; r += kStepTile) {
+    const int64_t nb = std::min(kStepTile, b1 - r);
+    const float* rows[kStepTile] = {};
+    float* outs[kStepTile] = {};
+    for (int64_t i = 0; i < nb; ++i) {
+      rows[i] = inp + (r + i) * IN;
+      outs[i] = direct ? out + (r + i) * OUT : scratch + i * OUTp;
+    }
+    PanelMatVec(wp, panels, IN, rows, outs, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      float* y = out + (r + i) * OUT;
+      if (!direct) std::copy(outs[i], outs[i] + OUT, y);
+      if (bias != nullptr) {
+        for (int64_t o = 0; o < OUT; ++o) y[o] += bias[o];
+      }
+    }
+  }
+}
+
+void PanelLinear(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                 int64_t IN, int64_t OUT) {
+  const int64_t OUTp = NumPanels(OUT) * kPanel;
+  thread_local std::vector<float> packed;
+  if (packed.size() < static_cast<size_t>(OUTp * IN)) packed.resize(static_cast<size_t>(OUTp * IN));
+  PackPanels(weight, OUT, IN, packed.data());
+  const float* wp = packed.data();
+  // A thread's share is at least 64 rows: below that the parallel region costs more than it
+  // saves.
+  constexpr int64_t kMinRowsPerThread = 64;
+  const int threads = static_cast<int>(
+      std::min<int64_t>(std::max(1, omp_get_max_threads()), N / kMinRowsPerThread));
+  if (threads <= 1) {
+    std::vector<float> scratch(static_cast<size_t>(kStepTile * OUTp));
+    PanelLinearRows(out, inp, wp, bias, 0, N, IN, OUT, scratch.data());
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const int64_t q = omp_get_thread_num(), m = omp_get_num_threads();
+    // Whole tiles per thread, so that no two threads share an output row.
+    const int64_t tiles = (N + kStepTile - 1) / kStepTile;
+    const int64_t b0 = std::min(N, tiles * q / m * kStepTile);
+    const int64_t b1 = std::min(N, tiles * (q + 1) / m * kStepTile);
+    std::vector<float> scratch(static_cast<size_t>(kStepTile * OUTp));
+    PanelLinearRows(out, inp, wp, bias, b0, b1, IN, OUT, scratch.data());
+  }
+}
+
 bool HasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;

@@ -74,6 +74,15 @@ void RunStep(const StepArgs& args);
 void SmallLinear(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                  int64_t IN, int64_t OUT);
 
+// The same product by W packed into panels of eight outputs (once per call), then broadcasts
+// and FMAs, four rows at a time, rows shared out over the calling thread's OpenMP threads when
+// there are many: for products of at most kPanelLinearMacs multiply-adds (a recurrent layer's
+// input projection of one window), where a GEMM library's per-call set-up costs as much as
+// the product. Larger ones are a GEMM library's job (its blocking and wider vectors).
+constexpr int64_t kPanelLinearMacs = int64_t{1} << 20;
+void PanelLinear(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                 int64_t IN, int64_t OUT);
+
 }  // namespace forecastd::cpu
 
 #endif  // FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_

@@ -36,6 +36,7 @@
 #include "backends/backend.h"
 #if !FORECASTD_BACKEND_OPS_CUDA
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/recurrent_avx2.h"
 #endif
 #include "backends/reference_backend.h"
 #include "kernels/ref/activation.h"
@@ -185,7 +186,9 @@ TEST_CASE("Linear matches the reference on every backend") {
   struct Shape {
     int64_t N, IN, OUT;
   };
-  const std::vector<Shape> shapes = {{1, 1, 1}, {1, 7, 5}, {6, 13, 17}, {32, 64, 48}, {3, 67, 1}};
+  // The last is past the CPU's panel Linear: oneDNN's matmul.
+  const std::vector<Shape> shapes = {{1, 1, 1},    {1, 7, 5},  {6, 13, 17},
+                                     {32, 64, 48}, {3, 67, 1}, {80, 128, 112}};
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
     for (const auto [N, IN, OUT] : shapes) {
@@ -1600,32 +1603,75 @@ TEST_CASE("DnnlBackend runs a Linear of at most four rows without a primitive, a
   }
 }
 
+TEST_CASE("DnnlBackend runs a Linear of few inputs or few multiply-adds without a primitive") {
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
+  REQUIRE(created.ok());
+  DnnlBackend& backend = **created;
+  ReferenceBackend reference;
+  std::mt19937 rng(11002);
+  // Rows: a few tiles and a ragged one, and enough for several threads; OUT whole panels of
+  // eight or not (the padded path); IN from 1 up ({32, 128} at N = 48: a recurrent layer's
+  // projection of a window).
+  for (const int64_t N : {int64_t{5}, int64_t{48}, int64_t{1031}}) {
+    for (const auto& [IN, OUT] : {std::pair<int64_t, int64_t>{3, 128},
+                                  {1, 17},
+                                  {10, 512},
+                                  {16, 9},
+                                  {7, 1},
+                                  {32, 128},
+                                  {33, 20}}) {
+      if (N * IN * OUT > cpu::kPanelLinearMacs) continue;  // oneDNN's
+      CAPTURE(N, IN, OUT);
+      const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
+                               bias = Uniform(rng, OUT);
+      for (const bool with_bias : {true, false}) {
+        // Filled with NaN: every output must be written.
+        std::vector<float> got(static_cast<size_t>(N * OUT), NAN), want(got.size());
+        const float* b = with_bias ? bias.data() : nullptr;
+        REQUIRE(backend.Linear(got.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
+        REQUIRE(reference.Linear(want.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
+        for (size_t i = 0; i < got.size(); ++i) {
+          CAPTURE(i);
+          REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * (1.0f + std::fabs(want[i])));
+        }
+      }
+    }
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    REQUIRE(backend.cache_stats().builds == 0);
+  }
+}
+
 TEST_CASE("DnnlBackend builds a primitive once per shape and reuses it") {
   absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
   REQUIRE(created.ok());
   DnnlBackend& backend = **created;
   std::mt19937 rng(11000);
-  // More rows than a small Linear (which needs no primitive: below).
-  const std::vector<float> inp = Uniform(rng, 8 * 6), weight = Uniform(rng, 5 * 6),
-                           bias = Uniform(rng, 5);
-  std::vector<float> out(8 * 5);
+  // More rows than a small Linear and more multiply-adds than a panel Linear takes (neither
+  // needs a primitive: below).
+  constexpr int64_t kN = 72, kIn = 128, kOut = 128;
+  const std::vector<float> inp = Uniform(rng, kN * kIn), weight = Uniform(rng, kOut * kIn),
+                           bias = Uniform(rng, kOut);
+  std::vector<float> out(kN * kOut);
   REQUIRE(backend.cache_stats().builds == 0);
 
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 8, 6, 5).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), kN, kIn, kOut).ok());
   REQUIRE(backend.cache_stats().builds == 1);
   REQUIRE(backend.cache_stats().native == 1);
   // Same shape, other buffers: no new primitive.
-  std::vector<float> out2(8 * 5);
-  REQUIRE(backend.Linear(out2.data(), inp.data(), weight.data(), bias.data(), 8, 6, 5).ok());
+  std::vector<float> out2(kN * kOut);
+  REQUIRE(backend.Linear(out2.data(), inp.data(), weight.data(), bias.data(), kN, kIn, kOut).ok());
   REQUIRE(backend.cache_stats().builds == 1);
   REQUIRE(out2 == out);
   // Another batch size, or no bias, is another primitive.
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), 7, 6, 5).ok());
-  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), nullptr, 8, 6, 5).ok());
+  REQUIRE(
+      backend.Linear(out.data(), inp.data(), weight.data(), bias.data(), kN - 1, kIn, kOut).ok());
+  REQUIRE(backend.Linear(out.data(), inp.data(), weight.data(), nullptr, kN, kIn, kOut).ok());
   REQUIRE(backend.cache_stats().builds == 3);
 
-  // A recurrent layer: primitive and weight reorders are one entry, built once.
-  const RecurrentDims dims{2, 3, 6, 4, 2};
+  // A recurrent layer (with AVX2 its input projection's matmul, past a panel Linear's size;
+  // otherwise oneDNN's recurrent primitive and its weight reorders): one entry, built once.
+  const RecurrentDims dims{2, 65, 32, 64, 2};
   const RecurrentWeightsHost weights(rng, Cell::kLstm, dims);
   std::vector<float> lstm_out(dims.B * dims.T * dims.ND * dims.H);
   for (int i = 0; i < 3; ++i) {
