@@ -1,5 +1,6 @@
 #include "server/command_line.h"
 
+#include <limits>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -144,8 +145,8 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--tick-batches-per-model", options.tick_batches_per_model,
                  "tick-stream batches of one model version computing at once, at most; ticks "
                  "arriving meanwhile wait and go out together in the next batch (0: one per "
-                 "worker slot)")
-      ->check(CLI::NonNegativeNumber)
+                 "worker slot; -1: one on the CPU, one per instance on a GPU)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   app.add_option("--max-message-bytes", options.max_message_bytes,
                  "largest gRPC message accepted or sent (and REST request body)")

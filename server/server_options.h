@@ -97,8 +97,9 @@ struct ServerOptions {
   // the gRPC thread waits for the GPU and replies itself).
   bool gpu_completion_thread = true;
   // Tick-stream batches of one model version computing at once, at most; ticks arriving
-  // meanwhile queue and go out together in the next batch. 0: one per worker slot.
-  int64_t tick_batches_per_model = 0;
+  // meanwhile queue and go out together in the next batch. 0: one per worker slot; -1: one on
+  // the CPU, one per instance on a GPU (ModelRegistry::Options::max_tick_batches).
+  int64_t tick_batches_per_model = -1;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

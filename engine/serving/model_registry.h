@@ -139,8 +139,12 @@ class ModelRegistry {
     // an idle device runs on the thread that enqueued it, without the batching delay.
     bool run_inline_when_idle = false;
     // TickEngine::Options::max_concurrent_batches of every version: tick batches of one
-    // version computing at once, at most (0: one per worker).
-    int64_t max_tick_batches = 0;
+    // version computing at once, at most (0: one per worker; kTickBatchesByDevice: 1 on the
+    // CPU, whose one-thread steps then take ticks in batches of hundreds instead of a worker
+    // per few ticks, and no limit on a GPU, whose instances overlap one batch's copies with
+    // another's kernels).
+    static constexpr int64_t kTickBatchesByDevice = -1;
+    int64_t max_tick_batches = kTickBatchesByDevice;
     // Caps the max_queue_size of every priority level's queue policy of every version (a
     // config's own smaller, nonzero size stays; 0 in a config becomes this). 0: no cap.
     uint32_t max_queue_size = 0;

@@ -99,7 +99,10 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     tick_options.scheduler = &loaded->device->scheduler();
     tick_options.clock = options_.clock;
     tick_options.run_inline_when_idle = options_.run_inline_when_idle;
-    tick_options.max_concurrent_batches = options_.max_tick_batches;
+    tick_options.max_concurrent_batches = options_.max_tick_batches != Options::kTickBatchesByDevice
+                                              ? options_.max_tick_batches
+                                          : loaded->device->id() == "cpu" ? 1
+                                                                          : 0;
     absl::StatusOr<std::unique_ptr<TickEngine>> ticks = TickEngine::Create(tick_options);
     if (!ticks.ok()) return WithContext(ticks.status(), absl::StrCat(context, ": tick streams"));
     loaded->ticks = *std::move(ticks);

@@ -44,6 +44,17 @@ TEST_CASE("Every flag lands in the options", "[unit][flags]") {
   REQUIRE(cl.options.log.level == spdlog::level::debug);
   REQUIRE(cl.options.log.format == LogFormat::kJson);
   REQUIRE(cl.options.shutdown_grace == absl::Milliseconds(2500));
+  // Serving-path switches: on by default, each flag turns its one off.
+  const CommandLine defaults = Parse({});
+  REQUIRE(defaults.options.inline_when_idle);
+  REQUIRE(defaults.options.gpu_completion_thread);
+  REQUIRE(defaults.options.tick_batches_per_model == -1);  // one on the CPU, none on a GPU
+  const CommandLine serving = Parse(
+      {"--no-inline-when-idle", "--no-gpu-completion-thread", "--tick-batches-per-model", "3"});
+  REQUIRE_FALSE(serving.should_exit);
+  REQUIRE_FALSE(serving.options.inline_when_idle);
+  REQUIRE_FALSE(serving.options.gpu_completion_thread);
+  REQUIRE(serving.options.tick_batches_per_model == 3);
 }
 
 TEST_CASE("Security and limit flags land in the options, with sane defaults", "[unit][flags]") {
@@ -124,6 +135,7 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--max-request-memory-bytes", "100"}, "--max-request-memory-bytes must be >= 1024"},
       {{"--max-train-series-rows", "0"}, "--max-train-series-rows must be >= 1"},
       {{"--max-queue-per-model", "-1"}, "--max-queue-per-model"},
+      {{"--tick-batches-per-model", "-2"}, "--tick-batches-per-model"},
   };
   for (const Case& c : cases) {
     const CommandLine cl = Parse(c.flags);
