@@ -1573,54 +1573,20 @@ TEST_CASE("DnnlBackend::Create rejects a zero primitive cache capacity") {
   REQUIRE(DnnlBackend::Create(options).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("DnnlBackend runs a Linear of at most four rows without a primitive, as the reference") {
+// DnnlBackend::Linear against the reference (within 1e-5 relative, bias or not) for every N of
+// `rows` and (IN, OUT) of `shapes` that `runs` says a path of its own takes, and no oneDNN
+// primitive built for any of them where the CPU has AVX2 and FMA.
+void CheckLinearsWithoutPrimitive(const std::vector<int64_t>& rows,
+                                  const std::vector<std::pair<int64_t, int64_t>>& shapes,
+                                  uint32_t seed) {
   absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
   REQUIRE(created.ok());
   DnnlBackend& backend = **created;
   ReferenceBackend reference;
-  std::mt19937 rng(11001);
-  // Odd sizes: IN not a multiple of 8 (masked tails), OUT not of the 8-row tiles.
-  for (const int64_t N : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{4}}) {
-    for (const auto& [IN, OUT] : {std::pair<int64_t, int64_t>{13, 10}, {128, 17}, {7, 1}}) {
-      CAPTURE(N, IN, OUT);
-      const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
-                               bias = Uniform(rng, OUT);
-      for (const bool with_bias : {true, false}) {
-        std::vector<float> got(static_cast<size_t>(N * OUT)), want(got.size());
-        const float* b = with_bias ? bias.data() : nullptr;
-        REQUIRE(backend.Linear(got.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
-        REQUIRE(reference.Linear(want.data(), inp.data(), weight.data(), b, N, IN, OUT).ok());
-        for (size_t i = 0; i < got.size(); ++i) {
-          CAPTURE(i);
-          REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * (1.0f + std::fabs(want[i])));
-        }
-      }
-    }
-  }
-  // Where the CPU runs the small path, no primitive was needed.
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    REQUIRE(backend.cache_stats().builds == 0);
-  }
-}
-
-TEST_CASE("DnnlBackend runs a Linear of few inputs or few multiply-adds without a primitive") {
-  absl::StatusOr<std::unique_ptr<DnnlBackend>> created = DnnlBackend::Create({});
-  REQUIRE(created.ok());
-  DnnlBackend& backend = **created;
-  ReferenceBackend reference;
-  std::mt19937 rng(11002);
-  // Rows: a few tiles and a ragged one, and enough for several threads; OUT whole panels of
-  // eight or not (the padded path); IN from 1 up ({32, 128} at N = 48: a recurrent layer's
-  // projection of a window).
-  for (const int64_t N : {int64_t{5}, int64_t{48}, int64_t{1031}}) {
-    for (const auto& [IN, OUT] : {std::pair<int64_t, int64_t>{3, 128},
-                                  {1, 17},
-                                  {10, 512},
-                                  {16, 9},
-                                  {7, 1},
-                                  {32, 128},
-                                  {33, 20}}) {
-      if (N * IN * OUT > cpu::kPanelLinearMacs) continue;  // oneDNN's
+  std::mt19937 rng(seed);
+  for (const int64_t N : rows) {
+    for (const auto& [IN, OUT] : shapes) {
+      if (N > 4 && N * IN * OUT > cpu::kPanelLinearMacs) continue;  // oneDNN's
       CAPTURE(N, IN, OUT);
       const std::vector<float> inp = Uniform(rng, N * IN), weight = Uniform(rng, OUT * IN),
                                bias = Uniform(rng, OUT);
@@ -1640,6 +1606,19 @@ TEST_CASE("DnnlBackend runs a Linear of few inputs or few multiply-adds without 
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     REQUIRE(backend.cache_stats().builds == 0);
   }
+}
+
+TEST_CASE("DnnlBackend runs a Linear of at most four rows without a primitive, as the reference") {
+  // Odd sizes: IN not a multiple of 8 (masked tails), OUT not of the 8-row tiles.
+  CheckLinearsWithoutPrimitive({1, 2, 3, 4}, {{13, 10}, {128, 17}, {7, 1}}, 11001);
+}
+
+TEST_CASE("DnnlBackend runs a Linear of few multiply-adds without a primitive, as the reference") {
+  // Rows: a few tiles and a ragged one, and enough for several threads; OUT whole panels of
+  // eight or not (the padded path); IN from 1 up ({32, 128} at N = 48: a recurrent layer's
+  // projection of a window).
+  CheckLinearsWithoutPrimitive(
+      {5, 48, 1031}, {{3, 128}, {1, 17}, {10, 512}, {16, 9}, {7, 1}, {32, 128}, {33, 20}}, 11002);
 }
 
 TEST_CASE("DnnlBackend builds a primitive once per shape and reuses it") {
