@@ -131,27 +131,33 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
   // The batcher is a member of `loaded`, destroyed before the rest, so the raw pointer
   // outlives every batch it runs.
   LoadedVersion* raw = loaded.get();
-  batcher_options->run_batch = [raw](const float* input, int64_t rows, float* output,
-                                     int worker) -> absl::Status {
+  // Worker w's instance, or the error that it has none.
+  const auto instance_of = [raw](int worker) -> absl::StatusOr<ModelInstance*> {
     if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) {
       return absl::InternalError(absl::StrCat("worker ", worker, " has no instance (",
                                               raw->instances.size(), " instances)"));
     }
-    return raw->instances[static_cast<size_t>(worker)]->Run(input, rows, output);
+    return raw->instances[static_cast<size_t>(worker)].get();
   };
-  batcher_options->start_batch = [raw](const float* input, int64_t rows, float* output, int worker,
-                                       absl::AnyInvocable<void(absl::Status) &&> finish) {
-    if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) {
-      std::move(finish)(absl::InternalError(absl::StrCat("worker ", worker, " has no instance (",
-                                                         raw->instances.size(), " instances)")));
+  batcher_options->run_batch = [instance_of](const float* input, int64_t rows, float* output,
+                                             int worker) -> absl::Status {
+    ASSIGN_OR_RETURN(ModelInstance * instance, instance_of(worker));
+    return instance->Run(input, rows, output);
+  };
+  batcher_options->start_batch = [instance_of](const float* input, int64_t rows, float* output,
+                                               int worker,
+                                               absl::AnyInvocable<void(absl::Status) &&> finish) {
+    absl::StatusOr<ModelInstance*> instance = instance_of(worker);
+    if (!instance.ok()) {
+      std::move(finish)(instance.status());
       return;
     }
-    raw->instances[static_cast<size_t>(worker)]->Start(input, rows, output, std::move(finish));
+    (*instance)->Start(input, rows, output, std::move(finish));
   };
-  batcher_options->staging = [raw](int worker) -> Batcher::Staging {
-    if (worker < 0 || worker >= static_cast<int>(raw->instances.size())) return {};
-    ModelInstance& instance = *raw->instances[static_cast<size_t>(worker)];
-    return {instance.input_staging(), instance.output_staging()};
+  batcher_options->staging = [instance_of](int worker) -> Batcher::Staging {
+    absl::StatusOr<ModelInstance*> instance = instance_of(worker);
+    if (!instance.ok()) return {};
+    return {(*instance)->input_staging(), (*instance)->output_staging()};
   };
   absl::StatusOr<std::unique_ptr<Batcher>> batcher = Batcher::Create(*std::move(batcher_options));
   if (!batcher.ok()) return WithContext(batcher.status(), context);
