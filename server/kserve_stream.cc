@@ -42,19 +42,20 @@ void KServeStreams::Remove(const KServeInferStream* stream) {
 
 KServeInferStream::KServeInferStream(std::shared_ptr<KServeStreams> streams,
                                      StreamDispatch dispatch)
-    : streams_(std::move(streams)),
-      dispatch_(std::move(dispatch)),
-      reading_(std::make_shared<StreamInferCall>()) {}
+    : streams_(std::move(streams)), dispatch_(std::move(dispatch)) {}
 
 KServeInferStream* KServeInferStream::Start(std::shared_ptr<KServeStreams> streams,
                                             StreamDispatch dispatch) {
   std::shared_ptr<KServeInferStream> stream(new KServeInferStream(streams, std::move(dispatch)));
+  inference::ModelInferRequest* first = nullptr;
   {
     absl::MutexLock lock(&stream->mu_);
     stream->self_ = stream;
+    stream->reading_ = std::make_shared<StreamInferCall>();
+    first = &stream->reading_->request;
   }
   // The read first: a Close that follows it (here or from CloseAll) may then finish at once.
-  stream->StartRead(&stream->reading_->request);
+  stream->StartRead(first);
   if (std::optional<absl::Status> closed = streams->Add(stream); closed.has_value()) {
     stream->Close(*closed);
   }
@@ -83,10 +84,12 @@ void KServeInferStream::OnReadDone(bool ok) {
     Run(step);
     return;
   }
-  std::shared_ptr<StreamInferCall> call = std::move(reading_);
+  std::shared_ptr<StreamInferCall> call;
+  inference::ModelInferRequest* next = nullptr;
   std::optional<absl::Status> refuse;
   {
     absl::MutexLock lock(&mu_);
+    call = std::move(reading_);
     // Counted before the next read can end the stream.
     ++in_flight_;
     if (broken_) {
@@ -95,6 +98,7 @@ void KServeInferStream::OnReadDone(bool ok) {
       refuse = *close_status_;
     } else {
       reading_ = std::make_shared<StreamInferCall>();
+      next = &reading_->request;
       starting_read_ = true;
     }
   }
@@ -106,7 +110,7 @@ void KServeInferStream::OnReadDone(bool ok) {
   // (which a sequence of requests needs). `call` holds the stream open (in_flight_) until its
   // reply has run.
   dispatch_(call, [this, call](const absl::Status& status) { Answer(*call, status); });
-  StartRead(&reading_->request);
+  StartRead(next);
   Step step;
   {
     absl::MutexLock lock(&mu_);

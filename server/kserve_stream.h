@@ -117,10 +117,11 @@ class KServeInferStream final
   const std::shared_ptr<KServeStreams> streams_;
   const StreamDispatch dispatch_;
 
-  // The read side: gRPC runs one OnReadDone at a time, each after the StartRead before it.
-  std::shared_ptr<StreamInferCall> reading_;
-
   absl::Mutex mu_;
+  // The call the pending read fills. gRPC runs one OnReadDone at a time, each after the
+  // StartRead before it, but orders them in code a race detector cannot see; the lock makes
+  // the hand-over from one read to the next explicit.
+  std::shared_ptr<StreamInferCall> reading_ ABSL_GUARDED_BY(mu_);
   // Keeps the stream alive until OnDone (KServeStreams holds weak pointers to it).
   std::shared_ptr<KServeInferStream> self_ ABSL_GUARDED_BY(mu_);
   // The client has half-closed: OnReadDone(false).
