@@ -462,12 +462,11 @@ FD_AVX2 void StepRows(const StepArgs& a, const StepPanels& panels, int64_t b0, i
   const int64_t Q = fc->quantiles, KQ = static_cast<int64_t>(fc->target_features.size()) * Q;
   for (int64_t i = 0; i < nb; ++i) {
     float* y = y_rows[i];
+    for (int64_t o = 0; o < O; ++o) y[o] += fc->head_bias[o];
+    if (fc->y_mean == nullptr) continue;
     for (int64_t o = 0; o < O; ++o) {
-      y[o] += fc->head_bias[o];
-      if (fc->y_mean != nullptr) {
-        const int f = fc->target_features[static_cast<size_t>((o % KQ) / Q)];
-        y[o] = y[o] * fc->y_std[f] + fc->y_mean[f];
-      }
+      const int f = fc->target_features[static_cast<size_t>((o % KQ) / Q)];
+      y[o] = y[o] * fc->y_std[f] + fc->y_mean[f];
     }
   }
 }
@@ -535,19 +534,23 @@ FD_AVX2 void SmallLinear(float* out, const float* inp, const float* weight, cons
   }
 }
 
-// Rows [b0, b1) of NarrowLinear, four at a time, through `scratch` (4 * OUTp floats) where OUT
-// is not a whole number of panels (PanelMatVec writes the padding too).
+// Rows [b0, b1) of PanelLinear, four at a time, through a scratch tile where OUT is not a
+// whole number of panels (PanelMatVec writes the padding too).
 FD_AVX2 void PanelLinearRows(float* out, const float* inp, const float* wp, const float* bias,
-                             int64_t b0, int64_t b1, int64_t IN, int64_t OUT, float* scratch) {
+                             int64_t b0, int64_t b1, int64_t IN, int64_t OUT) {
   const int64_t panels = NumPanels(OUT), OUTp = panels * kPanel;
   const bool direct = OUTp == OUT;
+  thread_local std::vector<float> scratch;
+  if (!direct && scratch.size() < static_cast<size_t>(kStepTile * OUTp)) {
+    scratch.resize(static_cast<size_t>(kStepTile * OUTp));
+  }
   for (int64_t r = b0; r < b1; r += kStepTile) {
     const int64_t nb = std::min(kStepTile, b1 - r);
     const float* rows[kStepTile] = {};
     float* outs[kStepTile] = {};
     for (int64_t i = 0; i < nb; ++i) {
       rows[i] = inp + (r + i) * IN;
-      outs[i] = direct ? out + (r + i) * OUT : scratch + i * OUTp;
+      outs[i] = direct ? out + (r + i) * OUT : scratch.data() + i * OUTp;
     }
     PanelMatVec(wp, panels, IN, rows, outs, nb);
     for (int64_t i = 0; i < nb; ++i) {
@@ -572,11 +575,7 @@ void PanelLinear(float* out, const float* inp, const float* weight, const float*
   constexpr int64_t kMinRowsPerThread = 64;
   const int threads = static_cast<int>(
       std::min<int64_t>(std::max(1, omp_get_max_threads()), N / kMinRowsPerThread));
-  if (threads <= 1) {
-    std::vector<float> scratch(static_cast<size_t>(kStepTile * OUTp));
-    PanelLinearRows(out, inp, wp, bias, 0, N, IN, OUT, scratch.data());
-    return;
-  }
+  if (threads <= 1) return PanelLinearRows(out, inp, wp, bias, 0, N, IN, OUT);
 #pragma omp parallel num_threads(threads)
   {
     const int64_t q = omp_get_thread_num(), m = omp_get_num_threads();
@@ -584,8 +583,7 @@ void PanelLinear(float* out, const float* inp, const float* weight, const float*
     const int64_t tiles = (N + kStepTile - 1) / kStepTile;
     const int64_t b0 = std::min(N, tiles * q / m * kStepTile);
     const int64_t b1 = std::min(N, tiles * (q + 1) / m * kStepTile);
-    std::vector<float> scratch(static_cast<size_t>(kStepTile * OUTp));
-    PanelLinearRows(out, inp, wp, bias, b0, b1, IN, OUT, scratch.data());
+    PanelLinearRows(out, inp, wp, bias, b0, b1, IN, OUT);
   }
 }
 

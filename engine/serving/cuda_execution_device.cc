@@ -41,10 +41,9 @@ class CudaCompletionThread {
   // Returns once everything added has completed.
   ~CudaCompletionThread() {
     {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
+      absl::MutexLock lock(&mu_);  // so that the sleeping thread's condition sees it
+      stopping_.store(true, std::memory_order_release);
     }
-    stopping_flag_.store(true, std::memory_order_release);
     thread_.join();
   }
 
@@ -78,14 +77,15 @@ class CudaCompletionThread {
         has_added_.store(false, std::memory_order_relaxed);
       }
       if (pending.empty()) {
-        if (!stopping_flag_.load(std::memory_order_acquire) &&
+        if (!stopping_.load(std::memory_order_acquire) &&
             SteadyClock::now() - last_done < kLinger) {
           std::this_thread::yield();
           continue;
         }
         absl::MutexLock lock(&mu_);
-        auto wake = [this]()
-                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !added_.empty() || stopping_; };
+        auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !added_.empty() || stopping_.load(std::memory_order_relaxed);
+        };
         mu_.Await(absl::Condition(&wake));
         if (added_.empty()) return;  // stopping, nothing left
         continue;
@@ -117,10 +117,9 @@ class CudaCompletionThread {
 
   const int device_;
   std::atomic<bool> has_added_{false};
-  std::atomic<bool> stopping_flag_{false};
+  std::atomic<bool> stopping_{false};  // set under mu_
   absl::Mutex mu_;
   std::vector<Pending> added_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the rest is made
 };
 

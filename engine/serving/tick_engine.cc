@@ -16,11 +16,10 @@ namespace forecastd {
 // than max_concurrent_batches compute, one is submitted. A work item, once a worker runs it,
 // takes up to max_batch tasks from the front (and submits a successor when more remain and the
 // limit allows, so other workers can help; otherwise the next one goes out when a batch's
-// compute ends). Under load the queue
-// grows while the device is busy and batches get larger; with Options::run_inline_when_idle a
-// task that finds the engine idle (nothing queued or running) and a worker slot free runs
-// inline, on the thread that enqueued it (DeviceScheduler::TryRunInline), so one tick in
-// flight waits for no thread to wake.
+// compute ends). Under load the queue grows while the device is busy and batches get larger; with
+// Options::run_inline_when_idle a task that finds the engine idle (nothing queued or running) and a
+// worker slot free runs inline, on the thread that enqueued it (DeviceScheduler::TryRunInline), so
+// one tick in flight waits for no thread to wake.
 class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
  public:
   explicit Impl(const Options& options)
@@ -70,12 +69,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       idle = queue_.empty() && computing_ == 0;
       task->enqueue_time = clock_->Now();
       queue_.push_back(std::move(task));
-      submit = !work_waiting_ && BelowLimitLocked();
-      if (submit) {
-        work_waiting_ = true;
-        ++work_outstanding_;
-        ++computing_;
-      }
+      submit = TakeWorkLocked();
     }
     if (!submit) return absl::OkStatus();
     // A task for an idle engine on an idle device runs here and now, on the caller's thread.
@@ -170,12 +164,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
         batch.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
-      if (!queue_.empty() && !cancelled && BelowLimitLocked()) {
-        work_waiting_ = true;
-        ++work_outstanding_;
-        ++computing_;
-        submit = true;
-      }
+      submit = !cancelled && TakeWorkLocked();
     }
     if (submit) Submit();
     bool step_done = false;  // computing_ counted down (RunBatch does it before the answers)
@@ -203,7 +192,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       --work_outstanding_;
       if (!step_done) {
         --computing_;
-        held_back = !cancelled && TakeHeldBackLocked();
+        held_back = !cancelled && TakeWorkLocked();
       }
     }
     if (held_back) Submit();
@@ -214,10 +203,10 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
     return options_.max_concurrent_batches == 0 || computing_ < options_.max_concurrent_batches;
   }
 
-  // After a batch stopped computing: counts in a work item for the ticks the limit held back,
-  // and returns true when the caller must Submit() it (without mu_: a scheduler that shut down
-  // runs it on the calling thread).
-  bool TakeHeldBackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  // When ticks are queued, no work item waits for a worker and the limit allows one more:
+  // counts in a work item for them and returns true; the caller must then Submit() it (without
+  // mu_: a scheduler that shut down runs it on the calling thread) or run it inline.
+  bool TakeWorkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (queue_.empty() || work_waiting_ || !BelowLimitLocked()) return false;
     work_waiting_ = true;
     ++work_outstanding_;
@@ -279,7 +268,7 @@ class TickEngine::Impl : public std::enable_shared_from_this<TickEngine::Impl> {
       absl::MutexLock l(&mu_);
       --computing_;
       *step_done = true;
-      held_back = TakeHeldBackLocked();
+      held_back = TakeWorkLocked();
     }
     if (held_back) Submit();
     for (int64_t r = 0; r < rows; ++r) {
