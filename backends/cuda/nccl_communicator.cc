@@ -31,13 +31,20 @@ SteadyClock::time_point DeadlineAfter(absl::Duration timeout) {
 
 bool Expired(SteadyClock::time_point deadline) { return SteadyClock::now() >= deadline; }
 
-// Paces a polling loop: it yields the CPU for the first 100 us (a collective between GPUs of one
-// host often ends within that), then sleeps 20 us between polls so that a long wait does not
-// keep a core busy.
+// Paces a polling loop: between polls it yields the CPU for `yield_for` from `yield_from` on
+// (both since the pacer was made), and sleeps 20 us at other times, so that a long wait (a peer
+// that is late or gone) does not keep a core busy. A sleep ends tens of microseconds after it was
+// due (the timer's slack), so where the end of a wait can be foreseen (a training step's wait
+// lasts about as long as the last one) yielding around it sees the end within a poll.
 class PollPacer {
  public:
+  explicit PollPacer(SteadyClock::duration yield_from = SteadyClock::duration::zero(),
+                     SteadyClock::duration yield_for = std::chrono::microseconds(100))
+      : yield_from_(yield_from), yield_for_(yield_for) {}
+
   void Pause() {
-    if (SteadyClock::now() - start_ < kYieldFor) {
+    const SteadyClock::duration elapsed = SteadyClock::now() - start_;
+    if (elapsed >= yield_from_ && elapsed - yield_from_ < yield_for_) {
       std::this_thread::yield();
     } else {
       std::this_thread::sleep_for(kSleep);
@@ -45,9 +52,10 @@ class PollPacer {
   }
 
  private:
-  static constexpr std::chrono::microseconds kYieldFor{100};
   static constexpr std::chrono::microseconds kSleep{20};
   const SteadyClock::time_point start_ = SteadyClock::now();
+  const SteadyClock::duration yield_from_;
+  const SteadyClock::duration yield_for_;
 };
 
 // What a non-blocking NCCL call answered and where it was made: ncclInProgress means it has not
@@ -136,6 +144,8 @@ class NcclCommunicator final : public Communicator {
   const int rank_;
   const int size_;
   absl::Duration timeout_;  // the rank's thread changes it between collectives
+  // How long the last Wait that ended with the stream drained took (the rank's thread's).
+  SteadyClock::duration last_wait_ = SteadyClock::duration::zero();
 
   mutable absl::Mutex mu_;
   ncclComm_t comm_ ABSL_GUARDED_BY(mu_);  // nullptr once aborted
@@ -233,11 +243,14 @@ absl::Status NcclCommunicator::Wait(void* stream) {
   const ScopedCudaDevice scoped(device_);
   RETURN_IF_ERROR(scoped.status());
   const auto cuda_stream = static_cast<cudaStream_t>(stream);
+  const SteadyClock::time_point start = SteadyClock::now();
   const SteadyClock::time_point deadline = DeadlineAfter(timeout_);
-  PollPacer pacer;
+  // Sleeps through the first 4/5 of the last wait's length, then yields for up to 50 ms.
+  PollPacer pacer(last_wait_ * 4 / 5, std::chrono::milliseconds(50));
   for (;;) {
     const cudaError_t query = cudaStreamQuery(cuda_stream);
     if (query == cudaSuccess) {
+      last_wait_ = SteadyClock::now() - start;
       // An abort (here or from another thread) ends the collectives early with partial sums, so
       // a stream that drained after one has nothing usable on it.
       return CheckNotAborted();

@@ -99,8 +99,9 @@ class CudaTrainingEngine final : public TrainingEngine {
   // Queues the sum over the ranks of gradients [begin, end) on reduce_stream_, after what the
   // step's stream has queued so far.
   absl::Status QueueBucket(Communicator& communicator, int64_t begin, int64_t end, float share);
-  // Waits for the stream and returns the loss it computed.
-  absl::StatusOr<double> ReadLoss();
+  // Queues the copy of the loss into pinned memory, which it returns; the loss is there once
+  // the stream has reached the copy.
+  absl::StatusOr<const void*> QueueLossCopy();
   // The loss once `queued` is OK; otherwise waits for what was queued and returns the error.
   // With a `communicator`, its Wait comes first, so a lost rank ends the wait.
   absl::StatusOr<double> Finish(const absl::Status& queued, Communicator* communicator = nullptr,
@@ -284,14 +285,11 @@ absl::Status CudaTrainingEngine::QueueUpdate(float lr) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> CudaTrainingEngine::ReadLoss() {
+absl::StatusOr<const void*> CudaTrainingEngine::QueueLossCopy() {
   ASSIGN_OR_RETURN(void* const staging, lease_->HostStaging(StreamLease::Staging::kOutput, kFloat));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging, loss_value_.data(), kFloat, cudaMemcpyDeviceToHost,
                                        lease_->stream()));
-  RETURN_IF_ERROR(lease_->Synchronize());
-  float loss = 0.0f;
-  std::memcpy(&loss, staging, sizeof(loss));
-  return static_cast<double>(loss);
+  return staging;
 }
 
 absl::Status CudaTrainingEngine::QueueStep(const float* x, const float* y, int64_t B, float lr,
@@ -307,7 +305,16 @@ absl::Status CudaTrainingEngine::QueueStep(const float* x, const float* y, int64
 absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
                                                   Communicator* communicator, bool has_loss) {
   absl::Status status = queued;
-  if (status.ok() && communicator != nullptr) status = communicator->Wait(lease_->stream());
+  // The loss's copy is queued before the wait, so that one wait covers the step and the copy.
+  const void* loss_copy = nullptr;
+  if (status.ok() && has_loss) {
+    absl::StatusOr<const void*> copy = QueueLossCopy();
+    status = copy.status();
+    if (copy.ok()) loss_copy = *copy;
+  }
+  if (status.ok()) {
+    status = communicator != nullptr ? communicator->Wait(lease_->stream()) : lease_->Synchronize();
+  }
   if (!status.ok()) {
     // What was queued before the error may still read buffers the next step replaces. (An
     // aborted communicator has ended its pending collectives, so these waits end.)
@@ -315,11 +322,10 @@ absl::StatusOr<double> CudaTrainingEngine::Finish(const absl::Status& queued,
     lease_->Synchronize().IgnoreError();
     return status;
   }
-  if (!has_loss) {
-    RETURN_IF_ERROR(lease_->Synchronize());
-    return 0.0;
-  }
-  return ReadLoss();
+  if (loss_copy == nullptr) return 0.0;
+  float loss = 0.0f;
+  std::memcpy(&loss, loss_copy, sizeof(loss));
+  return static_cast<double>(loss);
 }
 
 absl::Status CudaTrainingEngine::BroadcastState(Communicator& communicator) {

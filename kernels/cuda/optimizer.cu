@@ -32,22 +32,22 @@ struct SgdArgs {
   bool first_step;
 };
 
-__global__ void SgdKernel(float* param, float* velocity, const float* grad, int64_t n, SgdArgs a) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const double p = param[i];
-    double g = static_cast<double>(grad[i]) + Mul(a.weight_decay, p);
+// One element of an SGD step: param, velocity (when momentum is used) and grad at i.
+struct SgdElement {
+  SgdArgs a;
+  __device__ __forceinline__ void operator()(float& param, float& velocity, float grad) const {
+    const double p = param;
+    double g = static_cast<double>(grad) + Mul(a.weight_decay, p);
     if (a.use_momentum) {
       const double buf_new =
-          a.first_step ? g : Mul(a.momentum, velocity[i]) + Mul(a.one_minus_dampening, g);
+          a.first_step ? g : Mul(a.momentum, velocity) + Mul(a.one_minus_dampening, g);
       const float buf = static_cast<float>(buf_new);
-      velocity[i] = buf;
+      velocity = buf;
       g = a.nesterov ? g + Mul(a.momentum, buf) : static_cast<double>(buf);
     }
-    param[i] = static_cast<float>(p - Mul(a.lr, g));
+    param = static_cast<float>(p - Mul(a.lr, g));
   }
-}
+};
 
 struct AdamArgs {
   double beta1, one_minus_beta1;
@@ -60,25 +60,72 @@ struct AdamArgs {
   double bias_correction2_sqrt;  // sqrt(1 - beta2^t)
 };
 
-__global__ void AdamKernel(float* param, float* m, float* v, const float* grad, int64_t n,
-                           AdamArgs a) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    double p = param[i];
-    double g = grad[i];
+// One element of an Adam(W) step: param, m, v and grad at i.
+struct AdamElement {
+  AdamArgs a;
+  __device__ __forceinline__ void operator()(float& param, float& m, float& v, float grad) const {
+    double p = param;
+    double g = grad;
     if (a.decoupled) {
       p = Mul(p, a.decay_factor);
     } else {
       g = g + Mul(a.weight_decay, p);
     }
-    const float m_new = static_cast<float>(Mul(a.beta1, m[i]) + Mul(a.one_minus_beta1, g));
-    const float v_new = static_cast<float>(Mul(a.beta2, v[i]) + Mul(Mul(a.one_minus_beta2, g), g));
-    m[i] = m_new;
-    v[i] = v_new;
+    const float m_new = static_cast<float>(Mul(a.beta1, m) + Mul(a.one_minus_beta1, g));
+    const float v_new = static_cast<float>(Mul(a.beta2, v) + Mul(Mul(a.one_minus_beta2, g), g));
+    m = m_new;
+    v = v_new;
     const double denom = sqrt(static_cast<double>(v_new)) / a.bias_correction2_sqrt + a.eps;
-    param[i] = static_cast<float>(p - Mul(a.step_size, m_new) / denom);
+    param = static_cast<float>(p - Mul(a.step_size, m_new) / denom);
   }
+};
+
+// An update is memory-bound: every element reads and writes up to three arrays and reads the
+// gradient. The arrays of one call share their alignment (ranges of one arena), so after a
+// head of at most three elements they are read and written as float4, four elements a thread;
+// the head and the tail (n - head not a multiple of 4) go one element at a time. Each element's
+// arithmetic is the same either way.
+//   kStates: the arrays beside param updated with it (0: plain SGD, 1: momentum, 2: Adam's m, v)
+template <int kStates, typename Element>
+__global__ void UpdateKernel(Element element, float* param, float* s0, float* s1, const float* grad,
+                             int64_t n, int64_t head) {
+  const int64_t quads = (n - head) / 4;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const auto one = [&](int64_t i) {
+    float unused = 0.0f;
+    float& a = kStates >= 1 ? s0[i] : unused;
+    if constexpr (kStates == 2) {
+      element(param[i], a, s1[i], grad[i]);
+    } else {
+      element(param[i], a, grad[i]);
+    }
+  };
+  for (int64_t q = tid; q < quads; q += stride) {
+    const int64_t i = head + 4 * q;
+    float4 p = *reinterpret_cast<const float4*>(param + i);
+    const float4 g = *reinterpret_cast<const float4*>(grad + i);
+    float4 a = kStates >= 1 ? *reinterpret_cast<const float4*>(s0 + i) : float4{};
+    float4 b = kStates == 2 ? *reinterpret_cast<const float4*>(s1 + i) : float4{};
+    if constexpr (kStates == 2) {
+      element(p.x, a.x, b.x, g.x);
+      element(p.y, a.y, b.y, g.y);
+      element(p.z, a.z, b.z, g.z);
+      element(p.w, a.w, b.w, g.w);
+      *reinterpret_cast<float4*>(s1 + i) = b;
+    } else {
+      element(p.x, a.x, g.x);
+      element(p.y, a.y, g.y);
+      element(p.z, a.z, g.z);
+      element(p.w, a.w, g.w);
+    }
+    *reinterpret_cast<float4*>(param + i) = p;
+    if (kStates >= 1) *reinterpret_cast<float4*>(s0 + i) = a;
+  }
+  // The head (all of n where the arrays' alignments differ) and the tail (at most 3 elements).
+  for (int64_t i = tid; i < head; i += stride) one(i);
+  const int64_t tail_from = head + 4 * quads;
+  if (tid < n - tail_from) one(tail_from + tid);
 }
 
 // The block's sum of x, valid in thread 0; every thread must call it. The order of additions
@@ -149,6 +196,30 @@ unsigned ElementwiseBlocks(int64_t n) {
   return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65535));
 }
 
+// UpdateKernel's head: the elements before param + head is 16-byte aligned, or n when the
+// arrays (the non-null ones) are not aligned alike and go one element at a time.
+int64_t UpdateHead(int64_t n, const float* param, const float* s0, const float* s1,
+                   const float* grad) {
+  constexpr uintptr_t kVector = 16;
+  const uintptr_t offset = reinterpret_cast<uintptr_t>(param) % kVector;
+  for (const float* array : {s0, s1, grad}) {
+    if (array != nullptr && reinterpret_cast<uintptr_t>(array) % kVector != offset) return n;
+  }
+  if (offset % sizeof(float) != 0) return n;
+  return std::min<int64_t>(n, static_cast<int64_t>((kVector - offset) % kVector / sizeof(float)));
+}
+
+template <int kStates, typename Element>
+absl::Status LaunchUpdate(const Element& element, float* param, float* s0, float* s1,
+                          const float* grad, int64_t n, cudaStream_t stream) {
+  const int64_t head = UpdateHead(n, param, s0, s1, grad);
+  const int64_t threads = std::max<int64_t>({(n - head) / 4, head, 1});
+  UpdateKernel<kStates>
+      <<<ElementwiseBlocks(threads), kThreads, 0, stream>>>(element, param, s0, s1, grad, n, head);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 absl::Status CheckSize(const char* name, int64_t n) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat(name, ": n must be >= 0, got ", n));
   return absl::OkStatus();
@@ -167,9 +238,10 @@ absl::Status SgdUpdate(float* param, float* velocity, const float* grad, int64_t
   const SgdArgs args{hyper.lr,           hyper.momentum, 1.0 - static_cast<double>(hyper.dampening),
                      hyper.weight_decay, use_momentum,   hyper.nesterov,
                      first_step};
-  SgdKernel<<<ElementwiseBlocks(n), kThreads, 0, stream>>>(param, velocity, grad, n, args);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  if (use_momentum) {
+    return LaunchUpdate<1>(SgdElement{args}, param, velocity, nullptr, grad, n, stream);
+  }
+  return LaunchUpdate<0>(SgdElement{args}, param, nullptr, nullptr, grad, n, stream);
 }
 
 absl::Status AdamUpdate(float* param, float* m, float* v, const float* grad, int64_t n, int64_t t,
@@ -197,9 +269,7 @@ absl::Status AdamUpdate(float* param, float* m, float* v, const float* grad, int
                       hyper.decoupled_weight_decay,
                       lr / (1.0 - std::pow(beta1, static_cast<double>(t))),
                       std::sqrt(1.0 - std::pow(beta2, static_cast<double>(t)))};
-  AdamKernel<<<ElementwiseBlocks(n), kThreads, 0, stream>>>(param, m, v, grad, n, args);
-  CUDA_RETURN_IF_ERROR(cudaGetLastError());
-  return absl::OkStatus();
+  return LaunchUpdate<2>(AdamElement{args}, param, m, v, grad, n, stream);
 }
 
 absl::Status GradNormSquared(float* out, const float* grad, int64_t n, cudaStream_t stream) {

@@ -109,6 +109,45 @@ TEST_CASE("AdamUpdate matches the reference over several steps (Adam and AdamW)"
   }
 }
 
+// The update moves four floats at a time from where the arrays are 16-byte aligned, so a range
+// of the arena may start off that boundary (a head of 1-3 elements), end off it (a tail), or
+// have arrays aligned unlike each other (one element at a time throughout).
+TEST_CASE("Updates of ranges off a 16-byte boundary match the reference", "[gpu]") {
+  constexpr int64_t n = 1029;  // 4 * 257 + 1
+  ref::AdamHyper adam;
+  adam.weight_decay = 0.01f;
+  const ref::SgdHyper sgd{0.02f, 0.9f, 0.1f, 0.01f, true};
+  // Offsets in floats of param, its state arrays and grad into their buffers.
+  const std::vector<std::vector<int64_t>> offsets = {
+      {0, 0, 0, 0}, {1, 1, 1, 1}, {2, 2, 2, 2}, {3, 3, 3, 3}, {1, 2, 3, 0}};
+  for (const std::vector<int64_t>& off : offsets) {
+    CAPTURE(off[0], off[1], off[2], off[3]);
+    std::mt19937 rng(static_cast<unsigned>(off[0] * 7 + off[1]));
+    std::vector<float> param = RandomVector(rng, n + 3);
+    std::vector<float> m(n + 3, 0.0f), v(n + 3, 0.0f), velocity(n + 3, 0.0f);
+    std::vector<float> sgd_param = param;
+    DeviceArray d_param(param), d_m(m), d_v(v), d_sgd_param(param), d_velocity(velocity);
+    for (int64_t t = 1; t <= 2; ++t) {
+      const std::vector<float> grad = RandomVector(rng, n + 3);
+      DeviceArray d_grad(grad);
+      ref::AdamUpdate(param.data() + off[0], m.data() + off[1], v.data() + off[2],
+                      grad.data() + off[3], n, t, adam);
+      REQUIRE_OK(cuda::AdamUpdate(d_param.get() + off[0], d_m.get() + off[1], d_v.get() + off[2],
+                                  d_grad.get() + off[3], n, t, adam, nullptr));
+      ref::SgdUpdate(sgd_param.data() + off[0], velocity.data() + off[1], grad.data() + off[3], n,
+                     sgd, t == 1);
+      REQUIRE_OK(cuda::SgdUpdate(d_sgd_param.get() + off[0], d_velocity.get() + off[1],
+                                 d_grad.get() + off[3], n, sgd, t == 1, nullptr));
+    }
+    // Whole buffers: the elements outside the ranges must be as they were.
+    ExpectNear("adam param", d_param.Download(), param, {n + 3}, 0.0, kRtol);
+    ExpectNear("m", d_m.Download(), m, {n + 3}, 0.0, kRtol);
+    ExpectNear("v", d_v.Download(), v, {n + 3}, 0.0, kRtol);
+    ExpectNear("sgd param", d_sgd_param.Download(), sgd_param, {n + 3}, 0.0, kRtol);
+    ExpectNear("velocity", d_velocity.Download(), velocity, {n + 3}, 0.0, kRtol);
+  }
+}
+
 TEST_CASE("GradNormSquared and ScaleByClip match GradNorm and ClipGradNorm", "[gpu]") {
   for (int64_t n : std::vector<int64_t>{1, 1000, 4096, 4097, (1 << 20) + 7}) {
     for (double max_norm : {0.5, 1e6}) {  // clipped, and left alone
