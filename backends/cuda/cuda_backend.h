@@ -88,6 +88,13 @@ class CudaBackend final : public Backend {
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.
     int rnn_plan_capacity = 64;
+    // Recurrent training calls (RecurrentStackForTraining's forward, RecurrentStackBackward)
+    // on cuDNN's standard algorithm launch a GEMM and element-wise kernels per time step, so a
+    // step of few rows costs more CPU than GPU time. With this on, such a call made a second
+    // time on the same memory (every pointer it touches, and the shape) is captured as a CUDA
+    // graph and replayed from then on: one launch a call. A capture CUDA refuses is not tried
+    // again for that plan; the call runs as before. Results are the same either way.
+    bool rnn_training_graphs = true;
     // Attention in inference runs as one streaming kernel below this many keys (T) where its
     // head size allows (8, 16, 32, 64), and as cuBLAS batched GEMMs around a softmax kernel
     // otherwise (always in training). The kernel's cost grows with T^2 on CUDA cores, the
@@ -111,6 +118,9 @@ class CudaBackend final : public Backend {
     int64_t fused_bias_grads = 0;   // LinearBackward calls with dbias from the epilogue
     int64_t rnn_saved_forwards_read = 0;  // recurrent backward passes that read a RecurrentSaved
                                           // forward instead of recomputing it
+    int64_t rnn_training_graphs_captured = 0;   // recurrent training calls captured as graphs
+    int64_t rnn_training_graph_replays = 0;     // recurrent training calls run as a replay
+    int64_t rnn_training_capture_failures = 0;  // captures CUDA refused (the call ran as before)
   };
 
   // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
@@ -368,6 +378,13 @@ class CudaBackend final : public Backend {
       cudnnDataType_t data_type, bool time_major) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
   // weight gradients out to the caller's buffers.
+  // Runs `queue`, which queues a recurrent training call of `plan` on the stream touching only
+  // the memory `key` names (with its shape implied by the plan): directly the first time the
+  // key is seen, as a captured CUDA graph the second time, replaying that graph afterwards
+  // (Options::rnn_training_graphs).
+  absl::Status RecordedTrainingCallLocked(RnnPlan& plan, std::vector<uintptr_t> key,
+                                          absl::FunctionRef<absl::Status()> queue)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CopyWeightsInLocked(const RnnPlan& plan, const RecurrentDirectionWeights* weights,
                                    void* weight_space) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CopyGradientsOutLocked(const RnnPlan& plan, const float* weight_grads,

@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_graph.h"
 #include "backends/cuda/library_status.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_status.h"
@@ -158,6 +159,17 @@ struct CudaBackend::RnnPlan {
   // elements.
   std::vector<std::array<std::vector<CopyRun>, kParamCount>> runs;
   uint64_t last_use = 0;
+  // Training calls of this plan as CUDA graphs (RecordedTrainingCallLocked), by the memory they
+  // touch: the keys seen once (waiting for a second call), the graphs captured (least recently
+  // used last to go), and whether CUDA refused a capture of this plan's calls.
+  struct Recorded {
+    std::vector<uintptr_t> key;
+    CudaGraph graph;
+    uint64_t last_use = 0;
+  };
+  std::vector<std::vector<uintptr_t>> seen_once;
+  std::vector<Recorded> recorded;
+  bool capture_refused = false;
 };
 
 absl::StatusOr<CudaBackend::RnnPlan*> CudaBackend::PlanLocked(RecurrentCell cell,
@@ -636,6 +648,80 @@ absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, fl
   });
 }
 
+namespace {
+
+// How many keys and graphs a plan keeps: a training job calls each of its plans on one or two
+// sets of buffers (a step's, and a saved forward's or the backend's own), so a few suffice.
+constexpr size_t kRecordedKeys = 4;
+
+// The pointers of every weight tensor (or gradient) of `n` directions, for a recorded call's key.
+template <typename Direction>
+void AppendTensors(std::vector<uintptr_t>& key, const Direction* directions, size_t n) {
+  if (directions == nullptr) {
+    key.push_back(0);
+    return;
+  }
+  for (size_t d = 0; d < n; ++d) {
+    for (const auto* tensor :
+         {directions[d].w_ih, directions[d].w_hh, directions[d].b_ih, directions[d].b_hh}) {
+      key.push_back(reinterpret_cast<uintptr_t>(tensor));
+    }
+  }
+}
+
+void AppendGrads(std::vector<uintptr_t>& key, const RecurrentDirectionGrads* grads, size_t n) {
+  if (grads == nullptr) {
+    key.push_back(0);
+    return;
+  }
+  for (size_t d = 0; d < n; ++d) {
+    for (const float* tensor : {grads[d].dw_ih, grads[d].dw_hh, grads[d].db_ih, grads[d].db_hh}) {
+      key.push_back(reinterpret_cast<uintptr_t>(tensor));
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status CudaBackend::RecordedTrainingCallLocked(RnnPlan& plan, std::vector<uintptr_t> key,
+                                                     absl::FunctionRef<absl::Status()> queue) {
+  const cudaStream_t stream = context_.stream;
+  if (!options_.rnn_training_graphs || plan.capture_refused) return queue();
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capturing));
+  if (capturing != cudaStreamCaptureStatusNone) return queue();  // part of a caller's graph
+  for (RnnPlan::Recorded& recorded : plan.recorded) {
+    if (recorded.key == key) {
+      recorded.last_use = plan.last_use;
+      ++stats_.rnn_training_graph_replays;
+      return recorded.graph.Launch(stream);
+    }
+  }
+  const auto seen = std::find(plan.seen_once.begin(), plan.seen_once.end(), key);
+  if (seen == plan.seen_once.end()) {
+    if (plan.seen_once.size() >= kRecordedKeys) plan.seen_once.erase(plan.seen_once.begin());
+    plan.seen_once.push_back(std::move(key));
+    return queue();
+  }
+  plan.seen_once.erase(seen);
+  absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(stream, queue);
+  if (!graph.ok()) {
+    // Nothing of the capture ran: the call runs directly, and this plan's calls from now on.
+    ++stats_.rnn_training_capture_failures;
+    plan.capture_refused = true;
+    return queue();
+  }
+  ++stats_.rnn_training_graphs_captured;
+  RETURN_IF_ERROR(graph->Launch(stream));
+  if (plan.recorded.size() >= kRecordedKeys) {
+    plan.recorded.erase(
+        std::min_element(plan.recorded.begin(), plan.recorded.end(),
+                         [](const auto& a, const auto& b) { return a.last_use < b.last_use; }));
+  }
+  plan.recorded.push_back({std::move(key), *std::move(graph), plan.last_use});
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int64_t> CudaBackend::RecurrentSavedFloats(RecurrentCell cell,
                                                           const RecurrentDims& dims,
                                                           int num_layers) {
@@ -674,14 +760,25 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
                      " floats; the stack's reserve space takes ", plan->reserve_bytes, " bytes"));
   }
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   ASSIGN_OR_RETURN(void* work, WorkspaceLocked(plan->training_work_bytes));
-  CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-      context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, plan->seq_lengths.as<int32_t>(),
-      plan->x.get(), inp, plan->y.get(), out, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
-      plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr, static_cast<size_t>(plan->weight_space_bytes),
-      space, static_cast<size_t>(plan->training_work_bytes), work,
-      static_cast<size_t>(plan->reserve_bytes), saved.state));
+  std::vector<uintptr_t> key = {1,
+                                reinterpret_cast<uintptr_t>(out),
+                                reinterpret_cast<uintptr_t>(inp),
+                                reinterpret_cast<uintptr_t>(space),
+                                reinterpret_cast<uintptr_t>(work),
+                                reinterpret_cast<uintptr_t>(saved.state)};
+  AppendTensors(key, weights, plan->runs.size());
+  RETURN_IF_ERROR(RecordedTrainingCallLocked(*plan, std::move(key), [&]() -> absl::Status {
+    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, plan->seq_lengths.as<int32_t>(),
+        plan->x.get(), inp, plan->y.get(), out, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
+        plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr,
+        static_cast<size_t>(plan->weight_space_bytes), space,
+        static_cast<size_t>(plan->training_work_bytes), work,
+        static_cast<size_t>(plan->reserve_bytes), saved.state));
+    return absl::OkStatus();
+  }));
   saved.out = out;
   saved.filled = true;
   return absl::OkStatus();
@@ -723,7 +820,6 @@ absl::Status CudaBackend::RecurrentBackwardLocked(
         "RecurrentStackBackward: the saved forward is not of this stack (its state is too small)");
   }
   ASSIGN_OR_RETURN(void* space, ScratchLocked(kWeightSpace, plan->weight_space_bytes));
-  RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
   void* y = use_saved ? const_cast<float*>(saved->out) : nullptr;
   void* reserve = use_saved ? saved->state : nullptr;
   if (!use_saved) {
@@ -743,28 +839,46 @@ absl::Status CudaBackend::RecurrentBackwardLocked(
     ++stats_.rnn_saved_forwards_read;
     // cudnnRNNBackwardData_v8 writes into the reserve space: the state serves this backward only.
     saved->filled = false;
-  } else {
-    // The forward again, in training mode: y and the reserve space feed both backward passes.
-    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
-        plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx, /*cy=*/nullptr,
-        space_bytes, space, work_bytes, work, reserve_bytes, reserve));
   }
-  // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
-  // flows to the initial states (kernels/ref/recurrent.h).
-  CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
-      context_.cudnn, plan->rnn.get(), seq_lengths, plan->y.get(), y, dout, plan->x.get(), dx,
-      plan->h.get(), h_0, /*dhy=*/nullptr, /*dhx=*/nullptr, plan->h.get(), cx, /*dcy=*/nullptr,
-      /*dcx=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
-  if (dweights == nullptr) return absl::OkStatus();
-  // cudnnRNNBackwardWeights_v8 documents CUDNN_WGRAD_MODE_ADD as the mode it supports, so the
-  // gradients are accumulated into a zeroed space: written, not accumulated, for our callers.
-  CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, space_bytes, stream));
-  CUDNN_RETURN_IF_ERROR(
-      cudnnRNNBackwardWeights_v8(context_.cudnn, plan->rnn.get(), CUDNN_WGRAD_MODE_ADD, seq_lengths,
-                                 plan->x.get(), inp, plan->h.get(), h_0, plan->y.get(), y,
-                                 space_bytes, grads, work_bytes, work, reserve_bytes, reserve));
-  return CopyGradientsOutLocked(*plan, static_cast<const float*>(grads), dweights);
+  std::vector<uintptr_t> key = {2,
+                                use_saved ? 1u : 0u,
+                                reinterpret_cast<uintptr_t>(dx),
+                                reinterpret_cast<uintptr_t>(dout),
+                                reinterpret_cast<uintptr_t>(inp),
+                                reinterpret_cast<uintptr_t>(h_0),
+                                reinterpret_cast<uintptr_t>(cx),
+                                reinterpret_cast<uintptr_t>(space),
+                                reinterpret_cast<uintptr_t>(y),
+                                reinterpret_cast<uintptr_t>(reserve),
+                                reinterpret_cast<uintptr_t>(grads),
+                                reinterpret_cast<uintptr_t>(work)};
+  AppendTensors(key, weights, plan->runs.size());
+  AppendGrads(key, dweights, plan->runs.size());
+  return RecordedTrainingCallLocked(*plan, std::move(key), [&]() -> absl::Status {
+    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+    if (!use_saved) {
+      // The forward again, in training mode: y and the reserve space feed both backward passes.
+      CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+          context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
+          plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx,
+          /*cy=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+    }
+    // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
+    // flows to the initial states (kernels/ref/recurrent.h).
+    CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
+        context_.cudnn, plan->rnn.get(), seq_lengths, plan->y.get(), y, dout, plan->x.get(), dx,
+        plan->h.get(), h_0, /*dhy=*/nullptr, /*dhx=*/nullptr, plan->h.get(), cx, /*dcy=*/nullptr,
+        /*dcx=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+    if (dweights == nullptr) return absl::OkStatus();
+    // cudnnRNNBackwardWeights_v8 documents CUDNN_WGRAD_MODE_ADD as the mode it supports, so the
+    // gradients are accumulated into a zeroed space: written, not accumulated, for our callers.
+    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, space_bytes, stream));
+    CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
+        context_.cudnn, plan->rnn.get(), CUDNN_WGRAD_MODE_ADD, seq_lengths, plan->x.get(), inp,
+        plan->h.get(), h_0, plan->y.get(), y, space_bytes, grads, work_bytes, work, reserve_bytes,
+        reserve));
+    return CopyGradientsOutLocked(*plan, static_cast<const float*>(grads), dweights);
+  });
 }
 
 }  // namespace forecastd

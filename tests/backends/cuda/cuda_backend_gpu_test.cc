@@ -713,6 +713,102 @@ TEST_CASE("CudaBackend's recurrent backward reads the saved training forward") {
   }
 }
 
+// A recurrent training call made a second time on the same memory is captured as a CUDA graph,
+// and replayed from the third time on (Options::rnn_training_graphs): a replay reads the inputs
+// and weights as they are then, and its results are bit for bit those of the call run directly.
+TEST_CASE("CudaBackend replays a recurrent training call made again on the same memory") {
+  CudaBackend::Options direct_options;
+  direct_options.rnn_training_graphs = false;
+  std::unique_ptr<CudaBackend> backend = RequireBackend();
+  std::unique_ptr<CudaBackend> direct = RequireBackend(direct_options);
+  // H=32 takes cuDNN's persistent small-H kernel in training, H=256 the standard algorithm.
+  for (const int64_t H : {32, 256}) {
+    CAPTURE(H);
+    CudaTestMemory mem;
+    std::mt19937 rng(static_cast<unsigned>(4100 + H));
+    const RecurrentDims dims{5, 12, 7, H, 2};
+    const int64_t L = 2, GH = 4 * H;
+    std::vector<RecurrentDirectionWeights> weights;
+    std::vector<std::pair<float*, int64_t>> weight_buffers;
+    for (int64_t l = 0; l < L; ++l) {
+      RecurrentDims layer = dims;
+      layer.I = l == 0 ? dims.I : dims.ND * dims.H;
+      for (const RecurrentDirectionWeights& w :
+           RecurrentWeightsHost(rng, Cell::kLstm, layer).Upload(mem)) {
+        weights.push_back(w);
+        weight_buffers.emplace_back(const_cast<float*>(w.w_hh), GH * H);
+      }
+    }
+    const int64_t in_n = dims.B * dims.T * dims.I, out_n = dims.B * dims.T * dims.ND * H;
+    float* inp = mem.Output(in_n);
+    float* dout = mem.Output(out_n);
+    float* out = mem.Output(out_n);
+    float* dinp = mem.Output(in_n);
+    std::vector<float*> grad_buffers;
+    std::vector<int64_t> grad_sizes;
+    std::vector<RecurrentDirectionGrads> grads;
+    for (int64_t p = 0; p < L * dims.ND; ++p) {
+      const int64_t in = p < dims.ND ? dims.I : dims.ND * H;
+      for (const int64_t n : {GH * in, GH * H, GH, GH}) {
+        grad_buffers.push_back(mem.Output(n));
+        grad_sizes.push_back(n);
+      }
+      const size_t k = grad_buffers.size();
+      grads.push_back(
+          {grad_buffers[k - 4], grad_buffers[k - 3], grad_buffers[k - 2], grad_buffers[k - 1]});
+    }
+    const absl::StatusOr<int64_t> state_floats =
+        backend->RecurrentSavedFloats(RecurrentCell::kLstm, dims, L);
+    REQUIRE(state_floats.ok());
+    RecurrentSaved saved;
+    saved.state = mem.Output(*state_floats);
+    saved.state_floats = *state_floats;
+    const auto fill = [](float* to, const std::vector<float>& from) {
+      REQUIRE(cudaMemcpy(to, from.data(), from.size() * sizeof(float), cudaMemcpyHostToDevice) ==
+              cudaSuccess);
+    };
+    // One training forward and backward on `on`; everything it wrote.
+    const auto step = [&](CudaBackend& on) {
+      saved.filled = false;
+      REQUIRE(on.RecurrentStackForTraining(RecurrentCell::kLstm, out, nullptr, inp, weights.data(),
+                                           dims, L, &saved)
+                  .ok());
+      REQUIRE(on.RecurrentStackBackward(RecurrentCell::kLstm, dinp, grads.data(), dout, nullptr,
+                                        inp, weights.data(), dims, L, &saved)
+                  .ok());
+      std::vector<std::vector<float>> wrote = {mem.Download(out, out_n), mem.Download(dinp, in_n)};
+      for (size_t i = 0; i < grad_buffers.size(); ++i) {
+        wrote.push_back(mem.Download(grad_buffers[i], grad_sizes[i]));
+      }
+      return wrote;
+    };
+    const std::vector<float> a = Uniform(rng, in_n), b = Uniform(rng, in_n);
+    const std::vector<float> da = Uniform(rng, out_n), db = Uniform(rng, out_n);
+    const CudaBackend::Stats before = backend->stats();
+    fill(inp, a), fill(dout, da);
+    const auto first = step(*backend);  // run directly
+    fill(inp, b), fill(dout, db);
+    const auto second = step(*backend);  // captured, then launched
+    const CudaBackend::Stats captured = backend->stats();
+    CHECK(captured.rnn_training_capture_failures == before.rnn_training_capture_failures);
+    CHECK(captured.rnn_training_graphs_captured == before.rnn_training_graphs_captured + 2);
+    fill(inp, a), fill(dout, da);
+    const auto third = step(*backend);  // replayed
+    fill(inp, b), fill(dout, db);
+    const auto fourth = step(*backend);
+    CHECK(backend->stats().rnn_training_graph_replays == captured.rnn_training_graph_replays + 4);
+    CHECK(first != second);
+    CHECK(third == first);
+    CHECK(fourth == second);
+    CHECK(step(*direct) == second);
+    // New weights in the same buffers: the replay reads them.
+    for (const auto& [buffer, n] : weight_buffers) fill(buffer, Uniform(rng, n));
+    const auto replayed = step(*backend);
+    CHECK(replayed != second);
+    CHECK(step(*direct) == replayed);
+  }
+}
+
 // Large GEMMs under bf16 / fp16 take operands rounded to 16 bits (kMinGemm16Macs): Linear and
 // its backward at N=1024, IN=512, OUT=512 (2^28 multiply-adds each), within the 16-bit types'
 // error of the fp32 reference (sums of up to 1024 products of U(-1, 1) values, each off by up
