@@ -768,17 +768,18 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
                                 reinterpret_cast<uintptr_t>(work),
                                 reinterpret_cast<uintptr_t>(saved.state)};
   AppendTensors(key, weights, plan->runs.size());
-  RETURN_IF_ERROR(RecordedTrainingCallLocked(*plan, std::move(key), [&]() -> absl::Status {
-    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-    CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-        context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, plan->seq_lengths.as<int32_t>(),
-        plan->x.get(), inp, plan->y.get(), out, plan->h.get(), /*hx=*/nullptr, /*hy=*/nullptr,
-        plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr,
-        static_cast<size_t>(plan->weight_space_bytes), space,
-        static_cast<size_t>(plan->training_work_bytes), work,
-        static_cast<size_t>(plan->reserve_bytes), saved.state));
-    return absl::OkStatus();
-  }));
+  RETURN_IF_ERROR(RecordedTrainingCallLocked(
+      *plan, std::move(key), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+        RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+        CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+            context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING,
+            plan->seq_lengths.as<int32_t>(), plan->x.get(), inp, plan->y.get(), out, plan->h.get(),
+            /*hx=*/nullptr, /*hy=*/nullptr, plan->h.get(), /*cx=*/nullptr, /*cy=*/nullptr,
+            static_cast<size_t>(plan->weight_space_bytes), space,
+            static_cast<size_t>(plan->training_work_bytes), work,
+            static_cast<size_t>(plan->reserve_bytes), saved.state));
+        return absl::OkStatus();
+      }));
   saved.out = out;
   saved.filled = true;
   return absl::OkStatus();
@@ -854,31 +855,33 @@ absl::Status CudaBackend::RecurrentBackwardLocked(
                                 reinterpret_cast<uintptr_t>(work)};
   AppendTensors(key, weights, plan->runs.size());
   AppendGrads(key, dweights, plan->runs.size());
-  return RecordedTrainingCallLocked(*plan, std::move(key), [&]() -> absl::Status {
-    RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
-    if (!use_saved) {
-      // The forward again, in training mode: y and the reserve space feed both backward passes.
-      CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
-          context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(), inp,
-          plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx,
-          /*cy=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
-    }
-    // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
-    // flows to the initial states (kernels/ref/recurrent.h).
-    CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
-        context_.cudnn, plan->rnn.get(), seq_lengths, plan->y.get(), y, dout, plan->x.get(), dx,
-        plan->h.get(), h_0, /*dhy=*/nullptr, /*dhx=*/nullptr, plan->h.get(), cx, /*dcy=*/nullptr,
-        /*dcx=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
-    if (dweights == nullptr) return absl::OkStatus();
-    // cudnnRNNBackwardWeights_v8 documents CUDNN_WGRAD_MODE_ADD as the mode it supports, so the
-    // gradients are accumulated into a zeroed space: written, not accumulated, for our callers.
-    CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, space_bytes, stream));
-    CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
-        context_.cudnn, plan->rnn.get(), CUDNN_WGRAD_MODE_ADD, seq_lengths, plan->x.get(), inp,
-        plan->h.get(), h_0, plan->y.get(), y, space_bytes, grads, work_bytes, work, reserve_bytes,
-        reserve));
-    return CopyGradientsOutLocked(*plan, static_cast<const float*>(grads), dweights);
-  });
+  return RecordedTrainingCallLocked(
+      *plan, std::move(key), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+        RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
+        if (!use_saved) {
+          // The forward again, in training mode: y and the reserve space feed both backward passes.
+          CUDNN_RETURN_IF_ERROR(cudnnRNNForward(
+              context_.cudnn, plan->rnn.get(), CUDNN_FWD_MODE_TRAINING, seq_lengths, plan->x.get(),
+              inp, plan->y.get(), y, plan->h.get(), h_0, /*hy=*/nullptr, plan->h.get(), cx,
+              /*cy=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+        }
+        // dhy = dcy = null: the final states do not reach the loss; dhx = dcx = null: no gradient
+        // flows to the initial states (kernels/ref/recurrent.h).
+        CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardData_v8(
+            context_.cudnn, plan->rnn.get(), seq_lengths, plan->y.get(), y, dout, plan->x.get(), dx,
+            plan->h.get(), h_0, /*dhy=*/nullptr, /*dhx=*/nullptr, plan->h.get(), cx,
+            /*dcy=*/nullptr,
+            /*dcx=*/nullptr, space_bytes, space, work_bytes, work, reserve_bytes, reserve));
+        if (dweights == nullptr) return absl::OkStatus();
+        // cudnnRNNBackwardWeights_v8 documents CUDNN_WGRAD_MODE_ADD as the mode it supports, so the
+        // gradients are accumulated into a zeroed space: written, not accumulated, for our callers.
+        CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads, 0, space_bytes, stream));
+        CUDNN_RETURN_IF_ERROR(cudnnRNNBackwardWeights_v8(
+            context_.cudnn, plan->rnn.get(), CUDNN_WGRAD_MODE_ADD, seq_lengths, plan->x.get(), inp,
+            plan->h.get(), h_0, plan->y.get(), y, space_bytes, grads, work_bytes, work,
+            reserve_bytes, reserve));
+        return CopyGradientsOutLocked(*plan, static_cast<const float*>(grads), dweights);
+      });
 }
 
 }  // namespace forecastd
