@@ -706,10 +706,14 @@ absl::Status CudaBackend::RecordedTrainingCallLocked(RnnPlan& plan, std::vector<
   plan.seen_once.erase(seen);
   absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(stream, queue);
   if (!graph.ok()) {
-    // Nothing of the capture ran: the call runs directly, and this plan's calls from now on.
-    ++stats_.rnn_training_capture_failures;
-    plan.capture_refused = true;
-    return queue();
+    // Nothing of the capture ran: the call runs directly. If it succeeds so, the capture was
+    // what failed, and this plan's calls run directly from now on.
+    const absl::Status direct = queue();
+    if (direct.ok()) {
+      ++stats_.rnn_training_capture_failures;
+      plan.capture_refused = true;
+    }
+    return direct;
   }
   ++stats_.rnn_training_graphs_captured;
   RETURN_IF_ERROR(graph->Launch(stream));

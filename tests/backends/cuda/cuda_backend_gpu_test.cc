@@ -806,6 +806,25 @@ TEST_CASE("CudaBackend replays a recurrent training call made again on the same 
     const auto replayed = step(*backend);
     CHECK(replayed != second);
     CHECK(step(*direct) == replayed);
+
+    // A call that fails on its own (no weights) fails the same way where it would be captured,
+    // and leaves recording on: the plan's next calls on other memory are captured as before.
+    const CudaBackend::Stats at = backend->stats();
+    for (int i = 0; i < 2; ++i) {
+      CHECK(backend
+                ->RecurrentStackForTraining(RecurrentCell::kLstm, out, nullptr, inp, nullptr, dims,
+                                            L, &saved)
+                .code() == absl::StatusCode::kInvalidArgument);
+    }
+    float* other_out = mem.Output(out_n);
+    for (int i = 0; i < 2; ++i) {
+      REQUIRE(backend
+                  ->RecurrentStackForTraining(RecurrentCell::kLstm, other_out, nullptr, inp,
+                                              weights.data(), dims, L, &saved)
+                  .ok());
+    }
+    CHECK(backend->stats().rnn_training_capture_failures == at.rnn_training_capture_failures);
+    CHECK(backend->stats().rnn_training_graphs_captured == at.rnn_training_graphs_captured + 1);
   }
 }
 
