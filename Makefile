@@ -9,7 +9,7 @@ HTTP_ADDRESS ?= 127.0.0.1:8000
 METRICS_ADDRESS ?= 127.0.0.1:8002
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: run test deps build format lint clean fuzz sanitize
+.PHONY: run test deps build format lint clean fuzz sanitize images images-test
 
 run: deps build
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
@@ -39,6 +39,15 @@ fuzz: deps
 
 sanitize: deps
 	JOBS='$(JOBS)' bash scripts/sanitize.sh
+
+# The CPU container image from the Dockerfile (Docker, else buildah; base images made with
+# mmdebstrap where they cannot be pulled): scripts/container/build-images.sh.
+images:
+	JOBS='$(JOBS)' bash scripts/container/build-images.sh
+
+# The built image run with podman (tests/deploy/image_test.py, label slow).
+images-test: deps build images
+	cd $(BUILD_DIR) && ctest -R '^deploy_image_test$$' $(CTEST_FLAGS)
 
 FORMATTED = $(shell git ls-files '*.h' '*.cc' '*.cu' '*.cuh' '*.proto')
 
