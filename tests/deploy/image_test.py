@@ -20,12 +20,14 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from live_util import free_port, wait_for  # noqa: E402
 
 FAILURES = []
 
@@ -37,28 +39,11 @@ def check(ok, what):
     return ok
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(cmd, timeout=120, check_rc=False, env=None):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if check_rc and p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-800:]}")
     return p
-
-
-def wait_until(what, fn, timeout_s):
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(0.5)
-    raise RuntimeError(f"{what}: not within {timeout_s} s (last: {last!r})")
 
 
 def forecasts(forecastctl, address, csv, version=None):
@@ -141,7 +126,7 @@ def main(argv):
         def healthy():
             return run([podman, "healthcheck", "run", name]).returncode == 0
         try:
-            wait_until("healthcheck", healthy, 90)
+            wait_for("healthcheck", healthy, 90)
             check(True, f"2 HEALTHCHECK (forecastd-health) healthy after "
                         f"{time.monotonic() - start:.1f} s")
         except RuntimeError as e:
@@ -157,7 +142,7 @@ def main(argv):
              "--grpc-address", f"127.0.0.1:{host_port}", "--http-address", "",
              "--metrics-address", f"127.0.0.1:{host_metrics}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        want = wait_until("the host forecastd", lambda: _try(
+        want = wait_for("the host forecastd", lambda: _try(
             lambda: forecasts(forecastctl, f"127.0.0.1:{host_port}", sample)), 30)[0]
         diff = max((abs(a - b) / max(1.0, abs(b)) for a, b in zip(got, want)), default=math.inf)
         check(len(got) == len(want) and len(got) > 0 and diff <= 1e-5,
@@ -180,7 +165,7 @@ def main(argv):
                                      f"{train.returncode} {train.stderr.strip()[-300:]}")
         after_train = forecasts(forecastctl, address, sample)[1]
         run([podman, "restart", "--time", "45", name], timeout=120, check_rc=True)
-        wait_until("healthcheck after the restart", healthy, 90)
+        wait_for("healthcheck after the restart", healthy, 90)
         after_restart = forecasts(forecastctl, address, sample)[1]
         check(after_train > version and after_restart == after_train,
               f"5 the trained version {after_train} (was {version}) serves after `podman "

@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -36,15 +35,10 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import promql_refs  # noqa: E402
+from live_util import free_port, wait_for  # noqa: E402
 
 PREDICTS = 12      # good Predict calls
 BAD_PREDICTS = 3   # Predict calls with the wrong lookback (INVALID_ARGUMENT)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url, timeout=5):
@@ -107,16 +101,6 @@ class Prometheus:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-
-
-def wait_for(what, predicate, seconds=20):
-    give_up = time.time() + seconds
-    while time.time() < give_up:
-        got = predicate()
-        if got:
-            return got
-        time.sleep(0.25)
-    raise RuntimeError(f"timed out waiting for {what}")
 
 
 def write_config(source, work, metrics_port):
