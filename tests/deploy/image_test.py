@@ -39,8 +39,8 @@ def check(ok, what):
     return ok
 
 
-def run(cmd, timeout=120, check_rc=False, env=None):
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+def run(cmd, timeout=120, check_rc=False):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check_rc and p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-800:]}")
     return p
@@ -80,6 +80,16 @@ def main(argv):
     ap.add_argument("--podman", default="podman")
     args = ap.parse_args(argv)
 
+    if "CONTAINERS_CONF" not in os.environ:
+        # As scripts/container/build-images.sh: no raised resource limits, which some sandboxes
+        # refuse.
+        conf_dir = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
+                                "forecastd")
+        os.makedirs(conf_dir, exist_ok=True)
+        conf = os.path.join(conf_dir, "containers.conf")
+        with open(conf, "w") as f:
+            f.write("[containers]\ndefault_ulimits = []\n")
+        os.environ["CONTAINERS_CONF"] = conf
     podman = shutil.which(args.podman)
     forecastctl = args.forecastctl or os.path.join(args.bin_dir, "client", "forecastctl")
     forecastd = args.forecastd or os.path.join(args.bin_dir, "server", "forecastd")
@@ -91,17 +101,6 @@ def main(argv):
         if not os.access(binary, os.X_OK):
             print(f"image_test: {binary} missing (make build)", file=sys.stderr)
             return 2
-    env = dict(os.environ)
-    if "CONTAINERS_CONF" not in env:
-        conf_dir = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
-                                "forecastd")
-        os.makedirs(conf_dir, exist_ok=True)
-        conf = os.path.join(conf_dir, "containers.conf")
-        with open(conf, "w") as f:
-            f.write("[containers]\ndefault_ulimits = []\n")
-        env["CONTAINERS_CONF"] = conf
-    os.environ.update(env)
-
     name = f"forecastd-image-test-{os.getpid()}"
     volume = f"{name}-models"
     grpc_port, metrics_port = free_port(), free_port()
