@@ -89,11 +89,11 @@ class CudaBackend final : public Backend {
     // and rebuilt when next needed. Must be > 0.
     int rnn_plan_capacity = 64;
     // Recurrent training calls (RecurrentStackForTraining's forward, RecurrentStackBackward)
-    // on cuDNN's standard algorithm launch a GEMM and element-wise kernels per time step, so a
-    // step of few rows costs more CPU than GPU time. With this on, such a call made a second
-    // time on the same memory (every pointer it touches, and the shape) is captured as a CUDA
-    // graph and replayed from then on: one launch a call. A capture CUDA refuses is not tried
-    // again for that plan; the call runs as before. Results are the same either way.
+    // launch kernels per time step (cuDNN's standard algorithm: a GEMM and element-wise kernels
+    // each), so a step of few rows costs more CPU than GPU time. With this on, any such call
+    // made a second time on the same memory (every pointer it touches, and the shape) is
+    // captured as a CUDA graph and replayed from then on: one launch a call. A capture CUDA refuses
+    // is not tried again for that plan; the call runs as before. Results are the same either way.
     bool rnn_training_graphs = true;
     // Attention in inference runs as one streaming kernel below this many keys (T) where its
     // head size allows (8, 16, 32, 64), and as cuBLAS batched GEMMs around a softmax kernel
@@ -376,8 +376,6 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::shared_ptr<RnnPlan>> BuildPlanLocked(
       RecurrentCell cell, const RecurrentDims& dims, int num_layers, cudnnRNNAlgo_t algo,
       cudnnDataType_t data_type, bool time_major) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
-  // weight gradients out to the caller's buffers.
   // Runs `queue`, which queues a recurrent training call of `plan` on the stream touching only
   // the memory `key` names (with its shape implied by the plan): directly the first time the
   // key is seen, as a captured CUDA graph the second time, replaying that graph afterwards
@@ -385,6 +383,8 @@ class CudaBackend final : public Backend {
   absl::Status RecordedTrainingCallLocked(RnnPlan& plan, std::vector<uintptr_t> key,
                                           absl::FunctionRef<absl::Status()> queue)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the caller's per-direction weights into cuDNN's weight space, or (Gradients) cuDNN's
+  // weight gradients out to the caller's buffers.
   absl::Status CopyWeightsInLocked(const RnnPlan& plan, const RecurrentDirectionWeights* weights,
                                    void* weight_space) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CopyGradientsOutLocked(const RnnPlan& plan, const float* weight_grads,

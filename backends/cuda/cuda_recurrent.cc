@@ -654,16 +654,17 @@ namespace {
 // sets of buffers (a step's, and a saved forward's or the backend's own), so a few suffice.
 constexpr size_t kRecordedKeys = 4;
 
-// The pointers of every weight tensor (or gradient) of `n` directions, for a recorded call's key.
-template <typename Direction>
-void AppendTensors(std::vector<uintptr_t>& key, const Direction* directions, size_t n) {
-  if (directions == nullptr) {
+// The pointers of every weight tensor (AppendWeights) or gradient (AppendGrads) of `n`
+// directions, for a recorded call's key.
+void AppendWeights(std::vector<uintptr_t>& key, const RecurrentDirectionWeights* weights,
+                   size_t n) {
+  if (weights == nullptr) {
     key.push_back(0);
     return;
   }
   for (size_t d = 0; d < n; ++d) {
-    for (const auto* tensor :
-         {directions[d].w_ih, directions[d].w_hh, directions[d].b_ih, directions[d].b_hh}) {
+    for (const float* tensor :
+         {weights[d].w_ih, weights[d].w_hh, weights[d].b_ih, weights[d].b_hh}) {
       key.push_back(reinterpret_cast<uintptr_t>(tensor));
     }
   }
@@ -771,7 +772,7 @@ absl::Status CudaBackend::RecurrentTrainingForwardLocked(RecurrentCell cell, flo
                                 reinterpret_cast<uintptr_t>(space),
                                 reinterpret_cast<uintptr_t>(work),
                                 reinterpret_cast<uintptr_t>(saved.state)};
-  AppendTensors(key, weights, plan->runs.size());
+  AppendWeights(key, weights, plan->runs.size());
   RETURN_IF_ERROR(RecordedTrainingCallLocked(
       *plan, std::move(key), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
         RETURN_IF_ERROR(CopyWeightsInLocked(*plan, weights, space));
@@ -857,7 +858,7 @@ absl::Status CudaBackend::RecurrentBackwardLocked(
                                 reinterpret_cast<uintptr_t>(reserve),
                                 reinterpret_cast<uintptr_t>(grads),
                                 reinterpret_cast<uintptr_t>(work)};
-  AppendTensors(key, weights, plan->runs.size());
+  AppendWeights(key, weights, plan->runs.size());
   AppendGrads(key, dweights, plan->runs.size());
   return RecordedTrainingCallLocked(
       *plan, std::move(key), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
