@@ -8,8 +8,9 @@
 # Both variants build forecastd exactly as `make build` and CI do: scripts/install-deps.sh, then
 # scripts/build.sh (here with -DBUILD_TESTING=OFF). Needs BuildKit, the default builder since
 # Docker 23. Build arguments: VARIANT (cuda|cpu), CUDA_VERSION (the tag of NVIDIA's images),
-# CUDA_ARCHITECTURES (FORECASTD_CUDA_ARCHITECTURES, default "90-real;90-virtual"), JOBS (build
-# parallelism, default: every core).
+# CUDA_BUILD_IMAGE and CUDA_RUNTIME_IMAGE (the cuda variant's two bases; default NVIDIA's images
+# of CUDA_VERSION, below), CUDA_ARCHITECTURES (FORECASTD_CUDA_ARCHITECTURES, default
+# "90-real;90-virtual"), JOBS (build parallelism, default: every core).
 #
 # Each variant builds and runs on one distribution release, so that the runtime stage can
 # apt-install the very packages whose libraries the build linked (deploy/docker/stage-runtime.sh
@@ -19,21 +20,29 @@
 #         NVIDIA's official images, with Ubuntu's oneDNN 3.1 (backends/cpu/dnnl_compat.h builds
 #         forecastd against oneDNN 2 and 3 alike). The toolkit, cuDNN and NCCL are NVIDIA's
 #         packages in both images; the NVIDIA container toolkit mounts the driver, as the
-#         images' own NVIDIA_* variables ask.
+#         NVIDIA_* variables of the runtime stage ask.
+#   cuda, other bases: any pair of one release works, e.g. debian:12 with a CUDA toolkit
+#         (nvcc, cuDNN and NCCL in it) unpacked under /usr/local/cuda -> debian:12-slim, as
+#         scripts/container/build-images.sh --variant cuda makes where NVIDIA's images cannot
+#         be pulled. A library no package owns (the toolkit's, there) is copied from the build
+#         into the image by deploy/docker/stage-runtime.sh.
 #
 # Docker stops a container 10 s after SIGTERM unless told otherwise; forecastd may need
 # --drain-timeout (30 s) + --shutdown-grace-seconds (10 s) to drain, hence --stop-timeout 45.
 
 ARG VARIANT=cuda
 ARG CUDA_VERSION=13.0.1
+ARG CUDA_BUILD_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu24.04
 
 # ---- Build stages: one base per variant, then the common build.
 FROM debian:12 AS build-cpu
 ENV FORECASTD_CMAKE_FLAGS="-DFORECASTD_CUDA=OFF"
 
 # nvcc is /usr/local/cuda/bin/nvcc; cuDNN's and NCCL's headers and libraries are in /usr/include
-# and /usr/lib/<triplet>, where scripts/cmake/ForecastdCuda.cmake looks.
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-devel-ubuntu24.04 AS build-cuda
+# and /usr/lib/<triplet> (NVIDIA's images) or in the toolkit's include/ and lib/, where
+# scripts/cmake/ForecastdCuda.cmake looks.
+FROM ${CUDA_BUILD_IMAGE} AS build-cuda
 ENV FORECASTD_CMAKE_FLAGS="-DFORECASTD_CUDA=ON"
 
 FROM build-${VARIANT} AS build
@@ -61,8 +70,10 @@ FROM debian:12-slim AS runtime-cpu
 # NVIDIA's runtime image of the build's tag: the CUDA runtime, cuBLAS and cuDNN forecastd loads,
 # at the build's versions (held by NVIDIA), and NCCL's runtime package, libnccl2 (the stage
 # below installs it from NVIDIA's repository, which the image configures, should a tag lack it).
-# The image sets NVIDIA_VISIBLE_DEVICES=all and NVIDIA_DRIVER_CAPABILITIES=compute,utility.
-FROM nvidia/cuda:${CUDA_VERSION}-cudnn-runtime-ubuntu24.04 AS runtime-cuda
+# On another base the build stage's unpackaged libraries come along instead (below). Either way
+# the NVIDIA container toolkit is asked for every GPU and for compute and NVML.
+FROM ${CUDA_RUNTIME_IMAGE} AS runtime-cuda
+ENV NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
 
 FROM runtime-${VARIANT} AS runtime
 ARG VARIANT
@@ -84,8 +95,8 @@ RUN apt-get update \
  && groupadd --system --gid 10001 forecastd \
  && useradd --system --uid 10001 --gid 10001 --home-dir /models --no-create-home \
       --shell /usr/sbin/nologin forecastd
-# Libraries no package owns (none for either variant as built here: stage-runtime.sh copies any
-# it finds, such as a toolkit installed by hand).
+# Libraries no package owns (none for the CPU variant or on NVIDIA's images; the toolkit's
+# CUDA runtime, cuBLAS, cuDNN and NCCL on a base where it was unpacked by hand).
 COPY --from=build /opt/runtime/lib/ /opt/forecastd/lib/
 RUN echo /opt/forecastd/lib > /etc/ld.so.conf.d/forecastd.conf && ldconfig
 # forecastd, forecastd-health and whatever else the build installs (forecastctl).

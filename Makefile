@@ -9,7 +9,8 @@ HTTP_ADDRESS ?= 127.0.0.1:8000
 METRICS_ADDRESS ?= 127.0.0.1:8002
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: run test deps build format lint clean fuzz sanitize images images-test
+.PHONY: run test deps build format lint clean fuzz sanitize images images-test images-cuda \
+	images-cuda-test
 
 run: deps build
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
@@ -41,13 +42,21 @@ sanitize: deps
 	JOBS='$(JOBS)' bash scripts/sanitize.sh
 
 # The CPU container image from the Dockerfile (Docker, else buildah; base images made with
-# mmdebstrap where they cannot be pulled): scripts/container/build-images.sh.
+# mmdebstrap where they cannot be pulled): scripts/container/build-images.sh. images-cuda: the
+# CUDA image (on NVIDIA's bases, else on Debian 12 with this machine's CUDA toolkit).
 images:
 	JOBS='$(JOBS)' bash scripts/container/build-images.sh
 
-# The built image run with podman (tests/deploy/image_test.py, label slow).
+images-cuda:
+	JOBS='$(JOBS)' bash scripts/container/build-images.sh --variant cuda
+
+# The built image run with podman (tests/deploy/image_test.py, label slow); the CUDA image's
+# checks are the same, on the CPU.
 images-test: deps build images
 	cd $(BUILD_DIR) && ctest -R '^deploy_image_test$$' $(CTEST_FLAGS)
+
+images-cuda-test: deps build images-cuda
+	cd $(BUILD_DIR) && ctest -R '^deploy_image_cuda_test$$' $(CTEST_FLAGS)
 
 FORMATTED = $(shell git ls-files '*.h' '*.cc' '*.cu' '*.cuh' '*.proto')
 

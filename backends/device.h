@@ -9,9 +9,9 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace forecastd {
 
@@ -54,6 +54,11 @@ int UsableCpuCores();
 // in a CUDA build (backends/cuda/cuda_devices.cc), an always-empty one otherwise
 // (backends/no_cuda_devices.cc), so this layer never includes backends/cuda/.
 absl::StatusOr<std::vector<Device>> DiscoverCudaDevices();
+
+// The GPU libraries this build was compiled against, for `forecastd --version`: "CUDA 13.0,
+// cuDNN 9.13.0, NCCL 2.28.3" in a CUDA build, "CPU only" otherwise. Linked as
+// DiscoverCudaDevices is.
+std::string GpuBuildInfo();
 
 class DeviceRegistry {
  public:

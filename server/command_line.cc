@@ -6,6 +6,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "backends/device.h"
 #include "kernels/base/version.h"
 
 namespace forecastd {
@@ -21,7 +22,9 @@ CommandLine UsageError(absl::string_view message) {
 
 }  // namespace
 
-std::string VersionString() { return absl::StrCat("forecastd ", kForecastdVersion); }
+std::string VersionString() {
+  return absl::StrCat("forecastd ", kForecastdVersion, ", ", GpuBuildInfo());
+}
 
 absl::Status ValidateHostPort(absl::string_view flag, absl::string_view address) {
   const size_t colon = address.rfind(':');

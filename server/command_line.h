@@ -34,7 +34,8 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args);
 // 0..65535; INVALID_ARGUMENT naming `flag` otherwise.
 absl::Status ValidateHostPort(absl::string_view flag, absl::string_view address);
 
-// The version line, e.g. "forecastd 0.1.0 (git 1a2b3c4)".
+// The version line with the GPU libraries built in, e.g. "forecastd 0.1.0 (git 1a2b3c4), CUDA
+// 13.0, cuDNN 9.13.0, NCCL 2.28.3" or "forecastd 0.1.0 (git 1a2b3c4), CPU only".
 std::string VersionString();
 
 }  // namespace forecastd

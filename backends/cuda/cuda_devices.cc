@@ -1,12 +1,23 @@
 #include "backends/cuda/cuda_devices.h"
 
 #include <cuda_runtime_api.h>
+#include <cudnn_version.h>
+#include <nccl.h>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 
 namespace forecastd {
 
-// Declared in backends/device.h (the CPU-only build links backends/no_cuda_devices.cc instead).
+// Declared in backends/device.h, as GpuBuildInfo below (the CPU-only build links
+// backends/no_cuda_devices.cc instead).
+std::string GpuBuildInfo() {
+  return absl::StrCat("CUDA ", CUDART_VERSION / 1000, ".", CUDART_VERSION % 1000 / 10, ", cuDNN ",
+                      CUDNN_MAJOR, ".", CUDNN_MINOR, ".", CUDNN_PATCHLEVEL, ", NCCL ", NCCL_MAJOR,
+                      ".", NCCL_MINOR, ".", NCCL_PATCH);
+}
+
+// Declared in backends/device.h.
 absl::StatusOr<std::vector<Device>> DiscoverCudaDevices() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);

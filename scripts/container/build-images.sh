@@ -3,9 +3,10 @@
 # engine answers, else with buildah (podman alongside), and prints the image's size.
 #
 #   scripts/container/build-images.sh                  the CPU image, forecastd:cpu
+#   scripts/container/build-images.sh --variant cuda   the CUDA image, forecastd:cuda
 #   scripts/container/build-images.sh --tag NAME       another name
 #   JOBS=8 scripts/container/build-images.sh           build parallelism inside the image
-#   make images                                        the same
+#   make images / make images-cuda                     the same
 #
 # The Dockerfile's CPU variant starts from debian:12 and ends on debian:12-slim. Where those
 # cannot be pulled (no registry reachable, as on air-gapped build hosts), this script makes
@@ -14,22 +15,40 @@
 # nothing in it for this route. The buildah route also needs `podman`, `runc`, `uidmap` and
 # `fuse-overlayfs`; as root on Debian or Ubuntu the script installs what is missing with apt.
 #
+# The CUDA variant starts from NVIDIA's images (nvidia/cuda:<CUDA_VERSION>-cudnn-devel and
+# -runtime, Ubuntu 24.04). Where those cannot be pulled, the buildah route builds it on Debian
+# 12 instead, with the CUDA toolkit of this machine (CUDA_HOME, default /usr/local/cuda: nvcc,
+# cuDNN and NCCL in one tree), and says so: the build base is debian:12 with that tree copied to
+# /usr/local/cuda-<version> (localhost/forecastd-cuda-toolkit:<version>-debian12), the runtime
+# base debian:12-slim, to which the build's stage-runtime.sh copies the CUDA libraries forecastd
+# loads. The Dockerfile takes the two bases as build arguments (CUDA_BUILD_IMAGE,
+# CUDA_RUNTIME_IMAGE).
+#
 # Environment: JOBS (default: every core), FORECASTD_ENGINE=docker|buildah (default: docker
 # when `docker info` answers), DEBIAN_MIRROR (default http://deb.debian.org/debian),
-# CONTAINERS_CONF (buildah/podman; by default a file setting `default_ulimits = []`, so that
-# builds run where raising resource limits is refused, as in some sandboxes).
+# CUDA_HOME (above), CONTAINERS_CONF (buildah/podman; by default a file setting
+# `default_ulimits = []`, so that builds run where raising resource limits is refused, as in
+# some sandboxes).
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-tag="forecastd:cpu"
+variant=cpu
+tag=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --variant) variant="${2:?--variant needs cpu or cuda}"; shift 2 ;;
+    --variant=*) variant="${1#--variant=}"; shift ;;
     --tag) tag="${2:?--tag needs a name}"; shift 2 ;;
     --tag=*) tag="${1#--tag=}"; shift ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-images.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
+if [[ "${variant}" != cpu && "${variant}" != cuda ]]; then
+  echo "build-images.sh: --variant must be cpu or cuda, not '${variant}'" >&2
+  exit 2
+fi
+tag="${tag:-forecastd:${variant}}"
 jobs="${JOBS:-$(nproc)}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 say() { echo "build-images: $*"; }
@@ -45,7 +64,7 @@ fi
 
 if [[ "${engine}" == docker ]]; then
   say "building ${tag} with docker (BuildKit)"
-  DOCKER_BUILDKIT=1 docker build --build-arg VARIANT=cpu --build-arg JOBS="${jobs}" \
+  DOCKER_BUILDKIT=1 docker build --build-arg VARIANT="${variant}" --build-arg JOBS="${jobs}" \
     -t "${tag}" "${repo}"
   docker image ls "${tag}" --format 'build-images: {{.Repository}}:{{.Tag}} {{.Size}}'
   exit 0
@@ -124,9 +143,56 @@ for base in 12:0 12-slim:1; do
   fi
 done
 
+build_args=(--build-arg VARIANT="${variant}" --build-arg JOBS="${jobs}")
+if [[ "${variant}" == cuda ]]; then
+  # NVIDIA's images of the Dockerfile's CUDA_VERSION, else this machine's toolkit on Debian 12.
+  cuda_version=$(sed -n 's/^ARG CUDA_VERSION=//p' "${repo}/Dockerfile")
+  nvidia_build="docker.io/nvidia/cuda:${cuda_version}-cudnn-devel-ubuntu24.04"
+  nvidia_runtime="docker.io/nvidia/cuda:${cuda_version}-cudnn-runtime-ubuntu24.04"
+  if { podman image exists "${nvidia_build}" \
+       || timeout 120 podman pull --quiet "${nvidia_build}" >/dev/null 2>&1; } &&
+     { podman image exists "${nvidia_runtime}" \
+       || timeout 120 podman pull --quiet "${nvidia_runtime}" >/dev/null 2>&1; }; then
+    say "CUDA bases: NVIDIA's ${nvidia_build} and ${nvidia_runtime}"
+  else
+    cuda_home="$(readlink -f "${CUDA_HOME:-/usr/local/cuda}")"
+    for need in bin/nvcc include/cudnn.h include/nccl.h; do
+      if [[ ! -e "${cuda_home}/${need}" ]]; then
+        echo "build-images.sh: NVIDIA's CUDA images cannot be pulled, and ${cuda_home} has no" \
+             "${need}; set CUDA_HOME to a CUDA toolkit with cuDNN and NCCL in it" >&2
+        exit 1
+      fi
+    done
+    local_version=$("${cuda_home}/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+    toolkit="localhost/forecastd-cuda-toolkit:${local_version}-debian12"
+    if podman image exists "${toolkit}"; then
+      say "CUDA bases: ${nvidia_build} cannot be pulled; using ${toolkit} (made earlier)" \
+          "and debian:12-slim"
+    else
+      say "CUDA bases: ${nvidia_build} cannot be pulled; making ${toolkit} from debian:12" \
+          "and ${cuda_home} (CUDA ${local_version}, with its cuDNN and NCCL)"
+      ctr=$(buildah from --quiet docker.io/library/debian:12)
+      trap 'buildah rm "${ctr}" >/dev/null 2>&1 || true' EXIT
+      buildah copy --quiet "${ctr}" "${cuda_home}" "/usr/local/cuda-${local_version}" >/dev/null
+      # The loader finds the toolkit's libraries as on NVIDIA's images (ldd in the build stage
+      # too, which works out what the runtime image needs).
+      buildah run --isolation chroot "${ctr}" -- sh -c \
+        "ln -s cuda-${local_version} /usr/local/cuda && echo /usr/local/cuda/lib64 \
+         > /etc/ld.so.conf.d/000-cuda.conf && ldconfig"
+      buildah config --env PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        --env CUDA_HOME=/usr/local/cuda \
+        --label "io.forecastd.cuda-toolkit=${local_version} from ${cuda_home}" "${ctr}"
+      buildah commit --quiet "${ctr}" "${toolkit}" >/dev/null
+      buildah rm "${ctr}" >/dev/null
+      trap - EXIT
+    fi
+    build_args+=(--build-arg CUDA_BUILD_IMAGE="${toolkit}"
+                 --build-arg CUDA_RUNTIME_IMAGE=docker.io/library/debian:12-slim)
+  fi
+fi
+
 say "building ${tag} with buildah (--isolation chroot), ${jobs} jobs"
 # --format docker keeps the Dockerfile's HEALTHCHECK, which the OCI image format has no field for.
-buildah bud --isolation chroot --layers --format docker --build-arg VARIANT=cpu \
-  --build-arg JOBS="${jobs}" \
+buildah bud --isolation chroot --layers --format docker "${build_args[@]}" \
   -t "${tag}" -f "${repo}/Dockerfile" "${repo}"
 podman image ls --format 'build-images: {{.Repository}}:{{.Tag}} {{.Size}}' "${tag}"

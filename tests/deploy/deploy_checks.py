@@ -165,7 +165,8 @@ def check_dockerfile(args):
     for keyword, rest in global_instructions:
         if keyword == "ARG" and "=" in rest:
             name, value = rest.split("=", 1)
-            global_args[name] = value.strip('"')
+            # As Docker does: a default may use the ARGs declared before it.
+            global_args[name] = expand(value.strip('"'), global_args)
     check(global_args.get("VARIANT") == "cuda", "Dockerfile: ARG VARIANT should default to cuda")
     final = stages[-1]
     check(final["name"] == "runtime", "Dockerfile: the last stage should be named runtime")

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""The CPU container image, run with podman as an operator runs it.
+"""A container image of forecastd, run with podman as an operator runs it.
 
-Starts the image (default localhost/forecastd:cpu, from scripts/container/build-images.sh) with
-its own command line, a fresh named volume on /models (seeded from the image's demo models) and
-its gRPC and metrics ports published on free loopback ports, then checks:
+Starts the image (default localhost/forecastd:cpu, from scripts/container/build-images.sh; the
+CUDA image, localhost/forecastd:cuda, runs the same checks on a host without a GPU, where its
+`--devices=all` is the CPU alone) with its own command line, a fresh named volume on /models
+(seeded from the image's demo models) and its gRPC and metrics ports published on free loopback
+ports, then checks:
+  0. `forecastd --version` in the image names the GPU libraries of its variant (the image's
+     io.forecastd.variant label): CUDA, cuDNN and NCCL for cuda, "CPU only" for cpu;
   1. the container's process runs as the image's non-root user (uid 10001);
   2. its HEALTHCHECK (forecastd-health against 127.0.0.1:8001) reports healthy;
   3. forecastctl on the host predicts demo_lstm through the published port, and the forecast is
@@ -19,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -101,6 +106,28 @@ def main(argv):
         if not os.access(binary, os.X_OK):
             print(f"image_test: {binary} missing (make build)", file=sys.stderr)
             return 2
+    # 0. The variant's build.
+    variant = run([podman, "image", "inspect", args.image, "--format",
+                   '{{index .Config.Labels "io.forecastd.variant"}}']).stdout.strip()
+    version = run([podman, "run", "--rm", "--runtime", "runc", args.image, "--version"])
+    line = version.stdout.strip()
+    wanted = {"cuda": ", CUDA ", "cpu": ", CPU only"}.get(variant)
+    check(version.returncode == 0 and wanted is not None and wanted in line
+          and (variant != "cuda" or (", cuDNN " in line and ", NCCL " in line)),
+          f"0 forecastd --version in the {variant or '(unlabelled)'} image: {line!r}")
+    if variant == "cuda":
+        # Every library it loads is in the image, except the driver's, which the NVIDIA
+        # container toolkit mounts from the host.
+        ldd = run([podman, "run", "--rm", "--runtime", "runc", "--entrypoint", "ldd", args.image,
+                   "/usr/local/bin/forecastd"])
+        missing = sorted({ln.split()[0] for ln in ldd.stdout.splitlines() if "not found" in ln})
+        gpu_libs = sorted({ln.split()[0] for ln in ldd.stdout.splitlines()
+                           if re.match(r"\s*lib(cudart|cublas|cublasLt|cudnn|nccl)\.so", ln)
+                           and "=> /" in ln})
+        check(ldd.returncode == 0 and len(gpu_libs) == 5
+              and set(missing) <= {"libcuda.so.1", "libnvidia-ml.so.1"},
+              f"0 in the image forecastd loads {', '.join(gpu_libs)}; not there: "
+              f"{', '.join(missing) or 'nothing'} (the driver's, mounted at run time)")
     name = f"forecastd-image-test-{os.getpid()}"
     volume = f"{name}-models"
     grpc_port, metrics_port = free_port(), free_port()

@@ -106,6 +106,15 @@ TEST_CASE("--help and --version print and exit 0", "[unit][flags]") {
   REQUIRE(version.should_exit);
   REQUIRE(version.exit_code == kExitOk);
   REQUIRE(version.message.rfind("forecastd 0.", 0) == 0);
+  // It names the GPU libraries built in, so that an image's variant can be told from outside.
+#if FORECASTD_WITH_CUDA
+  CAPTURE(version.message);
+  REQUIRE(version.message.find(", CUDA 1") != std::string::npos);
+  REQUIRE(version.message.find(", cuDNN 9.") != std::string::npos);
+  REQUIRE(version.message.find(", NCCL 2.") != std::string::npos);
+#else
+  REQUIRE(version.message.find(", CPU only") != std::string::npos);
+#endif
 }
 
 TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit][flags]") {
