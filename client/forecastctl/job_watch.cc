@@ -191,7 +191,7 @@ void PrintResumeHint(const Context& context, const std::string& job_id) {
 int CancelOrDetach(Context& context, ForecastdClient& client, const std::string& job_id) {
   if (!AskOnTerminal(absl::StrCat("Cancel job ", job_id, "? [y/N] (N detaches) "))) {
     PrintResumeHint(context, job_id);
-    return kExitOk;
+    return kExitDetached;
   }
   g_interrupted.store(false);
   absl::StatusOr<v1::TrainJobInfo> info = client.CancelTrainJob(job_id);
@@ -201,14 +201,13 @@ int CancelOrDetach(Context& context, ForecastdClient& client, const std::string&
   while (!IsFinal(info->state())) {
     if (g_interrupted.load()) {
       PrintResumeHint(context, job_id);
-      return kExitOk;
+      return kExitDetached;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     info = client.GetTrainJob(job_id);
     if (!info.ok()) return ServerError(info.status());
   }
-  const int code = ReportFinished(*info, context.flags.json);
-  return info->state() == v1::TRAIN_JOB_CANCELLED ? kExitOk : code;
+  return ReportFinished(*info, context.flags.json);
 }
 
 }  // namespace
@@ -248,9 +247,13 @@ int ReportFinished(const v1::TrainJobInfo& info, bool json) {
     std::cout << ProtoJson(event, /*one_line=*/true) << std::endl;
     return code;
   }
-  if (info.state() == v1::TRAIN_JOB_FAILED) {
+  if (info.state() == v1::TRAIN_JOB_FAILED || info.state() == v1::TRAIN_JOB_CANCELLED) {
     std::cout.flush();
-    std::fprintf(stderr, "error: job %s FAILED: %s\n", info.job_id().c_str(), info.error().c_str());
+    const std::string reason = !info.error().empty()                     ? info.error()
+                               : info.state() == v1::TRAIN_JOB_CANCELLED ? "cancelled"
+                                                                         : "no reason given";
+    std::fprintf(stderr, "error: job %s %s: %s (%s)\n", info.job_id().c_str(),
+                 JobStateName(info.state()).c_str(), reason.c_str(), DescribeJob(info).c_str());
   } else {
     std::cout << DescribeJob(info) << std::endl;
   }

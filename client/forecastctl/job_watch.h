@@ -13,12 +13,14 @@
 
 namespace forecastd::ctl {
 
-// Watches job `job_id` until it ends; returns the exit code: 0 when it SUCCEEDED (or when
-// the operator detached or had it cancelled), 1 when it FAILED or was cancelled by someone
-// else, or when the watch itself failed.
+// Watches job `job_id` until it ends; returns the exit code: 0 only when it SUCCEEDED; 1
+// when it FAILED or was CANCELLED (by this watch's Ctrl-C or by anyone else), with its state
+// and reason on stderr, or when the watch itself failed; 130 when Ctrl-C or SIGINT left the
+// job running (detached), with how to watch it again.
 int WatchJob(Context& context, const std::string& job_id);
 
-// The final report of a job: one line on success, its error (to stderr) on failure.
+// The final report of a job: one line on success, its state and reason (to stderr) when it
+// FAILED or was CANCELLED.
 // Returns the exit code WatchJob uses for that state.
 int ReportFinished(const v1::TrainJobInfo& info, bool json);
 

@@ -18,6 +18,9 @@ namespace forecastd::ctl {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitServerError = 1;  // an RPC (or the metrics endpoint) failed
 inline constexpr int kExitUsage = 2;        // bad flags or values, unreadable input
+// A watch left by Ctrl-C or SIGINT, the job still running (128 + SIGINT, as shells report an
+// interrupted command).
+inline constexpr int kExitDetached = 130;
 
 // Prints "error: <CODE_NAME>: <message>" (e.g. "error: NOT_FOUND: model 'x' ...") to stderr
 // and returns kExitServerError.

@@ -297,6 +297,17 @@ int RunJobsShow(Context& context, const JobArgs& args) {
 int RunJobsCancel(Context& context, const JobArgs& args) {
   absl::StatusOr<ForecastdClient*> client = context.Client();
   if (!client.ok()) return UsageError(client.status().message());
+  // A job that has ended has nothing to cancel: saying so (exit 1) keeps a script from taking
+  // "cancelled" for what happened to it.
+  absl::StatusOr<v1::TrainJobInfo> before = (*client)->GetTrainJob(args.job_id);
+  if (!before.ok()) return ServerError(before.status());
+  if (before->state() == v1::TRAIN_JOB_SUCCEEDED || before->state() == v1::TRAIN_JOB_FAILED ||
+      before->state() == v1::TRAIN_JOB_CANCELLED) {
+    if (context.flags.json) PrintJson(*before);
+    std::fprintf(stderr, "error: job %s already finished: %s\n", args.job_id.c_str(),
+                 DescribeJob(*before).c_str());
+    return kExitServerError;
+  }
   absl::StatusOr<v1::TrainJobInfo> job = (*client)->CancelTrainJob(args.job_id);
   if (!job.ok()) return ServerError(job.status());
   while (args.wait && job->state() != v1::TRAIN_JOB_SUCCEEDED &&
@@ -327,7 +338,9 @@ void AddTrainCommands(CLI::App& app, Context& context) {
       "  forecastctl train demo_lstm --csv prices/2024.csv --devices cuda:0 --batch-size 256 \\\n"
       "      --worker 10.0.0.2:8001=cuda:0,cuda:1 --worker 10.0.0.3:8001   # across daemons\n"
       "  forecastctl train --spec job.json --detach   # a forecastd.v1.TrainRequest in JSON\n"
-      "Ctrl-C while watching asks whether to cancel the job or detach from it.");
+      "Ctrl-C while watching asks whether to cancel the job or detach from it. Exit code: 0\n"
+      "when the job SUCCEEDED, 1 when it FAILED or was CANCELLED, 130 when detached by\n"
+      "Ctrl-C or SIGINT (the job keeps running).");
   train->add_option("MODEL", args->model,
                     "model to train (a new one needs --config); optional with --spec");
   train->add_option("--spec", args->spec,

@@ -533,7 +533,7 @@ TEST_CASE("train --json follows a new model's job to SUCCEEDED, then models and 
   }
 }
 
-TEST_CASE("Ctrl-C on a watch without a terminal detaches, jobs cancel stops the job",
+TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job's watch exits 1",
           "[integration][forecastctl]") {
   Fixture f;
   WriteFile(f.Path("series.csv"), SeriesCsv(200));
@@ -556,7 +556,8 @@ TEST_CASE("Ctrl-C on a watch without a terminal detaches, jobs cancel stops the 
   const absl::StatusOr<int> code = watch->WaitForExit(kRunBound);
   INFO(watch->Output());
   REQUIRE(code.ok());
-  REQUIRE(*code == 0);
+  // Detached, not done: 130 (128 + SIGINT), so that `train ... && promote` stops here.
+  REQUIRE(*code == 130);
   REQUIRE(absl::StrContains(watch->Output(), absl::StrCat("jobs watch ", id)));
 
   const CtlResult running = Ctl(f, {"jobs", "show", id, "--json"});
@@ -564,9 +565,33 @@ TEST_CASE("Ctrl-C on a watch without a terminal detaches, jobs cancel stops the 
   const v1::TrainJobState state = ParseJson<v1::TrainJobInfo>(running.out).state();
   REQUIRE((state == v1::TRAIN_JOB_RUNNING || state == v1::TRAIN_JOB_QUEUED));
 
+  // Another watch, then the job cancelled from elsewhere: the watch ends with 1, the state and
+  // the reason.
+  absl::StatusOr<ChildProcess> second = ChildProcess::Start(
+      {FORECASTCTL_BINARY, "--address", f.daemon->grpc_address(), "jobs", "watch", id});
+  REQUIRE(second.ok());
+  while (!absl::StrContains(second->Output(), "Watching job") && absl::Now() < give_up) {
+    REQUIRE(second->Running());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   const CtlResult cancel = Ctl(f, {"jobs", "cancel", id, "--wait"});
   REQUIRE(cancel.exit_code == 0);
   REQUIRE(absl::StrContains(cancel.out, "CANCELLED"));
+  const absl::StatusOr<int> second_code = second->WaitForExit(kRunBound);
+  INFO(second->Output());
+  REQUIRE(second_code.ok());
+  REQUIRE(*second_code == 1);
+  REQUIRE(absl::StrContains(second->Output(), absl::StrCat("error: job ", id, " CANCELLED: ")));
+
+  // A finished job: cancelling it says so and fails; watching it reports how it ended.
+  const CtlResult again = Ctl(f, {"jobs", "cancel", id});
+  INFO(again.err);
+  REQUIRE(again.exit_code == 1);
+  REQUIRE(absl::StrContains(again.err, absl::StrCat("job ", id, " already finished")));
+  REQUIRE(absl::StrContains(again.err, "CANCELLED"));
+  const CtlResult rewatch = Ctl(f, {"jobs", "watch", id});
+  REQUIRE(rewatch.exit_code == 1);
+  REQUIRE(absl::StrContains(rewatch.err, "CANCELLED"));
 }
 
 // --- Admin
