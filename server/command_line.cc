@@ -109,7 +109,8 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
                  "directory that training CSV paths are relative to")
       ->capture_default_str();
   app.add_option("--checkpoint-dir", options.checkpoint_dir,
-                 "where training checkpoints go (default: <model-repository>/.checkpoints)");
+                 "where training checkpoints go (default: each model's own "
+                 "<model-repository>/<model>/.checkpoints)");
   app.add_option("--max-training-jobs", options.max_training_jobs,
                  "training jobs that may run at once")
       ->capture_default_str();

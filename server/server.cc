@@ -316,9 +316,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   TrainJobManager::Options job_options;
   job_options.repository = options.model_repository;
   job_options.data_dir = options.data_dir;
-  job_options.checkpoint_dir = options.checkpoint_dir.empty()
-                                   ? absl::StrCat(options.model_repository, "/.checkpoints")
-                                   : options.checkpoint_dir;
+  // By default each model's checkpoints stay in its directory, so that removing a model
+  // removes them too.
+  job_options.checkpoint_dir = options.checkpoint_dir;
+  job_options.checkpoints_in_model_dirs = options.checkpoint_dir.empty();
   job_options.backend = s.backend_.get();
   ExecutionDevice* train_device = nullptr;
   for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {

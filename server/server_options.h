@@ -60,7 +60,7 @@ struct ServerOptions {
 
   // Where training CSV files are looked up (DataConfig.csv_path is relative to it).
   std::string data_dir = "data";
-  // Where training checkpoints go; "": `<model_repository>/.checkpoints`.
+  // Where training checkpoints go; "": each model's own `<model_repository>/<model>/.checkpoints`.
   std::string checkpoint_dir;
   // Training jobs that may run at once.
   int max_training_jobs = 2;

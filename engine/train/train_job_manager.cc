@@ -117,14 +117,21 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
   o.model = config;
   o.training = request.training;
   o.model_dir = model_dir;
-  if (!options_.checkpoint_dir.empty()) {
+  if (!options_.checkpoint_dir.empty() || options_.checkpoints_in_model_dirs) {
     // The same job on other devices resumes the same checkpoint.
     v1::TrainingConfig placed_anywhere = request.training;
     placed_anywhere.clear_devices();
     placed_anywhere.clear_workers();
     placed_anywhere.clear_resume_on_failure();
-    o.checkpoint_path = absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model,
-                                        Fnv1a(Json(config) + "\n" + Json(placed_anywhere)));
+    const uint64_t hash = Fnv1a(Json(config) + "\n" + Json(placed_anywhere));
+    if (!options_.checkpoint_dir.empty()) {
+      o.checkpoint_path =
+          absl::StrFormat("%s/%s-%016x.ckpt", options_.checkpoint_dir, request.model, hash);
+    } else {
+      const std::string dir = absl::StrCat(model_dir, "/.checkpoints");
+      RETURN_IF_ERROR(CreateDirectories(dir));
+      o.checkpoint_path = absl::StrFormat("%s/%016x.ckpt", dir, hash);
+    }
   }
   if (!request.training.devices().empty()) {
     if (!options_.place) {

@@ -71,8 +71,13 @@ class TrainJobManager {
   struct Options {
     std::string repository;          // model directories live here
     std::filesystem::path data_dir;  // CSV paths resolve here
-    // Checkpoints go here, one per (model, configuration); "": no checkpoints.
+    // Checkpoints go here, one per (model, configuration), as <model>-<hash>.ckpt; "": see
+    // checkpoints_in_model_dirs.
     std::string checkpoint_dir;
+    // With checkpoint_dir empty: true keeps each model's checkpoints in its own directory,
+    // <repository>/<model>/.checkpoints/<hash>.ckpt (deleting the model's directory deletes
+    // them; the registry reads only numbered version directories there); false: no checkpoints.
+    bool checkpoints_in_model_dirs = false;
     // Where every job's steps run (TrainJobOptions::engine_factory); without one, on `backend`.
     TrainingEngineFactory engine_factory;
     Backend* backend = nullptr;  // not owned

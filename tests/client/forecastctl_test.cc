@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -147,14 +148,20 @@ struct Fixture {
   TempDir scratch;
   std::unique_ptr<ForecastdDaemon> daemon;
 
-  Fixture() {
+  // default_checkpoints: no --checkpoint-dir, so that each model keeps its checkpoints in its
+  // own directory of the repository.
+  explicit Fixture(bool default_checkpoints = false) {
     Publish(repository.path(), ToyConfig(), 1);
     Publish(repository.path(), QuantileConfig(), 2);
     ForecastdDaemon::Options options;
     options.binary = FORECASTD_BINARY;
     options.repository = repository.path();
-    options.extra_flags = {"--data-dir", scratch.path(), "--checkpoint-dir",
-                           absl::StrCat(scratch.path(), "/checkpoints")};
+    options.extra_flags = {"--data-dir", scratch.path()};
+    if (!default_checkpoints) {
+      options.extra_flags.insert(
+          options.extra_flags.end(),
+          {"--checkpoint-dir", absl::StrCat(scratch.path(), "/checkpoints")});
+    }
     absl::StatusOr<std::unique_ptr<ForecastdDaemon>> started = ForecastdDaemon::Start(options);
     INFO(started.status().ToString());
     REQUIRE(started.ok());
@@ -535,7 +542,7 @@ TEST_CASE("train --json follows a new model's job to SUCCEEDED, then models and 
 
 TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job's watch exits 1",
           "[integration][forecastctl]") {
-  Fixture f;
+  Fixture f(/*default_checkpoints=*/true);
   WriteFile(f.Path("series.csv"), SeriesCsv(200));
   const CtlResult started = Ctl(
       f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "100000", "--detach"});
@@ -548,7 +555,8 @@ TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job'
                            f.daemon->grpc_address(), "jobs", "watch", id});
   REQUIRE(watch.ok());
   const absl::Time give_up = absl::Now() + kRunBound;
-  while (!absl::StrContains(watch->Output(), "Watching job") && absl::Now() < give_up) {
+  // After the first epoch, whose end writes the job's checkpoint.
+  while (!absl::StrContains(watch->Output(), "epoch 1/") && absl::Now() < give_up) {
     REQUIRE(watch->Running());
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -592,6 +600,19 @@ TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job'
   const CtlResult rewatch = Ctl(f, {"jobs", "watch", id});
   REQUIRE(rewatch.exit_code == 1);
   REQUIRE(absl::StrContains(rewatch.err, "CANCELLED"));
+
+  // The cancelled job's checkpoint (kept to resume) is in the model's own directory, so that
+  // removing the model removes it; nothing is written beside the models.
+  const std::filesystem::path model_dir = std::filesystem::path(f.repository.path()) / "toy";
+  std::vector<std::string> checkpoints;
+  for (const auto& e : std::filesystem::directory_iterator(model_dir / ".checkpoints")) {
+    checkpoints.push_back(e.path().filename().string());
+  }
+  INFO(absl::StrJoin(checkpoints, ", "));
+  REQUIRE(checkpoints.size() == 1);
+  REQUIRE(absl::EndsWith(checkpoints[0], ".ckpt"));
+  REQUIRE_FALSE(
+      std::filesystem::exists(std::filesystem::path(f.repository.path()) / ".checkpoints"));
 }
 
 // --- Admin
