@@ -12,7 +12,12 @@ CTEST_FLAGS ?= --output-on-failure
 .PHONY: run test deps build format lint clean fuzz sanitize images images-test images-cuda \
 	images-cuda-test
 
-run: deps build
+# Installs and builds only what it runs: the daemon, the CLI and the health probe (not the
+# tests, nor their packages).
+run:
+	scripts/install-deps.sh --build-only
+	BUILD_DIR='$(BUILD_DIR)' BUILD_TYPE='$(BUILD_TYPE)' JOBS='$(JOBS)' CMAKE_FLAGS='$(CMAKE_FLAGS)' \
+	  TARGETS='forecastd forecastctl forecastd-health' bash scripts/build.sh
 	$(BUILD_DIR)/server/forecastd --model-repository models --devices cpu \
 	  --grpc-address $(GRPC_ADDRESS) --http-address '$(HTTP_ADDRESS)' \
 	  --metrics-address $(METRICS_ADDRESS)
