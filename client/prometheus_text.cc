@@ -177,27 +177,17 @@ std::vector<HistogramSeries> GroupHistogram(const MetricFamily& family) {
   return series;
 }
 
-double HistogramQuantile(const HistogramSeries& series, double q) {
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  if (series.buckets.empty()) return nan;
+std::optional<HistogramBucket> HistogramNearestRank(const HistogramSeries& series, double q) {
+  if (series.buckets.empty()) return std::nullopt;
   const double total = series.buckets.back().second;
-  if (!(total > 0)) return nan;
-  const double rank = std::clamp(q, 0.0, 1.0) * total;
-  double lower_bound = 0.0;
-  double lower_count = 0.0;
-  for (size_t i = 0; i < series.buckets.size(); ++i) {
-    const auto [bound, count] = series.buckets[i];
-    if (count >= rank) {
-      if (std::isinf(bound)) return i == 0 ? nan : series.buckets[i - 1].first;
-      if (i == 0 && bound <= 0) return bound;
-      const double in_bucket = count - lower_count;
-      if (in_bucket <= 0) return bound;
-      return lower_bound + (bound - lower_bound) * (rank - lower_count) / in_bucket;
-    }
-    lower_bound = bound;
-    lower_count = count;
+  if (!(total > 0)) return std::nullopt;
+  const double rank = std::max(1.0, std::ceil(std::clamp(q, 0.0, 1.0) * total));
+  double lower = -std::numeric_limits<double>::infinity();
+  for (const auto& [bound, count] : series.buckets) {
+    if (count >= rank) return HistogramBucket{lower, bound};
+    lower = bound;
   }
-  return series.buckets.back().first;
+  return HistogramBucket{lower, std::numeric_limits<double>::infinity()};
 }
 
 }  // namespace forecastd

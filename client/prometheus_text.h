@@ -4,6 +4,7 @@
 #ifndef FORECASTD_CLIENT_PROMETHEUS_TEXT_H_
 #define FORECASTD_CLIENT_PROMETHEUS_TEXT_H_
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,10 +45,16 @@ struct HistogramSeries {
 // The series of a histogram family, in order of first appearance.
 std::vector<HistogramSeries> GroupHistogram(const MetricFamily& family);
 
-// The q-quantile (0 <= q <= 1) estimated from the buckets as histogram_quantile() does:
-// linear interpolation inside the bucket that holds it (from 0 for the first bucket); the
-// highest finite bound when it falls in the +Inf bucket. NaN without observations.
-double HistogramQuantile(const HistogramSeries& series, double q);
+// The bucket (lower, upper] that holds the nearest-rank q-quantile (0 < q <= 1): the
+// observation of rank ceil(q * count), 1-based, in ascending order. A histogram knows no
+// more than that: the quantile is some value in the bucket, not a point in it. lower is the
+// previous bucket's bound (-Inf for the first bucket); upper is +Inf for the overflow bucket.
+struct HistogramBucket {
+  double lower = 0.0;
+  double upper = 0.0;
+};
+// std::nullopt without observations.
+std::optional<HistogramBucket> HistogramNearestRank(const HistogramSeries& series, double q);
 
 // The value of label `key`, or "" when absent.
 std::string LabelValue(const MetricLabels& labels, absl::string_view key);

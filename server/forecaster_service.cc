@@ -340,6 +340,7 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
       const auto one = [&](bool record) {
         auto task = std::make_unique<PredictTask>();
         task->rows = b;
+        task->benchmark = true;
         task->input.reserve(static_cast<size_t>(b * T * F));
         for (int64_t i = 0; i < b; ++i)
           task->input.insert(task->input.end(), row.begin(), row.end());

@@ -139,7 +139,9 @@ class Server::RegistryMetrics final : public RegistryObserver {
   class Forwarding final : public BatcherObserver {
    public:
     explicit Forwarding(BatcherObserver* target) : target_(target) {}
-    void OnBatch(int64_t rows, int64_t tasks) override { target_->OnBatch(rows, tasks); }
+    void OnBatch(int64_t rows, int64_t tasks, int64_t benchmark_rows) override {
+      target_->OnBatch(rows, tasks, benchmark_rows);
+    }
     void OnTaskDone(uint32_t priority, const absl::Status& status, absl::Duration queue,
                     absl::Duration compute) override {
       target_->OnTaskDone(priority, status, queue, compute);

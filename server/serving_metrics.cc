@@ -159,15 +159,18 @@ class StateCollectable final : public prometheus::Collectable {
 }  // namespace
 
 // One model version's batches: forecastd_batch_size (per model) and Triton's inference and
-// execution counts (per version).
+// execution counts (per version). Benchmark traffic is in none of them: a batch of Benchmark
+// tasks alone is not counted, and one that also carried requests counts as the batch they ran
+// in (its whole size) with only their rows as inferences.
 class ServingMetrics::ModelObserver final : public BatcherObserver {
  public:
   ModelObserver(prometheus::Histogram& batch_size, prometheus::Counter& inferences,
                 prometheus::Counter& executions)
       : batch_size_(batch_size), inferences_(inferences), executions_(executions) {}
-  void OnBatch(int64_t rows, int64_t /*tasks*/) override {
+  void OnBatch(int64_t rows, int64_t /*tasks*/, int64_t benchmark_rows) override {
+    if (benchmark_rows >= rows) return;
     batch_size_.Observe(static_cast<double>(rows));
-    inferences_.Increment(static_cast<double>(rows));
+    inferences_.Increment(static_cast<double>(rows - benchmark_rows));
     executions_.Increment();
   }
 

@@ -1,5 +1,7 @@
 // `forecastctl bench MODEL`: the Benchmark RPC over a grid of batch sizes and concurrencies,
-// as a table of latency percentiles and throughput, optionally exported as CSV.
+// one call per point (each point's result on stderr as it comes, the version of the first
+// pinned for the rest), then a table of latency percentiles and throughput, optionally
+// exported as CSV.
 #include <unistd.h>
 
 #include <cstdint>
@@ -46,19 +48,44 @@ std::string CsvReport(const v1::BenchmarkResponse& r) {
 int RunBench(Context& context, const BenchArgs& args) {
   absl::StatusOr<ForecastdClient*> client = context.Client();
   if (!client.ok()) return UsageError(client.status().message());
-  v1::BenchmarkRequest request;
-  request.set_model(args.model);
-  request.set_version(args.version);
-  for (const int b : args.batch_sizes) request.add_batch_sizes(b);
-  for (const int c : args.concurrency) request.add_concurrency(c);
-  request.set_duration_ms(args.duration_ms);
-  request.set_warmup_requests(args.warmup_requests);
-  if (!context.flags.json && isatty(STDERR_FILENO) != 0) {
-    std::fprintf(stderr, "Benchmarking %s: %zu point(s) of %u ms each...\n", args.model.c_str(),
-                 args.batch_sizes.size() * args.concurrency.size(), args.duration_ms);
+  const size_t points = args.batch_sizes.size() * args.concurrency.size();
+  const bool progress = !context.flags.json;
+  if (progress && isatty(STDERR_FILENO) != 0) {
+    std::fprintf(stderr, "Benchmarking %s: %zu point(s) of %u ms each\n", args.model.c_str(),
+                 points, args.duration_ms);
   }
-  absl::StatusOr<v1::BenchmarkResponse> response = (*client)->Benchmark(request);
-  if (!response.ok()) return ServerError(response.status());
+  // One call per point, so that each point shows as it ends; every point after the first
+  // measures the version the first did, even if another is promoted meanwhile.
+  absl::StatusOr<v1::BenchmarkResponse> response = v1::BenchmarkResponse();
+  size_t done = 0;
+  for (const int b : args.batch_sizes) {
+    for (const int c : args.concurrency) {
+      v1::BenchmarkRequest request;
+      request.set_model(args.model);
+      request.set_version(done == 0 ? args.version : response->version());
+      request.add_batch_sizes(b);
+      request.add_concurrency(c);
+      request.set_duration_ms(args.duration_ms);
+      request.set_warmup_requests(args.warmup_requests);
+      absl::StatusOr<v1::BenchmarkResponse> point = (*client)->Benchmark(request);
+      if (!point.ok()) return ServerError(point.status());
+      if (done == 0) {
+        response->set_model(point->model());
+        response->set_version(point->version());
+        response->set_device(point->device());
+      }
+      ++done;
+      for (const v1::BenchmarkPoint& p : point->points()) {
+        *response->add_points() = p;
+        if (progress) {
+          std::fprintf(stderr,
+                       "point %zu/%zu: batch %d, concurrency %d: %s req/s, p50 %s, p99 %s\n", done,
+                       points, b, c, FormatRate(p.requests_per_second()).c_str(),
+                       FormatMicros(p.p50_us()).c_str(), FormatMicros(p.p99_us()).c_str());
+        }
+      }
+    }
+  }
   if (!args.csv.empty()) {
     std::ofstream out(args.csv);
     out << CsvReport(*response);
@@ -95,7 +122,8 @@ void AddBenchCommand(CLI::App& app, Context& context) {
       "  forecastctl bench demo_lstm --batch-sizes 1,8,32 --concurrency 1,4 --duration-ms 1000\n"
       "  forecastctl bench demo_lstm --batch-sizes 1,32 --csv bench.csv\n"
       "Runs the model through the same engine path as Predict with synthetic inputs, one\n"
-      "point per (batch size, concurrency); latencies are measured in the server.");
+      "point per (batch size, concurrency), each shown on stderr as it ends, then the table;\n"
+      "latencies are measured in the server.");
   bench->add_option("MODEL", args->model, "model name")->required();
   bench->add_option("--version", args->version, "model version (default: the serving one)")
       ->check(CLI::NonNegativeNumber);

@@ -1,10 +1,12 @@
 // `forecastctl metrics`: fetches /metrics over plain HTTP and prints the forecastd_ series by
-// family: counters and gauges as tables by label, histograms as count / mean / p50 / p90 /
-// p99 estimated from their buckets. --raw prints the exposition text as served.
+// family: counters and gauges as tables by label, histograms as count / mean and, for p50 /
+// p90 / p99, the bucket that holds that nearest-rank percentile (a histogram says no more).
+// --raw prints the exposition text as served.
 #include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,15 @@ bool Selected(const MetricFamily& family, const MetricsArgs& args) {
 
 constexpr double kQuantiles[] = {0.5, 0.9, 0.99};
 
+// The bucket (lower, upper] as a cell: "<=250us" for the first bucket, "100us..250us", ">5s"
+// for the overflow bucket; "-" without observations.
+std::string BucketCell(const std::string& family, const std::optional<HistogramBucket>& b) {
+  if (!b.has_value()) return "-";
+  if (std::isinf(b->upper)) return absl::StrCat(">", FormatValue(family, b->lower));
+  if (std::isinf(b->lower)) return absl::StrCat("<=", FormatValue(family, b->upper));
+  return absl::StrCat(FormatValue(family, b->lower), "..", FormatValue(family, b->upper));
+}
+
 void PrintFamily(const MetricFamily& family) {
   std::cout << family.name << " (" << family.type << ")";
   if (!family.help.empty()) std::cout << ": " << family.help;
@@ -96,12 +107,13 @@ void PrintFamily(const MetricFamily& family) {
       row.push_back(FormatNumber(s.count));
       row.push_back(s.count > 0 ? FormatValue(family.name, s.sum / s.count) : "-");
       for (const double q : kQuantiles) {
-        const double v = HistogramQuantile(s, q);
-        row.push_back(std::isnan(v) ? "-" : FormatValue(family.name, v));
+        row.push_back(BucketCell(family.name, HistogramNearestRank(s, q)));
       }
       t.AddRow(std::move(row));
     }
-    table = t.Render();
+    table = absl::StrCat(t.Render(),
+                         "(P50, P90, P99: the bucket, lower bound excluded, that holds the "
+                         "nearest-rank percentile)\n");
   } else {
     std::vector<MetricLabels> labels;
     for (const MetricSample& s : family.samples) labels.push_back(s.labels);
@@ -135,8 +147,12 @@ std::string FamilyJson(const MetricFamily& family) {
                        ", \"sum\": ", JsonDouble(s.sum),
                        ", \"mean\": ", JsonDouble(s.count > 0 ? s.sum / s.count : NAN));
       for (const double q : kQuantiles) {
-        absl::StrAppend(&item, ", \"p", static_cast<int>(q * 100),
-                        "\": ", JsonDouble(HistogramQuantile(s, q)));
+        // {"gt": lower, "le": upper}: null for an infinite bound; null without observations.
+        const std::optional<HistogramBucket> b = HistogramNearestRank(s, q);
+        absl::StrAppend(&item, ", \"p", static_cast<int>(q * 100), "\": ",
+                        b.has_value() ? absl::StrCat("{\"gt\": ", JsonDouble(b->lower),
+                                                     ", \"le\": ", JsonDouble(b->upper), "}")
+                                      : "null");
       }
       series.push_back(item + "}");
     }
@@ -204,7 +220,8 @@ void AddMetricsCommand(CLI::App& app, Context& context) {
       "  forecastctl metrics\n  forecastctl metrics request_duration\n"
       "  forecastctl --metrics-address 10.0.0.5:8002 metrics --raw | grep forecastd_queue\n"
       "Fetches GET /metrics from --metrics-address. Counters and gauges print as tables by\n"
-      "label; histograms as count, mean and p50/p90/p99 estimated from their buckets.");
+      "label; histograms as count, mean and, for p50/p90/p99, the bucket that holds that\n"
+      "nearest-rank percentile (lower bound excluded, upper included).");
   metrics->add_option("PATTERN", args->pattern, "only families whose name contains this");
   metrics->add_flag("--raw", args->raw, "print the exposition text as served");
   metrics->add_flag("--all", args->all, "include series not named forecastd_*");

@@ -332,7 +332,12 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       next += bytes.size();
     }
     if (options_.observer != nullptr) {
-      options_.observer->OnBatch(batch.rows, static_cast<int64_t>(batch.tasks.size()));
+      int64_t benchmark_rows = 0;
+      for (const std::unique_ptr<PredictTask>& task : batch.tasks) {
+        if (task->benchmark) benchmark_rows += task->rows;
+      }
+      options_.observer->OnBatch(batch.rows, static_cast<int64_t>(batch.tasks.size()),
+                                 benchmark_rows);
     }
     return batch;
   }

@@ -31,8 +31,9 @@ class BatcherObserver {
  public:
   virtual ~BatcherObserver() = default;
   // A batch of `rows` rows from `tasks` requests starts computing (after the tasks whose
-  // deadline passed meanwhile were taken out; a batch left empty by that is not reported).
-  virtual void OnBatch(int64_t /*rows*/, int64_t /*tasks*/) {}
+  // deadline passed meanwhile were taken out; a batch left empty by that is not reported), of
+  // which `benchmark_rows` are Benchmark tasks' (PredictTask::benchmark).
+  virtual void OnBatch(int64_t /*rows*/, int64_t /*tasks*/, int64_t /*benchmark_rows*/) {}
   // A task completed (OK or not), just before its `done`, after waiting `queue_time`
   // (enqueue until its batch started, or until it was completed without running) and
   // computing `compute_time` (zero when it never ran). `priority` is its level.

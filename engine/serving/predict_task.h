@@ -55,6 +55,10 @@ struct PredictTask {
   // default timeout). Zero or negative: none requested.
   absl::Duration timeout_override = absl::ZeroDuration();
 
+  // A Benchmark RPC's synthetic request: computed like any other, but left out of the model's
+  // serving metrics (BatcherObserver::OnBatch).
+  bool benchmark = false;
+
   // Set by the queue when it accepts the task.
   absl::Time enqueue_time;
 

@@ -825,7 +825,7 @@ TEST_CASE("completion bash prints a script bash can source", "[integration][fore
 
 // --- Bench, metrics
 
-TEST_CASE("bench prints a table per (batch size, concurrency) and exports CSV",
+TEST_CASE("bench shows each point as it ends, then a table, and exports CSV",
           "[integration][forecastctl]") {
   Fixture f;
   const CtlResult r = Ctl(f, {"bench", "toy", "--batch-sizes", "1,4", "--concurrency", "1,2",
@@ -842,6 +842,14 @@ TEST_CASE("bench prints a table per (batch size, concurrency) and exports CSV",
   }
   REQUIRE(rows == 4);
   REQUIRE(Lines(ReadFile(f.Path("bench.csv"))).size() == 5);
+  // Each point on stderr as it ends, in order.
+  INFO(r.err);
+  for (const char* point :
+       {"point 1/4: batch 1, concurrency 1: ", "point 2/4: batch 1, concurrency 2: ",
+        "point 3/4: batch 4, concurrency 1: ", "point 4/4: batch 4, concurrency 2: "}) {
+    REQUIRE(absl::StrContains(r.err, point));
+  }
+  REQUIRE(r.err.find("point 1/4") < r.err.find("point 4/4"));
 
   const CtlResult json =
       Ctl(f, {"bench", "toy", "--batch-sizes", "2", "--duration-ms", "50", "--json"});
@@ -862,6 +870,7 @@ TEST_CASE("metrics shows forecastd_requests_total after traffic", "[integration]
   REQUIRE(absl::StrContains(text.out, "forecastd_requests_total (counter)"));
   REQUIRE(absl::StrContains(text.out, "forecastd_request_duration_seconds (histogram)"));
   REQUIRE(absl::StrContains(text.out, "P99"));
+  REQUIRE(absl::StrContains(text.out, "nearest-rank percentile"));
 
   const CtlResult raw = Ctl(f, {"metrics", "--raw"});
   REQUIRE(raw.exit_code == 0);
@@ -885,7 +894,11 @@ TEST_CASE("metrics shows forecastd_requests_total after traffic", "[integration]
       if (name == "forecastd_requests_total") toy_requests += Field(series, "value").number_value();
       if (name == "forecastd_request_duration_seconds") {
         toy_histogram_count += Field(series, "count").number_value();
-        REQUIRE(Field(series, "p99").number_value() > 0);
+        // The bucket that holds the percentile: (gt, le], le a finite bucket bound.
+        const auto& p99 = Field(series, "p99").struct_value().fields();
+        REQUIRE(p99.at("le").number_value() > 0);
+        REQUIRE((p99.at("gt").has_null_value() ||
+                 p99.at("gt").number_value() < p99.at("le").number_value()));
       }
     }
   }
@@ -933,7 +946,7 @@ TEST_CASE("CSV series, sliding windows and JSON windows", "[integration][forecas
   REQUIRE(!ParseJsonWindows("[[[1]]").ok());
 }
 
-TEST_CASE("Prometheus text: families, label escapes, histogram quantiles",
+TEST_CASE("Prometheus text: families, label escapes, nearest-rank histogram buckets",
           "[integration][forecastctl]") {
   const std::string text =
       "# HELP t_requests_total Requests.\n"
@@ -966,17 +979,29 @@ TEST_CASE("Prometheus text: families, label escapes, histogram quantiles",
   REQUIRE(series[0].count == 20);
   REQUIRE(series[0].sum == 2.5);
   REQUIRE(series[0].buckets.size() == 3);
-  // Half the observations are at or below 0.1, all at or below 0.2.
-  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.5) - 0.1) < 1e-12);
-  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.25) - 0.05) < 1e-12);
-  REQUIRE(std::fabs(HistogramQuantile(series[0], 0.75) - 0.15) < 1e-12);
-  REQUIRE(std::fabs(HistogramQuantile(series[0], 1.0) - 0.2) < 1e-12);
+  // Ten observations at or below 0.1, ten more at or below 0.2: the 10th (p50) is in the
+  // first bucket, the 11th (p51) and the 20th (p100) in the second.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto bucket = [&](double q) { return HistogramNearestRank(series[0], q).value(); };
+  REQUIRE(bucket(0.5).lower == -inf);
+  REQUIRE(bucket(0.5).upper == 0.1);
+  REQUIRE(bucket(0.05).upper == 0.1);
+  REQUIRE(bucket(0.51).lower == 0.1);
+  REQUIRE(bucket(0.51).upper == 0.2);
+  REQUIRE(bucket(1.0).upper == 0.2);
   HistogramSeries empty;
-  REQUIRE(std::isnan(HistogramQuantile(empty, 0.5)));
-  // Beyond the last finite bucket: its bound, as histogram_quantile says.
+  REQUIRE_FALSE(HistogramNearestRank(empty, 0.5).has_value());
+  // Every batch of size 1 in the bucket le=1: p50 is that bucket, not a value inside it.
+  HistogramSeries ones;
+  ones.buckets = {{1.0, 7}, {2.0, 7}, {4.0, 7}, {inf, 7}};
+  REQUIRE(HistogramNearestRank(ones, 0.5)->upper == 1.0);
+  REQUIRE(HistogramNearestRank(ones, 0.99)->upper == 1.0);
+  // Beyond the last finite bucket: the overflow bucket, (1, +Inf].
   HistogramSeries tail;
-  tail.buckets = {{1.0, 1}, {std::numeric_limits<double>::infinity(), 10}};
-  REQUIRE(HistogramQuantile(tail, 0.99) == 1.0);
+  tail.buckets = {{1.0, 1}, {inf, 10}};
+  REQUIRE(HistogramNearestRank(tail, 0.99)->lower == 1.0);
+  REQUIRE(HistogramNearestRank(tail, 0.99)->upper == inf);
+  REQUIRE(HistogramNearestRank(tail, 0.1)->upper == 1.0);
 }
 
 }  // namespace

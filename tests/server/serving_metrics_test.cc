@@ -151,7 +151,11 @@ TEST_CASE("Triton's request counters follow requests, batches and ticks per mode
   // Two requests in one batch of 5 rows, one failure, one that never found a version.
   BatcherObserver* batches = metrics.ForModel("m", 3);
   REQUIRE(metrics.ForModel("m", 3) == batches);
-  batches->OnBatch(5, 2);
+  batches->OnBatch(5, 2, 0);
+  // Benchmark traffic is in none of the series: a batch of it alone is not counted; in a batch
+  // with a request, only the request's rows are inferences (the batch is executed once).
+  batches->OnBatch(8, 1, 8);
+  batches->OnBatch(4, 2, 3);
   metrics.ObserveRequest("m", 3, "Predict", 0, grpc::StatusCode::OK, us(100), us(30), us(50));
   metrics.ObserveRequest("m", 3, "ModelInfer", 1, grpc::StatusCode::OK, us(90), us(20), us(50));
   metrics.ObserveRequest("m", 3, "ModelInfer", 0, grpc::StatusCode::INVALID_ARGUMENT, us(7),
@@ -180,8 +184,8 @@ TEST_CASE("Triton's request counters follow requests, batches and ticks per mode
   REQUIRE(failures("REJECTED") == 1);
   REQUIRE(failures("CANCELED") == 1);
   REQUIRE(failures("BACKEND") == 1);
-  REQUIRE(Value(families, "nv_inference_count", v3) == 5 + 1);
-  REQUIRE(Value(families, "nv_inference_exec_count", v3) == 1);
+  REQUIRE(Value(families, "nv_inference_count", v3) == 5 + 1 + 1);
+  REQUIRE(Value(families, "nv_inference_exec_count", v3) == 2);
   REQUIRE(Value(families, "nv_inference_request_duration_us", v3) == 100 + 90 + 40 + 4);
   REQUIRE(Value(families, "nv_inference_queue_duration_us", v3) == 30 + 20 + 10);
   REQUIRE(Value(families, "nv_inference_compute_infer_duration_us", v3) == 50 + 50 + 20);

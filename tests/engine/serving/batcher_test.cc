@@ -159,11 +159,12 @@ class Completions {
 
 class CountingObserver : public BatcherObserver {
  public:
-  void OnBatch(int64_t rows, int64_t tasks) override {
+  void OnBatch(int64_t rows, int64_t tasks, int64_t benchmark_rows) override {
     absl::MutexLock lock(&mu_);
     ++batches_;
     rows_ += rows;
     batch_tasks_ += tasks;
+    benchmark_rows_ += benchmark_rows;
   }
   void OnTaskDone(uint32_t priority, const absl::Status& status, absl::Duration,
                   absl::Duration) override {
@@ -183,6 +184,10 @@ class CountingObserver : public BatcherObserver {
     absl::MutexLock lock(&mu_);
     return batch_tasks_;
   }
+  int64_t benchmark_rows() const {
+    absl::MutexLock lock(&mu_);
+    return benchmark_rows_;
+  }
   int64_t done(absl::StatusCode code) const {
     absl::MutexLock lock(&mu_);
     const auto it = done_by_code_.find(code);
@@ -199,6 +204,7 @@ class CountingObserver : public BatcherObserver {
   int64_t batches_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t rows_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t batch_tasks_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t benchmark_rows_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<absl::StatusCode, int64_t> done_by_code_ ABSL_GUARDED_BY(mu_);
   std::map<uint32_t, int64_t> done_by_priority_ ABSL_GUARDED_BY(mu_);
 };
@@ -209,11 +215,13 @@ struct TaskSpec {
   uint32_t priority = 0;
   absl::Duration timeout_override = absl::ZeroDuration();
   absl::Time deadline = absl::InfiniteFuture();
+  bool benchmark = false;
 };
 
 std::unique_ptr<PredictTask> MakeTask(const TaskSpec& spec, Completions* completions) {
   auto task = std::make_unique<PredictTask>();
   task->rows = spec.rows;
+  task->benchmark = spec.benchmark;
   for (int64_t r = 0; r < spec.rows; ++r) {
     task->input.push_back(Tag(spec.id, r));
     task->input.push_back(0.5f);
@@ -1085,7 +1093,7 @@ TEST_CASE("The observer sees every batch and every completion", "[unit][batcher]
   h.options.queue.level_policies[2].default_timeout = 5 * kMs;
   h.Start();
   h.EnqueueOk({.id = 1, .rows = 3, .priority = 1});
-  h.EnqueueOk({.id = 2, .rows = 1, .priority = 1});  // full: batch of 4
+  h.EnqueueOk({.id = 2, .rows = 1, .priority = 1, .benchmark = true});  // full: batch of 4
   h.EnqueueOk({.id = 3, .rows = 2, .priority = 2});  // rejected after 5 ms
   h.EnqueueOk({.id = 4, .rows = 1, .priority = 1});  // {4, 3}: 3 rows, waits
   h.batcher->WaitUntilIdleForTesting();
@@ -1097,6 +1105,7 @@ TEST_CASE("The observer sees every batch and every completion", "[unit][batcher]
   REQUIRE(h.observer.batches() == 2);
   REQUIRE(h.observer.rows() == 5);
   REQUIRE(h.observer.batch_tasks() == 3);
+  REQUIRE(h.observer.benchmark_rows() == 1);  // task 2's, told apart for the metrics
   REQUIRE(h.observer.done(absl::StatusCode::kOk) == 3);
   REQUIRE(h.observer.done(absl::StatusCode::kUnavailable) == 1);
   REQUIRE(h.observer.done_at(1) == 3);
