@@ -1094,8 +1094,8 @@ TEST_CASE("The observer sees every batch and every completion", "[unit][batcher]
   h.Start();
   h.EnqueueOk({.id = 1, .rows = 3, .priority = 1});
   h.EnqueueOk({.id = 2, .rows = 1, .priority = 1, .benchmark = true});  // full: batch of 4
-  h.EnqueueOk({.id = 3, .rows = 2, .priority = 2});  // rejected after 5 ms
-  h.EnqueueOk({.id = 4, .rows = 1, .priority = 1});  // {4, 3}: 3 rows, waits
+  h.EnqueueOk({.id = 3, .rows = 2, .priority = 2});                     // rejected after 5 ms
+  h.EnqueueOk({.id = 4, .rows = 1, .priority = 1});                     // {4, 3}: 3 rows, waits
   h.batcher->WaitUntilIdleForTesting();
   h.clock.Advance(5 * kMs);
   REQUIRE(h.completions.WaitFor(3));
