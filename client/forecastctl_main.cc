@@ -5,6 +5,7 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,83 @@ std::string CommandPath(const CLI::App& app) {
   return path;
 }
 
+// The option of `app` (or, as global flags fall through, of the root) named by `token`
+// ("--json", "-o", "--address=x"); nullptr when none is.
+const CLI::Option* FindOption(const CLI::App& app, const CLI::App& root, std::string token) {
+  token = token.substr(0, token.find('='));
+  for (const CLI::App* at : {&app, &root}) {
+    for (const CLI::Option* opt : at->get_options()) {
+      if (!opt->get_positional() && opt->check_name(token)) return opt;
+    }
+  }
+  return nullptr;
+}
+
+// After a parse error: the first word or flag of `args` that names no command or option where
+// it stands, and the nearest that does ("did you mean ..."); empty when every word is known.
+struct Typo {
+  std::string typed;
+  std::string suggestion;
+  std::string where;  // the command path it was typed after
+};
+Typo FindTypo(const CLI::App& root, const std::vector<std::string>& args) {
+  const CLI::App* at = &root;
+  std::string where = root.get_name();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& token = args[i];
+    if (token.size() > 1 && token[0] == '-') {
+      const CLI::Option* opt = FindOption(*at, root, token);
+      if (opt == nullptr) {
+        std::vector<std::string> names;
+        for (const CLI::App* app : {at, &root}) {
+          for (const CLI::Option* o : app->get_options()) {
+            for (const std::string& l : o->get_lnames()) names.push_back("--" + l);
+          }
+        }
+        return {token, NearestWord(token.substr(0, token.find('=')), names), where};
+      }
+      // A value in the next word: skip it.
+      if (opt->get_type_size_max() > 0 && token.find('=') == std::string::npos) ++i;
+      continue;
+    }
+    const std::vector<const CLI::App*> subcommands =
+        at->get_subcommands([](const CLI::App*) { return true; });
+    if (subcommands.empty()) continue;  // a positional argument of `at`
+    const CLI::App* next = nullptr;
+    std::vector<std::string> names;
+    for (const CLI::App* sub : subcommands) {
+      if (sub->check_name(token)) next = sub;
+      names.push_back(sub->get_name());
+      for (const std::string& alias : sub->get_aliases()) names.push_back(alias);
+    }
+    if (next == nullptr) return {token, NearestWord(token, names), where};
+    at = next;
+    where += " " + next->get_name();
+  }
+  return {};
+}
+
+// kubectl's word order: `get models`, `get model NAME`, `describe job ID`, `get jobs` become
+// `models list`, `models show NAME`, `jobs show ID`, `jobs list`. Other words stay as they are.
+std::vector<std::string> KubectlOrder(const CLI::App& root, std::vector<std::string> args) {
+  // The first word that is not a global flag or its value.
+  size_t i = 0;
+  while (i < args.size() && args[i].size() > 1 && args[i][0] == '-') {
+    const CLI::Option* opt = FindOption(root, root, args[i]);
+    const bool takes_value = opt != nullptr && opt->get_type_size_max() > 0;
+    i += takes_value && args[i].find('=') == std::string::npos ? 2 : 1;
+  }
+  if (i + 1 >= args.size() || (args[i] != "get" && args[i] != "describe")) return args;
+  std::string resource = args[i + 1];
+  if (resource == "model" || resource == "job") resource += "s";
+  if (resource != "models" && resource != "jobs") return args;
+  const bool named = i + 2 < args.size() && args[i + 2].rfind('-', 0) != 0;
+  const std::string verb = args[i] == "describe" || named ? "show" : "list";
+  args[i] = resource;
+  args[i + 1] = verb;
+  return args;
+}
+
 int Main(int argc, char** argv) {
   Context context;
   CLI::App app(
@@ -44,6 +122,7 @@ int Main(int argc, char** argv) {
       "  forecastctl stream demo_lstm --csv models/sample_input.csv --key AAPL\n"
       "  forecastctl train my_model --inline-csv series.csv --epochs 20 --promote\n"
       "  forecastctl --address 10.0.0.5:8001 jobs list --json\n"
+      "  forecastctl get models; forecastctl describe model demo_lstm   # kubectl's order\n"
       "  forecastctl --address fd.example:8001 --tls-ca ca.pem --token-file ~/.fd-token status\n"
       "\n"
       "Run 'forecastctl COMMAND --help' for a command's flags and an example.\n"
@@ -55,7 +134,7 @@ int Main(int argc, char** argv) {
       ->check([](const std::string& v) { return v.empty() ? "the address is empty" : ""; });
   app.add_option("--timeout", flags.timeout_seconds, "seconds each unary call may take")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   app.add_option("--metrics-address", flags.metrics_address,
                  "forecastd metrics address (host:port) for 'metrics'")
       ->envname("FORECASTD_METRICS_ADDRESS")
@@ -87,8 +166,12 @@ int Main(int argc, char** argv) {
     std::cout << app.help();
     return kExitUsage;
   }
+  std::vector<std::string> args =
+      KubectlOrder(app, std::vector<std::string>(argv + 1, argv + argc));
   try {
-    app.parse(argc, argv);
+    // CLI11 parses a reversed vector (it pops arguments off the back).
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    app.parse(reversed);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -96,8 +179,17 @@ int Main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    const std::string path = CommandPath(app);
-    UsageError(e.what());
+    std::string path = CommandPath(app);
+    const Typo typo = FindTypo(app, args);
+    if (!typo.typed.empty()) {
+      const bool flag = typo.typed[0] == '-';
+      UsageError(absl::StrCat(
+          "'", typo.typed, "' is not a ", flag ? "flag" : "command", " of '", typo.where, "'",
+          typo.suggestion.empty() ? "" : absl::StrCat("; did you mean '", typo.suggestion, "'?")));
+      path = typo.where;
+    } else {
+      UsageError(e.what());
+    }
     std::fprintf(stderr, "Run '%s --help' for usage.\n", path.c_str());
     return kExitUsage;
   }

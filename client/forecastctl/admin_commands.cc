@@ -232,9 +232,7 @@ void AddAdminCommands(CLI::App& app, Context& context) {
       "  forecastctl models promote demo_lstm 2     # serve version 2\n"
       "  forecastctl models promote demo_lstm 1     # roll back");
   promote->add_option("NAME", args->name, "model name")->required();
-  promote->add_option("VERSION", args->version, "version to serve")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  promote->add_option("VERSION", args->version, "version to serve")->required()->check(Positive());
   promote->callback([&context, args] {
     context.action = [&context, args] {
       return RunModelChange(context, [&](ForecastdClient& c) {

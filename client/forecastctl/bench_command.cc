@@ -126,18 +126,18 @@ void AddBenchCommand(CLI::App& app, Context& context) {
       "latencies are measured in the server.");
   bench->add_option("MODEL", args->model, "model name")->required();
   bench->add_option("--version", args->version, "model version (default: the serving one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   bench->add_option("--batch-sizes", args->batch_sizes, "windows per request, comma-separated")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   bench->add_option("--concurrency", args->concurrency, "requests in flight, comma-separated")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   bench->add_option("--duration-ms", args->duration_ms, "measuring time per point")
       ->capture_default_str()
-      ->check(CLI::Range(1u, 600000u));
+      ->check(Between(1, 600000));
   bench->add_option("--warmup-requests", args->warmup_requests,
                     "unmeasured requests per point (0: the server's default, 10)");
   bench->add_option("--csv", args->csv, "also write the points to this CSV file");

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -46,9 +47,20 @@ class Context {
 };
 
 // Adds a subcommand with a description and an "Example:" footer (and the note on global
-// flags); every command is made with it so `--help` always shows an example.
+// flags); every command is made with it so `--help` always shows an example. `list` also
+// answers to `ls`, and `show` to `get` and `describe`, as kubectl users type them.
 CLI::App* AddCommand(CLI::App& parent, const std::string& name, const std::string& description,
                      const std::string& example);
+
+// Value checks whose messages state the valid range in plain numbers ("must be above 0, not
+// -3"), for CLI11 options (CLI11's own print the limits of double).
+CLI::Validator Positive();     // > 0
+CLI::Validator NonNegative();  // >= 0
+CLI::Validator Between(double lo, double hi);
+
+// The word among `candidates` nearest to `typed` (edit distance, a swap of two neighbouring
+// letters counting once), when it is near enough to be a likely typo; "" otherwise.
+std::string NearestWord(const std::string& typed, const std::vector<std::string>& candidates);
 
 // status; models list|show|load|unload|promote.
 void AddAdminCommands(CLI::App& app, Context& context);

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/http_get.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace forecastd::ctl {
@@ -37,10 +38,61 @@ bool LooksNumeric(absl::string_view cell) {
 
 }  // namespace
 
+namespace {
+
+std::string& ServerAddress() {
+  static std::string* address = new std::string();
+  return *address;
+}
+
+// Why `status` may mean that nothing speaking forecastd's gRPC was at the address.
+bool ConnectionFailed(const absl::Status& status) {
+  if (!absl::IsUnavailable(status) && !absl::IsInternal(status)) return false;
+  for (const char* sign : {"failed to connect", "Failed to connect", "Connection refused",
+                           "Failed parsing HTTP/2", "Socket closed", "DNS resolution failed",
+                           "Connection reset", "Trying to connect an http1.x server"}) {
+    if (absl::StrContains(status.message(), sign)) return true;
+  }
+  return false;
+}
+
+// What answers plain HTTP at `address`, if anything: forecastd's metrics or REST port.
+std::string HttpAnswerAt(const std::string& address) {
+  constexpr absl::Duration kProbe = absl::Seconds(1);
+  absl::StatusOr<std::string> metrics = HttpGet(address, "/metrics", kProbe);
+  if (metrics.ok()) {
+    return absl::StrContains(*metrics, "forecastd_") ? "forecastd's metrics port"
+                                                     : "A Prometheus metrics endpoint";
+  }
+  if (HttpGet(address, "/v2/health/live", kProbe).ok()) return "A KServe REST port";
+  // Any HTTP status line (UNKNOWN) means an HTTP server, just not one of those.
+  if (absl::IsUnknown(metrics.status())) return "An HTTP/1 server";
+  return "";
+}
+
+}  // namespace
+
+void SetServerAddress(const std::string& address) { ServerAddress() = address; }
+
 int ServerError(const absl::Status& status) {
   std::cout.flush();
   std::fprintf(stderr, "error: %s: %s\n", absl::StatusCodeToString(status.code()).c_str(),
                std::string(status.message()).c_str());
+  const std::string& address = ServerAddress();
+  if (!address.empty() && ConnectionFailed(status)) {
+    const std::string answer = HttpAnswerAt(address);
+    std::fprintf(stderr, "forecastd's gRPC was not reachable at %s (--address).\n",
+                 address.c_str());
+    if (!answer.empty()) {
+      std::fprintf(stderr,
+                   "%s answers there over HTTP: gRPC is another port of the same daemon "
+                   "(forecastd --grpc-address, 8001 by default).\n",
+                   answer.c_str());
+    }
+    std::fprintf(stderr,
+                 "Point forecastctl at the daemon with --address HOST:PORT or "
+                 "FORECASTD_ADDRESS=HOST:PORT.\n");
+  }
   return kExitServerError;
 }
 

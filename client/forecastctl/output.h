@@ -23,8 +23,13 @@ inline constexpr int kExitUsage = 2;        // bad flags or values, unreadable i
 inline constexpr int kExitDetached = 130;
 
 // Prints "error: <CODE_NAME>: <message>" (e.g. "error: NOT_FOUND: model 'x' ...") to stderr
-// and returns kExitServerError.
+// and returns kExitServerError. When the error is that forecastd could not be reached (gRPC's
+// UNAVAILABLE for a failed connection, or an answer that is not HTTP/2), it also says which
+// address was tried (SetServerAddress), whether an HTTP server answered there instead (the
+// metrics or REST port), and how to point elsewhere.
 int ServerError(const absl::Status& status);
+// The gRPC address the command talks to, for ServerError's hint.
+void SetServerAddress(const std::string& address);
 // Prints "error: <message>" to stderr and returns kExitUsage.
 int UsageError(absl::string_view message);
 

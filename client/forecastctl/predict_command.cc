@@ -323,11 +323,11 @@ void AddPredictCommand(CLI::App& app, Context& context) {
   csv->excludes(json_input);
   CLI::Option* windows = predict->add_option("--windows", args->windows,
                                              "CSV: predict the last N sliding windows (default 1)");
-  windows->check(CLI::PositiveNumber);
+  windows->check(Positive());
   CLI::Option* all = predict->add_flag("--all", args->all, "CSV: predict every sliding window");
   windows->excludes(all);
   predict->add_option("--version", args->version, "model version (default: the serving one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   predict->add_option("--priority", args->priority,
                       "priority level, 1 the highest (default: the model's default)");
   predict->add_option("--timeout-us", args->timeout_us,

@@ -334,9 +334,9 @@ void AddStreamCommands(CLI::App& app, Context& context) {
       ->capture_default_str()
       ->check([](const std::string& v) { return v.empty() ? "the key is empty" : ""; });
   stream->add_option("--rate", args->rate_hz, "at most HZ ticks per second (0: as answers come)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   stream->add_option("--version", args->version, "model version (default: the serving one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative());
   stream->add_flag("--resume", args->resume,
                    "continue the key's kept stream (its state and sequence numbers)");
   stream->add_flag("--keep", args->keep, "leave the key open at the end instead of closing it");

@@ -357,12 +357,12 @@ void AddTrainCommands(CLI::App& app, Context& context) {
                    "with --csv: the timestamp column, whose values must increase")
       ->needs(csv);
   args->epochs_option =
-      train->add_option("--epochs", args->epochs, "epochs to run")->check(CLI::PositiveNumber);
+      train->add_option("--epochs", args->epochs, "epochs to run")->check(Positive());
   args->batch_size_option =
       train->add_option("--batch-size", args->batch_size, "windows per step (server default 32)")
-          ->check(CLI::PositiveNumber);
+          ->check(Positive());
   args->lr_option = train->add_option("--lr", args->lr, "peak learning rate (server default 1e-3)")
-                        ->check(CLI::PositiveNumber);
+                        ->check(Positive());
   train->add_option("--devices", args->devices,
                     "where the steps run: cuda:0,cuda:1,... (one data-parallel rank per GPU, "
                     "--batch-size the global batch), all (every GPU the server uses) or cpu; "
@@ -388,21 +388,21 @@ void AddTrainCommands(CLI::App& app, Context& context) {
       train
           ->add_option("--patience", args->patience,
                        "early stopping: epochs without improvement (0: run every epoch)")
-          ->check(CLI::NonNegativeNumber);
+          ->check(NonNegative());
   args->seed_option = train->add_option("--seed", args->seed, "seed for init, shuffling, dropout");
   args->validation_fraction_option =
       train
           ->add_option("--validation-fraction", args->validation_fraction,
                        "last fraction of the series held out (server default 0.2)")
-          ->check(CLI::Range(0.0, 0.95));
+          ->check(Between(0.0, 0.95));
   args->stride_option =
       train->add_option("--stride", args->stride, "rows between window starts (default 1)")
-          ->check(CLI::PositiveNumber);
+          ->check(Positive());
   args->base_version_option =
       train
           ->add_option("--base-version", args->base_version,
                        "fine-tune from this version's weights and normalisation")
-          ->check(CLI::PositiveNumber);
+          ->check(Positive());
   train->add_flag("--promote", args->promote, "serve the result as soon as it is published");
   train->add_flag("--detach", args->detach, "print the job id and return without watching");
   train->callback(

@@ -762,6 +762,69 @@ TEST_CASE("usage errors exit 2", "[integration][forecastctl]") {
   REQUIRE(absl::StrContains(unknown.err, "error: "));
   REQUIRE(absl::StrContains(unknown.err, "--bogus"));
   REQUIRE(absl::StrContains(unknown.err, "forecastctl models list --help"));
+
+  // Typos get the nearest command or flag; ranges are stated in plain numbers.
+  const auto says = [](const std::vector<std::string>& args, const std::string& text) {
+    const CtlResult r = CtlAlone(args);
+    CAPTURE(absl::StrJoin(args, " "), r.err);
+    REQUIRE(r.exit_code == 2);
+    REQUIRE(absl::StrContains(r.err, text));
+    return r.err;
+  };
+  says({"modles"}, "'modles' is not a command of 'forecastctl'; did you mean 'models'?");
+  says({"models", "lst"}, "did you mean 'list'?");
+  says({"models", "list", "--jsn"},
+       "'--jsn' is not a flag of 'forecastctl models list'; "
+       "did you mean '--json'?");
+  says({"jobs", "wacth", "x"}, "did you mean 'watch'?");
+  says({"models", "show", "toy", "--adress", "x"}, "did you mean '--address'?");
+  REQUIRE_FALSE(
+      absl::StrContains(says({"frobnicate"}, "'frobnicate' is not a command"), "did you mean"));
+  const std::string range = says({"train", "toy", "--epochs", "0"}, "must be above 0, not 0");
+  REQUIRE_FALSE(absl::StrContains(range, "e+308"));
+  says({"bench", "toy", "--duration-ms", "0"}, "must be from 1 to 600000, not 0");
+  says({"train", "toy", "--validation-fraction", "1"}, "must be from 0 to 0.95, not 1");
+}
+
+TEST_CASE("kubectl's words work: ls, get, describe", "[integration][forecastctl]") {
+  Fixture f;
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"models", "ls"}, {"get", "models"}}) {
+    const CtlResult r = Ctl(f, args);
+    CAPTURE(absl::StrJoin(args, " "), r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(absl::StrContains(r.out, "toy"));
+  }
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"models", "get", "toy"},
+                                             {"models", "describe", "toy"},
+                                             {"describe", "model", "toy"},
+                                             {"get", "model", "toy"}}) {
+    const CtlResult r = Ctl(f, args);
+    CAPTURE(absl::StrJoin(args, " "), r.err);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(absl::StrContains(r.out, "name:"));
+  }
+  const CtlResult jobs = Ctl(f, {"get", "jobs"});
+  REQUIRE(jobs.exit_code == 0);
+}
+
+TEST_CASE("a connection failure says which address was tried and what answered there",
+          "[integration][forecastctl]") {
+  Fixture f;
+  // The metrics port: HTTP, not gRPC.
+  const CtlResult metrics = CtlAlone({"--address", f.metrics_address(), "status"});
+  CAPTURE(metrics.err);
+  REQUIRE(metrics.exit_code == 1);
+  REQUIRE(absl::StrContains(metrics.err, absl::StrCat("not reachable at ", f.metrics_address())));
+  REQUIRE(absl::StrContains(metrics.err, "forecastd's metrics port answers there"));
+  REQUIRE(absl::StrContains(metrics.err, "--address HOST:PORT or FORECASTD_ADDRESS"));
+  // Nothing at all there.
+  const CtlResult nothing = CtlAlone({"--address", "127.0.0.1:1", "status"});
+  CAPTURE(nothing.err);
+  REQUIRE(nothing.exit_code == 1);
+  REQUIRE(absl::StrContains(nothing.err, "not reachable at 127.0.0.1:1"));
+  REQUIRE_FALSE(absl::StrContains(nothing.err, "answers there"));
 }
 
 // --- Help, completion
