@@ -322,6 +322,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // removes them too.
   job_options.checkpoint_dir = options.checkpoint_dir;
   job_options.checkpoints_in_model_dirs = options.checkpoint_dir.empty();
+  // Jobs outlive the daemon: their records stay in the repository.
+  job_options.jobs_dir = absl::StrCat(options.model_repository, "/.jobs");
   job_options.backend = s.backend_.get();
   ExecutionDevice* train_device = nullptr;
   for (const std::unique_ptr<ExecutionDevice>& d : s.execution_devices_) {

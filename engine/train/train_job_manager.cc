@@ -8,9 +8,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "engine/file_io.h"
 #include "engine/hash.h"
 #include "engine/models/model_files.h"
+#include "engine/train/job_records.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/base/status.h"
@@ -73,10 +75,53 @@ absl::StatusOr<std::unique_ptr<TrainJobManager>> TrainJobManager::Create(Options
       return WithContext(status, "checkpoint directory");
     }
   }
-  return std::unique_ptr<TrainJobManager>(new TrainJobManager(std::move(options)));
+  std::vector<JobSnapshot> records;
+  if (!options.jobs_dir.empty()) {
+    if (absl::Status status = CreateDirectories(options.jobs_dir); !status.ok()) {
+      return WithContext(status, "training job records");
+    }
+    records = ReadJobRecords(options.jobs_dir);
+  }
+  auto manager = std::unique_ptr<TrainJobManager>(new TrainJobManager(std::move(options)));
+  for (JobSnapshot& record : records) {
+    if (record.state == JobState::kRunning) {
+      // Its daemon stopped under it; a resubmission resumes from its checkpoint, if any.
+      record.state = JobState::kFailed;
+      record.error =
+          "forecastd stopped while the job ran (resubmit it to resume from its "
+          "last checkpoint)";
+      if (record.finished == absl::InfinitePast()) record.finished = record.created;
+      manager->Record(record);
+    }
+    auto job = std::make_unique<Job>();
+    job->id = record.id;
+    job->model = record.model;
+    job->state = record.state;
+    if (record.latest.has_value()) job->events.push_back(*record.latest);
+    job->error = record.error;
+    job->result = record.result;
+    job->promoted = record.promoted;
+    job->created = record.created;
+    job->finished = record.finished;
+    absl::MutexLock lock(&manager->mu_);
+    manager->order_.push_back(job->id);
+    manager->jobs_[job->id] = std::move(job);
+  }
+  if (!records.empty()) {
+    spdlog::info("training jobs: {} read back from {}", records.size(), manager->options_.jobs_dir);
+  }
+  return manager;
 }
 
 TrainJobManager::TrainJobManager(Options options) : options_(std::move(options)) {}
+
+void TrainJobManager::Record(const JobSnapshot& snapshot) const {
+  if (options_.jobs_dir.empty()) return;
+  if (absl::Status status = WriteJobRecord(options_.jobs_dir, snapshot); !status.ok()) {
+    spdlog::warn("training job {}: its record could not be written: {}", snapshot.id,
+                 std::string(status.message()));
+  }
+}
 
 TrainJobManager::~TrainJobManager() { Shutdown(); }
 
@@ -264,12 +309,16 @@ absl::StatusOr<std::string> TrainJobManager::Launch(std::unique_ptr<Job> job, Tr
           absl::StrCat("job ", id, " is already training model '", raw->model, "'"));
     }
   }
-  raw->id = absl::StrCat("train-", next_id_++);
+  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", raw->created, absl::UTCTimeZone());
+  do {
+    raw->id = absl::StrCat("train-", stamp, "-", next_id_++);
+  } while (jobs_.count(raw->id) > 0);
   const std::string id = raw->id;
   spdlog::info("training job {} started for model '{}'{}", id, raw->model,
                raw->job->worker() ? " (ranks of another daemon's job)" : "");
   order_.push_back(id);
   jobs_[id] = std::move(job);
+  Record(SnapshotLocked(*raw));
   raw->thread = std::thread([this, raw] { RunJob(raw); });
   return id;
 }
@@ -342,6 +391,7 @@ void TrainJobManager::RunJob(Job* job) {
     }
     snapshot = SnapshotLocked(*job);
   }
+  Record(snapshot);
   if (snapshot.state == JobState::kSucceeded) {
     spdlog::info("training job {} for '{}' succeeded: version {}", snapshot.id, snapshot.model,
                  snapshot.result.version);

@@ -105,6 +105,11 @@ class TrainJobManager {
     std::function<absl::Status(const std::string& model, int64_t version, bool promote)>
         on_published;
     TrainJobObserver* observer = nullptr;  // not owned; may be nullptr
+    // Where every job's record is kept (engine/train/job_records.h: <jobs_dir>/<id>.json,
+    // written when the job starts and when it ends), so that jobs outlive the daemon: Create
+    // lists the records it finds there as the jobs they describe, a job still running when its
+    // daemon stopped as FAILED. "": jobs are kept in memory only.
+    std::string jobs_dir;
   };
 
   struct StartRequest {
@@ -162,6 +167,9 @@ class TrainJobManager {
   // The TrainJobOptions every job of this manager shares.
   TrainJobOptions CommonOptions(Job* job) const;
   JobSnapshot SnapshotLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the job's record when options_.jobs_dir is set (a failure is logged: the job goes
+  // on, it only may not be listed after a restart).
+  void Record(const JobSnapshot& snapshot) const;
 
   // Constant after construction.
   const Options options_;
@@ -169,6 +177,8 @@ class TrainJobManager {
   mutable absl::Mutex mu_;
   std::map<std::string, std::unique_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids, oldest first
+  // Job ids are "train-<UTC date>-<time>-<n>", n counting jobs started in this process: in
+  // order of starting, and unique across restarts (checked against the records read back).
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

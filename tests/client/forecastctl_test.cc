@@ -153,7 +153,6 @@ struct Fixture {
   explicit Fixture(bool default_checkpoints = false) {
     Publish(repository.path(), ToyConfig(), 1);
     Publish(repository.path(), QuantileConfig(), 2);
-    ForecastdDaemon::Options options;
     options.binary = FORECASTD_BINARY;
     options.repository = repository.path();
     options.extra_flags = {"--data-dir", scratch.path()};
@@ -162,11 +161,24 @@ struct Fixture {
           options.extra_flags.end(),
           {"--checkpoint-dir", absl::StrCat(scratch.path(), "/checkpoints")});
     }
+    Restart();
+  }
+
+  // Starts the daemon again on the same repository, after `signal` (SIGTERM: a clean stop;
+  // SIGKILL: a crash) if one runs.
+  void Restart(int signal = SIGTERM) {
+    if (daemon != nullptr) {
+      REQUIRE(daemon->process().Signal(signal));
+      REQUIRE(daemon->process().WaitForExit(absl::Seconds(60)).ok());
+      daemon.reset();
+    }
     absl::StatusOr<std::unique_ptr<ForecastdDaemon>> started = ForecastdDaemon::Start(options);
     INFO(started.status().ToString());
     REQUIRE(started.ok());
     daemon = *std::move(started);
   }
+
+  ForecastdDaemon::Options options;
 
   std::string metrics_address() const { return absl::StrCat("127.0.0.1:", daemon->metrics_port()); }
   std::string Path(const std::string& name) const {
@@ -613,6 +625,52 @@ TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job'
   REQUIRE(absl::EndsWith(checkpoints[0], ".ckpt"));
   REQUIRE_FALSE(
       std::filesystem::exists(std::filesystem::path(f.repository.path()) / ".checkpoints"));
+}
+
+TEST_CASE("training jobs outlive the daemon, with ids unique across restarts",
+          "[integration][forecastctl]") {
+  Fixture f;
+  WriteFile(f.Path("series.csv"), SeriesCsv(200));
+  const auto detached = [&](const std::string& epochs) {
+    const CtlResult r = Ctl(
+        f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", epochs, "--detach"});
+    REQUIRE(r.exit_code == 0);
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  };
+  const auto state = [&](const std::string& id) {
+    const CtlResult r = Ctl(f, {"jobs", "show", id, "--json"});
+    CAPTURE(id, r.err);
+    REQUIRE(r.exit_code == 0);
+    return ParseJson<v1::TrainJobInfo>(r.out);
+  };
+  const std::string done = detached("1");
+  REQUIRE(Ctl(f, {"jobs", "watch", done}).exit_code == 0);
+  const std::string running = detached("100000");
+  REQUIRE(state(running).state() == v1::TRAIN_JOB_RUNNING);
+  // A crash: the running job cannot record its end.
+  f.Restart(SIGKILL);
+
+  const v1::TrainJobInfo succeeded = state(done);
+  REQUIRE(succeeded.state() == v1::TRAIN_JOB_SUCCEEDED);
+  REQUIRE(succeeded.published_version() >= 2);
+  REQUIRE(succeeded.epochs_run() == 1);
+  REQUIRE(succeeded.created_unix_ms() > 0);
+  const v1::TrainJobInfo lost = state(running);
+  REQUIRE(lost.state() == v1::TRAIN_JOB_FAILED);
+  REQUIRE(absl::StrContains(lost.error(), "forecastd stopped while the job ran"));
+
+  // A new job gets a new id, listed after the others.
+  const std::string next = detached("1");
+  REQUIRE(next != done);
+  REQUIRE(next != running);
+  REQUIRE(Ctl(f, {"jobs", "watch", next}).exit_code == 0);
+  const CtlResult list = Ctl(f, {"jobs", "list"});
+  REQUIRE(list.exit_code == 0);
+  REQUIRE(list.out.find(done) < list.out.find(running));
+  REQUIRE(list.out.find(running) < list.out.find(next));
+  // The records live in the repository.
+  REQUIRE(std::filesystem::exists(std::filesystem::path(f.repository.path()) / ".jobs" /
+                                  absl::StrCat(done, ".json")));
 }
 
 // --- Admin

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 # Written by forecastd into the model repository: a trained model, new versions of a demo,
-# checkpoints (each model's, and the old shared folder), tick-stream snapshots.
+# checkpoints (each model's, and the old shared folder), tick-stream snapshots, job records.
 WRITTEN = [
     "models/my_model/config.json",
     "models/my_model/1/model.safetensors",
@@ -25,6 +25,7 @@ WRITTEN = [
     "models/demo_transformer/7/model.safetensors",
     "models/.checkpoints/demo_lstm-0123456789abcdef.ckpt",
     "models/.streams/streams.pb",
+    "models/.jobs/train-20261126-214612-1.json",
 ]
 
 
