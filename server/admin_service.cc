@@ -46,6 +46,7 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status) {
   if (!status.last_error.ok()) out.set_last_error(status.last_error.ToString());
   if (status.config.has_value()) *out.mutable_config() = *status.config;
   if (!status.loaded.empty()) out.set_device(status.loaded.front().device);
+  for (const auto& [version, lineage] : status.lineage) (*out.mutable_lineage())[version] = lineage;
   return out;
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/forecastctl/command.h"
 #include "client/forecastctl/output.h"
 
@@ -154,6 +155,29 @@ int RunModelsShow(Context& context, const std::string& name) {
     }
     std::cout << loaded.Render();
   }
+  // Every version on disk, with where it came from when forecastd trained it.
+  std::cout << "\n";
+  TextTable versions({"VERSION", "SERVING", "JOB", "DATA ROWS", "DATA DIGEST", "SEED", "BEST EPOCH",
+                      "VAL LOSS", "BASE", "PUBLISHED (UTC)", "FORECASTD"});
+  for (const int64_t version : m.versions()) {
+    const bool serving = version == m.serving_version();
+    const auto found = m.lineage().find(version);
+    if (found == m.lineage().end()) {
+      versions.AddRow({absl::StrCat(version), serving ? "yes" : "no", "-", "-", "-", "-", "-", "-",
+                       "-", "-", "-"});
+      continue;
+    }
+    const v1::VersionLineage& l = found->second;
+    versions.AddRow(
+        {absl::StrCat(version), serving ? "yes" : "no", l.job_id(), absl::StrCat(l.data_rows()),
+         l.data_digest(), absl::StrCat(l.seed()), absl::StrCat(l.best_epoch()),
+         l.has_best_validation_loss() ? FormatNumber(l.best_validation_loss()) : "-",
+         l.base_version() > 0 ? absl::StrCat(l.base_version()) : "-",
+         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(l.published_unix_ms()),
+                          absl::UTCTimeZone()),
+         l.forecastd_version()});
+  }
+  std::cout << versions.Render();
   return kExitOk;
 }
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/file_io.h"
 #include "engine/safetensors.h"
+#include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "kernels/base/status.h"
 #include "kernels/base/version.h"
@@ -83,8 +86,8 @@ absl::Status SaveForecaster(const Forecaster& model, const std::string& model_di
   return SaveWeights(model, absl::StrCat(dir, "/", kWeightsFile));
 }
 
-absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir,
-                            int64_t version) {
+absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir, int64_t version,
+                            const v1::VersionLineage* lineage) {
   if (version <= 0) return absl::InvalidArgumentError(absl::StrCat("version ", version, " <= 0"));
   RETURN_IF_ERROR(CreateDirectories(model_dir));
   std::error_code error;
@@ -107,9 +110,33 @@ absl::Status PublishVersion(const Forecaster& model, const std::string& model_di
   ASSIGN_OR_RETURN(const std::string staging,
                    MakeStagingDirectory(model_dir, absl::StrCat(version, ".staging")));
   absl::Status status = SaveWeights(model, absl::StrCat(staging, "/", kWeightsFile));
+  if (status.ok() && lineage != nullptr) {
+    std::string text;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    const auto printed = google::protobuf::util::MessageToJsonString(*lineage, &text, print);
+    status = printed.ok() ? WriteFileAtomically(absl::StrCat(staging, "/", kLineageFile), text)
+                          : absl::InternalError(absl::StrCat("lineage: ", printed.ToString()));
+  }
   if (status.ok()) status = PublishDirectory(staging, target);
   if (!status.ok()) std::filesystem::remove_all(staging, error);
   return status;
+}
+
+absl::StatusOr<v1::VersionLineage> ReadLineage(const std::string& model_dir, int64_t version) {
+  const std::string path = absl::StrCat(VersionDir(model_dir, version), "/", kLineageFile);
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
+  std::stringstream text;
+  text << in.rdbuf();
+  v1::VersionLineage lineage;
+  google::protobuf::util::JsonParseOptions parse;
+  parse.ignore_unknown_fields = true;
+  if (const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &lineage, parse);
+      !parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.ToString()));
+  }
+  return lineage;
 }
 
 std::vector<int64_t> ListVersions(const std::string& model_dir) {

@@ -13,11 +13,14 @@
 
 #include "absl/status/statusor.h"
 #include "engine/models/forecaster.h"
+#include "forecastd/v1/training.pb.h"
 
 namespace forecastd {
 
 inline constexpr char kModelConfigFile[] = "config.json";
 inline constexpr char kWeightsFile[] = "model.safetensors";
+// A trained version's v1::VersionLineage, protobuf JSON, beside its weights.
+inline constexpr char kLineageFile[] = "lineage.json";
 
 // Copies every parameter from the safetensors file at `path` into `model`. Each parameter
 // must be present as F32 with exactly its shape; a missing, misshapen or unexpected tensor
@@ -40,7 +43,12 @@ absl::Status SaveForecaster(const Forecaster& model, const std::string& model_di
 // any moment) sees the version complete or not at all. Writes config.json first when it is
 // absent; when present it must equal the model's config (FAILED_PRECONDITION otherwise: a
 // version never changes its model's architecture). ALREADY_EXISTS when the version exists.
-absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir, int64_t version);
+// `lineage`, when given, is written into the version as kLineageFile before it appears.
+absl::Status PublishVersion(const Forecaster& model, const std::string& model_dir, int64_t version,
+                            const v1::VersionLineage* lineage = nullptr);
+
+// The lineage of `<model_dir>/<version>`: NOT_FOUND when the version has none.
+absl::StatusOr<v1::VersionLineage> ReadLineage(const std::string& model_dir, int64_t version);
 
 // The versions present in `model_dir`: names of sub-directories that are positive integers,
 // ascending. An absent directory has none.

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/models/model_files.h"
 #include "engine/serving/model_registry_internal.h"
 #include "kernels/base/status.h"
 #include "spdlog/spdlog.h"
@@ -268,6 +269,17 @@ absl::Status ModelRegistry::Enqueue(const std::string& model, int64_t version,
 // --- Status
 
 ModelStatus ModelRegistry::StatusOf(const ModelEntry& entry) const {
+  ModelStatus status = StatusOfLocked(entry);
+  // Read outside the entry's lock: a few small files, one per version on disk.
+  const std::string dir = repository_.ModelDir(status.name);
+  for (const int64_t version : status.versions_on_disk) {
+    absl::StatusOr<v1::VersionLineage> lineage = ReadLineage(dir, version);
+    if (lineage.ok()) status.lineage[version] = *std::move(lineage);
+  }
+  return status;
+}
+
+ModelStatus ModelRegistry::StatusOfLocked(const ModelEntry& entry) const {
   ModelStatus status;
   status.name = entry.name;
   absl::ReaderMutexLock l(&entry.mu);

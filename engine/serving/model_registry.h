@@ -31,6 +31,7 @@
 #include "engine/serving/model_repository.h"
 #include "engine/serving/predict_task.h"
 #include "engine/serving/tick_engine.h"
+#include "forecastd/v1/training.pb.h"
 
 namespace forecastd {
 
@@ -84,6 +85,8 @@ struct ModelStatus {
   std::vector<LoadedVersionStatus> loaded;  // serving first, then draining ones
   absl::Status last_error;                  // why the last load failed; OK after a success
   std::optional<ModelConfig> config;        // the serving config, else the last one read
+  // The lineage of each version on disk that training published (model_files.h ReadLineage).
+  std::map<int64_t, v1::VersionLineage> lineage;
 };
 
 namespace registry_internal {
@@ -266,6 +269,8 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<LoadedVersion>> FindVersion(const std::string& model,
                                                              int64_t version) const;
   ModelStatus StatusOf(const ModelEntry& entry) const;
+  // StatusOf without the lineage files: what the entry itself knows, under its lock.
+  ModelStatus StatusOfLocked(const ModelEntry& entry) const;
   // The sum of `count` over the batchers of every loaded version, serving or draining.
   int64_t SumOverBatchers(int64_t (Batcher::*count)() const) const;
   void RefreshVersions(ModelEntry& entry) const;

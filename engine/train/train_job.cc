@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "engine/hash.h"
 #include "engine/models/model_files.h"
 #include "engine/random.h"
 #include "engine/train/checkpoint.h"
@@ -17,6 +19,7 @@
 #include "engine/train/initializer.h"
 #include "google/protobuf/util/json_util.h"
 #include "kernels/base/status.h"
+#include "kernels/base/version.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
@@ -129,6 +132,9 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   }
   ASSIGN_OR_RETURN(Series series, LoadSeries(config.data(), o.model, o.data_dir));
   RETURN_IF_ERROR(check_rows(series.rows));
+  job->data_rows_ = series.rows;
+  job->data_digest_ = Fnv1a(absl::string_view(reinterpret_cast<const char*>(series.values.data()),
+                                              series.values.size() * sizeof(float)));
   ASSIGN_OR_RETURN(job->dataset_, WindowedDataset::Create(std::move(series), data_options));
   if (model.standardized() && config.base_version() == 0) {
     const std::vector<float>& mean = job->dataset_->mean();
@@ -331,7 +337,7 @@ absl::StatusOr<TrainResult> TrainJob::Run() {
   TrainResult result = Finish(run.checkpoint, stopped_early);
   result.resumed_from_epoch = resumed_from_epoch;
   if (options_.publish) {
-    ASSIGN_OR_RETURN(result.version, Publish(result.best_epoch));
+    ASSIGN_OR_RETURN(result.version, Publish(result));
   }
   return result;
 }
@@ -527,13 +533,31 @@ TrainResult TrainJob::Finish(const TrainCheckpoint& state, bool stopped_early) {
   return result;
 }
 
-absl::StatusOr<int64_t> TrainJob::Publish(int64_t best_epoch) {
+absl::StatusOr<int64_t> TrainJob::Publish(const TrainResult& result) {
+  const int64_t best_epoch = result.best_epoch;
   int64_t version = options_.output_version;
   if (version == 0) {
     const std::vector<int64_t> versions = ListVersions(options_.model_dir);
     version = versions.empty() ? 1 : versions.back() + 1;
   }
-  RETURN_IF_ERROR(PublishVersion(*model_, options_.model_dir, version));
+  v1::VersionLineage lineage;
+  lineage.set_job_id(options_.job_id);
+  *lineage.mutable_training() = options_.training;
+  // The series is in the lineage by its size and digest, not again in full.
+  if (lineage.training().data().has_inline_series()) {
+    lineage.mutable_training()->mutable_data()->clear_inline_series();
+  }
+  lineage.set_data_rows(data_rows_);
+  lineage.set_data_digest(absl::StrCat(absl::Hex(data_digest_, absl::kZeroPad16)));
+  lineage.set_seed(options_.training.seed());
+  lineage.set_best_epoch(best_epoch);
+  if (!std::isnan(result.best_validation_loss)) {
+    lineage.set_best_validation_loss(result.best_validation_loss);
+  }
+  lineage.set_base_version(options_.training.base_version());
+  lineage.set_forecastd_version(kForecastdVersion);
+  lineage.set_published_unix_ms(absl::ToUnixMillis(options_.clock->Now()));
+  RETURN_IF_ERROR(PublishVersion(*model_, options_.model_dir, version, &lineage));
   spdlog::info("training '{}': published version {} (best epoch {})", model_->config().name(),
                version, best_epoch);
   if (!options_.checkpoint_path.empty()) {

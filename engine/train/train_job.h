@@ -70,6 +70,8 @@ struct TrainJobOptions {
   int64_t output_version = 0;
   // false: train and keep the result in memory only (tests, benchmarks).
   bool publish = true;
+  // The job's id, recorded in the published version's lineage (v1::VersionLineage).
+  std::string job_id;
 
   // Where the steps run: the engine this makes (e.g. a GPU's), or without one the host
   // engine on `backend` (not owned; must outlive the job). One of the two is needed.
@@ -178,8 +180,9 @@ class TrainJob {
   absl::StatusOr<std::vector<uint64_t>> CheckReplicas(int64_t epoch);
   // Restores the best weights into the model and summarises the run.
   TrainResult Finish(const TrainCheckpoint& state, bool stopped_early);
-  // Publishes the model as a new version in model_dir and removes the checkpoint; the version.
-  absl::StatusOr<int64_t> Publish(int64_t best_epoch);
+  // Publishes the model (the best weights of `result`) as a new version in model_dir with its
+  // lineage, and removes the checkpoint; the version published.
+  absl::StatusOr<int64_t> Publish(const TrainResult& result);
   // A progress event at the current step, with the rate and ETA of this run so far.
   TrainProgress Progress(TrainProgress::Kind kind, int64_t epoch, double train_loss,
                          double validation_loss, const RunState& run) const;
@@ -206,6 +209,9 @@ class TrainJob {
   int64_t batch_size_ = 0;
   std::unique_ptr<Forecaster> model_;
   std::unique_ptr<WindowedDataset> dataset_;
+  // The training series as read (both splits), for the published version's lineage.
+  int64_t data_rows_ = 0;
+  uint64_t data_digest_ = 0;
   // Stateful training only (TrainingConfig.stateful.chunk_length > 0): the streams of each
   // part; no validation_chunks_ without a validation part.
   std::optional<StreamChunks> train_chunks_, validation_chunks_;

@@ -271,9 +271,18 @@ absl::Status TrainJobManager::CheckAdmission(const std::string& model) const {
   return absl::OkStatus();
 }
 
-TrainJobOptions TrainJobManager::CommonOptions(Job* job) const {
+TrainJobOptions TrainJobManager::CommonOptions(Job* job) {
   job->created = (options_.clock ? options_.clock : Clock::Real())->Now();
+  {
+    // The id first: the published version's lineage names it.
+    const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", job->created, absl::UTCTimeZone());
+    absl::MutexLock lock(&mu_);
+    do {
+      job->id = absl::StrCat("train-", stamp, "-", next_id_++);
+    } while (jobs_.count(job->id) > 0);
+  }
   TrainJobOptions o;
+  o.job_id = job->id;
   o.data_dir = options_.data_dir;
   o.engine_factory = options_.engine_factory;
   o.backend = options_.backend;
@@ -309,10 +318,6 @@ absl::StatusOr<std::string> TrainJobManager::Launch(std::unique_ptr<Job> job, Tr
           absl::StrCat("job ", id, " is already training model '", raw->model, "'"));
     }
   }
-  const std::string stamp = absl::FormatTime("%Y%m%d-%H%M%S", raw->created, absl::UTCTimeZone());
-  do {
-    raw->id = absl::StrCat("train-", stamp, "-", next_id_++);
-  } while (jobs_.count(raw->id) > 0);
   const std::string id = raw->id;
   spdlog::info("training job {} started for model '{}'{}", id, raw->model,
                raw->job->worker() ? " (ranks of another daemon's job)" : "");

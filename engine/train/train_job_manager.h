@@ -164,8 +164,8 @@ class TrainJobManager {
   absl::Status CheckAdmission(const std::string& model) const;
   // Creates the job from `o`, registers it and starts its thread; the job id.
   absl::StatusOr<std::string> Launch(std::unique_ptr<Job> job, TrainJobOptions o);
-  // The TrainJobOptions every job of this manager shares.
-  TrainJobOptions CommonOptions(Job* job) const;
+  // The TrainJobOptions every job of this manager shares; gives `job` its creation time and id.
+  TrainJobOptions CommonOptions(Job* job);
   JobSnapshot SnapshotLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the job's record when options_.jobs_dir is set (a failure is logged: the job goes
   // on, it only may not be listed after a restart).

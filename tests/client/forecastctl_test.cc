@@ -671,6 +671,30 @@ TEST_CASE("training jobs outlive the daemon, with ids unique across restarts",
   // The records live in the repository.
   REQUIRE(std::filesystem::exists(std::filesystem::path(f.repository.path()) / ".jobs" /
                                   absl::StrCat(done, ".json")));
+
+  // The version it published carries its lineage; the shipped version 1 has none.
+  const CtlResult show = Ctl(f, {"models", "show", "toy", "--json"});
+  REQUIRE(show.exit_code == 0);
+  const v1::ModelStatus status = ParseJson<v1::ModelStatus>(show.out);
+  REQUIRE(status.lineage().count(1) == 0);
+  REQUIRE(status.lineage().count(succeeded.published_version()) == 1);
+  const v1::VersionLineage& lineage = status.lineage().at(succeeded.published_version());
+  REQUIRE(lineage.job_id() == done);
+  REQUIRE(lineage.data_rows() == 200);
+  REQUIRE(lineage.data_digest().size() == 16);
+  REQUIRE(lineage.best_epoch() == 1);
+  REQUIRE(lineage.has_best_validation_loss());
+  REQUIRE(lineage.training().epochs() == 1);
+  REQUIRE_FALSE(lineage.training().data().has_inline_series());  // by size and digest only
+  REQUIRE(lineage.base_version() == 0);
+  REQUIRE(absl::StartsWith(lineage.forecastd_version(), "0."));
+  REQUIRE(lineage.published_unix_ms() >= succeeded.created_unix_ms());
+  // The same series twice: the same digest.
+  REQUIRE(status.lineage().at(state(next).published_version()).data_digest() ==
+          lineage.data_digest());
+  const CtlResult table = Ctl(f, {"models", "show", "toy"});
+  REQUIRE(absl::StrContains(table.out, "DATA DIGEST"));
+  REQUIRE(absl::StrContains(table.out, done));
 }
 
 // --- Admin

@@ -3,6 +3,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -74,6 +75,10 @@ TEST_CASE("VendorError names the library, code, message, expression and place", 
   REQUIRE(m.find("status_test.cc:") != std::string::npos);
   // Source paths are relative to the project root, not the build machine's checkout.
   REQUIRE(m.find(" at tests/kernels/base/status_test.cc:") != std::string::npos);
+  // Also where the compiler saw them relative to a build directory (ccache's CCACHE_BASEDIR).
+  const absl::Status relative = VendorError(absl::StatusCode::kInternal, "cuBLAS", "X", "y",
+                                            {"f()", "../../backends/cuda/x.cc", 7});
+  REQUIRE(absl::EndsWith(relative.message(), "in `f()` at backends/cuda/x.cc:7"));
 }
 
 }  // namespace
