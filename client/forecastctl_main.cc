@@ -39,6 +39,12 @@ const CLI::Option* FindOption(const CLI::App& app, const CLI::App& root, std::st
   return nullptr;
 }
 
+// Whether the word after `token` is the value of `opt` (an option that takes one, given as
+// "--flag value" rather than "--flag=value").
+bool ValueFollows(const CLI::Option* opt, const std::string& token) {
+  return opt != nullptr && opt->get_type_size_max() > 0 && token.find('=') == std::string::npos;
+}
+
 // After a parse error: the first word or flag of `args` that names no command or option where
 // it stands, and the nearest that does ("did you mean ..."); empty when every word is known.
 struct Typo {
@@ -62,8 +68,7 @@ Typo FindTypo(const CLI::App& root, const std::vector<std::string>& args) {
         }
         return {token, NearestWord(token.substr(0, token.find('=')), names), where};
       }
-      // A value in the next word: skip it.
-      if (opt->get_type_size_max() > 0 && token.find('=') == std::string::npos) ++i;
+      if (ValueFollows(opt, token)) ++i;
       continue;
     }
     const std::vector<const CLI::App*> subcommands =
@@ -89,9 +94,7 @@ std::vector<std::string> KubectlOrder(const CLI::App& root, std::vector<std::str
   // The first word that is not a global flag or its value.
   size_t i = 0;
   while (i < args.size() && args[i].size() > 1 && args[i][0] == '-') {
-    const CLI::Option* opt = FindOption(root, root, args[i]);
-    const bool takes_value = opt != nullptr && opt->get_type_size_max() > 0;
-    i += takes_value && args[i].find('=') == std::string::npos ? 2 : 1;
+    i += ValueFollows(FindOption(root, root, args[i]), args[i]) ? 2 : 1;
   }
   if (i + 1 >= args.size() || (args[i] != "get" && args[i] != "describe")) return args;
   std::string resource = args[i + 1];

@@ -56,13 +56,13 @@ int RunBench(Context& context, const BenchArgs& args) {
   }
   // One call per point, so that each point shows as it ends; every point after the first
   // measures the version the first did, even if another is promoted meanwhile.
-  absl::StatusOr<v1::BenchmarkResponse> response = v1::BenchmarkResponse();
+  v1::BenchmarkResponse response;
   size_t done = 0;
   for (const int b : args.batch_sizes) {
     for (const int c : args.concurrency) {
       v1::BenchmarkRequest request;
       request.set_model(args.model);
-      request.set_version(done == 0 ? args.version : response->version());
+      request.set_version(done == 0 ? args.version : response.version());
       request.add_batch_sizes(b);
       request.add_concurrency(c);
       request.set_duration_ms(args.duration_ms);
@@ -70,13 +70,13 @@ int RunBench(Context& context, const BenchArgs& args) {
       absl::StatusOr<v1::BenchmarkResponse> point = (*client)->Benchmark(request);
       if (!point.ok()) return ServerError(point.status());
       if (done == 0) {
-        response->set_model(point->model());
-        response->set_version(point->version());
-        response->set_device(point->device());
+        response.set_model(point->model());
+        response.set_version(point->version());
+        response.set_device(point->device());
       }
       ++done;
       for (const v1::BenchmarkPoint& p : point->points()) {
-        *response->add_points() = p;
+        *response.add_points() = p;
         if (progress) {
           std::fprintf(stderr,
                        "point %zu/%zu: batch %d, concurrency %d: %s req/s, p50 %s, p99 %s\n", done,
@@ -88,19 +88,19 @@ int RunBench(Context& context, const BenchArgs& args) {
   }
   if (!args.csv.empty()) {
     std::ofstream out(args.csv);
-    out << CsvReport(*response);
+    out << CsvReport(response);
     out.close();
     if (!out) return UsageError(absl::StrCat("cannot write '", args.csv, "'"));
   }
   if (context.flags.json) {
-    PrintJson(*response);
+    PrintJson(response);
     return kExitOk;
   }
-  std::cout << "model " << response->model() << " version " << response->version() << " on "
-            << response->device() << "\n";
+  std::cout << "model " << response.model() << " version " << response.version() << " on "
+            << response.device() << "\n";
   TextTable table({"BATCH", "CONCURRENCY", "REQUESTS", "REQ/S", "WINDOWS/S", "P50", "P90", "P99",
                    "QUEUE", "COMPUTE", "MEAN BATCH"});
-  for (const v1::BenchmarkPoint& p : response->points()) {
+  for (const v1::BenchmarkPoint& p : response.points()) {
     table.AddRow({absl::StrCat(p.batch_size()), absl::StrCat(p.concurrency()),
                   absl::StrCat(p.requests()), FormatRate(p.requests_per_second()),
                   FormatRate(p.windows_per_second()), FormatMicros(p.p50_us()),

@@ -53,11 +53,6 @@ class SigintTrap {
   bool installed_ = false;
 };
 
-bool IsFinal(v1::TrainJobState state) {
-  return state == v1::TRAIN_JOB_SUCCEEDED || state == v1::TRAIN_JOB_FAILED ||
-         state == v1::TRAIN_JOB_CANCELLED;
-}
-
 std::string Loss(double loss) { return std::isnan(loss) ? "-" : absl::StrFormat("%.6g", loss); }
 
 int TerminalColumns() {
@@ -211,6 +206,11 @@ int CancelOrDetach(Context& context, ForecastdClient& client, const std::string&
 }
 
 }  // namespace
+
+bool IsFinal(v1::TrainJobState state) {
+  return state == v1::TRAIN_JOB_SUCCEEDED || state == v1::TRAIN_JOB_FAILED ||
+         state == v1::TRAIN_JOB_CANCELLED;
+}
 
 std::string JobStateName(v1::TrainJobState state) {
   return ShortName(v1::TrainJobState_Name(state), "TRAIN_JOB_");

@@ -27,6 +27,9 @@ int ReportFinished(const v1::TrainJobInfo& info, bool json);
 // One line describing a job, for `jobs show` and the end of a watch.
 std::string DescribeJob(const v1::TrainJobInfo& info);
 
+// Whether a job in `state` has ended (SUCCEEDED, FAILED or CANCELLED).
+bool IsFinal(v1::TrainJobState state);
+
 // "SUCCEEDED" for TRAIN_JOB_SUCCEEDED, and so on.
 std::string JobStateName(v1::TrainJobState state);
 

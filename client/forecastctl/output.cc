@@ -36,10 +36,6 @@ bool LooksNumeric(absl::string_view cell) {
   return i < cell.size() && absl::ascii_isdigit(static_cast<unsigned char>(cell[i]));
 }
 
-}  // namespace
-
-namespace {
-
 std::string& ServerAddress() {
   static std::string* address = new std::string();
   return *address;

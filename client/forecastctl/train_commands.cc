@@ -301,8 +301,7 @@ int RunJobsCancel(Context& context, const JobArgs& args) {
   // "cancelled" for what happened to it.
   absl::StatusOr<v1::TrainJobInfo> before = (*client)->GetTrainJob(args.job_id);
   if (!before.ok()) return ServerError(before.status());
-  if (before->state() == v1::TRAIN_JOB_SUCCEEDED || before->state() == v1::TRAIN_JOB_FAILED ||
-      before->state() == v1::TRAIN_JOB_CANCELLED) {
+  if (IsFinal(before->state())) {
     if (context.flags.json) PrintJson(*before);
     std::fprintf(stderr, "error: job %s already finished: %s\n", args.job_id.c_str(),
                  DescribeJob(*before).c_str());
@@ -310,8 +309,7 @@ int RunJobsCancel(Context& context, const JobArgs& args) {
   }
   absl::StatusOr<v1::TrainJobInfo> job = (*client)->CancelTrainJob(args.job_id);
   if (!job.ok()) return ServerError(job.status());
-  while (args.wait && job->state() != v1::TRAIN_JOB_SUCCEEDED &&
-         job->state() != v1::TRAIN_JOB_FAILED && job->state() != v1::TRAIN_JOB_CANCELLED) {
+  while (args.wait && !IsFinal(job->state())) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     job = (*client)->GetTrainJob(args.job_id);
     if (!job.ok()) return ServerError(job.status());

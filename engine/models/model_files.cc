@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <system_error>
 #include <vector>
 
@@ -125,14 +123,11 @@ absl::Status PublishVersion(const Forecaster& model, const std::string& model_di
 
 absl::StatusOr<v1::VersionLineage> ReadLineage(const std::string& model_dir, int64_t version) {
   const std::string path = absl::StrCat(VersionDir(model_dir, version), "/", kLineageFile);
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-  std::stringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadFileBytes(path, "version lineage"));
   v1::VersionLineage lineage;
   google::protobuf::util::JsonParseOptions parse;
   parse.ignore_unknown_fields = true;
-  if (const auto parsed = google::protobuf::util::JsonStringToMessage(text.str(), &lineage, parse);
+  if (const auto parsed = google::protobuf::util::JsonStringToMessage(text, &lineage, parse);
       !parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", parsed.ToString()));
   }

@@ -269,39 +269,36 @@ absl::Status ModelRegistry::Enqueue(const std::string& model, int64_t version,
 // --- Status
 
 ModelStatus ModelRegistry::StatusOf(const ModelEntry& entry) const {
-  ModelStatus status = StatusOfLocked(entry);
+  ModelStatus status;
+  status.name = entry.name;
+  {
+    absl::ReaderMutexLock l(&entry.mu);
+    status.state = entry.state;
+    status.versions_on_disk = entry.versions_on_disk;
+    status.last_error = entry.last_error;
+    status.config = entry.config;
+    auto report = [&status](const LoadedVersion& loaded, bool serving) {
+      LoadedVersionStatus version;
+      version.version = loaded.version;
+      version.device = loaded.device->id();
+      version.serving = serving;
+      version.draining = !serving;
+      version.in_flight_tasks = loaded.batcher->in_flight_tasks();
+      version.queued_tasks = loaded.batcher->queued_tasks();
+      status.loaded.push_back(version);
+    };
+    if (entry.serving != nullptr) {
+      status.serving_version = entry.serving->version;
+      report(*entry.serving, true);
+    }
+    for (const std::shared_ptr<LoadedVersion>& loaded : entry.draining) report(*loaded, false);
+  }
   // Read outside the entry's lock: a few small files, one per version on disk.
   const std::string dir = repository_.ModelDir(status.name);
   for (const int64_t version : status.versions_on_disk) {
     absl::StatusOr<v1::VersionLineage> lineage = ReadLineage(dir, version);
     if (lineage.ok()) status.lineage[version] = *std::move(lineage);
   }
-  return status;
-}
-
-ModelStatus ModelRegistry::StatusOfLocked(const ModelEntry& entry) const {
-  ModelStatus status;
-  status.name = entry.name;
-  absl::ReaderMutexLock l(&entry.mu);
-  status.state = entry.state;
-  status.versions_on_disk = entry.versions_on_disk;
-  status.last_error = entry.last_error;
-  status.config = entry.config;
-  auto report = [&status](const LoadedVersion& loaded, bool serving) {
-    LoadedVersionStatus version;
-    version.version = loaded.version;
-    version.device = loaded.device->id();
-    version.serving = serving;
-    version.draining = !serving;
-    version.in_flight_tasks = loaded.batcher->in_flight_tasks();
-    version.queued_tasks = loaded.batcher->queued_tasks();
-    status.loaded.push_back(version);
-  };
-  if (entry.serving != nullptr) {
-    status.serving_version = entry.serving->version;
-    report(*entry.serving, true);
-  }
-  for (const std::shared_ptr<LoadedVersion>& loaded : entry.draining) report(*loaded, false);
   return status;
 }
 

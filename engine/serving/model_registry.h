@@ -269,8 +269,6 @@ class ModelRegistry {
   absl::StatusOr<std::shared_ptr<LoadedVersion>> FindVersion(const std::string& model,
                                                              int64_t version) const;
   ModelStatus StatusOf(const ModelEntry& entry) const;
-  // StatusOf without the lineage files: what the entry itself knows, under its lock.
-  ModelStatus StatusOfLocked(const ModelEntry& entry) const;
   // The sum of `count` over the batchers of every loaded version, serving or draining.
   int64_t SumOverBatchers(int64_t (Batcher::*count)() const) const;
   void RefreshVersions(ModelEntry& entry) const;

@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -34,8 +32,7 @@ absl::Time FromUnixMillis(int64_t ms) {
   return ms == 0 ? absl::InfinitePast() : absl::FromUnixMillis(ms);
 }
 
-}  // namespace
-
+// The record's JSON and back (INVALID_ARGUMENT naming what is wrong).
 std::string JobRecordJson(const JobSnapshot& job) {
   const TrainResult& r = job.result;
   Json j = {
@@ -101,14 +98,13 @@ absl::StatusOr<JobSnapshot> ParseJobRecord(const std::string& text) {
       out.version = r->value("version", int64_t{0});
       out.resumed_from_epoch = r->value("resumed_from_epoch", int64_t{0});
       out.device = r->value("device", std::string());
-      for (const char* key : {"train_losses", "validation_losses"}) {
-        std::vector<double>& losses =
-            std::string(key) == "train_losses" ? out.train_losses : out.validation_losses;
+      const auto losses = [&](const char* key, std::vector<double>& into) {
         for (const Json& v : r->value(key, Json::array())) {
-          losses.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN()
-                                       : v.get<double>());
+          into.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>());
         }
-      }
+      };
+      losses("train_losses", out.train_losses);
+      losses("validation_losses", out.validation_losses);
     }
     if (const auto p = j.find("latest"); p != j.end()) {
       TrainProgress progress;
@@ -132,6 +128,8 @@ absl::StatusOr<JobSnapshot> ParseJobRecord(const std::string& text) {
   }
 }
 
+}  // namespace
+
 absl::Status WriteJobRecord(const std::string& dir, const JobSnapshot& job) {
   RETURN_IF_ERROR(CreateDirectories(dir));
   return WriteFileAtomically(absl::StrCat(dir, "/", job.id, ".json"), JobRecordJson(job));
@@ -145,13 +143,12 @@ std::vector<JobSnapshot> ReadJobRecords(const std::string& dir) {
     const std::filesystem::path& path = entry.path();
     // Temporary files of an interrupted write start with a dot.
     if (path.extension() != ".json" || path.filename().string().front() == '.') continue;
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<JobSnapshot> job = ParseJobRecord(text.str());
-    if (!in || !job.ok()) {
+    absl::StatusOr<std::string> text = ReadFileBytes(path.string(), "training job record");
+    absl::StatusOr<JobSnapshot> job =
+        text.ok() ? ParseJobRecord(*text) : absl::StatusOr<JobSnapshot>(text.status());
+    if (!job.ok()) {
       spdlog::warn("training job record {} skipped: {}", path.string(),
-                   job.ok() ? std::string("cannot be read") : std::string(job.status().message()));
+                   std::string(job.status().message()));
       continue;
     }
     jobs.push_back(*std::move(job));

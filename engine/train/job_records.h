@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "engine/train/train_job_manager.h"
 
 namespace forecastd {
@@ -20,10 +19,6 @@ absl::Status WriteJobRecord(const std::string& dir, const JobSnapshot& job);
 // The records of `dir` (none when it does not exist), oldest first. A file that cannot be read
 // or parsed is skipped with a warning in the log (it never stops a daemon from starting).
 std::vector<JobSnapshot> ReadJobRecords(const std::string& dir);
-
-// The record's JSON and back (INVALID_ARGUMENT naming what is wrong).
-std::string JobRecordJson(const JobSnapshot& job);
-absl::StatusOr<JobSnapshot> ParseJobRecord(const std::string& json);
 
 }  // namespace forecastd
 

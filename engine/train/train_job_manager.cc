@@ -323,6 +323,8 @@ absl::StatusOr<std::string> TrainJobManager::Launch(std::unique_ptr<Job> job, Tr
                raw->job->worker() ? " (ranks of another daemon's job)" : "");
   order_.push_back(id);
   jobs_[id] = std::move(job);
+  // Under the lock, before the thread starts: the job's final record (RunJob) must come after
+  // this one, and a job refused above must leave none.
   Record(SnapshotLocked(*raw));
   raw->thread = std::thread([this, raw] { RunJob(raw); });
   return id;
