@@ -27,24 +27,6 @@ std::string CommandPath(const CLI::App& app) {
   return path;
 }
 
-// The option of `app` (or, as global flags fall through, of the root) named by `token`
-// ("--json", "-o", "--address=x"); nullptr when none is.
-const CLI::Option* FindOption(const CLI::App& app, const CLI::App& root, std::string token) {
-  token = token.substr(0, token.find('='));
-  for (const CLI::App* at : {&app, &root}) {
-    for (const CLI::Option* opt : at->get_options()) {
-      if (!opt->get_positional() && opt->check_name(token)) return opt;
-    }
-  }
-  return nullptr;
-}
-
-// Whether the word after `token` is the value of `opt` (an option that takes one, given as
-// "--flag value" rather than "--flag=value").
-bool ValueFollows(const CLI::Option* opt, const std::string& token) {
-  return opt != nullptr && opt->get_type_size_max() > 0 && token.find('=') == std::string::npos;
-}
-
 // After a parse error: the first word or flag of `args` that names no command or option where
 // it stands, and the nearest that does ("did you mean ..."); empty when every word is known.
 struct Typo {

@@ -113,6 +113,16 @@ absl::StatusOr<v1::ModelStatus> ForecastdClient::SetServingVersion(const std::st
   });
 }
 
+absl::StatusOr<v1::DeleteModelVersionResponse> ForecastdClient::DeleteModelVersion(
+    const std::string& name, int64_t version) {
+  v1::DeleteModelVersionRequest request;
+  request.set_name(name);
+  request.set_version(version);
+  return Unary<v1::DeleteModelVersionResponse>([&](v1::DeleteModelVersionResponse* response) {
+    return admin_->DeleteModelVersion(UnaryContext().get(), request, response);
+  });
+}
+
 absl::StatusOr<v1::ListStreamsResponse> ForecastdClient::ListStreams(const std::string& model) {
   v1::ListStreamsRequest request;
   request.set_model(model);

@@ -52,6 +52,8 @@ class ForecastdClient {
   absl::StatusOr<v1::ModelStatus> LoadModel(const std::string& name);
   absl::StatusOr<v1::ModelStatus> UnloadModel(const std::string& name);
   absl::StatusOr<v1::ModelStatus> SetServingVersion(const std::string& name, int64_t version);
+  absl::StatusOr<v1::DeleteModelVersionResponse> DeleteModelVersion(const std::string& name,
+                                                                    int64_t version);
   // The tick streams of `model` ("": of every model).
   absl::StatusOr<v1::ListStreamsResponse> ListStreams(const std::string& model);
   // Hands this daemon ranks of another daemon's training job (what a coordinating forecastd

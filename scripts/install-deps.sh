@@ -36,6 +36,8 @@ test_packages=(
   # The deploy checks: a real Prometheus (and promtool) scrapes forecastd; the Kubernetes
   # manifests are parsed as YAML.
   prometheus python3-yaml
+  # forecastctl's completion scripts are run in each shell they are written for.
+  zsh fish
 )
 if [[ $build_only -eq 0 ]]; then
   packages+=("${test_packages[@]}")

@@ -31,6 +31,7 @@ constexpr MethodRule kRules[] = {
     {"/forecastd.v1.Admin/LoadModel", Needs(Role::kAdmin)},
     {"/forecastd.v1.Admin/UnloadModel", Needs(Role::kAdmin)},
     {"/forecastd.v1.Admin/SetServingVersion", Needs(Role::kAdmin)},
+    {"/forecastd.v1.Admin/DeleteModelVersion", Needs(Role::kAdmin)},
     // KServe's liveness and readiness say nothing a health probe does not.
     {"/inference.GRPCInferenceService/ServerLive", kOpen},
     {"/inference.GRPCInferenceService/ServerReady", kOpen},

@@ -132,6 +132,29 @@ grpc::Status AdminService::SetServingVersion(grpc::ServerContext* context,
                options_.registry->SetServingVersion(request->name(), request->version()), response);
 }
 
+grpc::Status AdminService::DeleteModelVersion(grpc::ServerContext* context,
+                                              const v1::DeleteModelVersionRequest* request,
+                                              v1::DeleteModelVersionResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  if (!accepting()) return ToGrpcStatus(absl::UnavailableError("forecastd is shutting down"));
+  const std::string& model = request->name();
+  if (options_.jobs != nullptr) {
+    if (absl::Status busy = options_.jobs->CheckNoJobFrom(model, request->version()); !busy.ok()) {
+      return ToGrpcStatus(busy);
+    }
+  }
+  if (absl::Status deleted = options_.registry->DeleteVersion(model, request->version());
+      !deleted.ok()) {
+    return ToGrpcStatus(deleted);
+  }
+  if (options_.jobs != nullptr) {
+    for (std::string& path : options_.jobs->RemoveCheckpointsFrom(model, request->version())) {
+      response->add_removed_checkpoints(std::move(path));
+    }
+  }
+  return Reply(model, absl::OkStatus(), response->mutable_model());
+}
+
 grpc::Status AdminService::GetServerStatus(grpc::ServerContext* context,
                                            const v1::GetServerStatusRequest* /*request*/,
                                            v1::ServerStatus* response) {

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "engine/serving/model_registry.h"
 #include "engine/serving/stream_hub.h"
+#include "engine/train/train_job_manager.h"
 #include "forecastd/v1/admin.grpc.pb.h"
 
 namespace forecastd {
@@ -22,6 +23,8 @@ class AdminService final : public v1::Admin::Service {
   struct Options {
     ModelRegistry* registry = nullptr;  // not owned
     StreamHub* streams = nullptr;       // not owned; nullptr: ListStreams lists none
+    // Not owned; nullptr: DeleteModelVersion checks no jobs and removes no checkpoints.
+    TrainJobManager* jobs = nullptr;
     // The server's live state for GetServerStatus.
     std::function<v1::ServerStatus()> server_status;
     std::function<bool()> accepting;  // false while draining: Load and promote refused
@@ -47,6 +50,9 @@ class AdminService final : public v1::Admin::Service {
   grpc::Status SetServingVersion(grpc::ServerContext* context,
                                  const v1::SetServingVersionRequest* request,
                                  v1::ModelStatus* response) override;
+  grpc::Status DeleteModelVersion(grpc::ServerContext* context,
+                                  const v1::DeleteModelVersionRequest* request,
+                                  v1::DeleteModelVersionResponse* response) override;
   grpc::Status GetServerStatus(grpc::ServerContext* context,
                                const v1::GetServerStatusRequest* request,
                                v1::ServerStatus* response) override;

@@ -416,6 +416,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   s.admin_ = std::make_unique<AdminService>(
       AdminService::Options{.registry = registry,
                             .streams = s.streams_.get(),
+                            .jobs = jobs,
                             .server_status = [self]() { return self->Status(); },
                             .accepting = is_accepting,
                             .authorize = authorize,

@@ -9,7 +9,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/forecastctl/command.h"
+#include "client/forecastctl/list_view.h"
 #include "client/forecastctl/output.h"
+#include "kernels/base/status.h"
 
 namespace forecastd::ctl {
 namespace {
@@ -85,28 +87,40 @@ int RunStatus(Context& context) {
   return kExitOk;
 }
 
-int RunModelsList(Context& context) {
-  absl::StatusOr<ForecastdClient*> client = context.Client();
-  if (!client.ok()) return UsageError(client.status().message());
-  absl::StatusOr<v1::ListModelsResponse> list = (*client)->ListModels();
-  if (!list.ok()) return ServerError(list.status());
-  if (context.flags.json) {
-    PrintJson(*list);
-    return kExitOk;
+absl::StatusOr<Listing> ListModels(ForecastdClient& client) {
+  ASSIGN_OR_RETURN(v1::ListModelsResponse list, client.ListModels());
+  Listing listing{nullptr,
+                  ListTable({{"NAME"},
+                             {"STATE"},
+                             {"SERVING"},
+                             {"VERSIONS"},
+                             {"IN-FLIGHT"},
+                             {"QUEUED", true},
+                             {"DEVICE"},
+                             {"ARCHITECTURE", true},
+                             {"LOOKBACK", true},
+                             {"HORIZON", true},
+                             {"FEATURES", true},
+                             {"TARGETS", true},
+                             {"STREAMS", true},
+                             {"LAST ERROR", false, 60}}),
+                  "no models in the repository"};
+  for (const v1::ModelStatus& m : list.models()) {
+    int64_t queued = 0;
+    for (const v1::LoadedVersion& v : m.loaded()) queued += v.queued();
+    const v1::ModelConfig& c = m.config();
+    listing.table.AddRow(
+        {m.name(), StateName(m.state()),
+         m.serving_version() > 0 ? ListCell(absl::StrCat(m.serving_version())) : ListCell("-", ""),
+         ListCell(Versions(m), absl::StrJoin(m.versions(), " ")), absl::StrCat(InFlight(m)),
+         absl::StrCat(queued), m.device().empty() ? ListCell("-", "") : ListCell(m.device()),
+         Architecture(c), absl::StrCat(c.lookback()), absl::StrCat(c.horizon()),
+         absl::StrJoin(c.feature_names(), " "), absl::StrJoin(c.target_names(), " "),
+         absl::StrCat(m.streams()),
+         m.last_error().empty() ? ListCell("-", "") : ListCell(m.last_error())});
   }
-  if (list->models().empty()) {
-    std::cout << "no models in the repository\n";
-    return kExitOk;
-  }
-  TextTable table({"NAME", "STATE", "SERVING", "VERSIONS", "IN-FLIGHT", "DEVICE", "LAST ERROR"});
-  for (const v1::ModelStatus& m : list->models()) {
-    table.AddRow({m.name(), StateName(m.state()),
-                  m.serving_version() > 0 ? absl::StrCat(m.serving_version()) : "-", Versions(m),
-                  absl::StrCat(InFlight(m)), m.device().empty() ? "-" : m.device(),
-                  m.last_error().empty() ? "-" : Truncate(m.last_error(), 60)});
-  }
-  std::cout << table.Render();
-  return kExitOk;
+  listing.response = std::make_unique<v1::ListModelsResponse>(std::move(list));
+  return listing;
 }
 
 int RunModelsShow(Context& context, const std::string& name) {
@@ -168,14 +182,12 @@ int RunModelsShow(Context& context, const std::string& name) {
       continue;
     }
     const v1::VersionLineage& l = found->second;
-    versions.AddRow(
-        {absl::StrCat(version), serving ? "yes" : "no", l.job_id(), absl::StrCat(l.data_rows()),
-         l.data_digest(), absl::StrCat(l.seed()), absl::StrCat(l.best_epoch()),
-         l.has_best_validation_loss() ? FormatNumber(l.best_validation_loss()) : "-",
-         l.base_version() > 0 ? absl::StrCat(l.base_version()) : "-",
-         absl::FormatTime("%Y-%m-%d %H:%M:%S", absl::FromUnixMillis(l.published_unix_ms()),
-                          absl::UTCTimeZone()),
-         l.forecastd_version()});
+    versions.AddRow({absl::StrCat(version), serving ? "yes" : "no", l.job_id(),
+                     absl::StrCat(l.data_rows()), l.data_digest(), absl::StrCat(l.seed()),
+                     absl::StrCat(l.best_epoch()),
+                     l.has_best_validation_loss() ? FormatNumber(l.best_validation_loss()) : "-",
+                     l.base_version() > 0 ? absl::StrCat(l.base_version()) : "-",
+                     TimeCell(l.published_unix_ms()).text, l.forecastd_version()});
   }
   std::cout << versions.Render();
   return kExitOk;
@@ -201,6 +213,27 @@ struct ModelArgs {
   int64_t version = 0;
 };
 
+int RunModelsDelete(Context& context, const ModelArgs& args) {
+  absl::StatusOr<ForecastdClient*> client = context.Client();
+  if (!client.ok()) return UsageError(client.status().message());
+  absl::StatusOr<v1::DeleteModelVersionResponse> deleted =
+      (*client)->DeleteModelVersion(args.name, args.version);
+  if (!deleted.ok()) return ServerError(deleted.status());
+  if (context.flags.json) {
+    PrintJson(*deleted);
+    return kExitOk;
+  }
+  std::cout << "deleted version " << args.version << " of " << args.name;
+  if (deleted->removed_checkpoints_size() > 0) {
+    std::cout << " and " << deleted->removed_checkpoints_size() << " checkpoint"
+              << (deleted->removed_checkpoints_size() == 1 ? "" : "s")
+              << " of fine-tunings from it";
+  }
+  std::cout << "\n";
+  PrintSummary(deleted->model());
+  return kExitOk;
+}
+
 }  // namespace
 
 void AddAdminCommands(CLI::App& app, Context& context) {
@@ -209,18 +242,24 @@ void AddAdminCommands(CLI::App& app, Context& context) {
                                 "status --json");
   status->callback([&context] { context.action = [&context] { return RunStatus(context); }; });
 
-  CLI::App* models = AddCommand(app, "models", "List, inspect, load, unload and promote models",
-                                "  forecastctl models list\n  forecastctl models show demo_lstm\n"
-                                "  forecastctl models promote demo_lstm 2");
+  CLI::App* models =
+      AddCommand(app, "models", "List, inspect, load, unload, promote and delete models",
+                 "  forecastctl models list\n  forecastctl models show demo_lstm\n"
+                 "  forecastctl models promote demo_lstm 2");
   models->require_subcommand(1);
   auto args = std::make_shared<ModelArgs>();
 
-  CLI::App* list = AddCommand(*models, "list",
-                              "Table of models: state, serving version, versions on disk, "
-                              "requests in flight, last error",
-                              "  forecastctl models list\n  forecastctl models list --json | jq "
-                              "'.models[].name'");
-  list->callback([&context] { context.action = [&context] { return RunModelsList(context); }; });
+  CLI::App* list =
+      AddCommand(*models, "list",
+                 "Table of models: state, serving version, versions on disk, "
+                 "requests in flight, last error",
+                 "  forecastctl models list\n  forecastctl models list -o wide --watch\n"
+                 "  forecastctl models list -o json | jq '.models[].name'");
+  auto list_flags = std::make_shared<ListFlags>();
+  AddListFlags(*list, *list_flags);
+  list->callback([&context, list_flags] {
+    context.action = [&context, list_flags] { return RunList(context, *list_flags, ListModels); };
+  });
 
   CLI::App* show = AddCommand(*models, "show", "A model's state, versions and configuration",
                               "  forecastctl models show demo_lstm\n"
@@ -263,6 +302,18 @@ void AddAdminCommands(CLI::App& app, Context& context) {
         return c.SetServingVersion(args->name, args->version);
       });
     };
+  });
+
+  CLI::App* remove =
+      AddCommand(*models, "delete",
+                 "Delete VERSION of a model from disk, its weights, lineage and the checkpoints of "
+                 "fine-tunings from it (refused for the version that serves)",
+                 "  forecastctl models delete demo_lstm 1\n"
+                 "  forecastctl models delete demo_lstm 3 --json");
+  remove->add_option("NAME", args->name, "model name")->required();
+  remove->add_option("VERSION", args->version, "version to delete")->required()->check(Positive());
+  remove->callback([&context, args] {
+    context.action = [&context, args] { return RunModelsDelete(context, *args); };
   });
 }
 

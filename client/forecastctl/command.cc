@@ -52,6 +52,20 @@ CLI::App* AddCommand(CLI::App& parent, const std::string& name, const std::strin
   return command;
 }
 
+const CLI::Option* FindOption(const CLI::App& app, const CLI::App& root, std::string token) {
+  token = token.substr(0, token.find('='));
+  for (const CLI::App* at : {&app, &root}) {
+    for (const CLI::Option* opt : at->get_options()) {
+      if (!opt->get_positional() && opt->check_name(token)) return opt;
+    }
+  }
+  return nullptr;
+}
+
+bool ValueFollows(const CLI::Option* opt, const std::string& token) {
+  return opt != nullptr && opt->get_type_size_max() > 0 && token.find('=') == std::string::npos;
+}
+
 namespace {
 
 // A plain decimal for messages: "0.95", "600000", not "6.000000e+05".

@@ -62,7 +62,14 @@ CLI::Validator Between(double lo, double hi);
 // letters counting once), when it is near enough to be a likely typo; "" otherwise.
 std::string NearestWord(const std::string& typed, const std::vector<std::string>& candidates);
 
-// status; models list|show|load|unload|promote.
+// The option of `app` (or, as global flags fall through, of the root) named by `token`
+// ("--json", "-o", "--address=x"); nullptr when none is.
+const CLI::Option* FindOption(const CLI::App& app, const CLI::App& root, std::string token);
+// Whether the word after `token` is the value of `opt` (an option that takes one, given as
+// "--flag value" rather than "--flag=value").
+bool ValueFollows(const CLI::Option* opt, const std::string& token);
+
+// status; models list|show|load|unload|promote|delete.
 void AddAdminCommands(CLI::App& app, Context& context);
 // predict.
 void AddPredictCommand(CLI::App& app, Context& context);
@@ -74,7 +81,8 @@ void AddStreamCommands(CLI::App& app, Context& context);
 void AddBenchCommand(CLI::App& app, Context& context);
 // metrics.
 void AddMetricsCommand(CLI::App& app, Context& context);
-// completion bash: generated from `app`'s subcommands and options, so add it last.
+// completion bash|zsh|fish, and the hidden `__complete` the scripts call: add it last, as it
+// completes from `app`'s commands and options.
 void AddCompletionCommand(CLI::App& app, Context& context);
 
 }  // namespace forecastd::ctl

@@ -1,7 +1,6 @@
 #include "client/forecastctl/job_watch.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
@@ -18,40 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "client/forecastctl/interrupt.h"
 #include "client/forecastctl/output.h"
 
 namespace forecastd::ctl {
 namespace {
-
-// Set by the SIGINT handler, read by the watcher thread. A lock-free atomic is safe to
-// store to from a signal handler.
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-
-extern "C" void OnSigint(int) { g_interrupted.store(true); }
-
-// Routes SIGINT to g_interrupted while it lives, restoring the previous disposition after.
-// SA_RESTART is left off so that a second Ctrl-C interrupts a blocking read of the answer.
-class SigintTrap {
- public:
-  SigintTrap() {
-    g_interrupted.store(false);
-    struct sigaction action = {};
-    action.sa_handler = OnSigint;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = 0;
-    installed_ = sigaction(SIGINT, &action, &previous_) == 0;
-  }
-  SigintTrap(const SigintTrap&) = delete;
-  SigintTrap& operator=(const SigintTrap&) = delete;
-  ~SigintTrap() {
-    if (installed_) sigaction(SIGINT, &previous_, nullptr);
-  }
-
- private:
-  struct sigaction previous_ = {};
-  bool installed_ = false;
-};
 
 std::string Loss(double loss) { return std::isnan(loss) ? "-" : absl::StrFormat("%.6g", loss); }
 
@@ -188,13 +158,13 @@ int CancelOrDetach(Context& context, ForecastdClient& client, const std::string&
     PrintResumeHint(context, job_id);
     return kExitDetached;
   }
-  g_interrupted.store(false);
+  ClearInterrupted();
   absl::StatusOr<v1::TrainJobInfo> info = client.CancelTrainJob(job_id);
   if (!info.ok()) return ServerError(info.status());
   std::fprintf(stderr, "Cancelling job %s...\n", job_id.c_str());
   // The job stops between steps; its final state follows shortly.
   while (!IsFinal(info->state())) {
-    if (g_interrupted.load()) {
+    if (Interrupted()) {
       PrintResumeHint(context, job_id);
       return kExitDetached;
     }
@@ -275,7 +245,7 @@ int WatchJob(Context& context, const std::string& job_id) {
   std::atomic<bool> done{false};
   std::thread watcher([&call, &done] {
     while (!done.load()) {
-      if (g_interrupted.load()) {
+      if (Interrupted()) {
         call.TryCancel();
         return;
       }
@@ -288,7 +258,7 @@ int WatchJob(Context& context, const std::string& job_id) {
   watcher.join();
   printer.EndLine();
   if (info.ok()) return ReportFinished(*info, context.flags.json);
-  if (g_interrupted.load()) return CancelOrDetach(context, **client, job_id);
+  if (Interrupted()) return CancelOrDetach(context, **client, job_id);
   return ServerError(info.status());
 }
 

@@ -10,11 +10,15 @@
 #include <iostream>
 #include <iterator>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "client/http_get.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -66,6 +70,195 @@ std::string HttpAnswerAt(const std::string& address) {
   return "";
 }
 
+// The largest magnitude below which every integer is exact in a double (2^53): JSON readers
+// that hold numbers as doubles (JavaScript, jq) read such int64 values back unchanged.
+constexpr uint64_t kExactInDouble = uint64_t{1} << 53;
+
+std::string Int64Json(int64_t v) {
+  const uint64_t magnitude = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : v;
+  return magnitude <= kExactInDouble ? absl::StrCat(v) : absl::StrCat("\"", v, "\"");
+}
+
+std::string UInt64Json(uint64_t v) {
+  return v <= kExactInDouble ? absl::StrCat(v) : absl::StrCat("\"", v, "\"");
+}
+
+// protobuf's JSON mapping for a float or double: the shortest decimal, NaN and infinities as
+// the strings protobuf's parser reads.
+template <typename T>
+std::string FloatJson(T v) {
+  if (std::isnan(v)) return "\"NaN\"";
+  if (std::isinf(v)) return v > 0 ? "\"Infinity\"" : "\"-Infinity\"";
+  return ShortestDecimal(v);
+}
+
+// protobuf's JSON mapping written out by reflection, so that 64-bit integers can be numbers
+// (protobuf's printer always quotes them): lowerCamelCase names, enums by name, every field
+// without presence even when default, fields with presence when set, map keys in order.
+// google.protobuf.* messages (which have JSON forms of their own) go through protobuf's printer.
+struct JsonWriter {
+  bool one_line;
+  std::string* out;
+
+  void Newline(int depth) {
+    if (one_line) return;
+    out->push_back('\n');
+    out->append(static_cast<size_t>(depth) * 2, ' ');
+  }
+
+  void Message(const google::protobuf::Message& m, int depth) {
+    using google::protobuf::FieldDescriptor;
+    const google::protobuf::Descriptor* d = m.GetDescriptor();
+    if (absl::StartsWith(d->file()->name(), "google/protobuf/")) {
+      google::protobuf::util::JsonPrintOptions options;
+      std::string json;
+      if (google::protobuf::util::MessageToJsonString(m, &json, options).ok()) {
+        out->append(json);
+      } else {
+        out->append("null");
+      }
+      return;
+    }
+    const google::protobuf::Reflection* r = m.GetReflection();
+    out->push_back('{');
+    bool first = true;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* f = d->field(i);
+      if (!f->is_repeated() && f->has_presence() && !r->HasField(m, f)) continue;
+      out->append(first ? "" : ",");
+      first = false;
+      Newline(depth + 1);
+      absl::StrAppend(out, JsonQuote(f->json_name()), one_line ? ":" : ": ");
+      if (f->is_map()) {
+        Map(m, f, depth + 1);
+      } else if (f->is_repeated()) {
+        const int n = r->FieldSize(m, f);
+        out->push_back('[');
+        for (int k = 0; k < n; ++k) {
+          out->append(k == 0 ? "" : ",");
+          Newline(depth + 2);
+          Value(m, f, k, depth + 2);
+        }
+        if (n > 0) Newline(depth + 1);
+        out->push_back(']');
+      } else {
+        Value(m, f, -1, depth + 1);
+      }
+    }
+    if (!first) Newline(depth);
+    out->push_back('}');
+  }
+
+  // Entry `index` of a repeated field, or the singular field for -1.
+  void Value(const google::protobuf::Message& m, const google::protobuf::FieldDescriptor* f,
+             int index, int depth) {
+    using google::protobuf::FieldDescriptor;
+    const google::protobuf::Reflection* r = m.GetReflection();
+    const bool rep = index >= 0;
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_INT32:
+        absl::StrAppend(out, rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT32:
+        absl::StrAppend(out, rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        out->append(Int64Json(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f)));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        out->append(UInt64Json(rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f)));
+        break;
+      case FieldDescriptor::CPPTYPE_FLOAT:
+        out->append(FloatJson(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f)));
+        break;
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        out->append(FloatJson(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f)));
+        break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        out->append((rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)) ? "true" : "false");
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const int number = rep ? r->GetRepeatedEnumValue(m, f, index) : r->GetEnumValue(m, f);
+        const google::protobuf::EnumValueDescriptor* value =
+            f->enum_type()->FindValueByNumber(number);
+        out->append(value != nullptr ? JsonQuote(value->name()) : absl::StrCat(number));
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_STRING: {
+        std::string scratch;
+        const std::string& s = rep ? r->GetRepeatedStringReference(m, f, index, &scratch)
+                                   : r->GetStringReference(m, f, &scratch);
+        out->append(
+            JsonQuote(f->type() == FieldDescriptor::TYPE_BYTES ? absl::Base64Escape(s) : s));
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        Message(rep ? r->GetRepeatedMessage(m, f, index) : r->GetMessage(m, f), depth);
+        break;
+    }
+  }
+
+  // A map field as a JSON object, its keys as strings in ascending key order.
+  void Map(const google::protobuf::Message& m, const google::protobuf::FieldDescriptor* f,
+           int depth) {
+    using google::protobuf::FieldDescriptor;
+    const google::protobuf::Reflection* r = m.GetReflection();
+    const FieldDescriptor* key = f->message_type()->map_key();
+    const FieldDescriptor* value = f->message_type()->map_value();
+    struct Entry {
+      std::string key;
+      int64_t order_signed = 0;
+      uint64_t order_unsigned = 0;
+      const google::protobuf::Message* message;
+    };
+    std::vector<Entry> entries;
+    for (int k = 0; k < r->FieldSize(m, f); ++k) {
+      const google::protobuf::Message& e = r->GetRepeatedMessage(m, f, k);
+      const google::protobuf::Reflection* er = e.GetReflection();
+      Entry entry{"", 0, 0, &e};
+      switch (key->cpp_type()) {
+        case FieldDescriptor::CPPTYPE_INT32:
+          entry.order_signed = er->GetInt32(e, key);
+          break;
+        case FieldDescriptor::CPPTYPE_INT64:
+          entry.order_signed = er->GetInt64(e, key);
+          break;
+        case FieldDescriptor::CPPTYPE_UINT32:
+          entry.order_unsigned = er->GetUInt32(e, key);
+          break;
+        case FieldDescriptor::CPPTYPE_UINT64:
+          entry.order_unsigned = er->GetUInt64(e, key);
+          break;
+        case FieldDescriptor::CPPTYPE_BOOL:
+          entry.order_unsigned = er->GetBool(e, key) ? 1 : 0;
+          break;
+        default:
+          entry.key = er->GetString(e, key);
+      }
+      if (key->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
+        entry.key = entry.order_unsigned != 0 ? "true" : "false";
+      } else if (key->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+        entry.key = entry.order_signed != 0 ? absl::StrCat(entry.order_signed)
+                                            : absl::StrCat(entry.order_unsigned);
+      }
+      entries.push_back(std::move(entry));
+    }
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return std::tie(a.order_signed, a.order_unsigned, a.key) <
+             std::tie(b.order_signed, b.order_unsigned, b.key);
+    });
+    out->push_back('{');
+    for (size_t k = 0; k < entries.size(); ++k) {
+      out->append(k == 0 ? "" : ",");
+      Newline(depth + 1);
+      absl::StrAppend(out, JsonQuote(entries[k].key), one_line ? ":" : ": ");
+      Value(*entries[k].message, value, -1, depth + 1);
+    }
+    if (!entries.empty()) Newline(depth);
+    out->push_back('}');
+  }
+};
+
 }  // namespace
 
 void SetServerAddress(const std::string& address) { ServerAddress() = address; }
@@ -116,19 +309,20 @@ absl::StatusOr<std::string> ReadInput(const std::string& path) {
 }
 
 std::string ProtoJson(const google::protobuf::Message& message, bool one_line) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = !one_line;
-  options.always_print_primitive_fields = true;
-  options.always_print_enums_as_ints = false;
   std::string json;
-  const auto status = google::protobuf::util::MessageToJsonString(message, &json, options);
-  if (!status.ok()) return absl::StrCat("{\"error\": ", JsonQuote(status.ToString()), "}");
-  while (!json.empty() && json.back() == '\n') json.pop_back();
+  JsonWriter{one_line, &json}.Message(message, 0);
   return json;
 }
 
 void PrintJson(const google::protobuf::Message& message, bool one_line) {
   std::cout << ProtoJson(message, one_line) << '\n';
+}
+
+std::string CsvField(absl::string_view s) {
+  const bool quote = s.find_first_of(",\"\n\r") != absl::string_view::npos ||
+                     (!s.empty() && (s.front() == ' ' || s.back() == ' '));
+  if (!quote) return std::string(s);
+  return absl::StrCat("\"", absl::StrReplaceAll(s, {{"\"", "\"\""}}), "\"");
 }
 
 std::string JsonQuote(absl::string_view s) {

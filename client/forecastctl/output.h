@@ -38,10 +38,16 @@ int UsageError(absl::string_view message);
 absl::StatusOr<std::string> ReadInput(const std::string& path);
 
 // The message in protobuf's JSON mapping (lowerCamelCase names, enums by name, every field
-// even when default): indented, or on one line.
+// without presence even when default), indented or on one line, except that 64-bit integers
+// are numbers where a double holds them exactly (|v| <= 2^53), as jq and JavaScript read them;
+// larger ones stay strings, as the mapping has them. protobuf's parser reads both back.
 std::string ProtoJson(const google::protobuf::Message& message, bool one_line = false);
 // Writes ProtoJson(message, one_line) and a newline to stdout.
 void PrintJson(const google::protobuf::Message& message, bool one_line = false);
+
+// A CSV field: `s` as is, or quoted (quotes doubled) when it holds a comma, a quote, a line
+// break or leading or trailing spaces.
+std::string CsvField(absl::string_view s);
 
 // A JSON string literal for `s` (quoted and escaped).
 std::string JsonQuote(absl::string_view s);

@@ -18,8 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/forecastctl/command.h"
+#include "client/forecastctl/list_view.h"
 #include "client/forecastctl/output.h"
 #include "client/input_windows.h"
+#include "kernels/base/status.h"
 
 namespace forecastd::ctl {
 namespace {
@@ -284,32 +286,39 @@ int RunStream(Context& context, const StreamArgs& args) {
   return errors == 0 ? kExitOk : kExitServerError;
 }
 
-int RunStreams(Context& context, const std::string& model) {
-  absl::StatusOr<ForecastdClient*> client = context.Client();
-  if (!client.ok()) return UsageError(client.status().message());
-  absl::StatusOr<v1::ListStreamsResponse> list = (*client)->ListStreams(model);
-  if (!list.ok()) return ServerError(list.status());
-  if (context.flags.json) {
-    PrintJson(*list);
-    return kExitOk;
-  }
-  if (list->streams().empty()) {
-    std::cout << (model.empty() ? "no tick streams\n"
-                                : absl::StrCat("no tick streams of model ", model, "\n"));
-    return kExitOk;
-  }
-  TextTable table({"KEY", "MODEL", "VERSION", "MODE", "TICKS", "BUFFERED", "CONNECTED", "IDLE"});
-  for (const v1::StreamInfo& s : list->streams()) {
-    const std::string version = s.version() > 0 ? absl::StrCat(s.version()) : "-";
-    table.AddRow(
+absl::StatusOr<Listing> ListStreams(ForecastdClient& client, const std::string& model) {
+  ASSIGN_OR_RETURN(v1::ListStreamsResponse list, client.ListStreams(model));
+  Listing listing{nullptr,
+                  ListTable({{"KEY"},
+                             {"MODEL"},
+                             {"VERSION"},
+                             {"PINNED", true},
+                             {"MODE"},
+                             {"TICKS"},
+                             {"BUFFERED"},
+                             {"LOOKBACK", true},
+                             {"CONNECTED"},
+                             {"IDLE"}}),
+                  model.empty() ? "no tick streams" : "no tick streams of model " + model};
+  for (const v1::StreamInfo& s : list.streams()) {
+    const ListCell version =
+        s.version() > 0 ? ListCell(absl::StrCat(s.version())) : ListCell("-", "");
+    const double idle_s = static_cast<double>(s.idle_ms()) / 1e3;
+    listing.table.AddRow(
         {s.key(), s.model(),
-         s.requested_version() > 0 ? absl::StrCat(version, " (pinned)") : version,
+         s.requested_version() > 0
+             ? ListCell(absl::StrCat(version.text, " (pinned)"), version.plain)
+             : version,
+         s.requested_version() > 0 ? "yes" : "no",
          absl::AsciiStrToLower(ShortName(v1::StreamingConfig::Mode_Name(s.mode()), "STREAM_MODE_")),
-         absl::StrCat(s.sequence()), absl::StrCat(s.ticks_buffered(), "/", s.lookback()),
-         s.connected() ? "yes" : "no", FormatSeconds(static_cast<double>(s.idle_ms()) / 1e3)});
+         absl::StrCat(s.sequence()),
+         ListCell(absl::StrCat(s.ticks_buffered(), "/", s.lookback()),
+                  absl::StrCat(s.ticks_buffered())),
+         absl::StrCat(s.lookback()), s.connected() ? "yes" : "no",
+         ListCell(FormatSeconds(idle_s), absl::StrCat(idle_s))});
   }
-  std::cout << table.Render();
-  return kExitOk;
+  listing.response = std::make_unique<v1::ListStreamsResponse>(std::move(list));
+  return listing;
 }
 
 }  // namespace
@@ -352,10 +361,16 @@ void AddStreamCommands(CLI::App& app, Context& context) {
       app, "streams",
       "List the tick streams the server keeps: key, model, version, mode, ticks, ring buffer, "
       "whether a connection holds it, idle time",
-      "  forecastctl streams\n  forecastctl streams demo_lstm --json");
+      "  forecastctl streams\n  forecastctl streams demo_lstm -o json\n  forecastctl streams "
+      "--watch");
   streams->add_option("MODEL", *model, "only this model's streams");
-  streams->callback([&context, model] {
-    context.action = [&context, model] { return RunStreams(context, *model); };
+  auto list_flags = std::make_shared<ListFlags>();
+  AddListFlags(*streams, *list_flags);
+  streams->callback([&context, model, list_flags] {
+    context.action = [&context, model, list_flags] {
+      return RunList(context, *list_flags,
+                     [model](ForecastdClient& client) { return ListStreams(client, *model); });
+    };
   });
 }
 

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "client/forecastctl/command.h"
 #include "client/forecastctl/job_watch.h"
+#include "client/forecastctl/list_view.h"
 #include "client/forecastctl/output.h"
 #include "client/input_windows.h"
 #include "google/protobuf/util/json_util.h"
@@ -234,40 +235,51 @@ std::string EpochOf(const v1::TrainJobInfo& job) {
   return absl::StrCat(job.latest().epoch(), "/", job.latest().epochs());
 }
 
-int RunJobsList(Context& context, const JobArgs& args) {
-  absl::StatusOr<ForecastdClient*> client = context.Client();
-  if (!client.ok()) return UsageError(client.status().message());
-  absl::StatusOr<v1::ListTrainJobsResponse> jobs = (*client)->ListTrainJobs(args.model);
-  if (!jobs.ok()) return ServerError(jobs.status());
-  if (context.flags.json) {
-    PrintJson(*jobs);
-    return kExitOk;
-  }
-  if (jobs->jobs().empty()) {
-    std::cout << "no training jobs" << (args.model.empty() ? "" : " for model " + args.model)
-              << "\n";
-    return kExitOk;
-  }
+absl::StatusOr<Listing> ListJobs(ForecastdClient& client, const std::string& model) {
+  ASSIGN_OR_RETURN(v1::ListTrainJobsResponse jobs, client.ListTrainJobs(model));
+  Listing listing{nullptr,
+                  ListTable({{"JOB"},
+                             {"MODEL"},
+                             {"STATE"},
+                             {"EPOCH"},
+                             {"TRAIN LOSS"},
+                             {"BEST VAL LOSS"},
+                             {"BEST EPOCH", true},
+                             {"VERSION"},
+                             {"PROMOTED", true},
+                             {"AGE"},
+                             {"CREATED (UTC)", true},
+                             {"FINISHED (UTC)", true},
+                             {"ERROR", false, 50}}),
+                  model.empty() ? "no training jobs" : "no training jobs for model " + model};
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-  TextTable table(
-      {"JOB", "MODEL", "STATE", "EPOCH", "TRAIN LOSS", "BEST VAL LOSS", "VERSION", "AGE", "ERROR"});
-  for (const v1::TrainJobInfo& job : jobs->jobs()) {
+  const auto number = [](double v) {
+    return std::isfinite(v) ? ListCell(FormatNumber(v), JsonDouble(v)) : ListCell("-", "");
+  };
+  for (const v1::TrainJobInfo& job : jobs.jobs()) {
     const bool has = job.has_latest();
     // The best validation loss so far: the job's once it ends, its latest event's before.
     const double best = job.best_epoch() > 0 ? job.best_validation_loss()
                         : has                ? job.latest().best_validation_loss()
                                              : NAN;
-    table.AddRow({job.job_id(), job.model(), JobStateName(job.state()), EpochOf(job),
-                  has ? FormatNumber(job.latest().train_loss()) : "-",
-                  std::isfinite(best) ? FormatNumber(best) : "-",
-                  job.published_version() > 0 ? absl::StrCat(job.published_version()) : "-",
-                  job.created_unix_ms() > 0
-                      ? FormatSeconds(static_cast<double>(now_ms - job.created_unix_ms()) / 1e3)
-                      : "-",
-                  job.error().empty() ? "-" : Truncate(job.error(), 50)});
+    const double age_s = static_cast<double>(now_ms - job.created_unix_ms()) / 1e3;
+    listing.table.AddRow(
+        {job.job_id(), job.model(), JobStateName(job.state()),
+         has && job.latest().epochs() > 0
+             ? ListCell(EpochOf(job), absl::StrCat(job.latest().epoch()))
+             : ListCell("-", ""),
+         has ? number(job.latest().train_loss()) : ListCell("-", ""), number(best),
+         job.best_epoch() > 0 ? ListCell(absl::StrCat(job.best_epoch())) : ListCell("-", ""),
+         job.published_version() > 0 ? ListCell(absl::StrCat(job.published_version()))
+                                     : ListCell("-", ""),
+         job.promoted() ? "yes" : "no",
+         job.created_unix_ms() > 0 ? ListCell(FormatSeconds(age_s), absl::StrCat(age_s))
+                                   : ListCell("-", ""),
+         TimeCell(job.created_unix_ms()), TimeCell(job.finished_unix_ms()),
+         job.error().empty() ? ListCell("-", "") : ListCell(job.error())});
   }
-  std::cout << table.Render();
-  return kExitOk;
+  listing.response = std::make_unique<v1::ListTrainJobsResponse>(std::move(jobs));
+  return listing;
 }
 
 int RunJobsShow(Context& context, const JobArgs& args) {
@@ -411,12 +423,19 @@ void AddTrainCommands(CLI::App& app, Context& context) {
                               "  forecastctl jobs list\n  forecastctl jobs watch <id>\n"
                               "  forecastctl jobs cancel <id> --wait");
   jobs->require_subcommand(1);
-  CLI::App* list = AddCommand(*jobs, "list", "Table of training jobs, newest state of each",
-                              "  forecastctl jobs list\n  forecastctl jobs list --model demo_lstm "
-                              "--json");
+  CLI::App* list =
+      AddCommand(*jobs, "list", "Table of training jobs, newest state of each",
+                 "  forecastctl jobs list\n  forecastctl jobs list --model demo_lstm -o json\n"
+                 "  forecastctl jobs list --watch");
   list->add_option("--model", job_args->model, "only this model's jobs");
-  list->callback([&context, job_args] {
-    context.action = [&context, job_args] { return RunJobsList(context, *job_args); };
+  auto list_flags = std::make_shared<ListFlags>();
+  AddListFlags(*list, *list_flags);
+  list->callback([&context, job_args, list_flags] {
+    context.action = [&context, job_args, list_flags] {
+      return RunList(context, *list_flags, [job_args](ForecastdClient& client) {
+        return ListJobs(client, job_args->model);
+      });
+    };
   });
   CLI::App* show = AddCommand(*jobs, "show", "A job's state, result and latest progress",
                               "  forecastctl jobs show <id>\n  forecastctl jobs show <id> --json");

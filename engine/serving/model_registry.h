@@ -236,6 +236,13 @@ class ModelRegistry {
   // version serving and returns the error.
   absl::Status SetServingVersion(const std::string& model, int64_t version);
 
+  // Removes version `version` (> 0) of `model` from disk: its directory (weights, lineage) is
+  // renamed out of the model's view at once, then deleted. FAILED_PRECONDITION for the version
+  // that serves, or that would serve were the model loaded now (the pinned one while on disk,
+  // else the config's serving_version, else the highest: the last version is never deleted),
+  // and for a version still loaded (draining); NOT_FOUND when it is not on disk.
+  absl::Status DeleteVersion(const std::string& model, int64_t version);
+
   // A training job published `version` of `model`: refreshes the model's versions; with
   // `promote`, serves it (SetServingVersion); a model the registry did not have loaded
   // before (such as a new directory the job created) is loaded. NOT_FOUND when the version is

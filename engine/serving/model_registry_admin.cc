@@ -5,10 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "engine/file_io.h"
 #include "engine/serving/batching_config.h"
 #include "engine/serving/model_registry_internal.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -334,6 +338,73 @@ absl::Status ModelRegistry::Unload(const std::string& model) {
   if (serving != nullptr) Retire(*entry, std::move(serving), options_.drain_timeout);
   absl::MutexLock l(&entry->mu);
   entry->state = ModelState::kUnloaded;
+  return absl::OkStatus();
+}
+
+absl::Status ModelRegistry::DeleteVersion(const std::string& model, int64_t version) {
+  RETURN_IF_ERROR(ValidateModelName(model));
+  if (version <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("version ", version, " of model '", model, "': versions are > 0"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<ModelEntry> entry, GetOrAddEntry(model));
+  absl::MutexLock admin(&entry->admin_mu);
+  if (shut_down()) return absl::UnavailableError("model registry is shut down");
+  const std::vector<int64_t> versions = repository_.ListVersions(model);
+  if (!Contains(versions, version)) {
+    return absl::NotFoundError(absl::StrCat("model '", model, "' has no version ", version,
+                                            " (versions: ", absl::StrJoin(versions, ", "), ")"));
+  }
+  {
+    absl::MutexLock l(&entry->mu);
+    if (entry->serving != nullptr && entry->serving->version == version) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version ", version, " of model '", model,
+                       "' is serving; promote another version first (forecastctl models promote)"));
+    }
+    for (const auto& draining : entry->draining) {
+      if (draining->version == version) {
+        return absl::FailedPreconditionError(absl::StrCat("version ", version, " of model '", model,
+                                                          "' is still finishing requests"));
+      }
+    }
+  }
+  // The version a load would pick now, by LoadAndSwitch's rule.
+  int64_t would_serve = 0;
+  if (entry->pinned_version > 0 && Contains(versions, entry->pinned_version)) {
+    would_serve = entry->pinned_version;
+  } else if (absl::StatusOr<ModelConfig> config = repository_.ReadConfig(model); config.ok()) {
+    would_serve = ChooseServingVersion(*config, versions).value_or(0);
+  } else {
+    would_serve = versions.back();  // the highest, the rule without a config's choice
+  }
+  if (would_serve == version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version ", version, " of model '", model, "' is the one that serves when the model ",
+        "loads (",
+        versions.size() == 1 ? "its only version" : "pinned, chosen by config.json, or the highest",
+        "); promote another version first (forecastctl models promote)"));
+  }
+  // Out of the model's view in one rename (hidden entries are not versions), then deleted. A
+  // version that is a symlink loses the link, never what it points to.
+  const std::string model_dir = absl::StrCat(repository_.root(), "/", model);
+  const std::string path = absl::StrCat(model_dir, "/", version);
+  const std::string doomed =
+      absl::StrCat(model_dir, "/.deleted-", version, "-", absl::ToUnixNanos(absl::Now()));
+  std::error_code error;
+  std::filesystem::rename(path, doomed, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot remove version ", version, " of model '", model,
+                                            "': rename ", path, ": ", error.message()));
+  }
+  std::filesystem::remove_all(doomed, error);
+  if (error) {
+    spdlog::warn("model '{}': version {} is deleted but {} could not be removed: {}", model,
+                 version, doomed, error.message());
+  }
+  RETURN_IF_ERROR(SyncDirectory(model_dir));
+  RefreshVersions(*entry);
+  spdlog::info("model '{}': version {} deleted", model, version);
   return absl::OkStatus();
 }
 

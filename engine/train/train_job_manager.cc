@@ -6,12 +6,15 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "engine/file_io.h"
 #include "engine/hash.h"
 #include "engine/models/model_files.h"
+#include "engine/train/checkpoint.h"
 #include "engine/train/job_records.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -24,6 +27,7 @@ struct TrainJobManager::Job {
   std::string id;
   std::string model;
   bool promote = false;
+  int64_t base_version = 0;  // TrainingConfig.base_version: fine-tuned from it
   std::unique_ptr<TrainJob> job;
   JobState state = JobState::kRunning;
   std::vector<TrainProgress> events;
@@ -158,6 +162,7 @@ absl::StatusOr<std::string> TrainJobManager::Start(StartRequest request) {
   auto job = std::make_unique<Job>();
   job->model = request.model;
   job->promote = request.promote;
+  job->base_version = request.training.base_version();
   TrainJobOptions o = CommonOptions(job.get());
   o.model = config;
   o.training = request.training;
@@ -437,6 +442,67 @@ std::vector<JobSnapshot> TrainJobManager::List(const std::string& model) const {
     if (model.empty() || job.model == model) list.push_back(SnapshotLocked(job));
   }
   return list;
+}
+
+absl::Status TrainJobManager::CheckNoJobFrom(const std::string& model, int64_t version) const {
+  absl::MutexLock l(&mu_);
+  for (const auto& [id, job] : jobs_) {
+    if (job->model == model && job->base_version == version && job->state == JobState::kRunning) {
+      return absl::FailedPreconditionError(absl::StrCat("training job ", id, " fine-tunes model '",
+                                                        model, "' from version ", version,
+                                                        "; cancel it or let it finish first"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> TrainJobManager::RemoveCheckpointsFrom(const std::string& model,
+                                                                int64_t base_version) {
+  // Where the model's checkpoints are (see Options::checkpoint_dir).
+  std::string dir;
+  std::string prefix;
+  if (!options_.checkpoint_dir.empty()) {
+    dir = options_.checkpoint_dir;
+    prefix = model + "-";
+  } else if (options_.checkpoints_in_model_dirs) {
+    dir = absl::StrCat(options_.repository, "/", model, "/.checkpoints");
+  } else {
+    return {};
+  }
+  std::vector<std::string> removed;
+  std::error_code error;
+  for (const auto& file : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = file.path().filename().string();
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".ckpt")) continue;
+    const std::string path = file.path().string();
+    absl::StatusOr<TrainCheckpoint> checkpoint = ReadCheckpoint(path);
+    if (!checkpoint.ok()) {
+      spdlog::warn("checkpoint {} is left: {}", path, checkpoint.status().ToString());
+      continue;
+    }
+    // The fingerprint is the model's config and the job's TrainingConfig, one JSON line each
+    // (TrainJob::Fingerprint); another model's file may share the prefix.
+    const std::vector<std::string> lines = absl::StrSplit(checkpoint->fingerprint, '\n');
+    ModelConfig config;
+    v1::TrainingConfig training;
+    google::protobuf::util::JsonParseOptions lenient;
+    lenient.ignore_unknown_fields = true;
+    if (lines.size() != 2 ||
+        !google::protobuf::util::JsonStringToMessage(lines[0], &config, lenient).ok() ||
+        !google::protobuf::util::JsonStringToMessage(lines[1], &training, lenient).ok() ||
+        config.name() != model || training.base_version() != base_version) {
+      continue;
+    }
+    std::error_code removing;
+    if (std::filesystem::remove(file.path(), removing)) {
+      removed.push_back(path);
+      spdlog::info("model '{}': removed checkpoint {} (fine-tuning from version {})", model, path,
+                   base_version);
+    } else if (removing) {
+      spdlog::warn("checkpoint {} could not be removed: {}", path, removing.message());
+    }
+  }
+  return removed;
 }
 
 absl::Status TrainJobManager::Cancel(const std::string& id) {

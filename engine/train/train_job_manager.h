@@ -142,6 +142,14 @@ class TrainJobManager {
   // Asks a running job to stop between steps; OK (and no-op) for a job that already ended.
   absl::Status Cancel(const std::string& id);
 
+  // FAILED_PRECONDITION while a job of `model` runs that fine-tunes from `version`: asked
+  // before that version is deleted.
+  absl::Status CheckNoJobFrom(const std::string& model, int64_t version) const;
+  // Removes the checkpoints kept for jobs of `model` that fine-tune from `base_version` (they
+  // cannot resume once it is deleted) and returns their paths. A checkpoint that cannot be
+  // read is left alone (logged).
+  std::vector<std::string> RemoveCheckpointsFrom(const std::string& model, int64_t base_version);
+
   // Calls on_event for every progress event of the job, from the first, as they come, then
   // returns the final snapshot once the job has ended. Stops early (CANCELLED) when
   // on_event returns false or `stop()` becomes true (checked at least every 100 ms).

@@ -1,8 +1,9 @@
 // Runs the real forecastctl binary against a real forecastd (free loopback ports, a temporary
 // repository with small models) the way an operator or a script would, and checks what it
 // prints and how it exits: forecasts equal to the Predict RPC's, a CSV replayed as a tick
-// stream and the streams kept, a training job followed to SUCCEEDED, model management, jobs,
-// benchmarks, metrics, error and usage exit codes, --help and the bash completion script. ctest
+// stream and the streams kept, a training job followed to SUCCEEDED, model management (deleting
+// versions too), jobs, list formats and --watch, JSON numbers, benchmarks, metrics, error and
+// usage exit codes, --help and completion in bash, zsh and fish. ctest
 // runs each TEST_CASE in its own process, each with its own daemon.
 #include <signal.h>
 
@@ -377,7 +378,7 @@ TEST_CASE("predict --output json equals the Predict RPC on the same windows",
 
 // --- Tick streams
 
-TEST_CASE("stream replays a CSV one tick per row; streams lists a kept key",
+TEST_CASE("stream replays a CSV one tick per row, and streams lists a kept key",
           "[integration][forecastctl]") {
   Fixture f;
   constexpr int kRows = 12;
@@ -552,7 +553,7 @@ TEST_CASE("train --json follows a new model's job to SUCCEEDED, then models and 
   }
 }
 
-TEST_CASE("Ctrl-C on a watch without a terminal detaches (130); a cancelled job's watch exits 1",
+TEST_CASE("Ctrl-C on a watch without a terminal detaches (130), a cancelled job's watch exits 1",
           "[integration][forecastctl]") {
   Fixture f(/*default_checkpoints=*/true);
   WriteFile(f.Path("series.csv"), SeriesCsv(200));
@@ -738,6 +739,150 @@ TEST_CASE("status and models list/show/unload/load", "[integration][forecastctl]
   REQUIRE(flag_wins.exit_code == 0);
 }
 
+TEST_CASE("list commands take -o table, wide, json or csv, and --watch prints changes until Ctrl-C",
+          "[integration][forecastctl]") {
+  Fixture f;
+  const CtlResult table = Ctl(f, {"models", "list"});
+  REQUIRE(table.exit_code == 0);
+  REQUIRE(!absl::StrContains(table.out, "ARCHITECTURE"));
+  const CtlResult wide = Ctl(f, {"models", "list", "-o", "wide"});
+  REQUIRE(wide.exit_code == 0);
+  REQUIRE(absl::StrContains(wide.out, "ARCHITECTURE"));
+  REQUIRE(absl::StrContains(wide.out, "gru (hidden 8, 1 layer)"));
+
+  // CSV: every column, plain values, fields with commas quoted.
+  const std::vector<std::string> csv = Lines(Ctl(f, {"models", "list", "-o", "csv"}).out);
+  REQUIRE(csv.size() == 3);
+  REQUIRE(absl::StartsWith(csv[0], "NAME,STATE,SERVING,VERSIONS,IN-FLIGHT,QUEUED,DEVICE,"));
+  REQUIRE(absl::StartsWith(csv[1], "quant,READY,1,1,0,0,cpu,\"gru (hidden 8, 1 layer)\",8,3,"));
+  REQUIRE(absl::StartsWith(csv[2], "toy,READY,1,1,0,0,cpu,"));
+  // -o json is --json.
+  REQUIRE(ParseJson<v1::ListModelsResponse>(Ctl(f, {"models", "list", "-o", "json"}).out)
+              .models_size() == 2);
+  REQUIRE(Lines(Ctl(f, {"jobs", "list", "-o", "csv"}).out) ==
+          std::vector<std::string>{"JOB,MODEL,STATE,EPOCH,TRAIN LOSS,BEST VAL LOSS,BEST EPOCH,"
+                                   "VERSION,PROMOTED,AGE,CREATED (UTC),FINISHED (UTC),ERROR"});
+  REQUIRE(absl::StrContains(Ctl(f, {"streams", "-o", "wide"}).out, "no tick streams"));
+
+  // --watch without a terminal: a listing each time it changes, one JSON line each.
+  absl::StatusOr<ChildProcess> watch =
+      ChildProcess::Start({FORECASTCTL_BINARY, "--address", f.daemon->grpc_address(), "models",
+                           "list", "--watch", "--interval", "0.1", "-o", "json"});
+  REQUIRE(watch.ok());
+  const absl::Time give_up = absl::Now() + kRunBound;
+  const auto wait_for = [&](const std::string& text) {
+    while (!absl::StrContains(watch->Output(), text) && absl::Now() < give_up) {
+      REQUIRE(watch->Running());
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    REQUIRE(absl::StrContains(watch->Output(), text));
+  };
+  wait_for("MODEL_READY");
+  REQUIRE(Ctl(f, {"models", "unload", "quant"}).exit_code == 0);
+  wait_for("MODEL_UNLOADED");
+  absl::SleepFor(absl::Milliseconds(300));  // listings that change nothing print nothing
+  REQUIRE(watch->Signal(SIGINT));
+  const absl::StatusOr<int> code = watch->WaitForExit(kRunBound);
+  REQUIRE(code.ok());
+  REQUIRE(*code == 0);
+  // quant READY first, UNLOADED last (perhaps UNLOADING between); never the same twice running.
+  const std::vector<std::string> listings = Lines(watch->Output());
+  REQUIRE(listings.size() >= 2);
+  REQUIRE(ParseJson<v1::ListModelsResponse>(listings.front()).models(0).state() == v1::MODEL_READY);
+  REQUIRE(ParseJson<v1::ListModelsResponse>(listings.back()).models(0).state() ==
+          v1::MODEL_UNLOADED);
+  for (size_t i = 1; i < listings.size(); ++i) REQUIRE(listings[i] != listings[i - 1]);
+}
+
+TEST_CASE("JSON prints int64 fields as numbers where a double holds them exactly",
+          "[integration][forecastctl]") {
+  Fixture f;
+  const CtlResult show = Ctl(f, {"models", "show", "toy", "--json"});
+  REQUIRE(show.exit_code == 0);
+  REQUIRE(absl::StrContains(show.out, "\"servingVersion\": 1,"));
+  REQUIRE(absl::StrContains(show.out, "\"versions\": [\n    1\n  ]"));
+  REQUIRE(!absl::StrContains(show.out, "\"servingVersion\": \""));
+  REQUIRE(ParseJson<v1::ModelStatus>(show.out).serving_version() == 1);
+
+  // A seed above 2^53 stays a string (as protobuf's mapping has it): exact for every reader.
+  WriteFile(f.Path("series.csv"), SeriesCsv(60));
+  const CtlResult train =
+      Ctl(f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "1", "--seed",
+              "9007199254740993", "--base-version", "1", "--json"});
+  REQUIRE(train.exit_code == 0);
+  const CtlResult lineage = Ctl(f, {"models", "show", "toy", "--json"});
+  REQUIRE(absl::StrContains(lineage.out, "\"seed\": \"9007199254740993\""));
+  REQUIRE(absl::StrContains(lineage.out, "\"baseVersion\": 1,"));
+  REQUIRE(ParseJson<v1::ModelStatus>(lineage.out).lineage().at(2).seed() == 9007199254740993ULL);
+}
+
+TEST_CASE("models delete removes a version with its checkpoints, never the serving one",
+          "[integration][forecastctl]") {
+  Fixture f(/*default_checkpoints=*/true);
+  WriteFile(f.Path("series.csv"), SeriesCsv(200));
+  const std::string checkpoints = absl::StrCat(f.repository.path(), "/toy/.checkpoints");
+  const auto checkpoint_count = [&] {
+    int n = 0;
+    std::error_code error;
+    for (const auto& e : std::filesystem::directory_iterator(checkpoints, error)) {
+      n += e.path().extension() == ".ckpt" ? 1 : 0;
+    }
+    return n;
+  };
+  // Version 2, fine-tuned from 1, then serving.
+  REQUIRE(Ctl(f, {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "1",
+                  "--base-version", "1", "--promote"})
+              .exit_code == 0);
+  REQUIRE(ParseJson<v1::ModelStatus>(Ctl(f, {"models", "show", "toy", "--json"}).out)
+              .serving_version() == 2);
+
+  // A long fine-tuning from version 1: deleting 1 is refused while it runs; cancelled after
+  // its first epoch, it leaves a checkpoint that only version 1 can resume.
+  const CtlResult started = Ctl(f, {"train", "toy", "--inline-csv", f.Path("series.csv"),
+                                    "--epochs", "100000", "--base-version", "1", "--detach"});
+  REQUIRE(started.exit_code == 0);
+  const std::string id(absl::StripAsciiWhitespace(started.out));
+  const absl::Time give_up = absl::Now() + kRunBound;
+  while (checkpoint_count() == 0 && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(20));
+  REQUIRE(checkpoint_count() == 1);
+  const CtlResult busy = Ctl(f, {"models", "delete", "toy", "1"});
+  REQUIRE(busy.exit_code == 1);
+  REQUIRE(absl::StrContains(busy.err, "FAILED_PRECONDITION"));
+  REQUIRE(absl::StrContains(busy.err, id));
+  REQUIRE(Ctl(f, {"jobs", "cancel", id, "--wait"}).exit_code == 0);
+  REQUIRE(checkpoint_count() == 1);
+
+  // The serving version is refused, an absent one is NOT_FOUND.
+  const CtlResult serving = Ctl(f, {"models", "delete", "toy", "2"});
+  REQUIRE(serving.exit_code == 1);
+  REQUIRE(absl::StrContains(serving.err, "FAILED_PRECONDITION"));
+  REQUIRE(absl::StrContains(serving.err, "is serving"));
+  const CtlResult absent = Ctl(f, {"models", "delete", "toy", "7"});
+  REQUIRE(absent.exit_code == 1);
+  REQUIRE(absl::StrContains(absent.err, "NOT_FOUND"));
+
+  const CtlResult deleted = Ctl(f, {"models", "delete", "toy", "1", "--json"});
+  REQUIRE(deleted.exit_code == 0);
+  const auto response = ParseJson<v1::DeleteModelVersionResponse>(deleted.out);
+  REQUIRE(response.removed_checkpoints_size() == 1);
+  REQUIRE(std::vector<int64_t>(response.model().versions().begin(),
+                               response.model().versions().end()) == std::vector<int64_t>{2});
+  REQUIRE(checkpoint_count() == 0);
+  REQUIRE(!std::filesystem::exists(absl::StrCat(f.repository.path(), "/toy/1")));
+  // Still serving, and still gone after a restart.
+  WriteFile(f.Path("window.csv"), SeriesCsv(kT));
+  REQUIRE(Ctl(f, {"predict", "toy", "--csv", f.Path("window.csv")}).exit_code == 0);
+  f.Restart();
+  const auto after = ParseJson<v1::ModelStatus>(Ctl(f, {"models", "show", "toy", "--json"}).out);
+  REQUIRE(std::vector<int64_t>(after.versions().begin(), after.versions().end()) ==
+          std::vector<int64_t>{2});
+  // The last version left is the one that serves: refused too.
+  REQUIRE(Ctl(f, {"models", "unload", "toy"}).exit_code == 0);
+  const CtlResult last = Ctl(f, {"models", "delete", "toy", "2"});
+  REQUIRE(last.exit_code == 1);
+  REQUIRE(absl::StrContains(last.err, "its only version"));
+}
+
 // --- Errors
 
 TEST_CASE("server errors exit 1 and name the gRPC code", "[integration][forecastctl]") {
@@ -832,7 +977,10 @@ TEST_CASE("usage errors exit 2", "[integration][forecastctl]") {
       {"train", "toy", "--inline-csv", f.Path("series.csv"), "--epochs", "-1"},
       {"bench", "toy", "--batch-sizes", "1,x"},
       {"--timeout", "0", "status"},
-      {"completion", "zsh"},
+      {"completion", "tcsh"},
+      {"models", "list", "-o", "yaml"},
+      {"jobs", "list", "--watch", "--interval", "0"},
+      {"models", "delete", "toy", "0"},
   };
   for (const std::vector<std::string>& args : cases) {
     const CtlResult r = Ctl(f, args);
@@ -920,6 +1068,7 @@ TEST_CASE("every command has --help with an example", "[integration][forecastctl
                                              "models load",
                                              "models unload",
                                              "models promote",
+                                             "models delete",
                                              "predict",
                                              "stream",
                                              "streams",
@@ -944,28 +1093,94 @@ TEST_CASE("every command has --help with an example", "[integration][forecastctl
   }
 }
 
-TEST_CASE("completion bash prints a script bash can source", "[integration][forecastctl]") {
+// The candidates `shell` offers after `line` (typed after the forecastctl on PATH, its completion
+// script loaded), one per line.
+std::string ShellCompletes(const std::string& shell, const std::string& line) {
   TempDir dir;
-  const CtlResult r = CtlAlone({"completion", "bash"});
+  const CtlResult r = CtlAlone({"completion", shell});
   REQUIRE(r.exit_code == 0);
-  const std::string script = absl::StrCat(dir.path(), "/forecastctl.bash");
+  const std::string script = absl::StrCat(dir.path(), "/forecastctl.", shell);
   WriteFile(script, r.out);
-  const absl::StatusOr<testing::RunResult> syntax = testing::Run({"/bin/bash", "-n", script});
-  REQUIRE(syntax.ok());
-  INFO(syntax->output);
-  REQUIRE(syntax->exit_code == 0);
-  // Sourced, it completes subcommands and the choices of an enumerated flag.
-  const absl::StatusOr<testing::RunResult> complete = testing::Run(
-      {"/bin/bash", "-c",
-       absl::StrCat("source '", script,
-                    "'; COMP_WORDS=(forecastctl models s); COMP_CWORD=2; _forecastctl; "
-                    "echo \"${COMPREPLY[*]}\"; COMP_WORDS=(forecastctl predict m --output ''); "
-                    "COMP_CWORD=4; _forecastctl; echo \"${COMPREPLY[*]}\"")});
-  REQUIRE(complete.ok());
-  INFO(complete->output);
-  REQUIRE(complete->exit_code == 0);
-  REQUIRE(absl::StrContains(complete->output, "show\n"));
-  REQUIRE(absl::StrContains(complete->output, "table csv json\n"));
+  const std::string bin_dir = std::filesystem::path(FORECASTCTL_BINARY).parent_path().string();
+  std::string program;
+  if (shell == "bash") {
+    // As bash calls a completion function: the line up to the cursor.
+    program = absl::StrCat("PATH='", bin_dir, "':$PATH; source '", script, "'; COMP_LINE='", line,
+                           "'; COMP_POINT=${#COMP_LINE}; _forecastctl; printf '%s\n' "
+                           "\"${COMPREPLY[@]}\"");
+  } else if (shell == "zsh") {
+    // compadd and compdef are the completion system's; these print what it would offer (the
+    // candidates that start with the word being typed).
+    program = absl::StrCat(
+        "PATH='", bin_dir, "':$PATH; compdef() { :; }; compadd() { print -l -- ",
+        "${(M)${(@P)2}:#${words[CURRENT]}*}; }; _files() { print ':files'; }; source '", script,
+        "'; line='", line, "'; words=(${(z)line}); [[ $line == *' ' ]] && words+=(''); ",
+        "CURRENT=${#words}; _forecastctl");
+  } else {
+    // fish completes a command line without a terminal: complete -C.
+    program = absl::StrCat("set -x PATH '", bin_dir, "' $PATH; source '", script,
+                           "'; complete -C '", line, "'");
+  }
+  const absl::StatusOr<testing::RunResult> run =
+      testing::Run({absl::StrCat("/usr/bin/", shell), "-c", program}, kRunBound);
+  REQUIRE(run.ok());
+  INFO(shell << ": " << line << "\n" << run->output);
+  REQUIRE(run->exit_code == 0);
+  return run->output;
+}
+
+TEST_CASE("completion for bash, zsh and fish: commands, flags, choices and names from the server",
+          "[integration][forecastctl]") {
+  Fixture f;
+  const std::string at = absl::StrCat("--address ", f.daemon->grpc_address(), " ");
+  // What the scripts ask for: `__complete -- WORDS`, the last word being completed.
+  const auto candidates = [&](std::vector<std::string> words) {
+    words.insert(words.begin(), {"__complete", "--", "--address", f.daemon->grpc_address()});
+    const CtlResult r = CtlAlone(words);
+    REQUIRE(r.exit_code == 0);
+    return Lines(r.out);
+  };
+  const auto has = [](const std::vector<std::string>& lines, const std::string& word) {
+    return std::find(lines.begin(), lines.end(), word) != lines.end();
+  };
+  REQUIRE(has(candidates({""}), "models"));
+  REQUIRE(!has(candidates({""}), "__complete"));
+  REQUIRE(has(candidates({"models", "de"}), "delete"));
+  REQUIRE(has(candidates({"models", "list", "-"}), "--watch"));
+  REQUIRE(has(candidates({"models", "list", "-"}), "--address"));  // global flags too
+  REQUIRE(candidates({"models", "list", "-o", ""}) ==
+          std::vector<std::string>{"table", "wide", "json", "csv"});
+  // Names from the server: models, a model's versions, job ids, stream keys.
+  REQUIRE(candidates({"models", "show", ""}) == std::vector<std::string>{"quant", "toy"});
+  REQUIRE(candidates({"models", "promote", "toy", ""}) == std::vector<std::string>{"1"});
+  REQUIRE(candidates({"predict", "toy", "--version", ""}) == std::vector<std::string>{"1"});
+  REQUIRE(candidates({"jobs", "list", "--model", ""}) == std::vector<std::string>{"quant", "toy"});
+  REQUIRE(candidates({"predict", "toy", "--csv", ""}) == std::vector<std::string>{":files"});
+  REQUIRE(candidates({"jobs", "show", ""}).empty());  // no jobs yet
+  // An unreachable server gives no names, quietly.
+  const CtlResult away =
+      CtlAlone({"__complete", "--", "--address", "127.0.0.1:1", "models", "show", ""});
+  REQUIRE(away.exit_code == 0);
+  REQUIRE(away.out.empty());
+  REQUIRE(away.err.empty());
+
+  for (const std::string shell : {"bash", "zsh", "fish"}) {
+    CAPTURE(shell);
+    const std::vector<std::string> commands = Lines(ShellCompletes(shell, "forecastctl models s"));
+    REQUIRE(has(commands, "show"));
+    REQUIRE(!has(commands, "list"));
+    const std::vector<std::string> models =
+        Lines(ShellCompletes(shell, absl::StrCat("forecastctl ", at, "models show ")));
+    REQUIRE(has(models, "toy"));
+    REQUIRE(has(models, "quant"));
+    const std::vector<std::string> versions =
+        Lines(ShellCompletes(shell, absl::StrCat("forecastctl ", at, "models promote toy ")));
+    REQUIRE(has(versions, "1"));
+    const std::vector<std::string> choices =
+        Lines(ShellCompletes(shell, "forecastctl predict toy --output j"));
+    REQUIRE(has(choices, "json"));
+    REQUIRE(!has(choices, "csv"));
+  }
 }
 
 // --- Bench, metrics

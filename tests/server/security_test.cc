@@ -397,7 +397,7 @@ TEST_CASE("Tokens: every method needs its role, health and reflection stay open"
       REQUIRE_FALSE(Refused(status.error_code()));
     }
   }
-  REQUIRE(guarded == 36);
+  REQUIRE(guarded == 37);
 
   // The right roles do the real work.
   const v1::PredictRequest request = ToyRequest(2, 204);

@@ -450,6 +450,44 @@ TEST_CASE("Unload refuses new requests at once and lets in-flight ones finish",
                testing::ReferenceForward(*model, input, 2)));
 }
 
+TEST_CASE("DeleteVersion removes a version from disk, never the one that serves or would serve",
+          "[unit][registry]") {
+  Env env;
+  for (int64_t v = 1; v <= 3; ++v) env.Publish(*testing::RandomModel(SmallConfig("m"), v), v);
+  ModelRegistry& registry = env.Start();
+  REQUIRE(env.Status("m").serving_version == 3);
+
+  // The serving version, an absent one and a bad number are refused, with what to do.
+  const absl::Status serving = registry.DeleteVersion("m", 3);
+  REQUIRE(serving.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(absl::StrContains(serving.message(), "is serving"));
+  REQUIRE(registry.DeleteVersion("m", 9).code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.DeleteVersion("m", 0).code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(registry.DeleteVersion("nope", 1).code() == absl::StatusCode::kNotFound);
+
+  REQUIRE(registry.DeleteVersion("m", 2).ok());
+  REQUIRE(!fs::exists(env.ModelDir("m") + "/2"));
+  REQUIRE(env.Status("m").versions_on_disk == std::vector<int64_t>{1, 3});
+  // Nothing of it is left beside the versions, not even hidden.
+  for (const auto& entry : fs::directory_iterator(env.ModelDir("m"))) {
+    REQUIRE(!absl::StartsWith(entry.path().filename().string(), ".deleted-"));
+  }
+  // Serving goes on.
+  const std::vector<float> input = testing::RandomWindows(1, kLookback, 5);
+  REQUIRE(Predict(registry, "m", 0, input, 1).version == 3);
+
+  // Unloaded, the version a load would pick (the pinned one) is refused all the same.
+  REQUIRE(registry.SetServingVersion("m", 1).ok());
+  REQUIRE(registry.Unload("m").ok());
+  const absl::Status pinned = registry.DeleteVersion("m", 1);
+  REQUIRE(pinned.code() == absl::StatusCode::kFailedPrecondition);
+  REQUIRE(absl::StrContains(pinned.message(), "serves when the model loads"));
+  REQUIRE(registry.DeleteVersion("m", 3).ok());
+  REQUIRE(registry.Load("m").ok());
+  REQUIRE(env.Status("m").serving_version == 1);
+  REQUIRE(registry.DeleteVersion("m", 1).code() == absl::StatusCode::kFailedPrecondition);
+}
+
 TEST_CASE("SetServingVersion switches weights and a version that fails to load changes nothing",
           "[unit][registry]") {
   Env env;

@@ -201,7 +201,7 @@ TEST_CASE("Ticks queued while the device is busy share one batch", "[unit][strea
   }
 }
 
-TEST_CASE("A batch's computed tasks but the last say more of the batch follows; state tasks never",
+TEST_CASE("A batch's computed tasks but the last say more of the batch follows, state tasks never",
           "[unit][stream]") {
   Env env;
   const std::unique_ptr<absl::Notification> release = env.HoldWorker();
