@@ -60,6 +60,7 @@ Typo FindTypo(const CLI::App& root, const std::vector<std::string>& args) {
     std::vector<std::string> names;
     for (const CLI::App* sub : subcommands) {
       if (sub->check_name(token)) next = sub;
+      if (sub->get_group().empty()) continue;  // hidden (__complete): never suggested
       names.push_back(sub->get_name());
       for (const std::string& alias : sub->get_aliases()) names.push_back(alias);
     }

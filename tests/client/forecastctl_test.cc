@@ -1145,6 +1145,11 @@ TEST_CASE("completion for bash, zsh and fish: commands, flags, choices and names
   };
   REQUIRE(has(candidates({""}), "models"));
   REQUIRE(!has(candidates({""}), "__complete"));
+  // The hidden command is never offered as the fix of a typo.
+  const CtlResult typo = CtlAlone({"_complete"});
+  REQUIRE(typo.exit_code == 2);
+  REQUIRE(!absl::StrContains(typo.err, "__complete"));
+  REQUIRE(absl::StrContains(CtlAlone({"completon", "bash"}).err, "did you mean 'completion'?"));
   REQUIRE(has(candidates({"models", "de"}), "delete"));
   REQUIRE(has(candidates({"models", "list", "-"}), "--watch"));
   REQUIRE(has(candidates({"models", "list", "-"}), "--address"));  // global flags too
