@@ -43,6 +43,31 @@ void RequireCsvError(const std::string& text, const CsvOptions& options, int lin
 // ---------------------------------------------------------------------------------------------
 // CSV: accepted input
 
+TEST_CASE("The real series in data/ read as training data, their time columns increasing",
+          "[unit][dataset]") {
+  // Daily index closes in business time; `time` in decimal years (numbers).
+  const absl::StatusOr<Series> eu =
+      ReadCsvSeries(FORECASTD_DATA_DIR "/eu_stock_markets.csv", Columns({}, "time"));
+  CAPTURE(eu.status().ToString());
+  REQUIRE(eu.ok());
+  REQUIRE(eu->column_names == std::vector<std::string>{"DAX", "SMI", "CAC", "FTSE"});
+  REQUIRE(eu->rows == 1860);
+  REQUIRE(eu->at(0, 0) == 1628.75f);     // DAX's first close
+  REQUIRE(eu->at(1859, 0) == 5473.72f);  // and its last
+  REQUIRE(eu->at(1859, 3) == 5455.0f);   // FTSE's last
+  REQUIRE(eu->timestamps.front() == "1991.49615384615");
+
+  // Half-hourly demand in megawatts; ISO times, 48 a day for 84 days.
+  const absl::StatusOr<Series> taylor =
+      ReadCsvSeries(FORECASTD_DATA_DIR "/taylor.csv", Columns({"demand"}, "time"));
+  CAPTURE(taylor.status().ToString());
+  REQUIRE(taylor.ok());
+  REQUIRE(taylor->rows == 84 * 48);
+  REQUIRE(taylor->at(0, 0) == 22262.0f);
+  REQUIRE(taylor->timestamps.front() == "2000-06-05T00:00");
+  REQUIRE(taylor->timestamps.back() == "2000-08-27T23:30");
+}
+
 TEST_CASE("CSV without timestamp keeps every column in file order", "[unit][dataset]") {
   const Series s = ParseOk("a,b\n1,2\n3.5,-4e2\n");
   CHECK(s.column_names == std::vector<std::string>{"a", "b"});
