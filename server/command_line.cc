@@ -114,8 +114,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--max-training-jobs", options.max_training_jobs,
                  "training jobs that may run at once")
       ->capture_default_str();
-  app.add_option("--cpu-workers", options.cpu_workers,
-                 "CPU worker threads running batches (0: one per core this process may use)")
+  app.add_option(
+         "--cpu-workers", options.cpu_workers,
+         "CPU worker threads running batches, each on cores / workers OpenMP threads (0: one "
+         "per core this process may use; fewer: faster single requests, fewer per second)")
       ->capture_default_str();
   app.add_option("--gpu-instances", options.gpu_instances,
                  "instances of every model per GPU, each on its own stream")

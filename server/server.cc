@@ -214,26 +214,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   constexpr int kWorkerNiceIncrement = 5;
   ASSIGN_OR_RETURN(
       s.scheduler_,
-      DeviceScheduler::Create({.num_workers = workers,
-                               .on_worker_start =
-                                   [=](int worker) {
-                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
-                                     // Linux: the nice value is per thread (a tid names the
-                                     // thread).
-                                     const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
-                                     errno = 0;
-                                     const int nice = getpriority(PRIO_PROCESS, tid);
-                                     if ((nice == -1 && errno != 0) ||
-                                         setpriority(PRIO_PROCESS, tid,
-                                                     nice + kWorkerNiceIncrement) != 0) {
-                                       spdlog::warn("worker {}: cannot lower its priority: {}",
-                                                    worker, std::strerror(errno));
-                                     }
-                                   },
-                               .on_inline =
-                                   [=](int /*worker*/) {
-                                     DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
-                                   }}));
+      DeviceScheduler::Create(
+          {.num_workers = workers,
+           .on_worker_start =
+               [=](int worker) {
+                 DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
+                 // Linux: the nice value is per thread (a tid names the
+                 // thread).
+                 const id_t tid = static_cast<id_t>(syscall(SYS_gettid));
+                 errno = 0;
+                 const int nice = getpriority(PRIO_PROCESS, tid);
+                 if ((nice == -1 && errno != 0) ||
+                     setpriority(PRIO_PROCESS, tid, nice + kWorkerNiceIncrement) != 0) {
+                   spdlog::warn("worker {}: cannot lower its priority: {}", worker,
+                                std::strerror(errno));
+                 }
+               },
+           .on_inline =
+               [=](int /*worker*/) { DnnlBackend::SetThreadsForCallingThread(threads_per_worker); },
+           // Several OpenMP threads a worker: their teams stay on the
+           // workers (see DeviceScheduler::Options::allow_inline).
+           .allow_inline = threads_per_worker == 1}));
+  // This thread loads and warms up the models (ModelRegistry::Start) on the CPU backend: one
+  // OpenMP thread, so that it keeps no team of its own beside the workers' (which would make
+  // libgomp count more threads than cores and stop spinning at the workers' barriers).
+  DnnlBackend::SetThreadsForCallingThread(1);
 
   // Models serve on the --devices, GPUs first: a model whose config names no devices serves on
   // the first GPU, or on the CPU when there is none. Training runs on --train-device, by

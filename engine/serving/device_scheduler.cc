@@ -27,6 +27,7 @@ class DeviceScheduler::Impl {
       : clock_(options.clock != nullptr ? options.clock : Clock::Real()),
         num_workers_(options.num_workers),
         on_inline_(options.on_inline),
+        allow_inline_(options.allow_inline),
         busy_(static_cast<size_t>(options.num_workers), false),
         leased_(static_cast<size_t>(options.num_workers), false) {
     threads_.reserve(static_cast<size_t>(num_workers_));
@@ -58,7 +59,7 @@ class DeviceScheduler::Impl {
     // Work enqueued from inside running work, inline or on a worker (a completion's next
     // request), queues instead, so a stack holds one run and a batch's other completions
     // never wait behind another run.
-    if (running_work_) return false;
+    if (!allow_inline_ || running_work_) return false;
     int worker = -1;
     {
       absl::MutexLock lock(&mu_);
@@ -167,6 +168,7 @@ class DeviceScheduler::Impl {
   Clock* const clock_;
   const int num_workers_;
   const std::function<void(int worker)> on_inline_;
+  const bool allow_inline_;
   std::vector<std::thread> threads_;  // joined by the destructor only
 
   mutable absl::Mutex mu_;

@@ -37,6 +37,12 @@ class DeviceScheduler {
     // Runs on the calling thread before each TryRunInline work, for the same per-thread setup.
     // Empty: none.
     std::function<void(int worker)> on_inline;
+    // false: TryRunInline and TryStartInline never run work (it queues for the workers). For a
+    // CPU whose workers fan a call out over several OpenMP threads: a team belongs to the thread
+    // that starts it, so work run inline on other threads would start teams of their own, and
+    // once the process has more OpenMP threads than cores, libgomp stops spinning at barriers
+    // and sleeps (a B=1 LSTM forward with a barrier per time step then takes 10x as long).
+    bool allow_inline = true;
   };
 
   // INVALID_ARGUMENT for bad options. Starts the workers.
@@ -56,8 +62,9 @@ class DeviceScheduler {
   // as busy meanwhile (its thread takes no work), and `work` gets that slot's index with
   // `cancelled` = false. Returns false, having run nothing, otherwise, and also when called
   // from inside work running on this thread, inline or on a worker (its next request then
-  // queues, one run deep). So a caller whose work would only wait for a thread to wake (one
-  // request on an idle device) skips the hand-off; under load, work queues as with Submit.
+  // queues, one run deep), and always when Options::allow_inline is false. So a caller whose work
+  // would only wait for a thread to wake (one request on an idle device) skips the hand-off; under
+  // load, work queues as with Submit.
   bool TryRunInline(const Work& work);
 
   // A worker slot kept busy after the inline work that took it has returned, until the hold is

@@ -331,6 +331,28 @@ TEST_CASE("TryRunInline runs work on the calling thread as an idle worker slot",
   REQUIRE(scheduler.busy_workers() == 0);
 }
 
+TEST_CASE("Without allow_inline nothing runs inline - the work goes to a worker thread",
+          "[unit][device_scheduler]") {
+  std::atomic<int> inline_setups{0};
+  DeviceScheduler::Options options;
+  options.num_workers = 1;
+  options.allow_inline = false;
+  options.on_inline = [&inline_setups](int) { ++inline_setups; };
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> created = DeviceScheduler::Create(options);
+  REQUIRE(created.ok());
+  DeviceScheduler& scheduler = **created;
+  bool ran = false;
+  // Idle, nothing queued: still refused, and the caller submits instead.
+  REQUIRE_FALSE(scheduler.TryRunInline([&ran](int, bool) { ran = true; }));
+  REQUIRE_FALSE(scheduler.TryStartInline([&ran](int, DeviceScheduler::SlotHold) { ran = true; }));
+  REQUIRE_FALSE(ran);
+  REQUIRE(inline_setups == 0);
+  std::promise<std::thread::id> ran_on;
+  scheduler.Submit(1, absl::InfiniteFuture(),
+                   [&ran_on](int, bool) { ran_on.set_value(std::this_thread::get_id()); });
+  REQUIRE(ran_on.get_future().get() != std::this_thread::get_id());
+}
+
 TEST_CASE("TryRunInline refuses while work is queued or no slot is free",
           "[unit][device_scheduler]") {
   Recorder recorder;
