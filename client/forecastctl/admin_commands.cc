@@ -20,9 +20,10 @@ std::string StateName(v1::ModelState state) {
   return ShortName(v1::ModelState_Name(state), "MODEL_");
 }
 
-int64_t InFlight(const v1::ModelStatus& model) {
+// A count summed over the model's loaded versions (requests in flight, queued).
+int64_t SumOverLoaded(const v1::ModelStatus& model, int64_t (v1::LoadedVersion::*count)() const) {
   int64_t n = 0;
-  for (const v1::LoadedVersion& v : model.loaded()) n += v.in_flight();
+  for (const v1::LoadedVersion& v : model.loaded()) n += (v.*count)();
   return n;
 }
 
@@ -106,15 +107,15 @@ absl::StatusOr<Listing> ListModels(ForecastdClient& client) {
                              {"LAST ERROR", false, 60}}),
                   "no models in the repository"};
   for (const v1::ModelStatus& m : list.models()) {
-    int64_t queued = 0;
-    for (const v1::LoadedVersion& v : m.loaded()) queued += v.queued();
     const v1::ModelConfig& c = m.config();
     listing.table.AddRow(
         {m.name(), StateName(m.state()),
          m.serving_version() > 0 ? ListCell(absl::StrCat(m.serving_version())) : ListCell("-", ""),
-         ListCell(Versions(m), absl::StrJoin(m.versions(), " ")), absl::StrCat(InFlight(m)),
-         absl::StrCat(queued), m.device().empty() ? ListCell("-", "") : ListCell(m.device()),
-         Architecture(c), absl::StrCat(c.lookback()), absl::StrCat(c.horizon()),
+         ListCell(Versions(m), absl::StrJoin(m.versions(), " ")),
+         absl::StrCat(SumOverLoaded(m, &v1::LoadedVersion::in_flight)),
+         absl::StrCat(SumOverLoaded(m, &v1::LoadedVersion::queued)),
+         m.device().empty() ? ListCell("-", "") : ListCell(m.device()), Architecture(c),
+         absl::StrCat(c.lookback()), absl::StrCat(c.horizon()),
          absl::StrJoin(c.feature_names(), " "), absl::StrJoin(c.target_names(), " "),
          absl::StrCat(m.streams()),
          m.last_error().empty() ? ListCell("-", "") : ListCell(m.last_error())});

@@ -55,18 +55,29 @@ struct LineState {
   const CLI::App* command = nullptr;      // the deepest subcommand typed
   std::vector<std::string> positionals;   // its positional arguments typed so far
   const CLI::Option* value_of = nullptr;  // the option whose value the last word is
+  // The global flags typed (--address, --tls-ca, --token-file, ...): name and value.
+  std::vector<std::pair<std::string, std::string>> global_flags;
 };
 
 LineState Walk(const CLI::App& root, const std::vector<std::string>& words) {
-  LineState state{&root, {}, nullptr};
+  LineState state{&root, {}, nullptr, {}};
   // Every word but the last, which is the one being completed.
   for (size_t i = 0; i + 1 < words.size(); ++i) {
     const std::string& word = words[i];
     if (word.size() > 1 && word[0] == '-') {
       const CLI::Option* option = FindOption(*state.command, root, word);
+      const size_t eq = word.find('=');
+      std::string value = eq == std::string::npos ? "true" : word.substr(eq + 1);
       if (ValueFollows(option, word)) {
-        if (i + 2 == words.size()) state.value_of = option;  // its value is being typed
-        ++i;
+        if (i + 2 == words.size()) {
+          state.value_of = option;  // its value is being typed
+          continue;
+        }
+        value = words[++i];
+      }
+      const std::string name = word.substr(0, eq);
+      if (option != nullptr && root.get_option_no_throw(name) == option) {
+        state.global_flags.emplace_back(name, std::move(value));
       }
       continue;
     }
@@ -84,21 +95,11 @@ LineState Walk(const CLI::App& root, const std::vector<std::string>& words) {
   return state;
 }
 
-// The global flags typed on the line (--address, --tls-ca, --token-file, ...) applied to
-// `context`, so that names come from the server the command would talk to.
-void ApplyGlobalFlags(CLI::App& root, const std::vector<std::string>& words, Context& context) {
-  for (size_t i = 0; i + 1 < words.size(); ++i) {
-    const std::string& word = words[i];
-    if (word.size() < 2 || word[0] != '-') continue;
-    CLI::Option* option = root.get_option_no_throw(word.substr(0, word.find('=')));
-    if (option == nullptr || option->get_positional()) continue;
-    std::string value = "true";
-    if (const size_t eq = word.find('='); eq != std::string::npos) {
-      value = word.substr(eq + 1);
-    } else if (option->get_type_size_max() > 0) {
-      if (i + 2 >= words.size()) continue;  // its value is the word being completed
-      value = words[++i];
-    }
+// The global flags typed on the line applied to `context`, so that names come from the server
+// the command would talk to.
+void ApplyGlobalFlags(CLI::App& root, const LineState& state, Context& context) {
+  for (const auto& [name, value] : state.global_flags) {
+    CLI::Option* option = root.get_option_no_throw(name);
     try {
       option->clear();
       option->add_result(value);
@@ -170,7 +171,7 @@ std::vector<std::string> Complete(CLI::App& root, const std::vector<std::string>
   const auto values_of = [&](const CLI::Option& option) -> std::vector<std::string> {
     if (std::vector<std::string> choices = Choices(option); !choices.empty()) return choices;
     if (const std::string kind = KindOf(option); !kind.empty()) {
-      ApplyGlobalFlags(root, words, context);
+      ApplyGlobalFlags(root, state, context);
       return FromServer(context, kind, model);
     }
     if (Numeric(option)) return {};

@@ -96,9 +96,7 @@ std::string Render(const Listing& listing, const std::string& format, bool one_l
   return listing.table.Render(format);
 }
 
-std::string Now() {
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone());
-}
+std::string Now() { return TimeCell(absl::ToUnixMillis(absl::Now())).text + " UTC"; }
 
 }  // namespace
 

@@ -205,41 +205,39 @@ struct JsonWriter {
     const google::protobuf::Reflection* r = m.GetReflection();
     const FieldDescriptor* key = f->message_type()->map_key();
     const FieldDescriptor* value = f->message_type()->map_value();
+    // Ordered by the key's value: as a signed or an unsigned number, else as text.
     struct Entry {
-      std::string key;
       int64_t order_signed = 0;
       uint64_t order_unsigned = 0;
+      std::string key;  // as JSON writes it
       const google::protobuf::Message* message;
     };
     std::vector<Entry> entries;
     for (int k = 0; k < r->FieldSize(m, f); ++k) {
       const google::protobuf::Message& e = r->GetRepeatedMessage(m, f, k);
       const google::protobuf::Reflection* er = e.GetReflection();
-      Entry entry{"", 0, 0, &e};
+      Entry entry{0, 0, "", &e};
       switch (key->cpp_type()) {
         case FieldDescriptor::CPPTYPE_INT32:
-          entry.order_signed = er->GetInt32(e, key);
-          break;
         case FieldDescriptor::CPPTYPE_INT64:
-          entry.order_signed = er->GetInt64(e, key);
+          entry.order_signed = key->cpp_type() == FieldDescriptor::CPPTYPE_INT32
+                                   ? er->GetInt32(e, key)
+                                   : er->GetInt64(e, key);
+          entry.key = absl::StrCat(entry.order_signed);
           break;
         case FieldDescriptor::CPPTYPE_UINT32:
-          entry.order_unsigned = er->GetUInt32(e, key);
-          break;
         case FieldDescriptor::CPPTYPE_UINT64:
-          entry.order_unsigned = er->GetUInt64(e, key);
+          entry.order_unsigned = key->cpp_type() == FieldDescriptor::CPPTYPE_UINT32
+                                     ? er->GetUInt32(e, key)
+                                     : er->GetUInt64(e, key);
+          entry.key = absl::StrCat(entry.order_unsigned);
           break;
         case FieldDescriptor::CPPTYPE_BOOL:
           entry.order_unsigned = er->GetBool(e, key) ? 1 : 0;
+          entry.key = entry.order_unsigned != 0 ? "true" : "false";
           break;
         default:
           entry.key = er->GetString(e, key);
-      }
-      if (key->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
-        entry.key = entry.order_unsigned != 0 ? "true" : "false";
-      } else if (key->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
-        entry.key = entry.order_signed != 0 ? absl::StrCat(entry.order_signed)
-                                            : absl::StrCat(entry.order_unsigned);
       }
       entries.push_back(std::move(entry));
     }

@@ -280,6 +280,11 @@ class ModelRegistry {
   int64_t SumOverBatchers(int64_t (Batcher::*count)() const) const;
   void RefreshVersions(ModelEntry& entry) const;
 
+  // With entry.admin_mu held: the version a load picks without an explicit pin, the one
+  // SetServingVersion pinned while it is on disk, else `config`'s choice (ChooseServingVersion);
+  // without a readable config (nullptr), the highest.
+  absl::StatusOr<int64_t> VersionToLoad(const ModelEntry& entry, const ModelConfig* config,
+                                        const std::vector<int64_t>& versions) const;
   // With entry.admin_mu held: reads the config, loads `pin` (0: by the pin/config rule) unless
   // it already serves, switches to it and drains the replaced version.
   absl::Status LoadAndSwitch(ModelEntry& entry, int64_t pin);

@@ -202,6 +202,18 @@ absl::Status ModelRegistry::RecordLoadFailure(ModelEntry& entry, int64_t version
   return error;
 }
 
+absl::StatusOr<int64_t> ModelRegistry::VersionToLoad(const ModelEntry& entry,
+                                                     const ModelConfig* config,
+                                                     const std::vector<int64_t>& versions) const {
+  entry.admin_mu.AssertHeld();
+  if (entry.pinned_version > 0 && Contains(versions, entry.pinned_version)) {
+    return entry.pinned_version;
+  }
+  if (config != nullptr) return ChooseServingVersion(*config, versions);
+  if (versions.empty()) return absl::NotFoundError("no versions");
+  return versions.back();
+}
+
 absl::Status ModelRegistry::LoadAndSwitch(ModelEntry& entry, int64_t pin) {
   entry.admin_mu.AssertHeld();
   const std::vector<int64_t> versions = repository_.ListVersions(entry.name);
@@ -217,11 +229,8 @@ absl::Status ModelRegistry::LoadAndSwitch(ModelEntry& entry, int64_t pin) {
   if (!config.ok()) return RecordLoadFailure(entry, pin, config.status());
 
   int64_t version = pin;
-  if (version == 0 && entry.pinned_version > 0 && Contains(versions, entry.pinned_version)) {
-    version = entry.pinned_version;
-  }
   if (version == 0) {
-    absl::StatusOr<int64_t> chosen = ChooseServingVersion(*config, versions);
+    absl::StatusOr<int64_t> chosen = VersionToLoad(entry, &*config, versions);
     if (!chosen.ok()) return RecordLoadFailure(entry, 0, chosen.status());
     version = *chosen;
   }
@@ -369,16 +378,8 @@ absl::Status ModelRegistry::DeleteVersion(const std::string& model, int64_t vers
       }
     }
   }
-  // The version a load would pick now, by LoadAndSwitch's rule.
-  int64_t would_serve = 0;
-  if (entry->pinned_version > 0 && Contains(versions, entry->pinned_version)) {
-    would_serve = entry->pinned_version;
-  } else if (absl::StatusOr<ModelConfig> config = repository_.ReadConfig(model); config.ok()) {
-    would_serve = ChooseServingVersion(*config, versions).value_or(0);
-  } else {
-    would_serve = versions.back();  // the highest, the rule without a config's choice
-  }
-  if (would_serve == version) {
+  const absl::StatusOr<ModelConfig> config = repository_.ReadConfig(model);
+  if (VersionToLoad(*entry, config.ok() ? &*config : nullptr, versions).value_or(0) == version) {
     return absl::FailedPreconditionError(absl::StrCat(
         "version ", version, " of model '", model, "' is the one that serves when the model ",
         "loads (",
