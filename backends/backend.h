@@ -20,6 +20,7 @@
 #define FORECASTD_BACKENDS_BACKEND_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -125,6 +126,8 @@ class Backend {
   virtual ~Backend() = default;
 
   virtual absl::string_view name() const = 0;
+  // How its products compute, for operators ("fp32 on avx2", "bf16 on avx512_core_amx").
+  virtual std::string compute() const { return "fp32"; }
   // True when `op` runs on this backend's own primitive rather than the reference.
   virtual bool SupportsOp(Op op) const = 0;
   // True when the backend runs `path` as its own primitive; false by default (the default

@@ -42,6 +42,7 @@ v1::ModelStatus ToModelStatusProto(const ModelStatus& status) {
     l->set_in_flight(loaded.in_flight_tasks);
     l->set_queued(loaded.queued_tasks);
     l->set_device(loaded.device);
+    l->set_compute(loaded.compute);
   }
   if (!status.last_error.ok()) out.set_last_error(status.last_error.ToString());
   if (status.config.has_value()) *out.mutable_config() = *status.config;

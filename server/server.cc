@@ -203,6 +203,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // The CPU runs every model: the CUDA backend serves from the GPU issue on.
   ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
   s.backend_ = std::move(dnnl);
+  // bf16 models run their products in bf16 where oneDNN has bf16 kernels for this CPU.
+  if (DnnlBackend::CpuRunsBf16()) {
+    ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> bf16,
+                     DnnlBackend::Create({.math = DnnlBackend::Options::Math::kBf16}));
+    s.bf16_backend_ = std::move(bf16);
+  }
+  spdlog::info("cpu: oneDNN on {}; bf16 models compute {}", DnnlBackend::CpuIsa(),
+               s.bf16_backend_ != nullptr ? "bf16" : "fp32 (no AVX512-BF16 or AMX)");
   // The cores this process may use (its affinity mask: taskset, a container's cpuset).
   const int cores = UsableCpuCores();
   const int workers = options.cpu_workers > 0 ? options.cpu_workers : cores;
@@ -248,8 +256,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                         [](const Device& d) { return d.kind == DeviceKind::kCuda; });
   for (const Device& d : serving_order) {
     if (d.kind == DeviceKind::kCpu) {
-      s.execution_devices_.push_back(
-          std::make_unique<CpuExecutionDevice>(s.backend_.get(), s.scheduler_.get()));
+      s.execution_devices_.push_back(std::make_unique<CpuExecutionDevice>(
+          s.backend_.get(), s.scheduler_.get(), /*instances=*/0, s.bf16_backend_.get()));
       continue;
     }
 #if FORECASTD_WITH_CUDA

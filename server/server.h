@@ -80,6 +80,7 @@ class Server {
   std::unique_ptr<ServingMetrics> serving_metrics_;
   std::shared_ptr<prometheus::Collectable> state_metrics_;
   std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Backend> bf16_backend_;  // bf16 models' where the CPU runs bf16; else null
   std::unique_ptr<DeviceScheduler> scheduler_;
   // The devices models serve on, in --devices order; declared before registry_, so they
   // outlive its instances. The CPU's wraps backend_ and scheduler_.

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "backends/cpu/bf16.h"
 #include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
@@ -47,6 +49,20 @@ using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
+
+// bf16 tensors (Options::Math::kBf16).
+dnnl::memory::desc Bf16(const dnnl::memory::dims& dims, Tag tag) {
+  return {dims, dnnl::memory::data_type::bf16, tag};
+}
+
+dnnl::memory::desc Bf16Strided(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
+  return {dims, dnnl::memory::data_type::bf16, strides};
+}
+
+dnnl::memory WrapBf16(const dnnl::memory::desc& md, const dnnl::engine& engine,
+                      const uint16_t* data) {
+  return dnnl::memory(md, engine, const_cast<uint16_t*>(data));
+}
 
 // --- Linear: matmul with nn.Linear's (OUT, IN) weight read transposed in place.
 
@@ -113,6 +129,37 @@ struct AttentionPrimitive {
   DnnlPrimitive context;  // matmul
 };
 
+// The bf16 views of the attention core: AttentionMds's heads and weights in bf16 (a bf16 copy
+// of qkv, of the same layout, and a bf16 copy of the softmax's weights); scores and out fp32.
+struct AttentionBf16Mds {
+  dnnl::memory::desc head, head_t, att, att16, out;
+};
+
+AttentionBf16Mds MakeAttentionBf16Mds(int64_t B, int64_t T, int64_t D, int64_t NH) {
+  const AttentionMds md = MakeAttentionMds(B, T, D, NH);
+  const int64_t hs = D / NH, row = 3 * D;
+  return AttentionBf16Mds{.head = Bf16Strided({B, NH, T, hs}, {T * row, hs, row, 1}),
+                          .head_t = Bf16Strided({B, NH, hs, T}, {T * row, hs, 1, row}),
+                          .att = md.att,
+                          .att16 = Bf16({B, NH, T, T}, Tag::abcd),
+                          .out = md.out};
+}
+
+std::shared_ptr<AttentionPrimitive> BuildAttentionBf16(const dnnl::engine& engine, int64_t B,
+                                                       int64_t T, int64_t D, int64_t NH) {
+  const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
+  auto p = std::make_shared<AttentionPrimitive>();
+  dnnl::primitive_attr scores_attr = UserScratchpadAttr();
+  SetOutputScale(scores_attr, AttentionScale(D, NH));
+  p->scores =
+      MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, md.head, md.head_t, md.att, scores_attr));
+  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxForwardPd(
+      engine, dnnl::prop_kind::forward_inference, md.att, /*axis=*/3, UserScratchpadAttr()));
+  p->context = MakeDnnlPrimitive<dnnl::matmul>(
+      MatmulPd(engine, md.att16, md.head, md.out, UserScratchpadAttr()));
+  return p;
+}
+
 std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, int64_t B, int64_t T,
                                                    int64_t D, int64_t NH) {
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
@@ -125,6 +172,31 @@ std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, i
       engine, dnnl::prop_kind::forward_inference, md.att, /*axis=*/3, UserScratchpadAttr()));
   p->context = MakeDnnlPrimitive<dnnl::matmul>(
       MatmulPd(engine, md.att, md.head, md.out, UserScratchpadAttr()));
+  return p;
+}
+
+// --- bf16 (Options::Math::kBf16): the same products on bfloat16 operands, fp32 results.
+
+// Linear as a matmul of bf16 inp (N, IN) by bf16 weights in the layout the matmul prefers
+// (reordered from nn.Linear's fp32 (OUT, IN) on every call), fp32 bias and out.
+struct LinearBf16Primitive {
+  DnnlPrimitive matmul;
+  dnnl::memory::desc weights_md;
+  DnnlPrimitive weights_reorder;  // fp32 (IN, OUT) in ba -> weights_md
+};
+
+std::shared_ptr<LinearBf16Primitive> BuildLinearBf16(const dnnl::engine& engine, int64_t N,
+                                                     int64_t IN, int64_t OUT, bool has_bias) {
+  const dnnl::memory::desc src = Bf16({N, IN}, Tag::ab), weights = Bf16({IN, OUT}, Tag::any);
+  const dnnl::memory::desc bias = F32({1, OUT}, Tag::ab), dst = F32({N, OUT}, Tag::ab);
+  const dnnl::primitive_attr attr = UserScratchpadAttr();
+  const dnnl::matmul::primitive_desc pd = has_bias ? MatmulPd(engine, src, weights, bias, dst, attr)
+                                                   : MatmulPd(engine, src, weights, dst, attr);
+  auto p = std::make_shared<LinearBf16Primitive>();
+  p->matmul = MakeDnnlPrimitive<dnnl::matmul>(pd);
+  p->weights_md = pd.weights_desc();
+  p->weights_reorder = MakeDnnlPrimitive<dnnl::reorder>(dnnl::reorder::primitive_desc(
+      engine, F32({IN, OUT}, Tag::ba), engine, p->weights_md, UserScratchpadAttr()));
   return p;
 }
 
@@ -149,13 +221,52 @@ absl::StatusOr<std::unique_ptr<DnnlBackend>> DnnlBackend::Create(const Options& 
   if (options.primitive_cache_capacity == 0) {
     return absl::InvalidArgumentError("DnnlBackend: primitive_cache_capacity must be > 0");
   }
+  if (options.math == Options::Math::kBf16 && !CpuRunsBf16()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "DnnlBackend: bf16 needs a CPU with AVX512-BF16 or AMX; this one runs ", CpuIsa()));
+  }
   dnnl::engine engine;
   DNNL_TRY(engine = dnnl::engine(dnnl::engine::kind::cpu, 0));
   return std::unique_ptr<DnnlBackend>(new DnnlBackend(std::move(engine), options));
 }
 
 DnnlBackend::DnnlBackend(dnnl::engine engine, const Options& options)
-    : engine_(std::move(engine)), cache_(options.primitive_cache_capacity) {}
+    : engine_(std::move(engine)), math_(options.math), cache_(options.primitive_cache_capacity) {}
+
+std::string DnnlBackend::CpuIsa() {
+  using Isa = dnnl::cpu_isa;
+  switch (dnnl::get_effective_cpu_isa()) {
+    case Isa::sse41:
+      return "sse41";
+    case Isa::avx:
+      return "avx";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx2_vnni:
+      return "avx2_vnni";
+    case Isa::avx512_core:
+      return "avx512_core";
+    case Isa::avx512_core_vnni:
+      return "avx512_core_vnni";
+    case Isa::avx512_core_bf16:
+      return "avx512_core_bf16";
+    case Isa::avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "other";
+  }
+}
+
+bool DnnlBackend::CpuRunsBf16() {
+  // oneDNN's ISA values are sets of feature bits, each containing the ones below it.
+  const auto bits = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+  return (bits & bf16) == bf16;
+}
+
+std::string DnnlBackend::compute() const {
+  return absl::StrCat(bf16() ? "bf16" : "fp32", " on ", CpuIsa());
+}
 
 bool DnnlBackend::SupportsOp(Op op) const {
   switch (op) {
@@ -190,6 +301,7 @@ absl::Status DnnlBackend::Linear(float* out, const float* inp, const float* weig
   if (N == 0 || IN == 0 || OUT == 0) {
     return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
   }
+  if (bf16()) return LinearBf16(out, inp, weight, bias, N, IN, OUT);
   // A few rows (a forecast's head at a small batch): dot products straight from the weights;
   // oneDNN's per-call set-up (memory objects, a stream, the primitive's lookup) would cost more.
   if (N <= kSmallLinearRows && cpu::HasAvx2Fma()) {
@@ -221,6 +333,77 @@ absl::Status DnnlBackend::Linear(float* out, const float* inp, const float* weig
                {DNNL_ARG_DST, Wrap(md.dst, engine_, out)}});
     if (has_bias) args.emplace(DNNL_ARG_BIAS, Wrap(md.bias, engine_, bias));
     Execute(stream, *p, std::move(args));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::LinearBf16(float* out, const float* inp, const float* weight,
+                                     const float* bias, int64_t N, int64_t IN, int64_t OUT) {
+  const bool has_bias = bias != nullptr;
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const LinearBf16Primitive> p,
+      cache_.GetOrBuild<LinearBf16Primitive>(
+          {static_cast<int64_t>(PrimitiveKind::kLinearBf16), N, IN, OUT, has_bias}, "Linear bf16",
+          [&] { return BuildLinearBf16(engine_, N, IN, OUT, has_bias); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
+  }
+  thread_local std::vector<uint16_t> inp16;
+  inp16.resize(static_cast<size_t>(N * IN));
+  cpu::ToBf16(inp, inp16.data(), N * IN);
+  DNNL_TRY({
+    dnnl::stream stream(engine_);
+    dnnl::memory weights16(p->weights_md, engine_);
+    Execute(stream, p->weights_reorder,
+            {{DNNL_ARG_FROM, Wrap(F32({IN, OUT}, Tag::ba), engine_, weight)},
+             {DNNL_ARG_TO, weights16}});
+    Args args({{DNNL_ARG_SRC, WrapBf16(Bf16({N, IN}, Tag::ab), engine_, inp16.data())},
+               {DNNL_ARG_WEIGHTS, weights16},
+               {DNNL_ARG_DST, Wrap(F32({N, OUT}, Tag::ab), engine_, out)}});
+    if (has_bias) args.emplace(DNNL_ARG_BIAS, Wrap(F32({1, OUT}, Tag::ab), engine_, bias));
+    Execute(stream, p->matmul, std::move(args));
+  });
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv,
+                                        const float* dropout_mask, int64_t B, int64_t T, int64_t D,
+                                        int64_t NH, bool causal) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
+                   cache_.GetOrBuild<AttentionPrimitive>(
+                       {static_cast<int64_t>(PrimitiveKind::kAttentionBf16), B, T, D, NH},
+                       "Attention bf16", [&] { return BuildAttentionBf16(engine_, B, T, D, NH); }));
+  if (p == nullptr) {
+    CountFallback();
+    return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
+  }
+  const int64_t n_scores = B * NH * T * T;
+  std::vector<float> att_scratch;
+  if (att == nullptr) att_scratch.resize(n_scores);
+  float* scores = att != nullptr ? att : att_scratch.data();
+  thread_local std::vector<uint16_t> qkv16, weights16;
+  qkv16.resize(static_cast<size_t>(B * T * 3 * D));
+  weights16.resize(static_cast<size_t>(n_scores));
+  cpu::ToBf16(qkv, qkv16.data(), B * T * 3 * D);
+  DNNL_TRY({
+    const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
+    const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);
+    dnnl::stream stream(engine_);
+    Execute(stream, p->scores,
+            {{DNNL_ARG_SRC, WrapBf16(md.head, engine_, qkv16.data())},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head_t, engine_, qkv16.data() + D)},
+             {DNNL_ARG_DST, scores_mem}});
+    if (causal) MaskFuture(scores, B * NH * T, T);
+    Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
+    // `att` keeps the undropped weights; the context reads (weights * mask) in bf16.
+    for (int64_t i = 0; i < n_scores; ++i) {
+      weights16[i] = cpu::ToBf16(dropout_mask != nullptr ? scores[i] * dropout_mask[i] : scores[i]);
+    }
+    Execute(stream, p->context,
+            {{DNNL_ARG_SRC, WrapBf16(md.att16, engine_, weights16.data())},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head, engine_, qkv16.data() + 2 * D)},
+             {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });
   return absl::OkStatus();
 }
@@ -355,6 +538,7 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
   if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
+  if (bf16()) return AttentionBf16(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
                    cache_.GetOrBuild<AttentionPrimitive>(
                        {static_cast<int64_t>(PrimitiveKind::kAttention), B, T, D, NH}, "Attention",

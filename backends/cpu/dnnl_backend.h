@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,9 +35,29 @@ class DnnlBackend final : public Backend {
     // the least recently used is dropped and rebuilt when next needed. A model needs about one
     // per layer kind and flag combination per batch size it sees. Must be > 0.
     size_t primitive_cache_capacity = 1024;
+    // How the forward's matrix products round their fp32 operands (they accumulate in fp32
+    // either way). kFp32: not at all, within a few ulp of the reference. kBf16: to bfloat16
+    // (8 significant bits; about 1e-2 relative after a layer), on oneDNN's bf16 kernels, which
+    // need AVX512-BF16 or AMX (CpuRunsBf16; Create refuses kBf16 without them). Under kBf16:
+    // Linear is a bf16 matmul; the LSTM and GRU layers run oneDNN's lstm_forward /
+    // lbr_gru_forward on bf16 inputs, weights, outputs and h (c and the biases fp32), instead
+    // of the AVX2 time loop, and the tick streams' step takes the same layers (HasFastPath is
+    // false); the attention core's two products take bf16 operands (its softmax is fp32).
+    // Normalisation, activations, residuals, AttentionLastQuery's loops and every backward op
+    // stay fp32.
+    enum class Math { kFp32, kBf16 };
+    Math math = Math::kFp32;
   };
 
   static absl::StatusOr<std::unique_ptr<DnnlBackend>> Create(const Options& options);
+
+  // oneDNN's name for the instruction set it dispatches to on this CPU ("avx2",
+  // "avx512_core", "avx512_core_bf16", "avx512_core_amx", ...).
+  static std::string CpuIsa();
+  // Whether oneDNN runs bf16 products natively here (AVX512-BF16 or AMX).
+  static bool CpuRunsBf16();
+  // How this backend computes, for operators: "fp32 on avx2", "bf16 on avx512_core_amx".
+  std::string compute() const override;
 
   // How many threads the calls made from the calling thread may fan out to (OpenMP's
   // per-thread setting, which oneDNN follows too); at least 1. A server with one worker
@@ -137,9 +158,18 @@ class DnnlBackend final : public Backend {
     kEltwiseBackward,
     kSoftmaxBackward,
     kAttentionBackward,
+    kLinearBf16,
+    kAttentionBf16,
   };
 
   DnnlBackend(dnnl::engine engine, const Options& options);
+
+  // Linear and Attention under Math::kBf16.
+  absl::Status LinearBf16(float* out, const float* inp, const float* weight, const float* bias,
+                          int64_t N, int64_t IN, int64_t OUT);
+  absl::Status AttentionBf16(float* out, float* att, const float* qkv, const float* dropout_mask,
+                             int64_t B, int64_t T, int64_t D, int64_t NH, bool causal);
+  bool bf16() const { return math_ == Options::Math::kBf16; }
 
   // Run the op on oneDNN and return true, or return false when oneDNN rejects the shape (or it
   // is empty) and the caller must run the reference. dnnl_recurrent.cc holds the first.
@@ -169,6 +199,7 @@ class DnnlBackend final : public Backend {
 
   // Constant after construction.
   const dnnl::engine engine_;
+  const Options::Math math_;
   ReferenceBackend reference_;
 
   // Own synchronisation.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "backends/cpu/bf16.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_compat.h"
 #include "backends/cpu/dnnl_primitive.h"
@@ -66,17 +67,16 @@ std::shared_ptr<RecurrentPrimitive> BuildRecurrent(const dnnl::engine& engine,
   const auto direction = s.ND == 1 ? dnnl::rnn_direction::unidirectional_left2right
                                    : dnnl::rnn_direction::bidirectional_concat;
   // A zero descriptor tells oneDNN to start from zeros / not to write the final state.
-  const dnnl::memory::desc src_iter = s.has_initial ? s.State() : dnnl::memory::desc();
-  const dnnl::memory::desc dst_iter = s.has_final ? s.State() : dnnl::memory::desc();
+  const dnnl::memory::desc none;
   const RnnMds md{.src_layer = s.SrcLayer(),
-                  .src_iter = src_iter,
-                  .src_iter_c = src_iter,
+                  .src_iter = s.has_initial ? s.State() : none,
+                  .src_iter_c = s.has_initial ? s.CellState() : none,
                   .weights_layer = s.WeightsLayer(Tag::any),
                   .weights_iter = s.WeightsIter(Tag::any),
                   .bias = s.Bias(),
                   .dst_layer = s.DstLayer(),
-                  .dst_iter = dst_iter,
-                  .dst_iter_c = dst_iter};
+                  .dst_iter = s.has_final ? s.State() : none,
+                  .dst_iter_c = s.has_final ? s.CellState() : none};
   const auto prop = dnnl::prop_kind::forward_inference;
   if (s.lstm) {
     return FinishBuild<dnnl::lstm_forward>(
@@ -146,11 +146,12 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
                                                     const RecurrentDirectionWeights* weights,
                                                     const RecurrentDims& dims) {
   const bool lstm = kind == PrimitiveKind::kLstm;
-  const RecurrentShape s{lstm ? RecurrentLayout::Lstm(dims) : RecurrentLayout::Gru(dims),
-                         /*has_initial=*/h_0 != nullptr || c_0 != nullptr,
-                         /*has_final=*/h_n != nullptr || c_n != nullptr};
+  RecurrentShape s{lstm ? RecurrentLayout::Lstm(dims) : RecurrentLayout::Gru(dims),
+                   /*has_initial=*/h_0 != nullptr || c_0 != nullptr,
+                   /*has_final=*/h_n != nullptr || c_n != nullptr};
+  if (bf16()) s.data = dnnl::memory::data_type::bf16;
   if (s.B == 0 || s.T == 0 || s.I == 0 || s.H == 0 || (s.ND != 1 && s.ND != 2)) return false;
-  if (cpu::HasAvx2Fma()) {
+  if (!bf16() && cpu::HasAvx2Fma()) {
     RETURN_IF_ERROR(ProjectedRecurrentLayer(kind, out, h_n, c_n, inp, h_0, c_0, weights, dims));
     return true;
   }
@@ -172,6 +173,22 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
   if (s.has_initial && (h_0 == nullptr || c_0 == nullptr)) zeros.assign(state_size, 0.0f);
   if (s.has_final && h_n == nullptr) h_scratch.resize(state_size);
   if (s.has_final && c_n == nullptr) c_scratch.resize(state_size);
+  const float* h_init = h_0 != nullptr ? h_0 : zeros.data();
+  float* h_final = h_n != nullptr ? h_n : h_scratch.data();
+
+  // Under bf16 the layers' data and h cross into bf16 copies and back (c stays fp32).
+  const int64_t in_size = s.B * s.T * s.I, out_size = s.B * s.T * s.ND * s.H;
+  thread_local std::vector<uint16_t> inp16, out16, h16;
+  if (bf16()) {
+    inp16.resize(static_cast<size_t>(in_size));
+    out16.resize(static_cast<size_t>(out_size));
+    h16.resize(static_cast<size_t>(2 * state_size));
+    cpu::ToBf16(inp, inp16.data(), in_size);
+    if (s.has_initial) cpu::ToBf16(h_init, h16.data(), state_size);
+  }
+  const auto data = [&](const float* f32, uint16_t* b16) {
+    return bf16() ? static_cast<void*>(b16) : const_cast<float*>(f32);
+  };
 
   DNNL_TRY({
     dnnl::stream stream(engine_);
@@ -181,42 +198,45 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
     const dnnl::memory weights_iter =
         Reordered(stream, p->weights_iter_reorder, p->weights_iter_md,
                   Wrap(s.WeightsIter(Tag::ldgoi), engine_, w.iter.data()));
-    Args args({{DNNL_ARG_SRC_LAYER, Wrap(s.SrcLayer(), engine_, inp)},
+    Args args({{DNNL_ARG_SRC_LAYER, dnnl::memory(s.SrcLayer(), engine_, data(inp, inp16.data()))},
                {DNNL_ARG_WEIGHTS_LAYER, weights_layer},
                {DNNL_ARG_WEIGHTS_ITER, weights_iter},
                {DNNL_ARG_BIAS, Wrap(s.Bias(), engine_, w.bias.data())},
-               {DNNL_ARG_DST_LAYER, Wrap(s.DstLayer(), engine_, out)}});
-    const dnnl::memory::desc state = s.State();
+               {DNNL_ARG_DST_LAYER, dnnl::memory(s.DstLayer(), engine_, data(out, out16.data()))}});
     if (s.has_initial) {
-      args.emplace(DNNL_ARG_SRC_ITER, Wrap(state, engine_, h_0 != nullptr ? h_0 : zeros.data()));
+      args.emplace(DNNL_ARG_SRC_ITER, dnnl::memory(s.State(), engine_, data(h_init, h16.data())));
       if (lstm) {
         args.emplace(DNNL_ARG_SRC_ITER_C,
-                     Wrap(state, engine_, c_0 != nullptr ? c_0 : zeros.data()));
+                     Wrap(s.CellState(), engine_, c_0 != nullptr ? c_0 : zeros.data()));
       }
     }
     if (s.has_final) {
       args.emplace(DNNL_ARG_DST_ITER,
-                   Wrap(state, engine_, h_n != nullptr ? h_n : h_scratch.data()));
+                   dnnl::memory(s.State(), engine_, data(h_final, h16.data() + state_size)));
       if (lstm) {
         args.emplace(DNNL_ARG_DST_ITER_C,
-                     Wrap(state, engine_, c_n != nullptr ? c_n : c_scratch.data()));
+                     Wrap(s.CellState(), engine_, c_n != nullptr ? c_n : c_scratch.data()));
       }
     }
     Execute(stream, p->rnn, std::move(args));
   });
+  if (bf16()) {
+    cpu::FromBf16(out16.data(), out, out_size);
+    if (s.has_final) cpu::FromBf16(h16.data() + state_size, h_final, state_size);
+  }
   return true;
 }
 
 bool DnnlBackend::HasFastPath(FastPath path) const {
   return (path == FastPath::kRecurrentStep || path == FastPath::kRecurrentStepForecast) &&
-         cpu::HasAvx2Fma();
+         !bf16() && cpu::HasAvx2Fma();
 }
 
 bool DnnlBackend::RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
                                             const RecurrentStepForecastSpec& spec) const {
   const int64_t per_quantile_target =
       static_cast<int64_t>(spec.target_features.size()) * spec.quantiles;
-  return cpu::HasAvx2Fma() && dims.B >= 1 && dims.I >= 1 && dims.H >= 1 && dims.T == 1 &&
+  return !bf16() && cpu::HasAvx2Fma() && dims.B >= 1 && dims.I >= 1 && dims.H >= 1 && dims.T == 1 &&
          dims.ND == 1 && num_layers >= 1 && spec.outputs >= 1 && spec.quantiles >= 1 &&
          (spec.y_mean == nullptr ||
           (per_quantile_target >= 1 && spec.outputs % per_quantile_target == 0));
@@ -256,7 +276,7 @@ absl::Status DnnlBackend::RecurrentStep(RecurrentCell cell, float* out, float* s
                                         const int32_t* slots, const float* inp,
                                         const RecurrentDirectionWeights* weights,
                                         const RecurrentDims& dims, int num_layers) {
-  if (!cpu::HasAvx2Fma()) {
+  if (bf16() || !cpu::HasAvx2Fma()) {
     return Backend::RecurrentStep(cell, out, scratch, slab, slots, inp, weights, dims, num_layers);
   }
   if (dims.B < 1 || dims.I < 1 || dims.H < 1 || dims.T != 1 || dims.ND != 1 || num_layers < 1) {

@@ -15,7 +15,7 @@ int64_t GateFrom(bool lstm, int64_t g) { return lstm ? kLstmGateFrom[g] : kGruGa
 }  // namespace
 
 OneDnnWeights ToOneDnnWeights(const RecurrentLayout& s, const RecurrentDirectionWeights* weights) {
-  const auto [lstm, G, B, T, I, H, ND] = s;
+  const auto [lstm, G, B, T, I, H, ND, data] = s;
   const int64_t parts = s.BiasParts();
   OneDnnWeights w;
   w.layer.resize(ND * G * H * I);
@@ -46,7 +46,7 @@ OneDnnWeights ToOneDnnWeights(const RecurrentLayout& s, const RecurrentDirection
 
 void FromOneDnnGrads(const RecurrentLayout& s, const OneDnnWeights& grads,
                      const RecurrentDirectionGrads* dweights) {
-  const auto [lstm, G, B, T, I, H, ND] = s;
+  const auto [lstm, G, B, T, I, H, ND, data] = s;
   const int64_t parts = s.BiasParts();
   for (int64_t d = 0; d < ND; ++d) {
     const RecurrentDirectionGrads& gd = dweights[d];

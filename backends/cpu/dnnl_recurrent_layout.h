@@ -26,22 +26,33 @@ struct RecurrentLayout {
   static RecurrentLayout Lstm(const RecurrentDims& dims) { return Of(true, 4, dims); }
   static RecurrentLayout Gru(const RecurrentDims& dims) { return Of(false, 3, dims); }
 
+  using DataType = dnnl::memory::data_type;
+
   bool lstm;
   int64_t G;  // gates: 4 for LSTM, 3 for GRU
   int64_t B, T, I, H, ND;
+  // The type of the layers' data and of h (f32, or bf16 for a bf16 forward); c and the biases
+  // are f32 in either case.
+  DataType data = DataType::f32;
 
   // A (B, T, C) tensor in the ntc layer layout.
-  dnnl::memory::desc Layer(int64_t C) const { return F32({T, B, C}, Tag::ntc); }
+  dnnl::memory::desc Layer(int64_t C) const { return {{T, B, C}, data, Tag::ntc}; }
   dnnl::memory::desc SrcLayer() const { return Layer(I); }
   dnnl::memory::desc DstLayer() const { return Layer(ND * H); }
-  dnnl::memory::desc State() const { return F32({1, ND, B, H}, Tag::ldnc); }
-  dnnl::memory::desc WeightsLayer(Tag tag) const { return F32({1, ND, I, G, H}, tag); }
-  dnnl::memory::desc WeightsIter(Tag tag) const { return F32({1, ND, H, G, H}, tag); }
+  // h_0 / h_n, then c_0 / c_n.
+  dnnl::memory::desc State() const { return {{1, ND, B, H}, data, Tag::ldnc}; }
+  dnnl::memory::desc CellState() const { return F32({1, ND, B, H}, Tag::ldnc); }
+  // The weights as the primitive takes them (`tag` any) are of `data`'s type; PyTorch's, copied
+  // into ldgoi (ToOneDnnWeights), are f32.
+  dnnl::memory::desc WeightsLayer(Tag tag) const { return {{1, ND, I, G, H}, TypeOf(tag), tag}; }
+  dnnl::memory::desc WeightsIter(Tag tag) const { return {{1, ND, H, G, H}, TypeOf(tag), tag}; }
   // LSTM: one bias per gate; linear-before-reset GRU: G + 1.
   int64_t BiasParts() const { return lstm ? G : G + 1; }
   dnnl::memory::desc Bias() const { return F32({1, ND, BiasParts(), H}, Tag::ldgo); }
 
  private:
+  DataType TypeOf(Tag tag) const { return tag == Tag::any ? data : DataType::f32; }
+
   static RecurrentLayout Of(bool lstm, int64_t G, const RecurrentDims& dims) {
     return RecurrentLayout{
         .lstm = lstm, .G = G, .B = dims.B, .T = dims.T, .I = dims.I, .H = dims.H, .ND = dims.ND};

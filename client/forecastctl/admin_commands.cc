@@ -163,10 +163,11 @@ int RunModelsShow(Context& context, const std::string& name) {
   if (!m.last_error().empty()) row("last error", m.last_error());
   if (!m.loaded().empty()) {
     std::cout << "\n";
-    TextTable loaded({"LOADED VERSION", "SERVING", "IN-FLIGHT", "QUEUED"});
+    TextTable loaded({"LOADED VERSION", "SERVING", "IN-FLIGHT", "QUEUED", "DEVICE", "COMPUTE"});
     for (const v1::LoadedVersion& v : m.loaded()) {
       loaded.AddRow({absl::StrCat(v.version()), v.serving() ? "yes" : "no",
-                     absl::StrCat(v.in_flight()), absl::StrCat(v.queued())});
+                     absl::StrCat(v.in_flight()), absl::StrCat(v.queued()), v.device(),
+                     v.compute().empty() ? "-" : v.compute()});
     }
     std::cout << loaded.Render();
   }

@@ -144,6 +144,8 @@ class CudaModelInstance final : public ModelInstance {
     std::vector<int64_t> step_graph_sizes;
     // Where Start's batches complete; nullptr: Start waits for the GPU itself (Run).
     CudaCompletionThread* completions = nullptr;
+    // What compute() says.
+    std::string compute;
   };
 
   static absl::StatusOr<std::unique_ptr<CudaModelInstance>> Create(
@@ -171,6 +173,7 @@ class CudaModelInstance final : public ModelInstance {
 
   float* input_staging() override { return static_cast<float*>(staging_input_); }
   float* output_staging() override { return static_cast<float*>(staging_output_); }
+  std::string compute() const override { return compute_; }
 
   int64_t ComputedRows(int64_t rows) const override {
     const auto graph = graphs_.lower_bound(rows);
@@ -197,6 +200,7 @@ class CudaModelInstance final : public ModelInstance {
   const std::shared_ptr<const Forecaster> model_;
   const std::shared_ptr<const DeviceBuffer> weights_;  // the version's, shared per GPU
   const int64_t max_batch_size_;
+  std::string compute_;  // set once by Create
 
   // Declared in the order they are made; destroyed in reverse (the stream outlives all else).
   std::unique_ptr<InstanceStreams> streams_;  // this instance's one stream
@@ -234,6 +238,7 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   std::unique_ptr<CudaModelInstance> instance(
       new CudaModelInstance(std::move(model), std::move(weights), B));
   CudaModelInstance& s = *instance;
+  s.compute_ = options.compute;
 
   InstanceStreams::Options stream_options;
   stream_options.device = allocator->device();
@@ -615,6 +620,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
   }
   if (options_.use_graphs) instance_options.graph_batch_sizes = FixedBatchSizes(options);
   instance_options.math = CudaMathForPrecision(model->config().precision());
+  const v1::Precision precision = model->config().precision();
+  instance_options.compute = absl::StrCat(PrecisionName(precision), " on ", id_);
   instance_options.workspace_bytes = options_.workspace_bytes_per_instance;
   instance_options.completions = completions_.get();
   std::vector<std::unique_ptr<ModelInstance>> instances;

@@ -5,8 +5,11 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "kernels/base/status.h"
+#include "spdlog/spdlog.h"
 
 namespace forecastd {
 
@@ -17,8 +20,9 @@ class CpuModelInstance final : public ModelInstance {
  public:
   CpuModelInstance(std::shared_ptr<const Forecaster> model, Backend* backend,
                    int64_t max_batch_size, std::shared_ptr<std::vector<float>> slab,
-                   int64_t max_step_rows)
-      : model_(std::move(model)),
+                   int64_t max_step_rows, std::string compute)
+      : compute_(std::move(compute)),
+        model_(std::move(model)),
         backend_(backend),
         max_batch_size_(max_batch_size),
         slab_(std::move(slab)),
@@ -35,6 +39,7 @@ class CpuModelInstance final : public ModelInstance {
   }
   float* input_staging() override { return input_.data(); }
   float* output_staging() override { return output_.data(); }
+  std::string compute() const override { return compute_; }
 
   absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
                     float* output) override {
@@ -84,6 +89,7 @@ class CpuModelInstance final : public ModelInstance {
     return absl::OkStatus();
   }
 
+  const std::string compute_;
   const std::shared_ptr<const Forecaster> model_;
   Backend* const backend_;
   const int64_t max_batch_size_;
@@ -121,6 +127,11 @@ absl::Status ModelInstance::WriteState(int32_t /*slot*/, const float* /*state*/)
   return absl::UnimplementedError("this instance keeps no stream states");
 }
 
+std::string PrecisionName(v1::Precision precision) {
+  if (precision == v1::PRECISION_UNSPECIFIED) return "fp32";
+  return absl::AsciiStrToLower(absl::StripPrefix(v1::Precision_Name(precision), "PRECISION_"));
+}
+
 std::vector<int64_t> FixedBatchSizes(const ExecutionDevice::InstanceOptions& options) {
   std::set<int64_t> sizes(options.preferred_batch_sizes.begin(),
                           options.preferred_batch_sizes.end());
@@ -129,10 +140,12 @@ std::vector<int64_t> FixedBatchSizes(const ExecutionDevice::InstanceOptions& opt
   return std::vector<int64_t>(sizes.begin(), sizes.end());
 }
 
-CpuExecutionDevice::CpuExecutionDevice(Backend* backend, DeviceScheduler* scheduler, int instances)
+CpuExecutionDevice::CpuExecutionDevice(Backend* backend, DeviceScheduler* scheduler, int instances,
+                                       Backend* bf16_backend)
     : backend_(backend),
       scheduler_(scheduler),
-      instances_(instances > 0 ? instances : scheduler->num_workers()) {}
+      instances_(instances > 0 ? instances : scheduler->num_workers()),
+      bf16_backend_(bf16_backend) {}
 
 absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CpuExecutionDevice::CreateInstances(
     std::shared_ptr<const Forecaster> model, const InstanceOptions& options) {
@@ -141,11 +154,24 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CpuExecutionDevice::
     return absl::InvalidArgumentError("CreateInstances: max_batch_size must be >= 1");
   }
   ASSIGN_OR_RETURN(std::shared_ptr<std::vector<float>> slab, NewHostSlab(*model, options));
+  const v1::Precision precision = model->config().precision();
+  Backend* backend = backend_;
+  std::string compute = backend_->compute();
+  if (precision == v1::PRECISION_BF16 && bf16_backend_ != nullptr) {
+    backend = bf16_backend_;
+    compute = bf16_backend_->compute();
+  } else if (precision != v1::PRECISION_UNSPECIFIED && precision != v1::PRECISION_FP32) {
+    absl::StrAppend(&compute, " (", PrecisionName(precision), " asked: ",
+                    precision == v1::PRECISION_BF16 ? "bf16 needs a CPU with AVX512-BF16 or AMX"
+                                                    : "the CPU computes it in fp32",
+                    ")");
+    spdlog::warn("model '{}' on cpu: {}", model->config().name(), compute);
+  }
   std::vector<std::unique_ptr<ModelInstance>> instances;
   instances.reserve(static_cast<size_t>(instances_));
   for (int i = 0; i < instances_; ++i) {
-    instances.push_back(std::make_unique<CpuModelInstance>(model, backend_, options.max_batch_size,
-                                                           slab, options.max_step_rows));
+    instances.push_back(std::make_unique<CpuModelInstance>(model, backend, options.max_batch_size,
+                                                           slab, options.max_step_rows, compute));
   }
   return instances;
 }

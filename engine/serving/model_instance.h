@@ -59,6 +59,11 @@ class ModelInstance {
   // state (StateFloats floats, host) = the state at `slot`, and the reverse (nullptr: zeros).
   virtual absl::Status ReadState(int32_t slot, float* state);
   virtual absl::Status WriteState(int32_t slot, const float* state);
+
+  // How the instance computes, for operators: its precision and instruction set ("fp32 on
+  // avx2", "bf16 on avx512_core_amx", "bf16 on cuda:0"), and why where that is not what the
+  // model's config asks.
+  virtual std::string compute() const = 0;
 };
 
 class ExecutionDevice {
@@ -89,6 +94,9 @@ class ExecutionDevice {
       std::shared_ptr<const Forecaster> model, const InstanceOptions& options) = 0;
 };
 
+// "fp32" (also for PRECISION_UNSPECIFIED), "bf16", "fp16", "tf32": how compute() names it.
+std::string PrecisionName(v1::Precision precision);
+
 // The batch sizes a device that computes fixed sizes (captured CUDA graphs) prepares for
 // `options`: the powers of two below max_batch_size, the preferred sizes and max_batch_size,
 // ascending, each once. A batch of r rows then runs at the smallest of them >= r: fewer than
@@ -101,13 +109,16 @@ absl::Status CheckStateOptions(const Forecaster& model,
                                const ExecutionDevice::InstanceOptions& options);
 
 // The CPU: every instance runs Forecaster::Forward on host memory with one shared Backend and
-// a Workspace of its own.
+// a Workspace of its own. A model whose config asks for PRECISION_BF16 runs on `bf16_backend`
+// where there is one (a CPU with AVX512-BF16 or AMX), any other model, and a bf16 one without
+// it, on `backend` (fp32), and its instances' compute() says why.
 class CpuExecutionDevice final : public ExecutionDevice {
  public:
-  // `backend` and `scheduler` are not owned and must outlive the device. `instances` per
-  // version: 0 means scheduler->num_workers(); otherwise at least that many (a caller that
-  // hands workers out itself may want more).
-  CpuExecutionDevice(Backend* backend, DeviceScheduler* scheduler, int instances = 0);
+  // `backend`, `scheduler` and `bf16_backend` (may be null) are not owned and must outlive
+  // the device. `instances` per version: 0 means scheduler->num_workers(); otherwise at least
+  // that many (a caller that hands workers out itself may want more).
+  CpuExecutionDevice(Backend* backend, DeviceScheduler* scheduler, int instances = 0,
+                     Backend* bf16_backend = nullptr);
 
   const std::string& id() const override { return id_; }
   DeviceScheduler& scheduler() override { return *scheduler_; }
@@ -119,6 +130,7 @@ class CpuExecutionDevice final : public ExecutionDevice {
   Backend* const backend_;
   DeviceScheduler* const scheduler_;
   const int instances_;
+  Backend* const bf16_backend_;
 };
 
 }  // namespace forecastd

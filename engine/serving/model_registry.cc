@@ -281,6 +281,7 @@ ModelStatus ModelRegistry::StatusOf(const ModelEntry& entry) const {
       LoadedVersionStatus version;
       version.version = loaded.version;
       version.device = loaded.device->id();
+      if (!loaded.instances.empty()) version.compute = loaded.instances.front()->compute();
       version.serving = serving;
       version.draining = !serving;
       version.in_flight_tasks = loaded.batcher->in_flight_tasks();

@@ -71,6 +71,7 @@ class RegistryObserver {
 struct LoadedVersionStatus {
   int64_t version = 0;
   std::string device;     // where its instances run: "cpu", "cuda:0", ...
+  std::string compute;    // how: ModelInstance::compute()
   bool serving = false;   // requests for version 0 go here
   bool draining = false;  // replaced or being unloaded; in-flight work finishing
   int64_t in_flight_tasks = 0;

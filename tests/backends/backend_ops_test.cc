@@ -45,41 +45,24 @@
 #include "kernels/ref/normalization.h"
 #include "kernels/ref/positional_encoding.h"
 #include "kernels/ref/recurrent.h"
+#include "tests/backends/op_test_util.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
 namespace {
 
+using op_test::Cell;
+using op_test::DimsString;
+using op_test::DropoutMask;
+using op_test::ExpectAllClose;
+using op_test::HostMemory;
+using op_test::RecurrentWeightsHost;
+using op_test::TestMemory;
+using op_test::Uniform;
+
 // ------------------------------------------------------------------------------------------
 // The backends under test: one table. A backend whose memory is not host memory (CUDA) adds an
 // entry with a TestMemory of its own that copies to and from its device.
-
-// A backend's memory as the tests see it. Not thread-safe: allocate before starting threads.
-class TestMemory {
- public:
-  virtual ~TestMemory() = default;
-  // A device copy of `host`, alive as long as this object.
-  virtual float* Upload(const std::vector<float>& host) = 0;
-  // n floats on the device, all NaN, so an element the op fails to write cannot pass.
-  virtual float* Output(int64_t n) = 0;
-  virtual std::vector<float> Download(const float* device, int64_t n) = 0;
-};
-
-class HostMemory final : public TestMemory {
- public:
-  float* Upload(const std::vector<float>& host) override {
-    return buffers_.emplace_back(host).data();
-  }
-  float* Output(int64_t n) override {
-    return buffers_.emplace_back(n, std::numeric_limits<float>::quiet_NaN()).data();
-  }
-  std::vector<float> Download(const float* device, int64_t n) override {
-    return std::vector<float>(device, device + n);
-  }
-
- private:
-  std::deque<std::vector<float>> buffers_;  // a deque never moves what it holds
-};
 
 struct BackendUnderTest {
   const char* name;
@@ -135,42 +118,6 @@ void RequireNoFallback(const BackendUnderTest& under_test, const Backend& backen
 // ------------------------------------------------------------------------------------------
 // Inputs and comparison.
 
-std::vector<float> Uniform(std::mt19937& rng, int64_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// REQUIREs |got - want| <= atol + rtol * |want| everywhere (NaN never passes) and on failure
-// prints how many elements differ and the first few, with their flat indices.
-void ExpectAllClose(const std::string& what, const std::vector<float>& got,
-                    const std::vector<float>& want, double atol, double rtol) {
-  INFO(what);
-  REQUIRE(got.size() == want.size());
-  constexpr int kShown = 5;
-  int64_t mismatches = 0;
-  double max_diff = 0.0;
-  std::ostringstream first;
-  first.precision(9);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(static_cast<double>(got[i]) - want[i]);
-    const double tol = atol + rtol * std::abs(static_cast<double>(want[i]));
-    if (!(diff <= tol)) {
-      if (mismatches < kShown) {
-        first << "\n  [" << i << "] got " << got[i] << ", ref " << want[i] << ", |diff| " << diff
-              << " > " << tol;
-      }
-      ++mismatches;
-    }
-    if (!(diff <= max_diff)) max_diff = diff;
-  }
-  INFO(mismatches << " of " << got.size() << " elements differ by more than atol " << atol
-                  << " + rtol " << rtol << " * |ref| (max |diff| " << max_diff
-                  << "); first:" << first.str());
-  REQUIRE(mismatches == 0);
-}
-
 std::string Describe(const BackendUnderTest& under_test, const std::string& op,
                      const std::string& shape) {
   return std::string(under_test.name) + " " + op + " " + shape;
@@ -225,37 +172,6 @@ TEST_CASE("Linear matches the reference on every backend") {
 // Observed on oneDNN: max |diff| 1.2e-7 (LSTM), 9e-8 (GRU).
 constexpr double kRecurrentAtol = 1e-5, kRecurrentRtol = 1e-4;
 
-enum class Cell { kLstm, kGru };
-
-struct RecurrentWeightsHost {
-  RecurrentWeightsHost(std::mt19937& rng, Cell cell, const RecurrentDims& dims) {
-    const int64_t GH = (cell == Cell::kLstm ? 4 : 3) * dims.H;
-    const float k = 1.0f / std::sqrt(static_cast<float>(dims.H));
-    for (int64_t d = 0; d < dims.ND; ++d) {
-      w_ih.push_back(Uniform(rng, GH * dims.I, -k, k));
-      w_hh.push_back(Uniform(rng, GH * dims.H, -k, k));
-      b_ih.push_back(Uniform(rng, GH, -k, k));
-      b_hh.push_back(Uniform(rng, GH, -k, k));
-    }
-  }
-  std::vector<RecurrentDirectionWeights> Host() const {
-    std::vector<RecurrentDirectionWeights> views;
-    for (size_t d = 0; d < w_ih.size(); ++d) {
-      views.push_back({w_ih[d].data(), w_hh[d].data(), b_ih[d].data(), b_hh[d].data()});
-    }
-    return views;
-  }
-  std::vector<RecurrentDirectionWeights> Upload(TestMemory& mem) const {
-    std::vector<RecurrentDirectionWeights> views;
-    for (size_t d = 0; d < w_ih.size(); ++d) {
-      views.push_back(
-          {mem.Upload(w_ih[d]), mem.Upload(w_hh[d]), mem.Upload(b_ih[d]), mem.Upload(b_hh[d])});
-    }
-    return views;
-  }
-  std::vector<std::vector<float>> w_ih, w_hh, b_ih, b_hh;
-};
-
 const std::vector<RecurrentDims>& RecurrentShapes() {
   static const auto* const shapes = new std::vector<RecurrentDims>{
       // B, T, I, H, ND
@@ -274,11 +190,6 @@ const std::vector<RecurrentDims>& RecurrentShapes() {
       {7, 2, 3, 33, 1},
   };
   return *shapes;
-}
-
-std::string DimsString(const RecurrentDims& d) {
-  return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " I=" + std::to_string(d.I) +
-         " H=" + std::to_string(d.H) + " ND=" + std::to_string(d.ND);
 }
 
 // Runs one recurrent case on `backend` and the reference and compares every output asked for.
@@ -708,14 +619,6 @@ TEST_CASE("Softmax matches the reference on every backend") {
 // small, so the error is the Linear's order. Masked weights must be exactly 0 (they are
 // exp(-inf) on oneDNN). Observed on oneDNN: max |diff| 9e-8.
 constexpr double kAttentionAtol = 1e-5, kAttentionRtol = 1e-4;
-
-// A dropout mask on attention weights (B, NH, T, T): each 0 with probability p, else 1/(1-p).
-std::vector<float> DropoutMask(std::mt19937& rng, int64_t n, float p) {
-  std::bernoulli_distribution drop(p);
-  std::vector<float> mask(n);
-  for (float& m : mask) m = drop(rng) ? 0.0f : 1.0f / (1.0f - p);
-  return mask;
-}
 
 TEST_CASE("Attention, causal and not, with and without dropout, matches the reference") {
   struct Shape {
@@ -1718,6 +1621,30 @@ TEST_CASE("DnnlBackend evicts the least recently used primitive beyond its capac
   }
   REQUIRE(backend.cache_stats().native == 2);
   REQUIRE(backend.cache_stats().builds == 4);
+}
+
+// ------------------------------------------------------------------------------------------
+// bf16 math (DnnlBackend::Options::Math::kBf16), where the CPU has AVX512-BF16 or AMX.
+
+TEST_CASE("DnnlBackend takes bf16 math exactly where the CPU runs bf16, and says how it computes") {
+  const std::string isa = DnnlBackend::CpuIsa();
+  INFO("oneDNN's ISA here: " << isa);
+  REQUIRE(!isa.empty());
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> fp32 = DnnlBackend::Create({});
+  REQUIRE(fp32.ok());
+  REQUIRE((*fp32)->compute() == "fp32 on " + isa);
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> bf16 =
+      DnnlBackend::Create({.math = DnnlBackend::Options::Math::kBf16});
+  REQUIRE(bf16.ok() == DnnlBackend::CpuRunsBf16());
+  if (bf16.ok()) {
+    REQUIRE((*bf16)->compute() == "bf16 on " + isa);
+    // The tick streams' step takes the bf16 layers, not the fp32 time loop.
+    REQUIRE_FALSE((*bf16)->HasFastPath(FastPath::kRecurrentStep));
+    REQUIRE_FALSE((*bf16)->HasFastPath(FastPath::kRecurrentStepForecast));
+  } else {
+    REQUIRE(bf16.status().code() == absl::StatusCode::kFailedPrecondition);
+    REQUIRE(std::string(bf16.status().message()).find(isa) != std::string::npos);
+  }
 }
 
 #endif  // !FORECASTD_BACKEND_OPS_CUDA

@@ -719,6 +719,14 @@ TEST_CASE("status and models list/show/unload/load", "[integration][forecastctl]
   REQUIRE(show.exit_code == 0);
   REQUIRE(absl::StrContains(show.out, "gru (hidden 8, 1 layer)"));
   REQUIRE(absl::StrContains(show.out, "quantiles"));
+  // How the loaded version computes: its precision and the instruction set oneDNN runs.
+  REQUIRE(absl::StrContains(show.out, "COMPUTE"));
+  const v1::ModelStatus shown =
+      ParseJson<v1::ModelStatus>(Ctl(f, {"models", "show", "quant", "--json"}).out);
+  REQUIRE(shown.loaded_size() == 1);
+  INFO(shown.loaded(0).compute());
+  REQUIRE(absl::StartsWith(shown.loaded(0).compute(), "fp32 on "));
+  REQUIRE(absl::StrContains(show.out, shown.loaded(0).compute()));
 
   const CtlResult unload = Ctl(f, {"models", "unload", "quant", "--json"});
   REQUIRE(unload.exit_code == 0);

@@ -18,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "backends/cpu/dnnl_backend.h"
 #include "backends/reference_backend.h"
 #include "engine/file_io.h"
 #include "engine/models/model_files.h"
@@ -804,6 +805,51 @@ TEST_CASE("A CPU instance refuses batches outside [1, max_batch_size]", "[unit][
   output.resize(2 * kOutputs);
   REQUIRE(Near(output, testing::ReferenceForward(*model, input, 2)));
   REQUIRE(instances[2]->ComputedRows(2) == 2);
+}
+
+// Which backend a CPU version runs on follows its config's precision: bf16 on the device's
+// bf16 backend where it has one (here a oneDNN backend stands in for it, so that the two are
+// told apart by compute()), else fp32 on the main one, saying why; the registry reports it.
+TEST_CASE("A CPU device runs bf16 models on its bf16 backend and says how each version computes",
+          "[unit][registry]") {
+  Env env;
+  std::unique_ptr<DnnlBackend> second = DnnlBackend::Create({}).value();
+  ModelConfig bf16 = SmallConfig("bf16");
+  bf16.set_precision(v1::PRECISION_BF16);
+  ModelConfig fp16 = SmallConfig("fp16");
+  fp16.set_precision(v1::PRECISION_FP16);
+  const std::shared_ptr<const Forecaster> bf16_model = testing::RandomModel(bf16, 41);
+  const std::shared_ptr<const Forecaster> fp16_model = testing::RandomModel(fp16, 42);
+  const std::shared_ptr<const Forecaster> fp32_model =
+      testing::RandomModel(SmallConfig("fp32"), 43);
+  ExecutionDevice::InstanceOptions o;
+  o.max_batch_size = 2;
+  const auto compute_of = [&](CpuExecutionDevice& cpu, std::shared_ptr<const Forecaster> model) {
+    return cpu.CreateInstances(std::move(model), o).value().at(0)->compute();
+  };
+
+  CpuExecutionDevice with_bf16(&env.backend, env.scheduler.get(), 0, second.get());
+  REQUIRE(compute_of(with_bf16, bf16_model) == second->compute());
+  REQUIRE(compute_of(with_bf16, fp32_model) == env.backend.compute());
+  std::vector<std::unique_ptr<ModelInstance>> instances =
+      with_bf16.CreateInstances(bf16_model, o).value();
+  const std::vector<float> input = testing::RandomWindows(2, kLookback, 7);
+  std::vector<float> output(2 * kOutputs);
+  REQUIRE(instances[1]->Run(input.data(), 2, output.data()).ok());
+  REQUIRE(Near(output, testing::ReferenceForward(*bf16_model, input, 2)));
+
+  CpuExecutionDevice without(&env.backend, env.scheduler.get());
+  REQUIRE(compute_of(without, bf16_model) ==
+          "fp32 (bf16 asked: bf16 needs a CPU with AVX512-BF16 or AMX)");
+  REQUIRE(compute_of(without, fp16_model) == "fp32 (fp16 asked: the CPU computes it in fp32)");
+  REQUIRE(compute_of(without, fp32_model) == "fp32");
+
+  env.Publish(*bf16_model, 1);
+  ModelRegistry::Options options = env.Options();
+  options.devices = {&with_bf16};
+  env.Start(options);
+  REQUIRE(env.Status("bf16").loaded.at(0).compute == second->compute());
+  env.registry.reset();
 }
 
 TEST_CASE("Create validates its options", "[unit][registry]") {

@@ -42,6 +42,7 @@ class GatedInstance : public ModelInstance {
   }
   float* input_staging() override { return inner_->input_staging(); }
   float* output_staging() override { return inner_->output_staging(); }
+  std::string compute() const override { return inner_->compute(); }
   absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
                     float* output) override {
     if (blocked_.fetch_sub(1) > 0) {
