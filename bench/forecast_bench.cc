@@ -48,8 +48,13 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
     ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl, DnnlBackend::Create({}));
     return std::unique_ptr<Backend>(std::move(dnnl));
   }
+  if (name == "dnnl-bf16") {
+    ASSIGN_OR_RETURN(std::unique_ptr<DnnlBackend> dnnl,
+                     DnnlBackend::Create({.math = DnnlBackend::Options::Math::kBf16}));
+    return std::unique_ptr<Backend>(std::move(dnnl));
+  }
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown backend '", name, "'; expected dnnl or reference"));
+      absl::StrCat("unknown backend '", name, "'; expected dnnl, dnnl-bf16 or reference"));
 }
 
 absl::Status Bench(const Flags& flags) {
@@ -91,9 +96,10 @@ absl::Status Bench(const Flags& flags) {
           output}},
         {{"generator", "forecast_bench"}}));
   }
-  std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"batch\":%d,\"iters\":%d,%s}",
-                                      backend->name(), B, flags.iters,
-                                      bench::TimingJson(bench::Summarize(std::move(samples_us))))
+  std::printf("%s\n", absl::StrFormat(
+                          "{\"backend\":\"%s\",\"compute\":\"%s\",\"batch\":%d,\"iters\":%d,%s}",
+                          backend->name(), backend->compute(), B, flags.iters,
+                          bench::TimingJson(bench::Summarize(std::move(samples_us))))
                           .c_str());
   return absl::OkStatus();
 }
@@ -110,7 +116,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", flags.batch, "windows per forecast")->check(CLI::PositiveNumber);
   app.add_option("--warmup", flags.warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
   app.add_option("--iters", flags.iters, "timed calls")->check(CLI::PositiveNumber);
-  app.add_option("--backend", flags.backend, "dnnl or reference");
+  app.add_option("--backend", flags.backend,
+                 "dnnl, dnnl-bf16 (bf16 products; AVX512-BF16 or AMX) or reference");
   app.add_option("--output", flags.output, "write the last forecast here (safetensors)");
   try {
     app.parse(argc, argv);

@@ -24,6 +24,7 @@ differed from PyTorch's by more than --tolerance; 2 on bad arguments.
 """
 
 import argparse
+import contextlib
 import copy
 import datetime
 import json
@@ -99,13 +100,20 @@ def summarize_us(samples_ns):
             "mean_us": statistics.fmean(s) / 1e3, "min_us": s[0] / 1e3}
 
 
-def time_torch(module, x, warmup, iters):
+def precision_context(bf16):
+    """PyTorch's bf16 on the CPU, torch.autocast (its oneDNN bf16 kernels), or plain fp32."""
+    if bf16:
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def time_torch(module, x, warmup, iters, bf16=False):
     """Times module(x) one call at a time with time.perf_counter_ns; returns the summary."""
     if hasattr(torch.backends, "mha") and hasattr(torch.backends.mha, "set_fastpath_enabled"):
         torch.backends.mha.set_fastpath_enabled(True)
     module.eval()
     samples = []
-    with torch.inference_mode():
+    with torch.inference_mode(), precision_context(bf16):
         for _ in range(warmup):
             module(x)
         for _ in range(iters):
@@ -120,9 +128,10 @@ class BenchError(Exception):
 
 
 def forecast_bench_cmd(args, model_dir, io_path, out_path, batch, warmup, iters):
+    backend = "dnnl-bf16" if args.bf16 else args.backend
     return [args.forecast_bench, "--model", model_dir, "--version", "1", "--io", io_path,
             "--batch", str(batch), "--warmup", str(warmup), "--iters", str(iters),
-            "--backend", args.backend, "--output", out_path]
+            "--backend", backend, "--output", out_path]
 
 
 def run_forecast_bench(args, cmd):
@@ -199,7 +208,7 @@ def bench_pair(args, w, batch):
         print("would run:", shlex.join(cmd))
         return None
 
-    probes = [time_torch(w.module, x, 3, 5)["median_us"]]
+    probes = [time_torch(w.module, x, 3, 5, args.bf16)["median_us"]]
     if run_fd and not args.iters:
         probe_cmd = forecast_bench_cmd(args, w.model_dir, w.io_path, w.out_path(batch, ".probe"),
                                        batch, 3, 5)
@@ -214,7 +223,7 @@ def bench_pair(args, w, batch):
         fd = run_forecast_bench(args, cmd)
         row["forecastd"] = {k: fd[k] for k in ("median_us", "p90_us", "mean_us", "min_us")}
         row["forecastd_cmd"] = shlex.join(cmd)
-    pt = time_torch(w.module, x, args.warmup, iters)
+    pt = time_torch(w.module, x, args.warmup, iters, args.bf16)
     row["pytorch"] = pt
 
     if run_fd:
@@ -223,7 +232,12 @@ def bench_pair(args, w, batch):
             got = read_safetensors(w.out_path(batch))[0]["output"]
         except Exception as e:  # noqa: BLE001  (any unreadable output is the same failure)
             raise BenchError(f"{w.out_path(batch)}: no readable tensor 'output': {e}")
+        # Under --bf16 both sides are held to the fp32 forecast; PyTorch's own bf16 error is
+        # printed beside forecastd's.
         row["max_rel_err"] = max_rel_err(got, want)
+        if args.bf16:
+            with torch.inference_mode(), precision_context(True):
+                row["pytorch_rel_err"] = max_rel_err(w.module(x).float().numpy(), want)
         row["ok"] = row["max_rel_err"] <= args.tolerance
         if not row["ok"]:
             if got.shape != want.shape:
@@ -255,7 +269,9 @@ def table(rows):
                      fmt_us(r["pytorch"]["median_us"]),
                      "-" if ratio is None else f"{ratio:.2f}",
                      fmt_us(fd.get("p90_us")), fmt_us(r["pytorch"]["p90_us"]),
-                     "-" if err is None else (f"{err:.1e}" + ("" if r["ok"] else " FAIL")),
+                     "-" if err is None else (f"{err:.1e}" + ("" if r["ok"] else " FAIL")
+                                              + (f" ({r['pytorch_rel_err']:.1e})"
+                                                 if "pytorch_rel_err" in r else "")),
                      str(r["iters"])])
     return head, body
 
@@ -273,6 +289,7 @@ def record(env, head, body, path):
         f"torch.set_num_threads)",
         f"- torch {env['torch']}, numpy {env['numpy']}, Python {env['python']}",
         f"- forecastd `{env['git']}`",
+        f"- precision: {env['precision']}",
         f"- command: `{env['command']}`",
         "",
         markdown_table(head, body),
@@ -306,8 +323,13 @@ def main(argv=None):
                     help="seconds the slower side's timed calls should take (default: 2)")
     ap.add_argument("--min-iters", type=int, default=30, help="(default: 30)")
     ap.add_argument("--max-iters", type=int, default=100000, help="(default: 100000)")
-    ap.add_argument("--tolerance", type=float, default=1e-4,
-                    help="max |a-b|/max(|b|,1) between forecastd and PyTorch (default: 1e-4)")
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="max |a-b|/max(|b|,1) between forecastd and PyTorch's fp32 forecast "
+                         "(default: 1e-4; 5e-2 with --bf16)")
+    ap.add_argument("--bf16", action="store_true",
+                    help="both sides compute in bf16: forecast_bench --backend dnnl-bf16 (needs "
+                         "a CPU with AVX512-BF16 or AMX), PyTorch under torch.autocast('cpu', "
+                         "torch.bfloat16)")
     ap.add_argument("--seed", type=int, default=20240601, help="base seed for weights and inputs")
     ap.add_argument("--timeout-s", type=int, default=600, help="per forecast_bench run")
     ap.add_argument("--peer-only", action="store_true",
@@ -321,6 +343,8 @@ def main(argv=None):
     ap.add_argument("--results", default=RESULTS_MD, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
+    if args.tolerance is None:
+        args.tolerance = 5e-2 if args.bf16 else 1e-4
     if args.list:
         for name in available_workloads():
             with open(os.path.join(CONFIGS, name + ".json"), encoding="utf-8") as f:
@@ -344,6 +368,9 @@ def main(argv=None):
         "cores": os.cpu_count(), "threads": torch.get_num_threads(), "torch": torch.__version__,
         "numpy": np.__version__, "python": platform.python_version(), "git": git_describe(),
         "command": command_line(),
+        "precision": ("bf16 (forecastd: oneDNN bf16 products; PyTorch: torch.autocast cpu "
+                      "bfloat16); max rel err against PyTorch's fp32 forecast, PyTorch's own "
+                      "bf16 error in brackets") if args.bf16 else "fp32",
     }
     print(f"host: {env['cpu']}, {env['cores']} cores; torch {env['torch']} "
           f"(torch.get_num_threads() = {env['threads']}), forecastd {env['git']}")

@@ -29,13 +29,9 @@ inline float FromBf16(uint16_t b) {
 // x rounded to the nearest bfloat16, as a float32.
 inline float RoundToBf16(float x) { return FromBf16(ToBf16(x)); }
 
-inline void ToBf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = ToBf16(in[i]);
-}
-
-inline void FromBf16(const uint16_t* in, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = FromBf16(in[i]);
-}
+// n values each way, shared out over the calling thread's OpenMP threads when there are many.
+void ToBf16(const float* in, uint16_t* out, int64_t n);
+void FromBf16(const uint16_t* in, float* out, int64_t n);
 
 }  // namespace forecastd::cpu
 

@@ -397,8 +397,11 @@ absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv
     if (causal) MaskFuture(scores, B * NH * T, T);
     Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
     // `att` keeps the undropped weights; the context reads (weights * mask) in bf16.
-    for (int64_t i = 0; i < n_scores; ++i) {
-      weights16[i] = cpu::ToBf16(dropout_mask != nullptr ? scores[i] * dropout_mask[i] : scores[i]);
+    if (dropout_mask == nullptr) {
+      cpu::ToBf16(scores, weights16.data(), n_scores);
+    } else {
+      for (int64_t i = 0; i < n_scores; ++i)
+        weights16[i] = cpu::ToBf16(scores[i] * dropout_mask[i]);
     }
     Execute(stream, p->context,
             {{DNNL_ARG_SRC, WrapBf16(md.att16, engine_, weights16.data())},
