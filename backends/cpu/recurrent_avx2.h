@@ -1,11 +1,13 @@
 // The time loop of the oneDNN backend's LSTM and GRU layers on AVX2 + FMA, for latency at
 // small batches. The input projection of every step (W_ih x + biases) is one matmul done by the
-// caller before the loop; what remains per step is h @ W_hh^T, read straight from PyTorch's
-// (G*H, H) row-major weights (no repacking, so weights may change between calls), and the
-// gate nonlinearities on vectorised exp. Directions and batch rows are independent, so they
-// run on separate OpenMP threads without any per-step synchronisation.
-// Used by DnnlBackend only; compiled with -mavx2 -mfma and called only when the CPU has both.
-// Stateless; thread-safe.
+// caller before the loop; what remains per step is h @ W_hh^T and the gate nonlinearities on
+// vectorised exp. One row reads PyTorch's (G*H, H) row-major weights as they are; several rows
+// read them packed into panels once per call (8 columns; 16, with AVX-512 vectors, on a CPU that
+// has AVX-512), so weights may change between calls. Directions and batch rows are
+// independent, so they run on separate OpenMP threads without any per-step synchronisation; a
+// single direction of a few rows is shared out by hidden units with a barrier per step.
+// Used by DnnlBackend only; the functions that use AVX2 (or AVX-512) are compiled for it and
+// called only when the CPU has it. Stateless; thread-safe.
 #ifndef FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
 #define FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
 
