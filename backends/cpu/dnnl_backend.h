@@ -4,7 +4,8 @@
 // LSTM and GRU layers run as a oneDNN matmul for the input projection plus our own time loop
 // (recurrent_avx2.h), which beats lstm_forward at the small batches forecasting serves.
 // The backward passes (dnnl_backward.cc, dnnl_recurrent_backward.cc) use the matching backward
-// primitives. PositionalEncoding, AttentionLastQueryBackward, and any shape oneDNN rejects
+// primitives. PositionalEncoding adds a table kept in the same cache (one per shape) and
+// AttentionLastQuery is our own loops; AttentionLastQueryBackward, and any shape oneDNN rejects
 // (logged once at debug level), run on the reference kernels instead. The model code calls it
 // through Backend; tests also read its cache statistics. Thread-safe: ops may run concurrently on
 // different buffers; each call uses its own stream and scratchpad.
@@ -160,6 +161,7 @@ class DnnlBackend final : public Backend {
     kAttentionBackward,
     kLinearBf16,
     kAttentionBf16,
+    kPositionalTable,  // not a primitive: PositionalEncoding's table, std::vector<float>
   };
 
   DnnlBackend(dnnl::engine engine, const Options& options);
