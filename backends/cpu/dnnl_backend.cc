@@ -60,10 +60,6 @@ dnnl::memory::desc Bf16(const dnnl::memory::dims& dims, Tag tag) {
   return {dims, dnnl::memory::data_type::bf16, tag};
 }
 
-dnnl::memory::desc Bf16Strided(const dnnl::memory::dims& dims, const dnnl::memory::dims& strides) {
-  return {dims, dnnl::memory::data_type::bf16, strides};
-}
-
 dnnl::memory WrapBf16(const dnnl::memory::desc& md, const dnnl::engine& engine,
                       const uint16_t* data) {
   return dnnl::memory(md, engine, const_cast<uint16_t*>(data));
@@ -134,20 +130,41 @@ struct AttentionPrimitive {
   DnnlPrimitive context;  // matmul
 };
 
-// The bf16 views of the attention core: AttentionMds's heads and weights in bf16 (a bf16 copy
-// of qkv, of the same layout, and a bf16 copy of the softmax's weights); scores and out fp32.
+// The attention core under bf16: Q, K and V as dense bf16 copies (B, NH, T, hs) each
+// (SplitHeadsBf16; oneDNN 2.6 runs bf16 products on strided views of qkv on its slow gemm
+// path, dense ones on AMX), K read transposed; the softmax's weights as a bf16 copy; scores and
+// out fp32.
 struct AttentionBf16Mds {
   dnnl::memory::desc head, head_t, att, att16, out;
 };
 
 AttentionBf16Mds MakeAttentionBf16Mds(int64_t B, int64_t T, int64_t D, int64_t NH) {
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
-  const int64_t hs = D / NH, row = 3 * D;
-  return AttentionBf16Mds{.head = Bf16Strided({B, NH, T, hs}, {T * row, hs, row, 1}),
-                          .head_t = Bf16Strided({B, NH, hs, T}, {T * row, hs, 1, row}),
+  const int64_t hs = D / NH;
+  return AttentionBf16Mds{.head = Bf16({B, NH, T, hs}, Tag::abcd),
+                          .head_t = Bf16({B, NH, hs, T}, Tag::abdc),
                           .att = md.att,
                           .att16 = Bf16({B, NH, T, T}, Tag::abcd),
                           .out = md.out};
+}
+
+// q16, k16, v16 (B, NH, T, hs) = qkv (B, T, 3D)'s thirds split into heads, rounded to bf16.
+void SplitHeadsBf16(const float* qkv, int64_t B, int64_t T, int64_t D, int64_t NH, uint16_t* q16,
+                    uint16_t* k16, uint16_t* v16) {
+  const int64_t hs = D / NH, rows = B * T;
+#pragma omp parallel for schedule(static) if (rows * 3 * D >= kParallelElements)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t b = r / T, t = r % T;
+    const float* row = qkv + r * 3 * D;
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t at = ((b * NH + h) * T + t) * hs;
+      for (int64_t i = 0; i < hs; ++i) {
+        q16[at + i] = cpu::ToBf16(row[h * hs + i]);
+        k16[at + i] = cpu::ToBf16(row[D + h * hs + i]);
+        v16[at + i] = cpu::ToBf16(row[2 * D + h * hs + i]);
+      }
+    }
+  }
 }
 
 std::shared_ptr<AttentionPrimitive> BuildAttentionBf16(const dnnl::engine& engine, int64_t B,
@@ -387,17 +404,22 @@ absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv
   std::vector<float> att_scratch;
   if (att == nullptr) att_scratch.resize(n_scores);
   float* scores = att != nullptr ? att : att_scratch.data();
-  thread_local std::vector<uint16_t> qkv16, weights16;
-  qkv16.resize(static_cast<size_t>(B * T * 3 * D));
+  thread_local std::vector<uint16_t> heads16, weights16;
+  const int64_t head_n = B * T * D;  // each of Q, K, V
+  heads16.resize(static_cast<size_t>(3 * head_n));
   weights16.resize(static_cast<size_t>(n_scores));
-  cpu::ToBf16(qkv, qkv16.data(), B * T * 3 * D);
+  const uint16_t* q16 = heads16.data();
+  const uint16_t* k16 = q16 + head_n;
+  const uint16_t* v16 = k16 + head_n;
+  SplitHeadsBf16(qkv, B, T, D, NH, heads16.data(), heads16.data() + head_n,
+                 heads16.data() + 2 * head_n);
   DNNL_TRY({
     const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
     const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);
     dnnl::stream stream(engine_);
     Execute(stream, p->scores,
-            {{DNNL_ARG_SRC, WrapBf16(md.head, engine_, qkv16.data())},
-             {DNNL_ARG_WEIGHTS, WrapBf16(md.head_t, engine_, qkv16.data() + D)},
+            {{DNNL_ARG_SRC, WrapBf16(md.head, engine_, q16)},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head_t, engine_, k16)},
              {DNNL_ARG_DST, scores_mem}});
     if (causal) MaskFuture(scores, B * NH * T, T);
     Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
@@ -410,7 +432,7 @@ absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv
     }
     Execute(stream, p->context,
             {{DNNL_ARG_SRC, WrapBf16(md.att16, engine_, weights16.data())},
-             {DNNL_ARG_WEIGHTS, WrapBf16(md.head, engine_, qkv16.data() + 2 * D)},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head, engine_, v16)},
              {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });
   return absl::OkStatus();
