@@ -167,34 +167,38 @@ void SplitHeadsBf16(const float* qkv, int64_t B, int64_t T, int64_t D, int64_t N
   }
 }
 
+// The three primitives of the attention core on the given views: scores = (head x head_t) *
+// scale into att (fp32), the softmax in place on att, out = weights x head, where `weights` is
+// att itself (fp32) or its bf16 copy.
+std::shared_ptr<AttentionPrimitive> BuildAttentionOn(const dnnl::engine& engine,
+                                                     const dnnl::memory::desc& head,
+                                                     const dnnl::memory::desc& head_t,
+                                                     const dnnl::memory::desc& att,
+                                                     const dnnl::memory::desc& weights,
+                                                     const dnnl::memory::desc& out, float scale) {
+  auto p = std::make_shared<AttentionPrimitive>();
+  dnnl::primitive_attr scores_attr = UserScratchpadAttr();
+  SetOutputScale(scores_attr, scale);
+  p->scores = MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, head, head_t, att, scores_attr));
+  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxForwardPd(
+      engine, dnnl::prop_kind::forward_inference, att, /*axis=*/3, UserScratchpadAttr()));
+  p->context =
+      MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, weights, head, out, UserScratchpadAttr()));
+  return p;
+}
+
 std::shared_ptr<AttentionPrimitive> BuildAttentionBf16(const dnnl::engine& engine, int64_t B,
                                                        int64_t T, int64_t D, int64_t NH) {
   const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
-  auto p = std::make_shared<AttentionPrimitive>();
-  dnnl::primitive_attr scores_attr = UserScratchpadAttr();
-  SetOutputScale(scores_attr, AttentionScale(D, NH));
-  p->scores =
-      MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, md.head, md.head_t, md.att, scores_attr));
-  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxForwardPd(
-      engine, dnnl::prop_kind::forward_inference, md.att, /*axis=*/3, UserScratchpadAttr()));
-  p->context = MakeDnnlPrimitive<dnnl::matmul>(
-      MatmulPd(engine, md.att16, md.head, md.out, UserScratchpadAttr()));
-  return p;
+  return BuildAttentionOn(engine, md.head, md.head_t, md.att, md.att16, md.out,
+                          AttentionScale(D, NH));
 }
 
 std::shared_ptr<AttentionPrimitive> BuildAttention(const dnnl::engine& engine, int64_t B, int64_t T,
                                                    int64_t D, int64_t NH) {
   const AttentionMds md = MakeAttentionMds(B, T, D, NH);
-  auto p = std::make_shared<AttentionPrimitive>();
-  dnnl::primitive_attr scores_attr = UserScratchpadAttr();
-  SetOutputScale(scores_attr, AttentionScale(D, NH));
-  p->scores =
-      MakeDnnlPrimitive<dnnl::matmul>(MatmulPd(engine, md.head, md.head_t, md.att, scores_attr));
-  p->softmax = MakeDnnlPrimitive<SoftmaxFwd>(SoftmaxForwardPd(
-      engine, dnnl::prop_kind::forward_inference, md.att, /*axis=*/3, UserScratchpadAttr()));
-  p->context = MakeDnnlPrimitive<dnnl::matmul>(
-      MatmulPd(engine, md.att, md.head, md.out, UserScratchpadAttr()));
-  return p;
+  return BuildAttentionOn(engine, md.head, md.head_t, md.att, md.att, md.out,
+                          AttentionScale(D, NH));
 }
 
 // --- bf16 (Options::Math::kBf16): the same products on bfloat16 operands, fp32 results.
