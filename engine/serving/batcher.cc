@@ -172,9 +172,32 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     }
   }
 
-  // How many tasks from the front of the queue to batch now, by the rules in batcher.h;
-  // 0 with *delay_end set to when rule 2 would apply.
+  // How many tasks from the front of the queue to batch now, by the rules in batcher.h and
+  // spread_over_idle_workers; 0 with *delay_end set to when rule 2 would apply.
   int64_t PlanBatchLocked(absl::Time now, absl::Time* delay_end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const int64_t count = PlanByRulesLocked(now, delay_end);
+    if (!options_.spread_over_idle_workers || count <= 1) return count;
+    const DeviceScheduler& s = *options_.scheduler;
+    const int64_t free =
+        std::max<int64_t>(1, int64_t{s.num_workers()} - s.busy_workers() - s.queued());
+    int64_t rows = 0, seen = 0;
+    queue_.ForEachInOrder([&](const PredictTask& task) {
+      rows += task.rows;
+      return ++seen < count;
+    });
+    const int64_t share = (rows + free - 1) / free;
+    int64_t taken = 0, taken_rows = 0;
+    queue_.ForEachInOrder([&](const PredictTask& task) {
+      taken_rows += task.rows;
+      ++taken;
+      return taken < count && taken_rows < share;
+    });
+    return taken;
+  }
+
+  // PlanBatchLocked by rules 1-5 alone.
+  int64_t PlanByRulesLocked(absl::Time now, absl::Time* delay_end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     int64_t rows = 0;
     int64_t count = 0;

@@ -1004,6 +1004,46 @@ TEST_CASE("Batches reach the scheduler at their best priority and earliest deadl
   REQUIRE(h.model.batch_ids() == Ids{{3}, {2}, {1}});
 }
 
+TEST_CASE("With spread_over_idle_workers the free workers share what is queued",
+          "[unit][batcher]") {
+  Harness h(/*num_workers=*/4);
+  h.options.max_batch_size = 16;
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.spread_over_idle_workers = true;
+  Gate model_gate;
+  h.model.set_gate(&model_gate);  // each batch keeps its worker busy
+  h.Start();
+  for (int64_t id = 1; id <= 8; ++id) h.EnqueueOk({.id = id});
+  h.batcher->WaitUntilIdleForTesting();
+  h.clock.Advance(10 * kMs);
+  // 8 rows, 4 free workers: 2 rows; then 6 rows for 3, 4 for 2, 2 for 1.
+  REQUIRE(model_gate.WaitForWaiting(4));
+  std::vector<std::vector<int64_t>> batches = h.model.batch_ids();
+  std::sort(batches.begin(), batches.end());
+  REQUIRE(batches == Ids{{1, 2}, {3, 4}, {5, 6}, {7, 8}});
+  model_gate.Open();
+  REQUIRE(h.completions.WaitFor(8));
+  for (int64_t id = 1; id <= 8; ++id) h.CheckComputed(id, 1);
+}
+
+TEST_CASE("With spread_over_idle_workers and every worker busy the batch stays whole",
+          "[unit][batcher]") {
+  Harness h(/*num_workers=*/2);
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.spread_over_idle_workers = true;
+  h.Start();
+  Gate busy;
+  h.BlockWorker(&busy);
+  h.BlockWorker(&busy);
+  for (int64_t id = 1; id <= 4; ++id) h.EnqueueOk({.id = id, .rows = 2});
+  h.batcher->WaitUntilIdleForTesting();
+  h.clock.Advance(10 * kMs);
+  h.batcher->WaitUntilIdleForTesting();
+  busy.Open();
+  REQUIRE(h.completions.WaitFor(4));
+  REQUIRE(h.model.batch_ids() == Ids{{1, 2, 3, 4}});
+}
+
 TEST_CASE("Batches of one model run on several workers at once", "[unit][batcher]") {
   Harness h(/*num_workers=*/2);
   h.options.max_batch_size = 1;
