@@ -5,6 +5,11 @@
 //   {"backend":..., "batch":..., "iters":..., "median_us":..., "p90_us":..., "mean_us":...,
 //    "min_us":...}
 // Each call is timed alone with the steady clock; p90 is the nearest-rank 90th percentile.
+// With `--train`, times training steps instead (MakeHostTrainingEngine on `--backend`: Adam,
+// MSE, the model's dropout) on `--batch` windows and targets drawn from N(0, 1) with `--seed`
+// (the standardised values a job's steps take), and prints
+//   {"backend":..., "mode":"train", "batch":..., "iters":..., "median_us":..., ...,
+//    "last_loss":...}
 // Exit codes: 0 success, 1 a failure while loading or running, 2 bad arguments.
 #include <algorithm>
 #include <chrono>
@@ -24,8 +29,12 @@
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/reference_backend.h"
 #include "bench/bench_timing.h"
+#include "bench/train_steps.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
+#include "engine/train/loss.h"
+#include "engine/train/optimizer.h"
+#include "engine/train/training_engine.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -40,6 +49,8 @@ struct Flags {
   int64_t iters = 100;
   std::string backend = "dnnl";
   std::string output;
+  bool train = false;
+  uint64_t seed = 1;
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
@@ -55,6 +66,29 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeBackend(const std::string& name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown backend '", name, "'; expected dnnl, dnnl-bf16 or reference"));
+}
+
+absl::Status BenchTrain(const Flags& flags) {
+  ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> model, LoadForecaster(flags.model, flags.version));
+  ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, MakeBackend(flags.backend));
+  const int64_t B = flags.batch;
+  v1::TrainingConfig training;
+  training.set_batch_size(static_cast<int32_t>(B));
+  ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                   Optimizer::Create(training.optimizer(), model->parameters()));
+  ASSIGN_OR_RETURN(const TrainingLoss loss, TrainingLoss::Create(training.loss(), model->config()));
+  ASSIGN_OR_RETURN(std::unique_ptr<TrainingEngine> engine,
+                   MakeHostTrainingEngine(*backend, *model, *optimizer, loss, training));
+  ASSIGN_OR_RETURN(
+      const bench::TrainSteps steps,
+      bench::TimeTrainingSteps(*engine, B, model->lookback() * model->num_features(),
+                               loss.per_window(), flags.seed, flags.warmup, flags.iters));
+  std::printf("%s\n", absl::StrFormat("{\"backend\":\"%s\",\"compute\":\"%s\",\"mode\":\"train\","
+                                      "\"batch\":%d,\"iters\":%d,%s,\"last_loss\":%g}",
+                                      backend->name(), backend->compute(), B, flags.iters,
+                                      bench::TimingJson(steps.timing), steps.last_loss)
+                          .c_str());
+  return absl::OkStatus();
 }
 
 absl::Status Bench(const Flags& flags) {
@@ -112,19 +146,27 @@ int main(int argc, char** argv) {
   CLI::App app{"Times forecastd's forward pass on one model; prints one JSON line."};
   app.add_option("--model", flags.model, "model directory (holds config.json)")->required();
   app.add_option("--version", flags.version, "version subdirectory")->check(CLI::PositiveNumber);
-  app.add_option("--io", flags.io, "safetensors file with tensor 'input' (B, T, F)")->required();
+  app.add_option("--io", flags.io,
+                 "safetensors file with tensor 'input' (B, T, F); required without --train");
   app.add_option("--batch", flags.batch, "windows per forecast")->check(CLI::PositiveNumber);
   app.add_option("--warmup", flags.warmup, "untimed calls first")->check(CLI::NonNegativeNumber);
   app.add_option("--iters", flags.iters, "timed calls")->check(CLI::PositiveNumber);
   app.add_option("--backend", flags.backend,
                  "dnnl, dnnl-bf16 (bf16 products; AVX512-BF16 or AMX) or reference");
   app.add_option("--output", flags.output, "write the last forecast here (safetensors)");
+  app.add_flag("--train", flags.train,
+               "time training steps (Adam, MSE) on --batch seeded windows instead of forecasts");
+  app.add_option("--seed", flags.seed, "seed of the training batch (with --train)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  const absl::Status status = forecastd::Bench(flags);
+  if (!flags.train && flags.io.empty()) {
+    std::fprintf(stderr, "forecast_bench: --io is required (or --train)\n");
+    return 2;
+  }
+  const absl::Status status = flags.train ? forecastd::BenchTrain(flags) : forecastd::Bench(flags);
   if (!status.ok()) {
     std::fprintf(stderr, "forecast_bench: %s\n", status.ToString().c_str());
     return 1;

@@ -68,6 +68,7 @@
 #include "backends/cuda/instance_streams.h"
 #include "backends/cuda/nccl_communicator.h"
 #include "bench/bench_timing.h"
+#include "bench/train_steps.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/model_files.h"
 #include "engine/safetensors.h"
@@ -292,35 +293,15 @@ absl::Status BenchTrain(const Flags& flags) {
                    MakeGpuTrainingEngineFactory(std::move(ranks), absl::Seconds(60))(
                        *model, *optimizer, loss, training));
   RETURN_IF_ERROR(engine->Push());
-  std::mt19937_64 rng(flags.seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(B * model->lookback() * model->num_features()));
-  std::vector<float> y(static_cast<size_t>(B * loss.per_window()));
-  for (float& v : x) v = normal(rng);
-  for (float& v : y) v = normal(rng);
-  // A small rate keeps the loss finite over every step whatever the weights.
-  constexpr float kLearningRate = 1e-5f;
-  double last_loss = 0.0;
-  const auto step = [&](int64_t i) -> absl::Status {
-    ASSIGN_OR_RETURN(last_loss,
-                     engine->Step(x.data(), y.data(), B, kLearningRate, static_cast<uint64_t>(i)));
-    if (!std::isfinite(last_loss)) return absl::InternalError("the training loss is not finite");
-    return absl::OkStatus();
-  };
-  for (int64_t i = 0; i < flags.warmup; ++i) RETURN_IF_ERROR(step(i));
-  std::vector<double> step_us;
-  step_us.reserve(flags.iters);
-  for (int64_t i = 0; i < flags.iters; ++i) {
-    const auto start = std::chrono::steady_clock::now();
-    RETURN_IF_ERROR(step(flags.warmup + i));
-    step_us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-            .count());
-  }
+  ASSIGN_OR_RETURN(
+      const bench::TrainSteps steps,
+      bench::TimeTrainingSteps(*engine, B, model->lookback() * model->num_features(),
+                               loss.per_window(), flags.seed, flags.warmup, flags.iters));
+  const bench::Timing& timing = steps.timing;
+  const double last_loss = steps.last_loss;
   // The engine's ranks (their memory and communicators) end before the all-reduce is timed
   // alone, so nothing else runs on the GPUs meanwhile.
   engine.reset();
-  const bench::Timing timing = bench::Summarize(std::move(step_us));
   std::string all_reduce_json = "null";
   if (R > 1) {
     ASSIGN_OR_RETURN(const bench::Timing all_reduce,

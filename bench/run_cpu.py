@@ -127,6 +127,64 @@ class BenchError(Exception):
     pass
 
 
+def torch_train_steps(m, w, batch, device, warmup, iters, bf16=False):
+    """Summary of PyTorch training steps of `m`, a copy of w's module already on `device`: Adam
+    at lr 1e-5, MSE against targets drawn with the inputs from N(0, 1) (seed w.seed + batch),
+    each step timed alone on the host clock after `warmup` untimed ones; the batch is copied to
+    the device on every step (from pinned memory on a GPU), as a training loop does; under
+    torch.autocast(bfloat16) with bf16."""
+    m.train()
+    gen = torch.Generator().manual_seed(w.seed + batch)
+    cuda = device.type == "cuda"
+    x_host = torch.randn(batch, w.spec.T, w.spec.F, generator=gen)
+    with torch.no_grad():
+        shape = m(x_host[:1].to(device)).shape[1:]
+    y_host = torch.randn(batch, *shape, generator=gen)
+    if cuda:
+        x_host, y_host = x_host.pin_memory(), y_host.pin_memory()
+    opt = torch.optim.Adam(m.parameters(), lr=1e-5)
+
+    def step():
+        xb = x_host.to(device, non_blocking=cuda)
+        yb = y_host.to(device, non_blocking=cuda)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.mse_loss(m(xb).float(), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    for _ in range(warmup):
+        step()
+    samples_ns = []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        step()
+        samples_ns.append(time.perf_counter_ns() - t0)
+    del opt
+    return summarize_us(samples_ns)
+
+
+def bench_train_step(args, w):
+    """A training-step row for workload w at B = --train-batch: forecast_bench --train (the CPU
+    TrainingEngine on oneDNN: Adam, MSE) against torch_train_steps on the CPU, same threads."""
+    batch = args.train_batch
+    row = {"workload": w.name + " (train step)", "batch": batch, "warmup": args.warmup}
+    base = [args.forecast_bench, "--train", "--model", w.model_dir, "--version", "1", "--batch",
+            str(batch), "--seed", str(w.seed)]
+    probe = run_forecast_bench(args, base + ["--warmup", "1", "--iters", "3"])["median_us"]
+    iters = choose_iters(args, [probe, probe])
+    row["iters"] = iters
+    cmd = base + ["--warmup", str(args.warmup), "--iters", str(iters)]
+    fd = run_forecast_bench(args, cmd)
+    row["forecastd"] = {k: fd[k] for k in ("median_us", "p90_us", "mean_us", "min_us")}
+    row["forecastd_cmd"] = shlex.join(cmd)
+    row["pytorch"] = torch_train_steps(copy.deepcopy(w.module), w, batch, torch.device("cpu"),
+                                       args.warmup, iters)
+    row["ratio"] = row["pytorch"]["median_us"] / row["forecastd"]["median_us"]
+    return row
+
+
 def forecast_bench_cmd(args, model_dir, io_path, out_path, batch, warmup, iters):
     backend = "dnnl-bf16" if args.bf16 else args.backend
     return [args.forecast_bench, "--model", model_dir, "--version", "1", "--io", io_path,
@@ -326,6 +384,10 @@ def main(argv=None):
     ap.add_argument("--tolerance", type=float, default=None,
                     help="max |a-b|/max(|b|,1) between forecastd and PyTorch's fp32 forecast "
                          "(default: 1e-4; 5e-2 with --bf16)")
+    ap.add_argument("--train-batch", type=int, default=32,
+                    help="also time one training step per workload at this batch size on both "
+                         "sides (0: none; not with --bf16, whose training runs on a GPU) "
+                         "(default: %(default)s)")
     ap.add_argument("--bf16", action="store_true",
                     help="both sides compute in bf16: forecast_bench --backend dnnl-bf16 (needs "
                          "a CPU with AVX512-BF16 or AMX), PyTorch under torch.autocast('cpu', "
@@ -403,6 +465,19 @@ def main(argv=None):
                   f"PyTorch {fmt_us(row['pytorch']['median_us'])} us"
                   + (f"  ratio {row['ratio']:.2f}  err {row['max_rel_err']:.1e}" if fd else ""),
                   flush=True)
+            if (fd and args.train_batch > 0 and not args.bf16
+                    and batch == max(b for n, b in pairs if n == name)):
+                try:
+                    train_row = bench_train_step(args, workloads[name])
+                except BenchError as e:
+                    failures.append(f"{name} train step: forecast_bench failed: {e}")
+                    print(f"FAILED {name} train step: {e}", file=sys.stderr)
+                else:
+                    rows.append(train_row)
+                    print(f"  train B={args.train_batch:<4} iters={train_row['iters']:<6} "
+                          f"forecastd {fmt_us(train_row['forecastd']['median_us'])} us  "
+                          f"PyTorch {fmt_us(train_row['pytorch']['median_us'])} us  "
+                          f"ratio {train_row['ratio']:.2f}", flush=True)
             if fd and not row["ok"]:
                 failures.append(f"{name} B={batch}: forecastd's output differs from PyTorch's by "
                                 f"{row['max_rel_err']:.3g} > {args.tolerance:g} "

@@ -68,7 +68,7 @@ import torch  # noqa: E402
 from bench_report import command_line, fmt_us, git_describe, text_table  # noqa: E402
 from forecastd_torch import max_rel_err, read_safetensors, run_inference, run_module  # noqa: E402
 from run_cpu import (  # noqa: E402  (bench/ is on sys.path)
-    BenchError, Workload, parse_cases, summarize_us)
+    BenchError, Workload, parse_cases, summarize_us, torch_train_steps)
 
 # transformer_large at B=1024 is left out: about 45 TFLOP a call in fp32 (~1 s on an H100 for
 # each side and mode) and ~16 GB of activations on forecastd's side.
@@ -271,36 +271,10 @@ def bench_pair(args, w, m, batch, device):
 
 
 def time_torch_train(args, w, batch, device, iters, bf16):
-    """Summary of PyTorch training steps of a fresh copy of the model (Adam at lr 1e-5, MSE on
-    seeded targets), each timed alone on the host clock after --warmup untimed ones."""
-    m = module_on(w.module, device)
-    m.train()
-    gen = torch.Generator().manual_seed(w.seed + batch)
-    x_host = torch.randn(batch, w.spec.T, w.spec.F, generator=gen).pin_memory()
-    with torch.no_grad():
-        shape = m(x_host[:1].to(device)).shape[1:]
-    y_host = torch.randn(batch, *shape, generator=gen).pin_memory()
-    opt = torch.optim.Adam(m.parameters(), lr=1e-5)
-
-    def step():
-        xb = x_host.to(device, non_blocking=True)
-        yb = y_host.to(device, non_blocking=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.mse_loss(m(xb).float(), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
-    for _ in range(args.warmup):
-        step()
-    samples_ns = []
-    for _ in range(iters):
-        t0 = time.perf_counter_ns()
-        step()
-        samples_ns.append(time.perf_counter_ns() - t0)
-    del m, opt
-    return summarize_us(samples_ns)
+    """Summary of PyTorch training steps of a fresh copy of the model on `device`
+    (run_cpu.torch_train_steps)."""
+    return torch_train_steps(module_on(w.module, device), w, batch, device, args.warmup, iters,
+                             bf16)
 
 
 def bench_train(args, w, batch, device, row):
