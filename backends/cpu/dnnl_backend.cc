@@ -52,6 +52,7 @@ using dnnl_internal::SetOutputScale;
 using dnnl_internal::SoftmaxForwardPd;
 using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
+using dnnl_internal::ThreadFloats;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
 
@@ -405,9 +406,7 @@ absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  std::vector<float> att_scratch;
-  if (att == nullptr) att_scratch.resize(n_scores);
-  float* scores = att != nullptr ? att : att_scratch.data();
+  float* scores = att != nullptr ? att : ThreadFloats(0, n_scores);
   thread_local std::vector<uint16_t> heads16, weights16;
   const int64_t head_n = B * T * D;  // each of Q, K, V
   heads16.resize(static_cast<size_t>(3 * head_n));
@@ -582,12 +581,10 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  std::vector<float> att_scratch, dropped;
-  if (att == nullptr) att_scratch.resize(n_scores);
-  float* scores = att != nullptr ? att : att_scratch.data();
+  float* scores = att != nullptr ? att : ThreadFloats(0, n_scores);
   // With dropout the context matmul reads att * mask from its own buffer, since `att` must keep
   // the undropped weights for the backward pass.
-  if (dropout_mask != nullptr) dropped.resize(n_scores);
+  float* dropped = dropout_mask != nullptr ? ThreadFloats(1, n_scores) : nullptr;
   DNNL_TRY({
     const AttentionMds md = MakeAttentionMds(B, T, D, NH);
     const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);
@@ -601,7 +598,7 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
     dnnl::memory weights_mem = scores_mem;
     if (dropout_mask != nullptr) {
       for (int64_t i = 0; i < n_scores; ++i) dropped[i] = scores[i] * dropout_mask[i];
-      weights_mem = Wrap(md.att, engine_, dropped.data());
+      weights_mem = Wrap(md.att, engine_, dropped);
     }
     Execute(stream, p->context,
             {{DNNL_ARG_SRC, weights_mem},

@@ -44,6 +44,7 @@ using dnnl_internal::SoftmaxBwd;
 using dnnl_internal::SoftmaxForwardPd;
 using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
+using dnnl_internal::ThreadFloats;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
 
@@ -259,9 +260,10 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
   }
   // The statistics pass's normalised output is discarded into scratch, which also takes an
   // unwanted dinp: the backward primitive writes all three gradients.
-  std::vector<float> mean(N), variance(N), data_scratch(N * C), channel_scratch;
+  std::vector<float> mean(N), variance(N), channel_scratch;
   if (dgamma == nullptr || dbeta == nullptr) channel_scratch.resize(2 * C);
-  float* dinp_out = dinp != nullptr ? dinp : data_scratch.data();
+  float* const data_scratch = ThreadFloats(0, N * C);
+  float* dinp_out = dinp != nullptr ? dinp : data_scratch;
   DNNL_TRY({
     const LayerNormMds md = MakeLayerNormMds(N, C);
     const dnnl::memory mean_mem = Wrap(md.stat, engine_, mean.data());
@@ -271,7 +273,7 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
     dnnl::stream stream(engine_);
     Execute(stream, p->stats,
             {{DNNL_ARG_SRC, src},
-             {DNNL_ARG_DST, Wrap(md.data, engine_, data_scratch.data())},
+             {DNNL_ARG_DST, Wrap(md.data, engine_, data_scratch)},
              {DNNL_ARG_MEAN, mean_mem},
              {DNNL_ARG_VARIANCE, variance_mem}});
     Execute(stream, p->backward,
@@ -376,19 +378,20 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
     return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  std::vector<float> datt(n_scores), dscores(n_scores), dropped;
+  float* const datt = ThreadFloats(0, n_scores);
+  float* const dscores = ThreadFloats(1, n_scores);
   // With dropout, V met att * mask in the forward: dV reads that product, and the weights'
   // gradient is masked before the softmax backward, which needs the undropped att.
   const float* att_v = att;
   if (dropout_mask != nullptr) {
-    dropped.resize(n_scores);
+    float* const dropped = ThreadFloats(2, n_scores);
     for (int64_t i = 0; i < n_scores; ++i) dropped[i] = att[i] * dropout_mask[i];
-    att_v = dropped.data();
+    att_v = dropped;
   }
   DNNL_TRY({
     const AttentionMds md = MakeAttentionMds(B, T, D, NH);
     const dnnl::memory dout_mem = Wrap(md.out, engine_, dout);
-    const dnnl::memory datt_mem = Wrap(md.att, engine_, datt.data());
+    const dnnl::memory datt_mem = Wrap(md.att, engine_, datt);
     dnnl::stream stream(engine_);
     Execute(stream, p->dv,
             {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, att_v)},
@@ -404,13 +407,13 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
     Execute(stream, p->softmax,
             {{DNNL_ARG_DST, Wrap(md.att, engine_, att)},
              {DNNL_ARG_DIFF_DST, datt_mem},
-             {DNNL_ARG_DIFF_SRC, Wrap(md.att, engine_, dscores.data())}});
+             {DNNL_ARG_DIFF_SRC, Wrap(md.att, engine_, dscores)}});
     Execute(stream, p->dq,
-            {{DNNL_ARG_SRC, Wrap(md.att, engine_, dscores.data())},
+            {{DNNL_ARG_SRC, Wrap(md.att, engine_, dscores)},
              {DNNL_ARG_WEIGHTS, Wrap(md.head, engine_, qkv + D)},
              {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv)}});
     Execute(stream, p->dk,
-            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, dscores.data())},
+            {{DNNL_ARG_SRC, Wrap(md.att_t, engine_, dscores)},
              {DNNL_ARG_WEIGHTS, Wrap(md.head, engine_, qkv)},
              {DNNL_ARG_DST, Wrap(md.head, engine_, dqkv + D)}});
   });

@@ -6,9 +6,13 @@
 #ifndef FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_
 #define FORECASTD_BACKENDS_CPU_DNNL_PRIMITIVE_H_
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
 
@@ -55,9 +59,43 @@ inline dnnl::memory Wrap(const dnnl::memory::desc& md, const dnnl::engine& engin
 
 // Runs `p` on `stream` with `args`, adding a scratchpad of its own for this call, and waits for
 // it, so the scratchpad and the caller's temporaries outlive the work.
+// The calling thread's scratchpad for the primitives it executes, at least `bytes`, 64-byte
+// aligned; grown, never shrunk. One primitive runs at a time on a thread (Execute waits for it),
+// so one buffer serves them all: a fresh allocation per call would fault its pages in again
+// on every call (a training step's primitives asked for tens of megabytes a step).
+inline void* ThreadScratchpad(size_t bytes) {
+  struct Buffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t size = 0;
+    std::byte* aligned = nullptr;
+  };
+  thread_local Buffer buffer;
+  if (buffer.size < bytes) {
+    constexpr size_t kAlign = 64;
+    buffer.data = std::make_unique<std::byte[]>(bytes + kAlign);
+    const auto at = reinterpret_cast<std::uintptr_t>(buffer.data.get());
+    buffer.aligned = buffer.data.get() + ((kAlign - at % kAlign) % kAlign);
+    buffer.size = bytes;
+  }
+  return buffer.aligned;
+}
+
+// `n` floats of the calling thread's temporary buffer number `slot` (in [0, 4): an op may hold
+// several at once), grown, never shrunk, contents left from earlier calls: for temporaries an
+// op writes before it reads them, valid until the thread asks for that slot again. A fresh
+// vector per call would fault its pages in on every call (a transformer_small training step at
+// B=32 faulted ~80 MB of attention scores in a step).
+inline float* ThreadFloats(int slot, int64_t n) {
+  thread_local std::array<std::vector<float>, 4> buffers;
+  std::vector<float>& buffer = buffers.at(static_cast<size_t>(slot));
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
 inline void Execute(dnnl::stream& stream, const DnnlPrimitive& p, Args args) {
-  if (p.scratchpad_md.get_size() > 0) {
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad_md, stream.get_engine()));
+  if (const size_t bytes = p.scratchpad_md.get_size(); bytes > 0) {
+    args.emplace(DNNL_ARG_SCRATCHPAD,
+                 dnnl::memory(p.scratchpad_md, stream.get_engine(), ThreadScratchpad(bytes)));
   }
   p.primitive.execute(stream, args);
   stream.wait();
