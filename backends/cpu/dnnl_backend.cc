@@ -48,11 +48,11 @@ using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::MatmulPd;
+using dnnl_internal::ScratchFloats;
 using dnnl_internal::SetOutputScale;
 using dnnl_internal::SoftmaxForwardPd;
 using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
-using dnnl_internal::ThreadFloats;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
 
@@ -406,7 +406,8 @@ absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  float* scores = att != nullptr ? att : ThreadFloats(0, n_scores);
+  const ScratchFloats scores_scratch(0, att != nullptr ? 0 : n_scores);
+  float* scores = att != nullptr ? att : scores_scratch.data();
   thread_local std::vector<uint16_t> heads16, weights16;
   const int64_t head_n = B * T * D;  // each of Q, K, V
   heads16.resize(static_cast<size_t>(3 * head_n));
@@ -581,10 +582,12 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  float* scores = att != nullptr ? att : ThreadFloats(0, n_scores);
+  const ScratchFloats scores_scratch(0, att != nullptr ? 0 : n_scores);
+  float* scores = att != nullptr ? att : scores_scratch.data();
   // With dropout the context matmul reads att * mask from its own buffer, since `att` must keep
   // the undropped weights for the backward pass.
-  float* dropped = dropout_mask != nullptr ? ThreadFloats(1, n_scores) : nullptr;
+  const ScratchFloats dropped_scratch(1, dropout_mask != nullptr ? n_scores : 0);
+  float* dropped = dropped_scratch.data();
   DNNL_TRY({
     const AttentionMds md = MakeAttentionMds(B, T, D, NH);
     const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);

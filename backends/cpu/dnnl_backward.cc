@@ -38,13 +38,13 @@ using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::MatmulPd;
+using dnnl_internal::ScratchFloats;
 using dnnl_internal::SetOutputScale;
 using dnnl_internal::SoftmaxBackwardPd;
 using dnnl_internal::SoftmaxBwd;
 using dnnl_internal::SoftmaxForwardPd;
 using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
-using dnnl_internal::ThreadFloats;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
 
@@ -277,7 +277,8 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
   // unwanted dinp: the backward primitive writes all three gradients.
   std::vector<float> mean(N), variance(N), channel_scratch;
   if (dgamma == nullptr || dbeta == nullptr) channel_scratch.resize(2 * C);
-  float* const data_scratch = ThreadFloats(0, N * C);
+  const ScratchFloats data_scratch_buffer(0, N * C);
+  float* const data_scratch = data_scratch_buffer.data();
   float* dinp_out = dinp != nullptr ? dinp : data_scratch;
   DNNL_TRY({
     const LayerNormMds md = MakeLayerNormMds(N, C);
@@ -393,13 +394,15 @@ absl::Status DnnlBackend::AttentionBackward(float* dqkv, const float* dout, cons
     return reference_.AttentionBackward(dqkv, dout, qkv, att, dropout_mask, B, T, D, NH, causal);
   }
   const int64_t n_scores = B * NH * T * T;
-  float* const datt = ThreadFloats(0, n_scores);
-  float* const dscores = ThreadFloats(1, n_scores);
+  const ScratchFloats datt_buffer(0, n_scores), dscores_buffer(1, n_scores);
+  float* const datt = datt_buffer.data();
+  float* const dscores = dscores_buffer.data();
   // With dropout, V met att * mask in the forward: dV reads that product, and the weights'
   // gradient is masked before the softmax backward, which needs the undropped att.
   const float* att_v = att;
+  const ScratchFloats dropped_buffer(2, dropout_mask != nullptr ? n_scores : 0);
   if (dropout_mask != nullptr) {
-    float* const dropped = ThreadFloats(2, n_scores);
+    float* const dropped = dropped_buffer.data();
     for (int64_t i = 0; i < n_scores; ++i) dropped[i] = att[i] * dropout_mask[i];
     att_v = dropped;
   }

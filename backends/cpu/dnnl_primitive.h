@@ -57,45 +57,87 @@ inline dnnl::memory Wrap(const dnnl::memory::desc& md, const dnnl::engine& engin
   return dnnl::memory(md, engine, const_cast<float*>(data));
 }
 
-// Runs `p` on `stream` with `args`, adding a scratchpad of its own for this call, and waits for
-// it, so the scratchpad and the caller's temporaries outlive the work.
-// The calling thread's scratchpad for the primitives it executes, at least `bytes`, 64-byte
-// aligned; grown, never shrunk. One primitive runs at a time on a thread (Execute waits for it),
-// so one buffer serves them all: a fresh allocation per call would fault its pages in again
-// on every call (a training step's primitives asked for tens of megabytes a step).
-inline void* ThreadScratchpad(size_t bytes) {
-  struct Buffer {
-    std::unique_ptr<std::byte[]> data;
-    size_t size = 0;
-    std::byte* aligned = nullptr;
-  };
-  thread_local Buffer buffer;
-  if (buffer.size < bytes) {
-    constexpr size_t kAlign = 64;
-    buffer.data = std::make_unique<std::byte[]>(bytes + kAlign);
-    const auto at = reinterpret_cast<std::uintptr_t>(buffer.data.get());
-    buffer.aligned = buffer.data.get() + ((kAlign - at % kAlign) % kAlign);
-    buffer.size = bytes;
+// Temporaries of the calling thread that outlive one call: a fresh allocation per call faults
+// its pages in again on every call (a transformer_small training step at B=32 faulted ~80 MB of
+// attention scores and scratchpads a step). Up to kKeptScratchBytes a buffer is kept per thread
+// and reused, grown, never shrunk; a larger one is allocated for the call alone, so a thread
+// never holds more than a few of these sizes. Contents are left from earlier calls: for what
+// an op writes before it reads it.
+inline constexpr size_t kKeptScratchBytes = size_t{32} << 20;
+
+// `n` floats for one op call: the calling thread's kept buffer number `slot` (in [0, 4): an op
+// may hold several at once), or an allocation of its own beyond kKeptScratchBytes. Valid while
+// the object lives and the thread asks for no other ScratchFloats of that slot.
+class ScratchFloats {
+ public:
+  ScratchFloats(int slot, int64_t n) {
+    const auto count = static_cast<size_t>(n);
+    if (count * sizeof(float) > kKeptScratchBytes) {
+      owned_ = std::make_unique_for_overwrite<float[]>(count);
+      data_ = owned_.get();
+      return;
+    }
+    thread_local std::array<std::vector<float>, 4> kept;
+    std::vector<float>& buffer = kept.at(static_cast<size_t>(slot));
+    if (buffer.size() < count) buffer.resize(count);
+    data_ = buffer.data();
   }
-  return buffer.aligned;
-}
+  ScratchFloats(const ScratchFloats&) = delete;
+  ScratchFloats& operator=(const ScratchFloats&) = delete;
 
-// `n` floats of the calling thread's temporary buffer number `slot` (in [0, 4): an op may hold
-// several at once), grown, never shrunk, contents left from earlier calls: for temporaries an
-// op writes before it reads them, valid until the thread asks for that slot again. A fresh
-// vector per call would fault its pages in on every call (a transformer_small training step at
-// B=32 faulted ~80 MB of attention scores in a step).
-inline float* ThreadFloats(int slot, int64_t n) {
-  thread_local std::array<std::vector<float>, 4> buffers;
-  std::vector<float>& buffer = buffers.at(static_cast<size_t>(slot));
-  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
-}
+  float* data() const { return data_; }
 
+ private:
+  std::unique_ptr<float[]> owned_;
+  float* data_ = nullptr;
+};
+
+// The scratchpad of one primitive call, 64-byte aligned: the calling thread's kept one (one
+// primitive runs at a time on a thread: Execute waits for it), or its own beyond
+// kKeptScratchBytes.
+class Scratchpad {
+ public:
+  explicit Scratchpad(size_t bytes) {
+    constexpr size_t kAlign = 64;
+    if (bytes > kKeptScratchBytes) {
+      owned_ = std::make_unique_for_overwrite<std::byte[]>(bytes + kAlign);
+      data_ = Align(owned_.get(), kAlign);
+      return;
+    }
+    struct Kept {
+      std::unique_ptr<std::byte[]> data;
+      size_t size = 0;
+    };
+    thread_local Kept kept;
+    if (kept.size < bytes) {
+      kept.data = std::make_unique_for_overwrite<std::byte[]>(bytes + kAlign);
+      kept.size = bytes;
+    }
+    data_ = Align(kept.data.get(), kAlign);
+  }
+  Scratchpad(const Scratchpad&) = delete;
+  Scratchpad& operator=(const Scratchpad&) = delete;
+
+  void* data() const { return data_; }
+
+ private:
+  static std::byte* Align(std::byte* p, size_t align) {
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    return p + (align - at % align) % align;
+  }
+  std::unique_ptr<std::byte[]> owned_;
+  std::byte* data_ = nullptr;
+};
+
+// Runs `p` on `stream` with `args`, adding its scratchpad for this call, and waits for it, so
+// the scratchpad and the caller's temporaries outlive the work.
 inline void Execute(dnnl::stream& stream, const DnnlPrimitive& p, Args args) {
-  if (const size_t bytes = p.scratchpad_md.get_size(); bytes > 0) {
+  const size_t bytes = p.scratchpad_md.get_size();
+  std::optional<Scratchpad> scratchpad;
+  if (bytes > 0) {
+    scratchpad.emplace(bytes);
     args.emplace(DNNL_ARG_SCRATCHPAD,
-                 dnnl::memory(p.scratchpad_md, stream.get_engine(), ThreadScratchpad(bytes)));
+                 dnnl::memory(p.scratchpad_md, stream.get_engine(), scratchpad->data()));
   }
   p.primitive.execute(stream, args);
   stream.wait();

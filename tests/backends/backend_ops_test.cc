@@ -36,6 +36,7 @@
 #include "backends/backend.h"
 #if !FORECASTD_BACKEND_OPS_CUDA
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/recurrent_avx2.h"
 #endif
 #include "backends/reference_backend.h"
@@ -1624,6 +1625,36 @@ TEST_CASE("DnnlBackend evicts the least recently used primitive beyond its capac
 
 // ------------------------------------------------------------------------------------------
 // bf16 math (DnnlBackend::Options::Math::kBf16), where the CPU has AVX512-BF16 or AMX.
+
+// Attention's scores past dnnl_internal::kKeptScratchBytes (2 x 2 x 1,500^2 floats: 36 MB) are
+// the call's own allocation, not the thread's kept buffer: forward and backward still give the
+// reference's results, with and without dropout.
+TEST_CASE("DnnlBackend's attention past the kept scratch size matches the reference") {
+  const int64_t B = 2, T = 1500, D = 8, NH = 2;
+  const int64_t att_n = B * NH * T * T;
+  REQUIRE(att_n * int64_t{sizeof(float)} > int64_t{dnnl_internal::kKeptScratchBytes});
+  absl::StatusOr<std::unique_ptr<DnnlBackend>> backend = DnnlBackend::Create({});
+  REQUIRE(backend.ok());
+  for (const float dropout : {0.0f, 0.3f}) {
+    CAPTURE(dropout);
+    std::mt19937 rng(34000);
+    const std::vector<float> qkv = Uniform(rng, B * T * 3 * D), dout = Uniform(rng, B * T * D);
+    const std::vector<float> mask = DropoutMask(rng, att_n, dropout);
+    const float* m = dropout > 0.0f ? mask.data() : nullptr;
+    std::vector<float> want(B * T * D), att(att_n), want_dqkv(B * T * 3 * D);
+    ref::AttentionForward(want.data(), att.data(), qkv.data(), m, B, T, D, NH, /*causal=*/false);
+    ref::AttentionBackward(want_dqkv.data(), dout.data(), qkv.data(), att.data(), m, B, T, D, NH);
+    std::vector<float> got(B * T * D), got_dqkv(B * T * 3 * D);
+    REQUIRE((*backend)->Attention(got.data(), nullptr, qkv.data(), m, B, T, D, NH, false).ok());
+    ExpectAllClose("Attention", got, want, kAttentionAtol, kAttentionRtol);
+    REQUIRE((*backend)
+                ->AttentionBackward(got_dqkv.data(), dout.data(), qkv.data(), att.data(), m, B, T,
+                                    D, NH, false)
+                .ok());
+    ExpectAllClose("AttentionBackward", got_dqkv, want_dqkv, kAttentionBackwardAtol,
+                   kAttentionBackwardRtol);
+  }
+}
 
 TEST_CASE("DnnlBackend takes bf16 math exactly where the CPU runs bf16, and says how it computes") {
   const std::string isa = DnnlBackend::CpuIsa();
