@@ -62,7 +62,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from forecastd_torch import Spec, build_module, randomize  # noqa: E402
-from run_cpu import CONFIGS, available_workloads, summarize_us, workload_seed  # noqa: E402
+from run_cpu import (  # noqa: E402
+    CONFIGS, available_workloads, summarize_us, train_step_fn, workload_seed)
 from run_gpu import module_on  # noqa: E402
 
 LEARNING_RATE = 1e-5  # as gpu_bench --train: keeps the loss finite whatever the weights
@@ -143,16 +144,7 @@ def time_case(args, spec, base, device, rank, world_size, math_mode, batch):
     y_host = torch.randn(*spec.output_shape(rows), generator=gen)
     if pin:
         x_host, y_host = x_host.pin_memory(), y_host.pin_memory()
-
-    def step():
-        xb = x_host.to(device, non_blocking=pin)
-        yb = y_host.to(device, non_blocking=pin)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.mse_loss(model(xb).float(), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
+    step = train_step_fn(model, opt, x_host, y_host, device, bf16)
 
     last = 0.0
     for _ in range(args.warmup):

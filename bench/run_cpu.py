@@ -127,6 +127,25 @@ class BenchError(Exception):
     pass
 
 
+def train_step_fn(model, opt, x_host, y_host, device, bf16):
+    """One PyTorch training step as a closure: the batch copied to `device` (non-blocking from
+    pinned memory on a GPU), the forward under torch.autocast(bfloat16) with bf16, MSE, the
+    backward and opt's step; returns the loss (loss.item(), which waits for the device)."""
+    cuda = device.type == "cuda"
+
+    def step():
+        xb = x_host.to(device, non_blocking=cuda)
+        yb = y_host.to(device, non_blocking=cuda)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            loss = torch.nn.functional.mse_loss(model(xb).float(), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    return step
+
+
 def torch_train_steps(m, w, batch, device, warmup, iters, bf16=False):
     """Summary of PyTorch training steps of `m`, a copy of w's module already on `device`: Adam
     at lr 1e-5, MSE against targets drawn with the inputs from N(0, 1) (seed w.seed + batch),
@@ -143,17 +162,7 @@ def torch_train_steps(m, w, batch, device, warmup, iters, bf16=False):
     if cuda:
         x_host, y_host = x_host.pin_memory(), y_host.pin_memory()
     opt = torch.optim.Adam(m.parameters(), lr=1e-5)
-
-    def step():
-        xb = x_host.to(device, non_blocking=cuda)
-        yb = y_host.to(device, non_blocking=cuda)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            loss = torch.nn.functional.mse_loss(m(xb).float(), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
+    step = train_step_fn(m, opt, x_host, y_host, device, bf16)
     for _ in range(warmup):
         step()
     samples_ns = []
