@@ -27,10 +27,6 @@ namespace {
 // are read once).
 constexpr int64_t kSmallLinearRows = 4;
 
-// Own loops over at least this many elements (or multiply-adds) share them out over the OpenMP
-// threads; below it a parallel region costs more than it saves.
-constexpr int64_t kParallelElements = int64_t{1} << 16;
-
 using dnnl_internal::Args;
 using dnnl_internal::AttentionMds;
 using dnnl_internal::AttentionScale;
@@ -41,6 +37,7 @@ using dnnl_internal::EltwiseFwd;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
 using dnnl_internal::GeluErfForwardIsAccurate;
+using dnnl_internal::kParallelElements;
 using dnnl_internal::LayerNormForwardPd;
 using dnnl_internal::LayerNormFwd;
 using dnnl_internal::LayerNormMds;
@@ -48,6 +45,7 @@ using dnnl_internal::MakeAttentionMds;
 using dnnl_internal::MakeDnnlPrimitive;
 using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::MatmulPd;
+using dnnl_internal::ScratchBf16;
 using dnnl_internal::ScratchFloats;
 using dnnl_internal::SetOutputScale;
 using dnnl_internal::SoftmaxForwardPd;
@@ -238,6 +236,45 @@ void MaskFuture(float* scores, int64_t rows, int64_t T) {
   }
 }
 
+// The rest of DnnlBackend::Attention under bf16, on its primitives `p` with the scores in
+// `scores`: Q, K and V split into dense bf16 heads, the scores' matmul, the causal mask and the
+// softmax in fp32, the weights (times the dropout mask) rounded to bf16 for the context's.
+absl::Status AttentionBf16(const dnnl::engine& engine, const AttentionPrimitive& p, float* out,
+                           float* scores, const float* qkv, const float* dropout_mask, int64_t B,
+                           int64_t T, int64_t D, int64_t NH, bool causal) {
+  const int64_t n_scores = B * NH * T * T;
+  const int64_t head_n = B * T * D;  // each of Q, K, V
+  const ScratchBf16 heads16(0, 3 * head_n), weights16(1, n_scores);
+  const uint16_t* q16 = heads16.data();
+  const uint16_t* k16 = q16 + head_n;
+  const uint16_t* v16 = k16 + head_n;
+  SplitHeadsBf16(qkv, B, T, D, NH, heads16.data(), heads16.data() + head_n,
+                 heads16.data() + 2 * head_n);
+  DNNL_TRY({
+    const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
+    const dnnl::memory scores_mem = Wrap(md.att, engine, scores);
+    dnnl::stream stream(engine);
+    Execute(stream, p.scores,
+            {{DNNL_ARG_SRC, WrapBf16(md.head, engine, q16)},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head_t, engine, k16)},
+             {DNNL_ARG_DST, scores_mem}});
+    if (causal) MaskFuture(scores, B * NH * T, T);
+    Execute(stream, p.softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
+    // `att` keeps the undropped weights; the context reads (weights * mask) in bf16.
+    if (dropout_mask == nullptr) {
+      cpu::ToBf16(scores, weights16.data(), n_scores);
+    } else {
+      uint16_t* w16 = weights16.data();
+      for (int64_t i = 0; i < n_scores; ++i) w16[i] = cpu::ToBf16(scores[i] * dropout_mask[i]);
+    }
+    Execute(stream, p.context,
+            {{DNNL_ARG_SRC, WrapBf16(md.att16, engine, weights16.data())},
+             {DNNL_ARG_WEIGHTS, WrapBf16(md.head, engine, v16)},
+             {DNNL_ARG_DST, Wrap(md.out, engine, out)}});
+  });
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void DnnlBackend::SetThreadsForCallingThread(int threads) {
@@ -376,8 +413,7 @@ absl::Status DnnlBackend::LinearBf16(float* out, const float* inp, const float* 
     CountFallback();
     return reference_.Linear(out, inp, weight, bias, N, IN, OUT);
   }
-  thread_local std::vector<uint16_t> inp16;
-  inp16.resize(static_cast<size_t>(N * IN));
+  const ScratchBf16 inp16(0, N * IN);
   cpu::ToBf16(inp, inp16.data(), N * IN);
   DNNL_TRY({
     dnnl::stream stream(engine_);
@@ -390,54 +426,6 @@ absl::Status DnnlBackend::LinearBf16(float* out, const float* inp, const float* 
                {DNNL_ARG_DST, Wrap(F32({N, OUT}, Tag::ab), engine_, out)}});
     if (has_bias) args.emplace(DNNL_ARG_BIAS, Wrap(F32({1, OUT}, Tag::ab), engine_, bias));
     Execute(stream, p->matmul, std::move(args));
-  });
-  return absl::OkStatus();
-}
-
-absl::Status DnnlBackend::AttentionBf16(float* out, float* att, const float* qkv,
-                                        const float* dropout_mask, int64_t B, int64_t T, int64_t D,
-                                        int64_t NH, bool causal) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
-                   cache_.GetOrBuild<AttentionPrimitive>(
-                       {static_cast<int64_t>(PrimitiveKind::kAttentionBf16), B, T, D, NH},
-                       "Attention bf16", [&] { return BuildAttentionBf16(engine_, B, T, D, NH); }));
-  if (p == nullptr) {
-    CountFallback();
-    return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
-  }
-  const int64_t n_scores = B * NH * T * T;
-  const ScratchFloats scores_scratch(0, att != nullptr ? 0 : n_scores);
-  float* scores = att != nullptr ? att : scores_scratch.data();
-  thread_local std::vector<uint16_t> heads16, weights16;
-  const int64_t head_n = B * T * D;  // each of Q, K, V
-  heads16.resize(static_cast<size_t>(3 * head_n));
-  weights16.resize(static_cast<size_t>(n_scores));
-  const uint16_t* q16 = heads16.data();
-  const uint16_t* k16 = q16 + head_n;
-  const uint16_t* v16 = k16 + head_n;
-  SplitHeadsBf16(qkv, B, T, D, NH, heads16.data(), heads16.data() + head_n,
-                 heads16.data() + 2 * head_n);
-  DNNL_TRY({
-    const AttentionBf16Mds md = MakeAttentionBf16Mds(B, T, D, NH);
-    const dnnl::memory scores_mem = Wrap(md.att, engine_, scores);
-    dnnl::stream stream(engine_);
-    Execute(stream, p->scores,
-            {{DNNL_ARG_SRC, WrapBf16(md.head, engine_, q16)},
-             {DNNL_ARG_WEIGHTS, WrapBf16(md.head_t, engine_, k16)},
-             {DNNL_ARG_DST, scores_mem}});
-    if (causal) MaskFuture(scores, B * NH * T, T);
-    Execute(stream, p->softmax, {{DNNL_ARG_SRC, scores_mem}, {DNNL_ARG_DST, scores_mem}});
-    // `att` keeps the undropped weights; the context reads (weights * mask) in bf16.
-    if (dropout_mask == nullptr) {
-      cpu::ToBf16(scores, weights16.data(), n_scores);
-    } else {
-      for (int64_t i = 0; i < n_scores; ++i)
-        weights16[i] = cpu::ToBf16(scores[i] * dropout_mask[i]);
-    }
-    Execute(stream, p->context,
-            {{DNNL_ARG_SRC, WrapBf16(md.att16, engine_, weights16.data())},
-             {DNNL_ARG_WEIGHTS, WrapBf16(md.head, engine_, v16)},
-             {DNNL_ARG_DST, Wrap(md.out, engine_, out)}});
   });
   return absl::OkStatus();
 }
@@ -572,11 +560,13 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
   if (B == 0 || T == 0 || D == 0 || NH <= 0 || D % NH != 0) {
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
   }
-  if (bf16()) return AttentionBf16(out, att, qkv, dropout_mask, B, T, D, NH, causal);
+  const PrimitiveKind kind = bf16() ? PrimitiveKind::kAttentionBf16 : PrimitiveKind::kAttention;
   ASSIGN_OR_RETURN(std::shared_ptr<const AttentionPrimitive> p,
                    cache_.GetOrBuild<AttentionPrimitive>(
-                       {static_cast<int64_t>(PrimitiveKind::kAttention), B, T, D, NH}, "Attention",
-                       [&] { return BuildAttention(engine_, B, T, D, NH); }));
+                       {static_cast<int64_t>(kind), B, T, D, NH}, "Attention", [&] {
+                         return bf16() ? BuildAttentionBf16(engine_, B, T, D, NH)
+                                       : BuildAttention(engine_, B, T, D, NH);
+                       }));
   if (p == nullptr) {
     CountFallback();
     return reference_.Attention(out, att, qkv, dropout_mask, B, T, D, NH, causal);
@@ -584,6 +574,8 @@ absl::Status DnnlBackend::Attention(float* out, float* att, const float* qkv,
   const int64_t n_scores = B * NH * T * T;
   const ScratchFloats scores_scratch(0, att != nullptr ? 0 : n_scores);
   float* scores = att != nullptr ? att : scores_scratch.data();
+  if (bf16())
+    return AttentionBf16(engine_, *p, out, scores, qkv, dropout_mask, B, T, D, NH, causal);
   // With dropout the context matmul reads att * mask from its own buffer, since `att` must keep
   // the undropped weights for the backward pass.
   const ScratchFloats dropped_scratch(1, dropout_mask != nullptr ? n_scores : 0);

@@ -157,7 +157,6 @@ class DnnlBackend final : public Backend {
     kGruBackward,
     kLayerNormBackward,
     kEltwiseBackward,
-    kSoftmaxBackward,
     kAttentionBackward,
     kLinearBf16,
     kAttentionBf16,
@@ -166,11 +165,10 @@ class DnnlBackend final : public Backend {
 
   DnnlBackend(dnnl::engine engine, const Options& options);
 
-  // Linear and Attention under Math::kBf16.
+  // Linear under Math::kBf16.
   absl::Status LinearBf16(float* out, const float* inp, const float* weight, const float* bias,
                           int64_t N, int64_t IN, int64_t OUT);
-  absl::Status AttentionBf16(float* out, float* att, const float* qkv, const float* dropout_mask,
-                             int64_t B, int64_t T, int64_t D, int64_t NH, bool causal);
+
   bool bf16() const { return math_ == Options::Math::kBf16; }
 
   // Run the op on oneDNN and return true, or return false when oneDNN rejects the shape (or it

@@ -29,6 +29,7 @@ using dnnl_internal::EltwiseForwardPd;
 using dnnl_internal::EltwiseFwd;
 using dnnl_internal::Execute;
 using dnnl_internal::F32;
+using dnnl_internal::kParallelElements;
 using dnnl_internal::LayerNormBackwardPd;
 using dnnl_internal::LayerNormBwd;
 using dnnl_internal::LayerNormForwardPd;
@@ -40,8 +41,6 @@ using dnnl_internal::MakeLayerNormMds;
 using dnnl_internal::MatmulPd;
 using dnnl_internal::ScratchFloats;
 using dnnl_internal::SetOutputScale;
-using dnnl_internal::SoftmaxBackwardPd;
-using dnnl_internal::SoftmaxBwd;
 using dnnl_internal::SoftmaxForwardPd;
 using dnnl_internal::SoftmaxFwd;
 using dnnl_internal::Tag;
@@ -127,20 +126,6 @@ std::shared_ptr<DnnlPrimitive> BuildEltwiseBackward(const dnnl::engine& engine,
       engine, algorithm, md, /*alpha=*/0.0f, /*beta=*/0.0f, fwd_pd, UserScratchpadAttr())));
 }
 
-DnnlPrimitive MakeSoftmaxBackward(const dnnl::engine& engine, const dnnl::memory::desc& md,
-                                  int axis) {
-  const SoftmaxFwd::primitive_desc fwd_pd =
-      SoftmaxForwardPd(engine, dnnl::prop_kind::forward_training, md, axis, UserScratchpadAttr());
-  return MakeDnnlPrimitive<SoftmaxBwd>(
-      SoftmaxBackwardPd(engine, md, axis, fwd_pd, UserScratchpadAttr()));
-}
-
-std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, int64_t R,
-                                                    int64_t C) {
-  return std::make_shared<DnnlPrimitive>(
-      MakeSoftmaxBackward(engine, F32({R, C}, Tag::ab), /*axis=*/1));
-}
-
 // --- Attention: with scale = 1/sqrt(hs) and per batch and head,
 //   dV = att^T dout     datt = dout V^T     dscores = softmax_backward(att, datt)
 //   dQ = scale dscores K     dK = scale dscores^T Q
@@ -148,9 +133,8 @@ std::shared_ptr<DnnlPrimitive> BuildSoftmaxBackward(const dnnl::engine& engine, 
 // element-wise in a loop around the matmuls)
 // Q, K, V and their gradients are the strided views of AttentionMds into qkv / dqkv, as in the
 // forward; att and dscores are read transposed through strides. Masked weights are 0 in att, so
-// their dscores are 0 and the causal mask needs nothing here. The softmax backward is our own
-// loop (SoftmaxBackwardRows): oneDNN 2.6 has no JIT kernel for it on AVX2 and ran its reference
-// one, 7x the forward's time.
+// their dscores are 0 and the causal mask needs nothing here. The softmax backward is
+// SoftmaxBackwardRows, as DnnlBackend::SoftmaxBackward's.
 
 struct AttentionBackwardPrimitive {
   DnnlPrimitive dv;    // matmul
@@ -160,9 +144,10 @@ struct AttentionBackwardPrimitive {
 };
 
 // dx = y * (dy - sum(y * dy)) over each of `rows` rows of C: the softmax's backward from its
-// output y, rows shared out over the OpenMP threads when there are many.
+// output y, rows shared out over the OpenMP threads when there are many; dx may alias dy or y.
+// Our own loop: oneDNN 2.6 has no JIT kernel for it on AVX2 and ran its reference one (19 ms a
+// call for transformer_small's attention at B=32 on two threads, 7x the forward's time).
 void SoftmaxBackwardRows(float* dx, const float* y, const float* dy, int64_t rows, int64_t C) {
-  constexpr int64_t kParallelElements = int64_t{1} << 16;
 #pragma omp parallel for schedule(static) if (rows * C >= kParallelElements)
   for (int64_t r = 0; r < rows; ++r) {
     const float* yr = y + r * C;
@@ -357,23 +342,7 @@ absl::Status DnnlBackend::ReluBackward(float* dinp, const float* dout, const flo
 
 absl::Status DnnlBackend::SoftmaxBackward(float* dinp, const float* dout, const float* out,
                                           int64_t R, int64_t C) {
-  if (R == 0 || C == 0) return reference_.SoftmaxBackward(dinp, dout, out, R, C);
-  ASSIGN_OR_RETURN(std::shared_ptr<const DnnlPrimitive> p,
-                   cache_.GetOrBuild<DnnlPrimitive>(
-                       {static_cast<int64_t>(PrimitiveKind::kSoftmaxBackward), R, C},
-                       "SoftmaxBackward", [&] { return BuildSoftmaxBackward(engine_, R, C); }));
-  if (p == nullptr) {
-    CountFallback();
-    return reference_.SoftmaxBackward(dinp, dout, out, R, C);
-  }
-  DNNL_TRY({
-    const dnnl::memory::desc md = F32({R, C}, Tag::ab);
-    dnnl::stream stream(engine_);
-    Execute(stream, *p,
-            {{DNNL_ARG_DST, Wrap(md, engine_, out)},
-             {DNNL_ARG_DIFF_DST, Wrap(md, engine_, dout)},
-             {DNNL_ARG_DIFF_SRC, Wrap(md, engine_, dinp)}});
-  });
+  SoftmaxBackwardRows(dinp, out, dout, R, C);
   return absl::OkStatus();
 }
 

@@ -142,7 +142,6 @@ inline bool GeluErfForwardIsAccurate() {
 // one algorithm, the max-subtracting one, which oneDNN 3 names softmax_accurate.
 
 using SoftmaxFwd = dnnl::softmax_forward;
-using SoftmaxBwd = dnnl::softmax_backward;
 
 inline SoftmaxFwd::primitive_desc SoftmaxForwardPd(const dnnl::engine& engine, dnnl::prop_kind prop,
                                                    const MemoryDesc& data, int axis,
@@ -152,18 +151,6 @@ inline SoftmaxFwd::primitive_desc SoftmaxForwardPd(const dnnl::engine& engine, d
 #else
   return SoftmaxFwd::primitive_desc(engine, prop, dnnl::algorithm::softmax_accurate, data, data,
                                     axis, attr);
-#endif
-}
-
-inline SoftmaxBwd::primitive_desc SoftmaxBackwardPd(const dnnl::engine& engine,
-                                                    const MemoryDesc& data, int axis,
-                                                    const SoftmaxFwd::primitive_desc& hint,
-                                                    const dnnl::primitive_attr& attr) {
-#if DNNL_VERSION_MAJOR == 2
-  return SoftmaxBwd::primitive_desc(SoftmaxBwd::desc(data, data, axis), attr, engine, hint);
-#else
-  return SoftmaxBwd::primitive_desc(engine, dnnl::algorithm::softmax_accurate, data, data, data,
-                                    axis, hint, attr);
 #endif
 }
 

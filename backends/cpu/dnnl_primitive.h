@@ -65,32 +65,40 @@ inline dnnl::memory Wrap(const dnnl::memory::desc& md, const dnnl::engine& engin
 // an op writes before it reads it.
 inline constexpr size_t kKeptScratchBytes = size_t{32} << 20;
 
-// `n` floats for one op call: the calling thread's kept buffer number `slot` (in [0, 4): an op
-// may hold several at once), or an allocation of its own beyond kKeptScratchBytes. Valid while
-// the object lives and the thread asks for no other ScratchFloats of that slot.
-class ScratchFloats {
+// The backend's own loops over at least this many elements (or multiply-adds) share them out
+// over the OpenMP threads; below it a parallel region costs more than it saves.
+inline constexpr int64_t kParallelElements = int64_t{1} << 16;
+
+// `n` values of type T for one op call: the calling thread's kept buffer number `slot` of that
+// type (in [0, 4): an op may hold several at once), or an allocation of its own beyond
+// kKeptScratchBytes. Valid while the object lives and the thread asks for no other Scratch<T>
+// of that slot.
+template <typename T>
+class Scratch {
  public:
-  ScratchFloats(int slot, int64_t n) {
+  Scratch(int slot, int64_t n) {
     const auto count = static_cast<size_t>(n);
-    if (count * sizeof(float) > kKeptScratchBytes) {
-      owned_ = std::make_unique_for_overwrite<float[]>(count);
+    if (count * sizeof(T) > kKeptScratchBytes) {
+      owned_ = std::make_unique_for_overwrite<T[]>(count);
       data_ = owned_.get();
       return;
     }
-    thread_local std::array<std::vector<float>, 4> kept;
-    std::vector<float>& buffer = kept.at(static_cast<size_t>(slot));
+    thread_local std::array<std::vector<T>, 4> kept;
+    std::vector<T>& buffer = kept.at(static_cast<size_t>(slot));
     if (buffer.size() < count) buffer.resize(count);
     data_ = buffer.data();
   }
-  ScratchFloats(const ScratchFloats&) = delete;
-  ScratchFloats& operator=(const ScratchFloats&) = delete;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
 
-  float* data() const { return data_; }
+  T* data() const { return data_; }
 
  private:
-  std::unique_ptr<float[]> owned_;
-  float* data_ = nullptr;
+  std::unique_ptr<T[]> owned_;
+  T* data_ = nullptr;
 };
+using ScratchFloats = Scratch<float>;
+using ScratchBf16 = Scratch<uint16_t>;  // bfloat16 values (backends/cpu/bf16.h)
 
 // The scratchpad of one primitive call, 64-byte aligned: the calling thread's kept one (one
 // primitive runs at a time on a thread: Execute waits for it), or its own beyond

@@ -31,6 +31,7 @@ using dnnl_internal::OneDnnWeights;
 using dnnl_internal::RecurrentLayout;
 using dnnl_internal::Reordered;
 using dnnl_internal::RnnMds;
+using dnnl_internal::ScratchBf16;
 using dnnl_internal::Tag;
 using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
@@ -178,11 +179,9 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
 
   // Under bf16 the layers' data and h cross into bf16 copies and back (c stays fp32).
   const int64_t in_size = s.B * s.T * s.I, out_size = s.B * s.T * s.ND * s.H;
-  thread_local std::vector<uint16_t> inp16, out16, h16;
+  const ScratchBf16 inp16(0, bf16() ? in_size : 0), out16(1, bf16() ? out_size : 0),
+      h16(2, bf16() ? 2 * state_size : 0);
   if (bf16()) {
-    inp16.resize(static_cast<size_t>(in_size));
-    out16.resize(static_cast<size_t>(out_size));
-    h16.resize(static_cast<size_t>(2 * state_size));
     cpu::ToBf16(inp, inp16.data(), in_size);
     if (s.has_initial) cpu::ToBf16(h_init, h16.data(), state_size);
   }
