@@ -93,6 +93,7 @@ struct Flags {
   std::vector<int> devices;
   std::string math = "fp32";
   std::string rnn_algo = "auto";
+  std::string recurrent_kernel = "auto";
   int64_t attention_scratch_mib = 0;  // 0: CudaBackend's default
   int64_t bucket_mib = -1;            // -1: CudaTrainingEngineOptions' default
   bool no_graph = false;
@@ -357,6 +358,10 @@ absl::Status Bench(const Flags& flags) {
       : flags.rnn_algo == "persist" ? CudaBackend::Options::RnnAlgo::kPersistStatic
       : flags.rnn_algo == "small-h" ? CudaBackend::Options::RnnAlgo::kPersistStaticSmallH
                                     : CudaBackend::Options::RnnAlgo::kAuto;
+  backend_options.recurrent_kernel =
+      flags.recurrent_kernel == "cudnn"        ? CudaBackend::Options::RecurrentKernel::kCudnn
+      : flags.recurrent_kernel == "persistent" ? CudaBackend::Options::RecurrentKernel::kPersistent
+                                               : CudaBackend::Options::RecurrentKernel::kAuto;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                    CudaBackend::Create(streams->Lease(), allocator.get(), backend_options));
   const cudaStream_t stream = backend->stream();
@@ -450,7 +455,8 @@ absl::Status Bench(const Flags& flags) {
                    graph_timing ? absl::StrCat("{", bench::TimingJson(*graph_timing), "}") : "null",
                    ",\"graph_error\":", graph_error.empty() ? "null" : JsonString(graph_error),
                    ",\"workspace_bytes\":", workspace_floats * 4, ",\"scratch_bytes\":",
-                   stats.scratch_bytes, ",\"rnn_plans_built\":", stats.rnn_plans_built, "}")
+                   stats.scratch_bytes, ",\"rnn_plans_built\":", stats.rnn_plans_built,
+                   ",\"persistent_stacks\":", stats.persistent_stacks, "}")
           .c_str());
   return absl::OkStatus();
 }
@@ -487,6 +493,10 @@ int main(int argc, char** argv) {
   app.add_option("--rnn-algo", flags.rnn_algo,
                  "cuDNN RNN algorithm: auto (CudaBackend's choice), standard, persist, small-h")
       ->check(CLI::IsMember({"auto", "standard", "persist", "small-h"}));
+  app.add_option("--recurrent-kernel", flags.recurrent_kernel,
+                 "recurrent inference: auto (CudaBackend's choice), cudnn, persistent (our "
+                 "persistent kernels where they take the sizes)")
+      ->check(CLI::IsMember({"auto", "cudnn", "persistent"}));
   app.add_option("--bucket-mib", flags.bucket_mib,
                  "with --train on several GPUs: gradient sums in buckets of this many MiB "
                  "overlapping the backward; 0: one sum after it (default: the engine's)");

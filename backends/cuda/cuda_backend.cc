@@ -33,6 +33,9 @@ absl::Status CudaBackend::Validate(const CudaStreamContext& context, const CudaA
   if (options.rnn_plan_capacity <= 0) {
     return absl::InvalidArgumentError("CudaBackend: rnn_plan_capacity must be > 0");
   }
+  if (options.persistent_max_batch < 0) {
+    return absl::InvalidArgumentError("CudaBackend: persistent_max_batch must be >= 0");
+  }
   if (options.attention_scratch_bytes <= 0) {
     return absl::InvalidArgumentError("CudaBackend: attention_scratch_bytes must be > 0");
   }
@@ -169,6 +172,9 @@ absl::Status CudaBackend::RecurrentStack(RecurrentCell cell, float* out, float* 
         absl::StrCat("RecurrentStack: num_layers is ", num_layers, "; it must be >= 1"));
   }
   return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (PersistentStack(dims, num_layers)) {
+      return PersistentStackLocked(cell, out, /*out_last=*/nullptr, inp, weights, dims, num_layers);
+    }
     return RecurrentForwardLocked(cell, out, /*h_n=*/nullptr, /*c_n=*/nullptr, inp,
                                   /*h_0=*/nullptr, /*c_0=*/nullptr, weights, dims, num_layers);
   });

@@ -84,6 +84,16 @@ class CudaBackend final : public Backend {
     // product per layer for many); kCluster, kWarp and kTiled force one (tests, benchmarks).
     enum class StepKernel { kAuto, kCluster, kWarp, kTiled };
     StepKernel step_kernel = StepKernel::kAuto;
+    // Who runs an inference stack without initial or final states (RecurrentStack,
+    // RecurrentStackLast: a forecast). kPersistent: our persistent kernels
+    // (kernels/cuda/recurrent_sequence.h: a unidirectional stack as one wavefront launch, a
+    // bidirectional one as a GEMM and a sweep per layer) wherever they take the sizes, cuDNN
+    // elsewhere. kCudnn: cuDNN always (rnn_algo applies). kAuto: as kPersistent up to
+    // persistent_max_batch rows under kFp32 and kTf32 math (the 16-bit modes keep cuDNN's
+    // 16-bit kernels), cuDNN otherwise.
+    enum class RecurrentKernel { kAuto, kCudnn, kPersistent };
+    RecurrentKernel recurrent_kernel = RecurrentKernel::kAuto;
+    int64_t persistent_max_batch = 32;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.
@@ -121,6 +131,7 @@ class CudaBackend final : public Backend {
     int64_t rnn_training_graphs_captured = 0;   // recurrent training calls captured as graphs
     int64_t rnn_training_graph_replays = 0;     // recurrent training calls run as a replay
     int64_t rnn_training_capture_failures = 0;  // captures CUDA refused (the call ran as before)
+    int64_t persistent_stacks = 0;              // inference stacks run on the persistent kernels
   };
 
   // Bound to the lease's stream, which it keeps until destroyed. `allocator` must be for the
@@ -274,6 +285,8 @@ class CudaBackend final : public Backend {
     kGemmA16,            // a GEMM's first operand rounded to 16 bits (16-bit math modes)
     kGemmB16,            // its second operand
     kStepCounters,       // RecurrentStep's per-tile counters (zero between kernels)
+    kSequenceProj,       // the persistent kernels' input projections (both directions)
+    kSequenceLayer,      // their layers in between
     kScratchCount,
   };
   struct RnnPlan;         // cuda_recurrent.cc
@@ -356,6 +369,15 @@ class CudaBackend final : public Backend {
                                        RecurrentSaved* saved) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // cudnnRNNForward in inference mode on `plan`'s data (x, y in its layout and data type), after
   // copying `weights` into the weight space; states as RecurrentForwardLocked takes them.
+  // Whether an inference stack of these sizes without states runs on the persistent kernels
+  // (Options::recurrent_kernel).
+  bool PersistentStack(const RecurrentDims& dims, int num_layers) const;
+  // Runs the stack on them: out_seq (B, T, ND*H) and / or out_last (B, ND*H), the top layer's
+  // output at every step and at T - 1. Only where PersistentStack.
+  absl::Status PersistentStackLocked(RecurrentCell cell, float* out_seq, float* out_last,
+                                     const float* inp, const RecurrentDirectionWeights* weights,
+                                     const RecurrentDims& dims, int num_layers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RnnInferenceLocked(const RnnPlan& plan, RecurrentCell cell,
                                   const RecurrentDirectionWeights* weights, const void* x, void* y,
                                   const float* h_0, float* h_n, const float* c_0, float* c_n)

@@ -34,11 +34,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
+#include "backends/cuda/cublas_gemm.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_graph.h"
 #include "backends/cuda/library_status.h"
 #include "kernels/cuda/convert.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/recurrent_sequence.h"
 #include "kernels/cuda/recurrent_step.h"
 
 namespace forecastd {
@@ -506,6 +508,82 @@ absl::Status CudaBackend::RecurrentForwardLocked(RecurrentCell cell, float* out,
   return absl::OkStatus();
 }
 
+bool CudaBackend::PersistentStack(const RecurrentDims& dims, int num_layers) const {
+  using Kernel = Options::RecurrentKernel;
+  if (options_.recurrent_kernel == Kernel::kCudnn) return false;
+  if (options_.recurrent_kernel == Kernel::kAuto &&
+      (dims.B > options_.persistent_max_batch || Storage16().has_value())) {
+    return false;
+  }
+  if (dims.B < 1 || dims.T < 1 || num_layers < 1) return false;
+  if (dims.ND == 1 && cuda::RecurrentWavefrontFits(dims.I, dims.H, num_layers, true)) return true;
+  return cuda::RecurrentSweepFits(dims.H);
+}
+
+absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_seq, float* out_last,
+                                                const float* inp,
+                                                const RecurrentDirectionWeights* weights,
+                                                const RecurrentDims& dims, int num_layers) {
+  RETURN_IF_ERROR(CheckDims(dims, out_seq != nullptr ? "RecurrentStack" : "RecurrentStackLast"));
+  if ((out_seq == nullptr && out_last == nullptr) || inp == nullptr || weights == nullptr) {
+    return absl::InvalidArgumentError("RecurrentStack: null pointer");
+  }
+  const auto [B, T, I, H, ND] = dims;
+  const cuda::StepCell step_cell =
+      cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru;
+  const cudaStream_t stream = context_.stream;
+  if (ND == 1 && cuda::RecurrentWavefrontFits(I, H, num_layers, /*with_proj=*/false)) {
+    ++stats_.persistent_stacks;
+    return cuda::RecurrentWavefront(out_seq, out_last, inp, /*proj=*/nullptr, weights, step_cell, B,
+                                    T, I, H, num_layers, stream);
+  }
+  const int64_t GH = (cell == RecurrentCell::kLstm ? 4 : 3) * H;
+  ASSIGN_OR_RETURN(float* proj, ScratchFloatsLocked(kSequenceProj, ND * B * T * GH));
+  // proj + d * B * T * GH (B, T, G*H) = input (B, T, width) @ w_ih^T + b_ih of weights[d].
+  const auto project = [&](const float* input, int64_t width,
+                           const RecurrentDirectionWeights* w) -> absl::Status {
+    for (int64_t d = 0; d < ND; ++d) {
+      RETURN_IF_ERROR(LinearGemmLocked({.op_a = CUBLAS_OP_T,
+                                        .M = GH,
+                                        .N = B * T,
+                                        .K = width,
+                                        .A = w[d].w_ih,
+                                        .lda = width,
+                                        .B = input,
+                                        .ldb = width,
+                                        .C = proj + d * B * T * GH,
+                                        .ldc = GH},
+                                       /*a16=*/nullptr, /*b16=*/nullptr, w[d].b_ih));
+    }
+    return absl::OkStatus();
+  };
+  if (ND == 1 && cuda::RecurrentWavefrontFits(I, H, num_layers, /*with_proj=*/true)) {
+    // Layer 0's input is too wide to multiply in the kernel: its projection comes first.
+    RETURN_IF_ERROR(project(inp, I, weights));
+    ++stats_.persistent_stacks;
+    return cuda::RecurrentWavefront(out_seq, out_last, inp, proj, weights, step_cell, B, T, I, H,
+                                    num_layers, stream);
+  }
+  // Layer by layer: the input projections of every step as one GEMM per direction, then a sweep.
+  // A layer's input is not needed once projected, so the layers in between share one buffer.
+  float* between = nullptr;
+  if (num_layers > 1) {
+    ASSIGN_OR_RETURN(between, ScratchFloatsLocked(kSequenceLayer, B * T * ND * H));
+  }
+  const float* layer_in = inp;
+  for (int l = 0; l < num_layers; ++l) {
+    const float* projections[2] = {proj, proj + B * T * GH};
+    RETURN_IF_ERROR(project(layer_in, l == 0 ? I : ND * H, weights + l * ND));
+    const bool top = l == num_layers - 1;
+    RETURN_IF_ERROR(cuda::RecurrentSweep(top ? out_seq : between, top ? out_last : nullptr,
+                                         projections, weights + l * ND, step_cell, B, T, H,
+                                         static_cast<int>(ND), stream));
+    layer_in = between;
+  }
+  ++stats_.persistent_stacks;
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, float* scratch,
                                              const float* inp,
                                              const RecurrentDirectionWeights* weights,
@@ -520,6 +598,9 @@ absl::Status CudaBackend::RecurrentStackLast(RecurrentCell cell, float* last, fl
     if (B == 0) return absl::OkStatus();
     if (last == nullptr || scratch == nullptr || inp == nullptr) {
       return absl::InvalidArgumentError("RecurrentStackLast: null pointer");
+    }
+    if (PersistentStack(dims, num_layers)) {
+      return PersistentStackLocked(cell, /*out_seq=*/nullptr, last, inp, weights, dims, num_layers);
     }
     const cudaStream_t stream = context_.stream;
     ASSIGN_OR_RETURN(RnnPlan * plan,

@@ -8,106 +8,21 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/recurrent_cell.cuh"
 
 namespace forecastd::cuda {
 namespace {
 
-// Each unit j of a layer needs four dot products of its rows with [x | h] (K = I + H). For an
-// LSTM they are the four gates' pre-activations. For a GRU they are r and z (x and h parts
-// summed) and the two halves of n, W_in x + b_in and W_hn h + b_hn, which the cell combines as
-// n = tanh(nx + r * nh). Quantity q of unit j reads row Row(q) * H + j of w_ih for its x part
-// (when UsesX(q)) and of w_hh for its h part (when UsesH(q)).
-constexpr int kQuantities = 4;
-
-template <bool kLstm>
-__device__ __forceinline__ int Row(int q) {
-  return kLstm ? q : min(q, 2);
-}
-template <bool kLstm>
-__device__ __forceinline__ bool UsesX(int q) {
-  return kLstm || q != 3;
-}
-template <bool kLstm>
-__device__ __forceinline__ bool UsesH(int q) {
-  return kLstm || q != 2;
-}
-
-struct Weights {
-  const float* w_ih;  // (G*H, I)
-  const float* w_hh;  // (G*H, H)
-  const float* b_ih;  // (G*H)
-  const float* b_hh;  // (G*H)
-};
-
-// Column k of quantity q's row of unit j over [x | h]; 0 past K = I + H.
-template <bool kLstm>
-__device__ __forceinline__ float WeightAt(const Weights& w, int q, int j, int k, int I, int H) {
-  const int64_t row = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
-  if (k < I) return UsesX<kLstm>(q) ? w.w_ih[row * I + k] : 0.0f;
-  if (k < I + H) return UsesH<kLstm>(q) ? w.w_hh[row * H + (k - I)] : 0.0f;
-  return 0.0f;
-}
-
-template <bool kLstm>
-__device__ __forceinline__ float BiasOf(const Weights& w, int q, int j, int H) {
-  const int64_t row = static_cast<int64_t>(Row<kLstm>(q)) * H + j;
-  return (UsesX<kLstm>(q) ? w.b_ih[row] : 0.0f) + (UsesH<kLstm>(q) ? w.b_hh[row] : 0.0f);
-}
-
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-// The sigmoid from the hardware's exp2 and reciprocal: __expf's error, 2 + 1.16 |x| ulp,
-// leaves a gate within a few 1e-7 of the exact sigmoid (the step's tolerance is 1e-5).
-__device__ __forceinline__ float FastSigmoid(float x) { return __frcp_rn(1.0f + __expf(-x)); }
-
-// The activation of quantity q's pre-activation: LSTM i, f, o sigmoid and g tanh; GRU r, z
-// sigmoid, and n's two halves as they are (the cell combines them).
-template <bool kLstm>
-__device__ __forceinline__ float ActivateQuantity(float x, int q) {
-  if (kLstm) return q == 2 ? tanhf(x) : FastSigmoid(x);
-  return q < 2 ? FastSigmoid(x) : x;
-}
-
-// The cell from the four sums (biases included). LSTM: c is the old cell state, replaced by
-// c'; GRU: h is the old hidden state. Returns h'.
-template <bool kLstm>
-__device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, float* c) {
-  if (kLstm) {
-    const float i = Sigmoid(a[0]), f = Sigmoid(a[1]), g = tanhf(a[2]), o = Sigmoid(a[3]);
-    const float c_new = f * *c + i * g;
-    *c = c_new;
-    return o * tanhf(c_new);
-  }
-  const float r = Sigmoid(a[0]), z = Sigmoid(a[1]);
-  const float n = tanhf(a[2] + r * a[3]);
-  return (1.0f - z) * n + z * h;
-}
-
-// Sums N (16 or 32) values across a warp: value n of lane l is a[n] of that lane, and each of
-// the N sums is over the 32 lanes. Halving: at offset 16 a lane keeps the half of its values its
-// bit 4 picks and adds its partner's copy of that half; then 8, 4, ... on the rest, until one
-// value is left. With N = 32 lane l ends with sum l in a[0]; with N = 16 a last exchange at
-// offset 1 adds the two copies and lane l ends with sum l >> 1 (the other entries are spent).
-// One halving level of HalvingSum and the levels after it: kHalf values kept of 2 kHalf.
-template <int kHalf, int N>
-__device__ __forceinline__ void HalvingLevels(float (&a)[N], int lane) {
-  constexpr unsigned kAllLanes = 0xffffffffu;
-  constexpr int kOffset = 32 * kHalf / N;  // 16 at the first level, halving after
-  const bool hi = (lane & kOffset) != 0;
-#pragma unroll
-  for (int n = 0; n < kHalf; ++n) {
-    const float send = hi ? a[n] : a[n + kHalf], keep = hi ? a[n + kHalf] : a[n];
-    a[n] = keep + __shfl_xor_sync(kAllLanes, send, kOffset);
-  }
-  if constexpr (kHalf > 1) HalvingLevels<kHalf / 2>(a, lane);
-}
-
-template <int N>
-__device__ __forceinline__ void HalvingSum(float (&a)[N], int lane) {
-  static_assert(N == 16 || N == 32, "16 or 32 sums");
-  HalvingLevels<N / 2>(a, lane);
-  if constexpr (N == 16) a[0] += __shfl_xor_sync(0xffffffffu, a[0], 1);
-}
+using cell::ActivateQuantity;
+using cell::BiasOf;
+using cell::Cell;
+using cell::HalvingSum;
+using cell::kQuantities;
+using cell::Row;
+using cell::UsesH;
+using cell::UsesX;
+using cell::WeightAt;
+using cell::Weights;
 
 // The top layer's last step: its h' sits in `out` and each block of a stream tile has read
 // the old h from the slab. The last block of the tile to finish (counted in counters[tile])

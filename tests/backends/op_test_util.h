@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/backend.h"
+#include "kernels/ref/recurrent.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd::op_test {
@@ -112,6 +113,35 @@ struct RecurrentWeightsHost {
   }
   std::vector<std::vector<float>> w_ih, w_hh, b_ih, b_hh;
 };
+
+// A stack of L recurrent layers with random weights (uploaded to `mem`) and its reference
+// output (B, T, ND*H), layer by layer; layer l > 0 reads layer l - 1's output.
+struct StackCase {
+  std::vector<float> inp, want;
+  std::vector<RecurrentDirectionWeights> dev_weights;
+};
+inline StackCase MakeStack(std::mt19937& rng, Cell cell, const RecurrentDims& dims, int64_t L,
+                           TestMemory& mem) {
+  StackCase s;
+  s.inp = Uniform(rng, dims.B * dims.T * dims.I);
+  s.want = s.inp;
+  for (int64_t l = 0; l < L; ++l) {
+    RecurrentDims layer = dims;
+    layer.I = l == 0 ? dims.I : dims.ND * dims.H;
+    const RecurrentWeightsHost weights(rng, cell, layer);
+    std::vector<float> next(dims.B * dims.T * dims.ND * dims.H);
+    if (cell == Cell::kLstm) {
+      ref::LstmLayerForward(next.data(), nullptr, nullptr, s.want.data(), nullptr, nullptr,
+                            weights.Host().data(), layer);
+    } else {
+      ref::GruLayerForward(next.data(), nullptr, s.want.data(), nullptr, weights.Host().data(),
+                           layer);
+    }
+    s.want = next;
+    for (const RecurrentDirectionWeights& w : weights.Upload(mem)) s.dev_weights.push_back(w);
+  }
+  return s;
+}
 
 inline std::string DimsString(const RecurrentDims& d) {
   return "B=" + std::to_string(d.B) + " T=" + std::to_string(d.T) + " I=" + std::to_string(d.I) +

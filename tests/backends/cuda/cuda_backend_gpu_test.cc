@@ -34,6 +34,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/instance_streams.h"
 #include "backends/cuda/nvml.h"
+#include "tests/backends/cuda/cuda_test_memory.h"
 #include "tests/testing/gpu_env.h"
 
 namespace forecastd {
@@ -47,51 +48,7 @@ void RequireCuda(cudaError_t error, const char* what) {
   REQUIRE(error == cudaSuccess);
 }
 
-// Device buffers from the shared allocator. The backend's stream is non-blocking, so it is not
-// ordered after these legacy-stream copies: every upload waits for the device before
-// returning, every download waits for all queued work (which also surfaces kernel faults), and
-// so does the destructor before the blocks go back.
-class CudaTestMemory final : public TestMemory {
- public:
-  // The allocator may hand these blocks to the next case's uploads at once: let queued work
-  // on them finish first.
-  ~CudaTestMemory() override { cudaDeviceSynchronize(); }
-
-  float* Upload(const std::vector<float>& host) override {
-    float* device = Allocate(static_cast<int64_t>(host.size()));
-    if (!host.empty()) {
-      RequireCuda(
-          cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
-          "cudaMemcpy to the device");
-    }
-    RequireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize after an upload");
-    return device;
-  }
-  float* Output(int64_t n) override {
-    return Upload(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
-  }
-  std::vector<float> Download(const float* device, int64_t n) override {
-    RequireCuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize before a download");
-    std::vector<float> host(n);
-    if (n > 0) {
-      RequireCuda(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost),
-                  "cudaMemcpy from the device");
-    }
-    return host;
-  }
-
- private:
-  float* Allocate(int64_t n) {
-    // At least one float, so that even an empty tensor has a distinct non-null address.
-    absl::StatusOr<DeviceBuffer> buffer =
-        Env().allocator->Allocate(std::max<int64_t>(n, 1) * static_cast<int64_t>(sizeof(float)));
-    INFO(buffer.status().ToString());
-    REQUIRE(buffer.ok());
-    return buffers_.emplace_back(std::move(*buffer)).as<float>();
-  }
-
-  std::deque<DeviceBuffer> buffers_;
-};
+using op_test::CudaTestMemory;
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> MakeCudaBackend(
     const CudaBackend::Options& options = {}) {
@@ -463,34 +420,8 @@ TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
   }
 }
 
-// A stack of L recurrent layers with random weights (uploaded to `mem`) and its reference
-// output (B, T, ND*H), layer by layer; layer l > 0 reads layer l - 1's output.
-struct StackCase {
-  std::vector<float> inp, want;
-  std::vector<RecurrentDirectionWeights> dev_weights;
-};
-StackCase MakeStack(std::mt19937& rng, Cell cell, const RecurrentDims& dims, int64_t L,
-                    CudaTestMemory& mem) {
-  StackCase s;
-  s.inp = Uniform(rng, dims.B * dims.T * dims.I);
-  s.want = s.inp;
-  for (int64_t l = 0; l < L; ++l) {
-    RecurrentDims layer = dims;
-    layer.I = l == 0 ? dims.I : dims.ND * dims.H;
-    const RecurrentWeightsHost weights(rng, cell, layer);
-    std::vector<float> next(dims.B * dims.T * dims.ND * dims.H);
-    if (cell == Cell::kLstm) {
-      ref::LstmLayerForward(next.data(), nullptr, nullptr, s.want.data(), nullptr, nullptr,
-                            weights.Host().data(), layer);
-    } else {
-      ref::GruLayerForward(next.data(), nullptr, s.want.data(), nullptr, weights.Host().data(),
-                           layer);
-    }
-    s.want = next;
-    for (const RecurrentDirectionWeights& w : weights.Upload(mem)) s.dev_weights.push_back(w);
-  }
-  return s;
-}
+using op_test::MakeStack;
+using op_test::StackCase;
 
 // Under bf16 and fp16 a recurrent stack without states runs on 16-bit data in cuDNN (fp16 where
 // cuDNN takes it, bf16 otherwise): each input, weight and layer output is rounded to 11 (fp16)
