@@ -90,10 +90,13 @@ class CudaBackend final : public Backend {
     // bidirectional one as a GEMM and a sweep per layer) wherever they take the sizes, cuDNN
     // elsewhere. kCudnn: cuDNN always (rnn_algo applies). kAuto: as kPersistent up to
     // persistent_max_batch rows under kFp32 and kTf32 math (the 16-bit modes keep cuDNN's
-    // 16-bit kernels), cuDNN otherwise.
+    // 16-bit kernels), cuDNN otherwise. On an H100 (graph replay, T=100, L=2, us, persistent /
+    // cuDNN; bench/RESULTS.md): LSTM H=128 B=1 95 / 196, B=32 250 / 507, B=64 484 / 523,
+    // B=128 724 / 597; H=128 bidirectional B=1 189 / 385, B=64 876 / 1,088, B=128 1,499 /
+    // 1,299; H=256 bidirectional B=1 230 / 413, B=64 1,858 / 2,622, B=128 3,078 / 3,416.
     enum class RecurrentKernel { kAuto, kCudnn, kPersistent };
     RecurrentKernel recurrent_kernel = RecurrentKernel::kAuto;
-    int64_t persistent_max_batch = 32;
+    int64_t persistent_max_batch = 64;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.

@@ -517,7 +517,7 @@ bool CudaBackend::PersistentStack(const RecurrentDims& dims, int num_layers) con
   }
   if (dims.B < 1 || dims.T < 1 || num_layers < 1) return false;
   if (dims.ND == 1 && cuda::RecurrentWavefrontFits(dims.I, dims.H, num_layers, true)) return true;
-  return cuda::RecurrentSweepFits(dims.H);
+  return cuda::RecurrentSweepFits(dims.I, dims.H, /*with_proj=*/true);
 }
 
 absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_seq, float* out_last,
@@ -564,21 +564,27 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
     return cuda::RecurrentWavefront(out_seq, out_last, inp, proj, weights, step_cell, B, T, I, H,
                                     num_layers, stream);
   }
-  // Layer by layer: the input projections of every step as one GEMM per direction, then a sweep.
-  // A layer's input is not needed once projected, so the layers in between share one buffer.
+  // Layer by layer: a sweep each, from input projections of every step computed first (one GEMM
+  // per direction) where the input is too wide to multiply in the kernel. The layers in between
+  // alternate between two buffers, since a sweep may read its input while it writes.
+  const int64_t layer_floats = B * T * ND * H;
   float* between = nullptr;
   if (num_layers > 1) {
-    ASSIGN_OR_RETURN(between, ScratchFloatsLocked(kSequenceLayer, B * T * ND * H));
+    ASSIGN_OR_RETURN(between,
+                     ScratchFloatsLocked(kSequenceLayer, (num_layers > 2 ? 2 : 1) * layer_floats));
   }
   const float* layer_in = inp;
   for (int l = 0; l < num_layers; ++l) {
     const float* projections[2] = {proj, proj + B * T * GH};
-    RETURN_IF_ERROR(project(layer_in, l == 0 ? I : ND * H, weights + l * ND));
+    const int64_t width = l == 0 ? I : ND * H;
+    const bool in_kernel = cuda::RecurrentSweepFits(width, H, /*with_proj=*/false);
+    if (!in_kernel) RETURN_IF_ERROR(project(layer_in, width, weights + l * ND));
     const bool top = l == num_layers - 1;
-    RETURN_IF_ERROR(cuda::RecurrentSweep(top ? out_seq : between, top ? out_last : nullptr,
-                                         projections, weights + l * ND, step_cell, B, T, H,
-                                         static_cast<int>(ND), stream));
-    layer_in = between;
+    float* const layer_out = top ? out_seq : between + (l % 2) * layer_floats;
+    RETURN_IF_ERROR(cuda::RecurrentSweep(layer_out, top ? out_last : nullptr, layer_in,
+                                         in_kernel ? nullptr : projections, weights + l * ND,
+                                         step_cell, B, T, width, H, static_cast<int>(ND), stream));
+    layer_in = layer_out;
   }
   ++stats_.persistent_stacks;
   return absl::OkStatus();

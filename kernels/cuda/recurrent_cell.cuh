@@ -56,9 +56,12 @@ __device__ __forceinline__ float BiasOf(const Weights& w, int q, int j, int H,
 
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// The sigmoid from the hardware's exp2 and reciprocal: __expf's error, 2 + 1.16 |x| ulp,
-// leaves a gate within a few 1e-7 of the exact sigmoid (the kernels' tolerance is 1e-5).
-__device__ __forceinline__ float FastSigmoid(float x) { return __frcp_rn(1.0f + __expf(-x)); }
+// The sigmoid from the hardware's exp2 and reciprocal: __expf's error, 2 + 1.16 |x| ulp, and
+// __fdividef's 2 ulp leave a gate within a few 1e-7 of the exact sigmoid (the kernels'
+// tolerance is 1e-5); past |x| ~ 87 it is 0 or 1, as the exact one rounds.
+__device__ __forceinline__ float FastSigmoid(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));
+}
 
 // The activation of quantity q's pre-activation: LSTM i, f, o sigmoid and g tanh; GRU r, z
 // sigmoid, and n's two halves as they are (the cell combines them).
@@ -87,7 +90,7 @@ __device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, fl
 // tanh(x) = 1 - 2 / (1 + e^2x)): within a few 1e-7 of Cell, absolute, in a fraction of the time
 // tanhf and expf take on a step's critical path.
 __device__ __forceinline__ float FastTanh(float x) {
-  return 1.0f - 2.0f * __frcp_rn(1.0f + __expf(2.0f * x));
+  return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x));
 }
 template <bool kLstm>
 __device__ __forceinline__ float FastCell(const float (&a)[kQuantities], float h, float* c) {

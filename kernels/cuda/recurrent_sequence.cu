@@ -499,40 +499,46 @@ absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* in
   return Launch(params, shape, cell, /*ND=*/1, stream);
 }
 
-bool RecurrentSweepFits(int64_t H) { return H >= 1 && ShapeOf(H, H, 1).P > 0; }
+bool RecurrentSweepFits(int64_t I, int64_t H, bool with_proj) {
+  return I >= 1 && H >= 1 && WavefrontShape(I, H, 1, with_proj).P > 0;
+}
 
-absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* const* proj,
-                            const ref::RecurrentDirectionWeights* weights, StepCell cell, int64_t B,
-                            int64_t T, int64_t H, int ND, cudaStream_t stream) {
-  RETURN_IF_ERROR(CheckSizes(B, T, 1, H, "RecurrentSweep"));
-  const Shape shape = ShapeOf(H, H, 1);
+absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
+                            const float* const* proj, const ref::RecurrentDirectionWeights* weights,
+                            StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int ND,
+                            cudaStream_t stream) {
+  RETURN_IF_ERROR(CheckSizes(B, T, I, H, "RecurrentSweep"));
+  const Shape shape = WavefrontShape(I, H, 1, proj != nullptr);
   if (shape.P == 0 || (ND != 1 && ND != 2)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("RecurrentSweep: H=", H, " ND=", ND, " do not fit one cluster"));
+        absl::StrCat("RecurrentSweep: I=", I, " H=", H, " ND=", ND, " do not fit one cluster"));
   }
   if (B == 0) return absl::OkStatus();
-  if ((out_seq == nullptr && out_last == nullptr) || proj == nullptr) {
+  if ((out_seq == nullptr && out_last == nullptr) || (proj == nullptr && inp == nullptr)) {
     return absl::InvalidArgumentError("RecurrentSweep: null pointer");
   }
   RETURN_IF_ERROR(CheckWeights(weights, ND, "RecurrentSweep"));
   Params params{};
   for (int d = 0; d < ND; ++d) {
-    if (proj[d] == nullptr) return absl::InvalidArgumentError("RecurrentSweep: null projection");
+    if (proj != nullptr && proj[d] == nullptr) {
+      return absl::InvalidArgumentError("RecurrentSweep: null projection");
+    }
     const ref::RecurrentDirectionWeights& w = weights[d];
     Slot& slot = params.slot[d];
     slot.w = {w.w_ih, w.w_hh, w.b_ih, w.b_hh};
-    slot.proj = proj[d];
-    slot.x_width = 0;
+    slot.proj = proj != nullptr ? proj[d] : nullptr;
+    slot.x_width = proj != nullptr ? 0 : static_cast<int>(I);
     // Without the whole sequence the reverse direction's h at T - 1 is its first step.
     slot.steps = d == 1 && out_seq == nullptr ? 1 : static_cast<int>(T);
     slot.reverse = d;
     slot.out_offset = static_cast<int>(d * H);
   }
+  params.x = inp;
   params.out_seq = out_seq;
   params.out_last = out_last;
   params.B = static_cast<int>(B);
   params.T = static_cast<int>(T);
-  params.I = 1;
+  params.I = static_cast<int>(I);
   params.H = static_cast<int>(H);
   params.layers = 1;
   params.P = shape.P;

@@ -41,18 +41,23 @@ absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* in
                                 StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int L,
                                 cudaStream_t stream);
 
-// The sweep: one layer's ND directions (a cluster each) from their input projections. A
-// bidirectional layer cannot be a wavefront (the layer above needs the reverse direction's whole
-// sweep before its own first step), so a bidirectional stack runs a GEMM and a sweep per layer.
+// The sweep: one layer's ND directions (a cluster each). A bidirectional layer cannot be a
+// wavefront (the layer above needs the reverse direction's whole sweep before its own first
+// step), so a bidirectional stack runs a sweep per layer, each from its input projections
+// computed beforehand (a GEMM) or, where I + H and the sizes fit, multiplying its input in the
+// kernel.
 //   out_seq (B, T, ND*H): [b, t, d*H + j] direction d's h at time t, or nullptr
 //   out_last (B, ND*H): the same at t = T - 1, or nullptr (not both nullptr). Without out_seq
 //     the reverse direction runs its first step only, all that t = T - 1 needs.
-//   proj[d] (B, T, G*H): W_ih x + b_ih of direction d for every step
+//   inp (B, T, I): the layer's input (unused when proj is given)
+//   proj: nullptr, or proj[d] (B, T, G*H): W_ih x + b_ih of direction d for every step
 //   weights[d]: direction d's parameters
-bool RecurrentSweepFits(int64_t H);
-absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* const* proj,
-                            const ref::RecurrentDirectionWeights* weights, StepCell cell, int64_t B,
-                            int64_t T, int64_t H, int ND, cudaStream_t stream);
+// RecurrentSweepFits says whether a layer fits a cluster (with projections or without).
+bool RecurrentSweepFits(int64_t I, int64_t H, bool with_proj);
+absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
+                            const float* const* proj, const ref::RecurrentDirectionWeights* weights,
+                            StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int ND,
+                            cudaStream_t stream);
 
 }  // namespace forecastd::cuda
 

@@ -179,7 +179,7 @@ TEST_CASE("Stacks the persistent kernels do not take, or kCudnn, run on cuDNN") 
   for (const Case c :
        {Case{Kernel::kPersistent, {2, 7, 5, 300, 1}, false},  // H past a cluster
         Case{Kernel::kCudnn, {2, 7, 5, 64, 1}, false}, Case{Kernel::kAuto, {2, 7, 5, 64, 2}, true},
-        Case{Kernel::kAuto, {33, 7, 5, 64, 1}, false}}) {  // past max batch
+        Case{Kernel::kAuto, {65, 7, 5, 64, 1}, false}}) {  // past max batch
     CAPTURE(DimsString(c.dims), static_cast<int>(c.kernel));
     std::unique_ptr<CudaBackend> backend = PersistentBackend(c.kernel);
     CudaTestMemory mem;
