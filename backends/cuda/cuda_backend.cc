@@ -33,8 +33,9 @@ absl::Status CudaBackend::Validate(const CudaStreamContext& context, const CudaA
   if (options.rnn_plan_capacity <= 0) {
     return absl::InvalidArgumentError("CudaBackend: rnn_plan_capacity must be > 0");
   }
-  if (options.persistent_max_batch < 0) {
-    return absl::InvalidArgumentError("CudaBackend: persistent_max_batch must be >= 0");
+  if (options.persistent_max_batch < 0 || options.persistent_max_batch_16 < 0) {
+    return absl::InvalidArgumentError(
+        "CudaBackend: persistent_max_batch and persistent_max_batch_16 must be >= 0");
   }
   if (options.attention_scratch_bytes <= 0) {
     return absl::InvalidArgumentError("CudaBackend: attention_scratch_bytes must be > 0");

@@ -87,16 +87,20 @@ class CudaBackend final : public Backend {
     // Who runs an inference stack without initial or final states (RecurrentStack,
     // RecurrentStackLast: a forecast). kPersistent: our persistent kernels
     // (kernels/cuda/recurrent_sequence.h: a unidirectional stack as one wavefront launch, a
-    // bidirectional one as a GEMM and a sweep per layer) wherever they take the sizes, cuDNN
-    // elsewhere. kCudnn: cuDNN always (rnn_algo applies). kAuto: as kPersistent up to
-    // persistent_max_batch rows under kFp32 and kTf32 math (the 16-bit modes keep cuDNN's
-    // 16-bit kernels), cuDNN otherwise. On an H100 (graph replay, T=100, L=2, us, persistent /
-    // cuDNN; bench/RESULTS.md): LSTM H=128 B=1 95 / 196, B=32 250 / 507, B=64 484 / 523,
-    // B=128 724 / 597; H=128 bidirectional B=1 189 / 385, B=64 876 / 1,088, B=128 1,499 /
-    // 1,299; H=256 bidirectional B=1 230 / 413, B=64 1,858 / 2,622, B=128 3,078 / 3,416.
+    // bidirectional one as a sweep per layer) wherever they take the sizes, cuDNN elsewhere; under
+    // kBf16 / kFp16 their products take operands rounded to that type (fp32 accumulation and
+    // states). kCudnn: cuDNN always (rnn_algo applies). kAuto: as kPersistent up to
+    // persistent_max_batch rows under kFp32 and kTf32 math and persistent_max_batch_16 under kBf16
+    // and kFp16 (cuDNN's 16-bit kernels win beyond), cuDNN otherwise. On an H100 (graph replay,
+    // T=100, L=2, us, persistent / cuDNN; bench/RESULTS.md): fp32 LSTM H=128 B=1 95 / 196, B=32
+    // 250 / 507, B=64 484 / 523, B=128 724 / 597; H=128 bidirectional B=1 189 / 385, B=64 876 /
+    // 1,088, B=128 1,499 / 1,299; H=256 bidirectional B=1 230 / 413, B=64 1,858 / 2,622, B=128
+    // 3,078 / 3,416. bf16: H=128 B=1 115 / 235, B=32 259 / 335, B=64 505 / 330; H=256
+    // bidirectional B=32 972 / 1,329, B=64 1,653 / 1,392 (fp16 within 2% of bf16).
     enum class RecurrentKernel { kAuto, kCudnn, kPersistent };
     RecurrentKernel recurrent_kernel = RecurrentKernel::kAuto;
     int64_t persistent_max_batch = 64;
+    int64_t persistent_max_batch_16 = 32;
     // The most recurrent-layer shapes (cell, B, T, I, H, ND) whose cuDNN descriptors and sizes
     // are kept; beyond it the least recently used is dropped (after a stream synchronisation)
     // and rebuilt when next needed. Must be > 0.

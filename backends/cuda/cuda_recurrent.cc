@@ -512,7 +512,8 @@ bool CudaBackend::PersistentStack(const RecurrentDims& dims, int num_layers) con
   using Kernel = Options::RecurrentKernel;
   if (options_.recurrent_kernel == Kernel::kCudnn) return false;
   if (options_.recurrent_kernel == Kernel::kAuto &&
-      (dims.B > options_.persistent_max_batch || Storage16().has_value())) {
+      dims.B > (Storage16().has_value() ? options_.persistent_max_batch_16
+                                        : options_.persistent_max_batch)) {
     return false;
   }
   if (dims.B < 1 || dims.T < 1 || num_layers < 1) return false;
@@ -535,7 +536,7 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
   if (ND == 1 && cuda::RecurrentWavefrontFits(I, H, num_layers, /*with_proj=*/false)) {
     ++stats_.persistent_stacks;
     return cuda::RecurrentWavefront(out_seq, out_last, inp, /*proj=*/nullptr, weights, step_cell, B,
-                                    T, I, H, num_layers, stream);
+                                    T, I, H, num_layers, Storage16(), stream);
   }
   const int64_t GH = (cell == RecurrentCell::kLstm ? 4 : 3) * H;
   ASSIGN_OR_RETURN(float* proj, ScratchFloatsLocked(kSequenceProj, ND * B * T * GH));
@@ -562,7 +563,7 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
     RETURN_IF_ERROR(project(inp, I, weights));
     ++stats_.persistent_stacks;
     return cuda::RecurrentWavefront(out_seq, out_last, inp, proj, weights, step_cell, B, T, I, H,
-                                    num_layers, stream);
+                                    num_layers, Storage16(), stream);
   }
   // Layer by layer: a sweep each, from input projections of every step computed first (one GEMM
   // per direction) where the input is too wide to multiply in the kernel. The layers in between
@@ -581,9 +582,9 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
     if (!in_kernel) RETURN_IF_ERROR(project(layer_in, width, weights + l * ND));
     const bool top = l == num_layers - 1;
     float* const layer_out = top ? out_seq : between + (l % 2) * layer_floats;
-    RETURN_IF_ERROR(cuda::RecurrentSweep(layer_out, top ? out_last : nullptr, layer_in,
-                                         in_kernel ? nullptr : projections, weights + l * ND,
-                                         step_cell, B, T, width, H, static_cast<int>(ND), stream));
+    RETURN_IF_ERROR(cuda::RecurrentSweep(
+        layer_out, top ? out_last : nullptr, layer_in, in_kernel ? nullptr : projections,
+        weights + l * ND, step_cell, B, T, width, H, static_cast<int>(ND), Storage16(), stream));
     layer_in = layer_out;
   }
   ++stats_.persistent_stacks;

@@ -1,6 +1,8 @@
 #include "kernels/cuda/recurrent_sequence.h"
 
 #include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,11 +47,20 @@ struct Params {
   int P;          // blocks per layer
   int UB;         // units per block (warps * kUnits)
   int out_width;  // ND * H
+  int round16;    // the products' operands (weights, inputs, h) rounded: 0 no, 1 bf16, 2 fp16
 };
 
 // The most values of layer 0's input a thread stages per step.
 constexpr int kXPerThread = 4;
 constexpr int kMaxWarps = 8;
+
+// v rounded to the 16-bit type of `mode` (Params::round16) and back; fp16 saturates at its
+// largest finite value.
+__device__ __forceinline__ float Round16(float v, int mode) {
+  if (mode == 1) return __bfloat162float(__float2bfloat16_rn(v));
+  if (mode == 2) return __half2float(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)));
+  return v;
+}
 
 // The shared-memory address `local` has in the block of cluster rank `rank`.
 __device__ __forceinline__ uint32_t MapToRank(uint32_t local, uint32_t rank) {
@@ -147,7 +158,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     for (int q = 0; q < kQuantities; ++q) {
 #pragma unroll
       for (int i = 0; i < kKpl; ++i)
-        wr[u][q][i] = j < H ? WeightAt<kLstm>(slot.w, q, j, lane + 32 * i, xw, H) : 0.0f;
+        wr[u][q][i] =
+            j < H ? Round16(WeightAt<kLstm>(slot.w, q, j, lane + 32 * i, xw, H), p.round16) : 0.0f;
     }
   }
   float bias[kQuantities];
@@ -181,7 +193,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
   const auto store_x = [&](int par, const float(&regs)[kXPerThread]) {
 #pragma unroll
     for (int n = 0; n < kXPerThread; ++n) {
-      if (x_row[n] >= 0) buf[(par * kStreams + x_row[n]) * kKp + x_col[n]] = regs[n];
+      if (x_row[n] >= 0) {
+        buf[(par * kStreams + x_row[n]) * kKp + x_col[n]] = Round16(regs[n], p.round16);
+      }
     }
   };
   // The projection of this lane's pair at step t, for the quantities with an x part.
@@ -282,13 +296,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       }
       const float h_old = kLstm || jp >= H ? 0.0f : xh[st * kKp + xw + jp];
       h = FastCell<kLstm>(gates, h_old, &c);
+      const float h_sent = Round16(h, p.round16);  // what the next products multiply
       if (jp < H) {
         const uint32_t next = buf_address + sizeof(float) * ((par ^ 1) * kStreams * kKp + st * kKp);
         const uint32_t next_barrier = barrier_address + 8 * (par ^ 1);
         for (int d = lane / kPairs; d < dests; d += kDestStride) {
           const bool same = d < p.P;
           const uint32_t to = same ? layer * p.P + d : (layer + 1) * p.P + (d - p.P);
-          SendToCluster(MapToRank(next + sizeof(float) * (same ? xw + jp : jp), to), h,
+          SendToCluster(MapToRank(next + sizeof(float) * (same ? xw + jp : jp), to), h_sent,
                         MapToRank(next_barrier, to));
         }
       }
@@ -445,6 +460,10 @@ absl::Status CheckSizes(int64_t B, int64_t T, int64_t I, int64_t H, const char* 
   return absl::OkStatus();
 }
 
+int RoundMode(std::optional<Storage16> type) {
+  return !type.has_value() ? 0 : *type == Storage16::kBf16 ? 1 : 2;
+}
+
 Shape WavefrontShape(int64_t I, int64_t H, int L, bool with_proj) {
   const int64_t width0 = (with_proj ? 0 : I) + H;
   const int64_t width = std::max(width0, L > 1 ? 2 * H : int64_t{0});
@@ -464,7 +483,7 @@ bool RecurrentWavefrontFits(int64_t I, int64_t H, int L, bool with_proj) {
 absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* inp,
                                 const float* proj, const ref::RecurrentDirectionWeights* weights,
                                 StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int L,
-                                cudaStream_t stream) {
+                                std::optional<Storage16> operands16, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckSizes(B, T, I, H, "RecurrentWavefront"));
   const Shape shape = WavefrontShape(I, H, L, proj != nullptr);
   if (shape.P == 0) {
@@ -496,6 +515,7 @@ absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* in
   params.P = shape.P;
   params.UB = shape.UB;
   params.out_width = static_cast<int>(H);
+  params.round16 = RoundMode(operands16);
   return Launch(params, shape, cell, /*ND=*/1, stream);
 }
 
@@ -506,7 +526,7 @@ bool RecurrentSweepFits(int64_t I, int64_t H, bool with_proj) {
 absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
                             const float* const* proj, const ref::RecurrentDirectionWeights* weights,
                             StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int ND,
-                            cudaStream_t stream) {
+                            std::optional<Storage16> operands16, cudaStream_t stream) {
   RETURN_IF_ERROR(CheckSizes(B, T, I, H, "RecurrentSweep"));
   const Shape shape = WavefrontShape(I, H, 1, proj != nullptr);
   if (shape.P == 0 || (ND != 1 && ND != 2)) {
@@ -544,6 +564,7 @@ absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
   params.P = shape.P;
   params.UB = shape.UB;
   params.out_width = static_cast<int>(ND * H);
+  params.round16 = RoundMode(operands16);
   return Launch(params, shape, cell, ND, stream);
 }
 

@@ -2,7 +2,9 @@
 // for small batches: one launch runs every time step, each warp keeping its units' weight rows
 // in registers for the whole sequence, and the blocks of a thread-block cluster hand each new h
 // to one another through distributed shared memory, one cluster barrier a step. fp32 weights,
-// fp32 accumulation (no tensor cores), as the reference layers (kernels/ref/recurrent.h).
+// fp32 accumulation (no tensor cores), as the reference layers (kernels/ref/recurrent.h); with
+// `operands16` the products' operands (weights, inputs, each h passed on) are rounded to that
+// 16-bit type first, as the 16-bit precisions' GEMMs take them, and the rest stays fp32.
 // Called by CudaBackend (RecurrentStack, RecurrentStackLast), which picks these kernels or cuDNN.
 // Launchers only; the kernels live in recurrent_sequence.cu. Capturable in a CUDA graph: no
 // allocation, no synchronisation. Thread-safe: each call works on the stream it is given.
@@ -12,8 +14,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/convert.h"
 #include "kernels/cuda/recurrent_step.h"
 #include "kernels/ref/recurrent.h"
 
@@ -39,7 +43,7 @@ bool RecurrentWavefrontFits(int64_t I, int64_t H, int L, bool with_proj);
 absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* inp,
                                 const float* proj, const ref::RecurrentDirectionWeights* weights,
                                 StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int L,
-                                cudaStream_t stream);
+                                std::optional<Storage16> operands16, cudaStream_t stream);
 
 // The sweep: one layer's ND directions (a cluster each). A bidirectional layer cannot be a
 // wavefront (the layer above needs the reverse direction's whole sweep before its own first
@@ -57,7 +61,7 @@ bool RecurrentSweepFits(int64_t I, int64_t H, bool with_proj);
 absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
                             const float* const* proj, const ref::RecurrentDirectionWeights* weights,
                             StepCell cell, int64_t B, int64_t T, int64_t I, int64_t H, int ND,
-                            cudaStream_t stream);
+                            std::optional<Storage16> operands16, cudaStream_t stream);
 
 }  // namespace forecastd::cuda
 

@@ -423,11 +423,13 @@ TEST_CASE("CudaBackend's bf16 and fp16 GEMMs stay within their stated error") {
 using op_test::MakeStack;
 using op_test::StackCase;
 
-// Under bf16 and fp16 a recurrent stack without states runs on 16-bit data in cuDNN (fp16 where
-// cuDNN takes it, bf16 otherwise): each input, weight and layer output is rounded to 11 (fp16)
-// or 8 (bf16) significant bits, and the outputs, bounded by 1 in magnitude, carry errors of
-// about 1e-3 (fp16) or 1e-2 (bf16) after two layers of 24 steps. Coarser than fp32 (so the
-// 16-bit path is really taken), within bf16's reach under kBf16 and fp16's under kFp16.
+// Under bf16 and fp16 a recurrent stack without states runs on 16-bit operands: up to
+// persistent_max_batch_16 rows in the persistent kernels (weights, inputs and each h passed on
+// rounded, fp32 accumulation), beyond on 16-bit data in cuDNN (fp16 where cuDNN takes it, bf16
+// otherwise): each input, weight and layer output is rounded to 11 (fp16) or 8 (bf16)
+// significant bits, and the outputs, bounded by 1 in magnitude, carry errors of about 1e-3
+// (fp16) or 1e-2 (bf16) after two layers of 24 steps. Coarser than fp32 (so a 16-bit path is
+// really taken), within bf16's reach under kBf16 and fp16's under kFp16.
 TEST_CASE("CudaBackend's recurrent stack under bf16 and fp16 stays within their error") {
   struct Case {
     CudaBackend::Options::Math math;

@@ -5,8 +5,8 @@
 // H 1-256, I 1-64, T 1-40) and the benchmark's shapes (T=100), every path (the wavefront with
 // layer 0's input in the kernel or projected first, the layer-by-layer sweeps); within
 // 1e-5 + 1e-4 |ref|, as every fp32 recurrent check of the backend. Stats::persistent_stacks
-// proves the kernels ran. Then a graph replay, and shapes the kernels do not take falling back
-// to cuDNN.
+// proves the kernels ran. Then the 16-bit precisions within their bounds, a graph replay, and
+// shapes the kernels do not take falling back to cuDNN.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -136,6 +136,52 @@ TEST_CASE("The persistent kernels match the reference on random shapes, odd size
   worst = std::max(worst, CheckStack(*backend, Cell::kLstm, {2, 13, 7, 200, 1}, 2, 31302));
   worst = std::max(worst, CheckStack(*backend, Cell::kGru, {9, 6, 5, 250, 1}, 3, 31303));
   std::printf("random shapes: max |persistent - reference| = %.3g\n", worst);
+}
+
+// Under the 16-bit precisions the kernels round the products' operands (weights, inputs, each h
+// passed on) to bf16 or fp16, as those precisions' GEMMs do, and keep the rest in fp32: within
+// the bounds the backend states for its 16-bit recurrent stacks (6e-2 bf16, 1e-2 fp16, absolute,
+// on outputs bounded by 1), and coarser than fp32 (so the rounding is really there).
+TEST_CASE("Under bf16 and fp16 the persistent kernels stay within the stated bounds") {
+  struct Case {
+    CudaBackend::Options::Math math;
+    const char* name;
+    double atol;
+  };
+  for (const Case c : {Case{CudaBackend::Options::Math::kBf16, "bf16", 6e-2},
+                       Case{CudaBackend::Options::Math::kFp16, "fp16", 1e-2}}) {
+    CudaBackend::Options options;
+    options.math = c.math;
+    options.recurrent_kernel = CudaBackend::Options::RecurrentKernel::kPersistent;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(
+        testing::SharedGpuEnv().streams->Lease(), testing::SharedGpuEnv().allocator.get(), options);
+    REQUIRE(backend.ok());
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const RecurrentDims dims :
+           {RecurrentDims{1, 100, 10, 128, 1}, RecurrentDims{8, 24, 10, 32, 2},
+            RecurrentDims{5, 30, 300, 64, 1}, RecurrentDims{3, 20, 7, 256, 2}}) {
+        CAPTURE(c.name, cell == Cell::kLstm ? "LSTM" : "GRU", DimsString(dims));
+        CudaTestMemory mem;
+        std::mt19937 rng(31600 + dims.H);
+        const StackCase s = MakeStack(rng, cell, dims, 2, mem);
+        const int64_t C = dims.ND * dims.H;
+        float* last = mem.Output(dims.B * C);
+        const int64_t before = (*backend)->stats().persistent_stacks;
+        REQUIRE((*backend)
+                    ->RecurrentStackLast(Of(cell), last, mem.Output(dims.B * dims.T * C),
+                                         mem.Upload(s.inp), s.dev_weights.data(), dims, 2)
+                    .ok());
+        REQUIRE((*backend)->Synchronize().ok());
+        CHECK((*backend)->stats().persistent_stacks == before + 1);
+        const std::vector<float> got = mem.Download(last, dims.B * C);
+        const std::vector<float> want = LastStep(s.want, dims);
+        ExpectAllClose(std::string("RecurrentStackLast with ") + c.name, got, want, c.atol, 0.0);
+        const double worst = MaxAbsDiff(got, want);
+        INFO(c.name << " max |diff| " << worst);
+        CHECK(worst > 1e-5);
+      }
+    }
+  }
 }
 
 TEST_CASE("A persistent stack replays from a CUDA graph with the same result") {
