@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds what bench/gpu_session.sh runs on the GPU host (gpu_bench, forecastd and every
-# *_gpu_test) in a CUDA build directory here, and packs them with ../shared/gpu/bundle.sh into .gpu/bundle.tgz,
+# Builds what bench/gpu_session.sh runs on the GPU host (gpu_bench, step_gpu_bench, forecastd and
+# every *_gpu_test) in a CUDA build directory here, and packs them with ../shared/gpu/bundle.sh into .gpu/bundle.tgz,
 # which travels to the GPU host (carry `.gpu`, it is git-ignored).
 #
 #   bench/make_gpu_bundle.sh                    build dir build-gpub, 2 jobs
@@ -18,9 +18,11 @@ cmake -S . -B "${build}" -DCMAKE_BUILD_TYPE=Release -DFORECASTD_CUDA=ON >/dev/nu
 # The GPU test targets, as CMake knows them (tests/CMakeLists.txt: forecastd_gpu_test).
 mapfile -t tests < <(cmake --build "${build}" --target help | sed -n 's/^\.\.\. \(.*_gpu_test\)$/\1/p')
 [[ ${#tests[@]} -gt 0 ]] || { echo "make_gpu_bundle.sh: no *_gpu_test targets" >&2; exit 1; }
-cmake --build "${build}" -j"${jobs}" --target gpu_bench forecastd forecastctl "${tests[@]}"
+cmake --build "${build}" -j"${jobs}" --target gpu_bench step_gpu_bench forecastd forecastctl \
+  "${tests[@]}"
 
-programs=("${build}/bench/gpu_bench" "${build}/server/forecastd" "${build}/client/forecastctl")
+programs=("${build}/bench/gpu_bench" "${build}/bench/step_gpu_bench" "${build}/server/forecastd"
+          "${build}/client/forecastctl")
 for t in "${tests[@]}"; do
   programs+=("$(find "${build}/tests" -name "${t}" -type f -perm -u+x | head -1)")
 done
