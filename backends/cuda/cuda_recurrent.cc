@@ -529,7 +529,8 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
   if ((out_seq == nullptr && out_last == nullptr) || inp == nullptr || weights == nullptr) {
     return absl::InvalidArgumentError("RecurrentStack: null pointer");
   }
-  const auto [B, T, I, H, ND] = dims;
+  // Named copies, not a structured binding: the lambda below captures them.
+  const int64_t B = dims.B, T = dims.T, I = dims.I, H = dims.H, ND = dims.ND;
   const cuda::StepCell step_cell =
       cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru;
   const cudaStream_t stream = context_.stream;
@@ -541,8 +542,8 @@ absl::Status CudaBackend::PersistentStackLocked(RecurrentCell cell, float* out_s
   const int64_t GH = (cell == RecurrentCell::kLstm ? 4 : 3) * H;
   ASSIGN_OR_RETURN(float* proj, ScratchFloatsLocked(kSequenceProj, ND * B * T * GH));
   // proj + d * B * T * GH (B, T, G*H) = input (B, T, width) @ w_ih^T + b_ih of weights[d].
-  const auto project = [&](const float* input, int64_t width,
-                           const RecurrentDirectionWeights* w) -> absl::Status {
+  const auto project = [&](const float* input, int64_t width, const RecurrentDirectionWeights* w)
+                           ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     for (int64_t d = 0; d < ND; ++d) {
       RETURN_IF_ERROR(LinearGemmLocked({.op_a = CUBLAS_OP_T,
                                         .M = GH,
