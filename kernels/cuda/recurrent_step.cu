@@ -24,6 +24,14 @@ using cell::UsesX;
 using cell::WeightAt;
 using cell::Weights;
 
+// barrier.cluster in two halves, so that work neither needs from the other can run between.
+__device__ __forceinline__ void ClusterArrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void ClusterWait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // The top layer's last step: its h' sits in `out` and each block of a stream tile has read
 // the old h from the slab. The last block of the tile to finish (counted in counters[tile])
 // copies the tile's h' into the slab and zeroes the counter for the next call.
@@ -457,6 +465,17 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
   __pipeline_wait_prior(0);
   // Every block of the cluster holds the old states it needs: from here on they may change.
   cluster.sync();
+  // A lane's new state of the layer it just ran (at most one stream per lane and layer), stored
+  // into the slab after the next barrier's arrival: before it, the arrival's release would wait
+  // for the stores to reach memory.
+  float* pending_state = nullptr;
+  float pending_h = 0.0f, pending_c = 0.0f;
+  const auto flush_state = [&]() {
+    if (pending_state == nullptr) return;
+    pending_state[j] = pending_h;
+    if (kLstm) pending_state[H + j] = pending_c;
+    pending_state = nullptr;
+  };
 
   for (int l = 0; l < L; ++l) {
     const int I = l == 0 ? I0 : H;
@@ -465,17 +484,17 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     if (j < H) {
       // The cell of stream r from its four activated quantities g, run by one lane.
       const auto cell = [&](int r, const float(&g)[kQuantities]) {
-        float* state = slab + rows[r] + l * SL;
         float h_new;
         if (kLstm) {
           const float c = g[1] * cs[(l * kClusterStreams + r) * UB + w_local] + g[0] * g[2];
           h_new = g[3] * tanhf(c);
-          state[H + j] = c;
+          pending_c = c;
         } else {
           const float n = tanhf(g[2] + g[0] * g[3]);
           h_new = (1.0f - g[1]) * n + g[1] * x_l[r * kClusterKp + I + j];
         }
-        state[j] = h_new;
+        pending_state = slab + rows[r] + l * SL;
+        pending_h = h_new;
         if (kForecast || l + 1 < L) {
           hb[r * UB + w_local] = h_new;
         } else {
@@ -514,11 +533,16 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
       }
     }
     if (l + 1 == L) break;
-    // The next layer's rows load while the cluster waits for every block's share of h'.
+    // The layer's states go out and the next layer's rows load while the cluster meets.
+    ClusterArrive();
+    flush_state();
     LoadRows<kLstm>(wr, bias, layer_weights[l + 1], j, lane, H, H);
     bias_mine = pick_bias();
-    cluster.sync();
+    ClusterWait();
     gather_h(hb, xh + (l + 1) * kClusterStreams * kClusterKp);
+    // The last gather: no block reads another's hbuf after it, which the final barrier (its
+    // wait at the end) ensures before any block leaves.
+    if (!kForecast && l + 2 == L) ClusterArrive();
     __syncthreads();
   }
   if (kForecast) {
@@ -526,15 +550,18 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     // from the whole top h', gathered into layer 0's staging rows (no longer read by anyone).
     const int warps = static_cast<int>(cluster.num_blocks()) * UB;
     const int w_global = rank * UB + w_local;
-    float hw[kClusterKPL];  // the first output's head row, loaded while the cluster waits
+    float hw[kClusterKPL];  // the first output's head row, loaded while the cluster meets
+    ClusterArrive();
+    flush_state();
 #pragma unroll
     for (int i = 0; i < kClusterKPL; ++i) {
       const int k = lane + 32 * i;
       hw[i] = w_global < fc.outputs && k < H ? fc.head_weight[int64_t{w_global} * H + k] : 0.0f;
     }
     const float* hb = hbuf + ((L - 1) % 2) * kClusterStreams * UB;
-    cluster.sync();
+    ClusterWait();
     gather_h(hb, xh);
+    ClusterArrive();  // the last remote read; the wait at the end keeps every block till all are
     __syncthreads();
     const int KQ = fc.targets * fc.quantiles;
     for (int o = w_global; o < fc.outputs; o += warps) {
@@ -567,8 +594,9 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
       }
     }
   }
+  flush_state();
   // No block leaves while another may still read its hbuf.
-  if (kForecast || L > 1) cluster.sync();
+  if (kForecast || L > 1) ClusterWait();
 }
 
 // --- launchers
