@@ -474,6 +474,26 @@ Shape WavefrontShape(int64_t I, int64_t H, int L, bool with_proj) {
   return shape;
 }
 
+// The fields both launchers fill alike; the slots are theirs to fill.
+Params CommonParams(const float* inp, float* out_seq, float* out_last, int64_t B, int64_t T,
+                    int64_t I, int64_t H, int layers, const Shape& shape, int64_t out_width,
+                    std::optional<Storage16> operands16) {
+  Params params{};
+  params.x = inp;
+  params.out_seq = out_seq;
+  params.out_last = out_last;
+  params.B = static_cast<int>(B);
+  params.T = static_cast<int>(T);
+  params.I = static_cast<int>(I);
+  params.H = static_cast<int>(H);
+  params.layers = layers;
+  params.P = shape.P;
+  params.UB = shape.UB;
+  params.out_width = static_cast<int>(out_width);
+  params.round16 = RoundMode(operands16);
+  return params;
+}
+
 }  // namespace
 
 bool RecurrentWavefrontFits(int64_t I, int64_t H, int L, bool with_proj) {
@@ -495,7 +515,7 @@ absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* in
     return absl::InvalidArgumentError("RecurrentWavefront: null pointer");
   }
   RETURN_IF_ERROR(CheckWeights(weights, L, "RecurrentWavefront"));
-  Params params{};
+  Params params = CommonParams(inp, out_seq, out_last, B, T, I, H, L, shape, H, operands16);
   for (int l = 0; l < L; ++l) {
     const ref::RecurrentDirectionWeights& w = weights[l];
     Slot& slot = params.slot[l];
@@ -504,18 +524,6 @@ absl::Status RecurrentWavefront(float* out_seq, float* out_last, const float* in
     slot.x_width = l > 0 ? static_cast<int>(H) : proj != nullptr ? 0 : static_cast<int>(I);
     slot.steps = static_cast<int>(T);
   }
-  params.x = inp;
-  params.out_seq = out_seq;
-  params.out_last = out_last;
-  params.B = static_cast<int>(B);
-  params.T = static_cast<int>(T);
-  params.I = static_cast<int>(I);
-  params.H = static_cast<int>(H);
-  params.layers = L;
-  params.P = shape.P;
-  params.UB = shape.UB;
-  params.out_width = static_cast<int>(H);
-  params.round16 = RoundMode(operands16);
   return Launch(params, shape, cell, /*ND=*/1, stream);
 }
 
@@ -538,7 +546,8 @@ absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
     return absl::InvalidArgumentError("RecurrentSweep: null pointer");
   }
   RETURN_IF_ERROR(CheckWeights(weights, ND, "RecurrentSweep"));
-  Params params{};
+  Params params =
+      CommonParams(inp, out_seq, out_last, B, T, I, H, /*layers=*/1, shape, ND * H, operands16);
   for (int d = 0; d < ND; ++d) {
     if (proj != nullptr && proj[d] == nullptr) {
       return absl::InvalidArgumentError("RecurrentSweep: null projection");
@@ -553,18 +562,6 @@ absl::Status RecurrentSweep(float* out_seq, float* out_last, const float* inp,
     slot.reverse = d;
     slot.out_offset = static_cast<int>(d * H);
   }
-  params.x = inp;
-  params.out_seq = out_seq;
-  params.out_last = out_last;
-  params.B = static_cast<int>(B);
-  params.T = static_cast<int>(T);
-  params.I = static_cast<int>(I);
-  params.H = static_cast<int>(H);
-  params.layers = 1;
-  params.P = shape.P;
-  params.UB = shape.UB;
-  params.out_width = static_cast<int>(ND * H);
-  params.round16 = RoundMode(operands16);
   return Launch(params, shape, cell, ND, stream);
 }
 
