@@ -71,38 +71,27 @@ __device__ __forceinline__ float ActivateQuantity(float x, int q) {
   return q < 2 ? FastSigmoid(x) : x;
 }
 
-// The cell from the four sums (biases included). LSTM: c is the old cell state, replaced by
-// c'; GRU: h is the old hidden state. Returns h'.
-template <bool kLstm>
-__device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, float* c) {
-  if (kLstm) {
-    const float i = Sigmoid(a[0]), f = Sigmoid(a[1]), g = tanhf(a[2]), o = Sigmoid(a[3]);
-    const float c_new = f * *c + i * g;
-    *c = c_new;
-    return o * tanhf(c_new);
-  }
-  const float r = Sigmoid(a[0]), z = Sigmoid(a[1]);
-  const float n = tanhf(a[2] + r * a[3]);
-  return (1.0f - z) * n + z * h;
-}
-
-// Cell with activations from the hardware's exp2 and reciprocal (FastSigmoid, and
-// tanh(x) = 1 - 2 / (1 + e^2x)): within a few 1e-7 of Cell, absolute, in a fraction of the time
-// tanhf and expf take on a step's critical path.
+// tanh(x) = 1 - 2 / (1 + e^2x) from the hardware's exp2 and reciprocal: within a few 1e-7 of
+// tanhf, absolute, in a fraction of its time on a step's critical path.
 __device__ __forceinline__ float FastTanh(float x) {
   return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x));
 }
-template <bool kLstm>
-__device__ __forceinline__ float FastCell(const float (&a)[kQuantities], float h, float* c) {
+
+// The cell from the four sums (biases included). LSTM: c is the old cell state, replaced by
+// c'; GRU: h is the old hidden state. Returns h'. kFast: FastSigmoid and FastTanh instead of
+// expf and tanhf (within a few 1e-7, absolute).
+template <bool kLstm, bool kFast = false>
+__device__ __forceinline__ float Cell(const float (&a)[kQuantities], float h, float* c) {
+  const auto sigmoid = [](float x) { return kFast ? FastSigmoid(x) : Sigmoid(x); };
+  const auto tanh = [](float x) { return kFast ? FastTanh(x) : tanhf(x); };
   if (kLstm) {
-    const float i = FastSigmoid(a[0]), f = FastSigmoid(a[1]), g = FastTanh(a[2]);
-    const float o = FastSigmoid(a[3]);
+    const float i = sigmoid(a[0]), f = sigmoid(a[1]), g = tanh(a[2]), o = sigmoid(a[3]);
     const float c_new = f * *c + i * g;
     *c = c_new;
-    return o * FastTanh(c_new);
+    return o * tanh(c_new);
   }
-  const float r = FastSigmoid(a[0]), z = FastSigmoid(a[1]);
-  const float n = FastTanh(a[2] + r * a[3]);
+  const float r = sigmoid(a[0]), z = sigmoid(a[1]);
+  const float n = tanh(a[2] + r * a[3]);
   return (1.0f - z) * n + z * h;
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 namespace cg = cooperative_groups;
 using cell::BiasOf;
-using cell::FastCell;
+using cell::Cell;
 using cell::HalvingSum;
 using cell::kQuantities;
 using cell::Row;
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
         gates[q] = v + bias[q] + pre[q];
       }
       const float h_old = kLstm || jp >= H ? 0.0f : xh[st * kKp + xw + jp];
-      h = FastCell<kLstm>(gates, h_old, &c);
+      h = Cell<kLstm, /*kFast=*/true>(gates, h_old, &c);
       const float h_sent = Round16(h, p.round16);  // what the next products multiply
       if (jp < H) {
         const uint32_t next = buf_address + sizeof(float) * ((par ^ 1) * kStreams * kKp + st * kKp);

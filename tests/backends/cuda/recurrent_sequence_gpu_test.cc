@@ -40,9 +40,11 @@ constexpr double kAtol = 1e-5, kRtol = 1e-4;
 
 std::unique_ptr<CudaBackend> PersistentBackend(
     CudaBackend::Options::RecurrentKernel kernel =
-        CudaBackend::Options::RecurrentKernel::kPersistent) {
+        CudaBackend::Options::RecurrentKernel::kPersistent,
+    CudaBackend::Options::Math math = CudaBackend::Options::Math::kFp32) {
   CudaBackend::Options options;
   options.recurrent_kernel = kernel;
+  options.math = math;
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(
       testing::SharedGpuEnv().streams->Lease(), testing::SharedGpuEnv().allocator.get(), options);
   INFO(backend.status().ToString());
@@ -150,12 +152,8 @@ TEST_CASE("Under bf16 and fp16 the persistent kernels stay within the stated bou
   };
   for (const Case c : {Case{CudaBackend::Options::Math::kBf16, "bf16", 6e-2},
                        Case{CudaBackend::Options::Math::kFp16, "fp16", 1e-2}}) {
-    CudaBackend::Options options;
-    options.math = c.math;
-    options.recurrent_kernel = CudaBackend::Options::RecurrentKernel::kPersistent;
-    absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CudaBackend::Create(
-        testing::SharedGpuEnv().streams->Lease(), testing::SharedGpuEnv().allocator.get(), options);
-    REQUIRE(backend.ok());
+    std::unique_ptr<CudaBackend> backend =
+        PersistentBackend(CudaBackend::Options::RecurrentKernel::kPersistent, c.math);
     for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
       for (const RecurrentDims dims :
            {RecurrentDims{1, 100, 10, 128, 1}, RecurrentDims{8, 24, 10, 32, 2},
@@ -166,13 +164,13 @@ TEST_CASE("Under bf16 and fp16 the persistent kernels stay within the stated bou
         const StackCase s = MakeStack(rng, cell, dims, 2, mem);
         const int64_t C = dims.ND * dims.H;
         float* last = mem.Output(dims.B * C);
-        const int64_t before = (*backend)->stats().persistent_stacks;
-        REQUIRE((*backend)
+        const int64_t before = backend->stats().persistent_stacks;
+        REQUIRE(backend
                     ->RecurrentStackLast(Of(cell), last, mem.Output(dims.B * dims.T * C),
                                          mem.Upload(s.inp), s.dev_weights.data(), dims, 2)
                     .ok());
-        REQUIRE((*backend)->Synchronize().ok());
-        CHECK((*backend)->stats().persistent_stacks == before + 1);
+        REQUIRE(backend->Synchronize().ok());
+        CHECK(backend->stats().persistent_stacks == before + 1);
         const std::vector<float> got = mem.Download(last, dims.B * C);
         const std::vector<float> want = LastStep(s.want, dims);
         ExpectAllClose(std::string("RecurrentStackLast with ") + c.name, got, want, c.atol, 0.0);
