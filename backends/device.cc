@@ -11,9 +11,21 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "backends/device_memory.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
+
+absl::Status CheckCudaIpcArguments(absl::string_view raw_handle, int64_t byte_size) {
+  if (static_cast<int64_t>(raw_handle.size()) != kCudaIpcHandleBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle has ", kCudaIpcHandleBytes,
+                                                   " bytes; got ", raw_handle.size()));
+  }
+  if (byte_size <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("byte_size must be positive, got ", byte_size));
+  }
+  return absl::OkStatus();
+}
 
 std::string Device::Id() const {
   return kind == DeviceKind::kCpu ? std::string("cpu") : absl::StrCat("cuda:", index);

@@ -2,7 +2,8 @@
 # Everything the GPU host does in one call: unpack the bundle that bench/make_gpu_bundle.sh
 # built (.gpu/bundle.tgz, carried with the working tree), run every GPU test binary in it
 # (one line each: pass / fail / skipped, with Catch2's summary), check the daemon serving and
-# training on the GPU (bench/gpu_daemon_check.py; on hosts with two GPUs or more also training
+# training on the GPU (bench/gpu_daemon_check.py), Triton's perf_analyzer with CUDA shared memory
+# where .gpu/perf_analyzer holds it (bench/perf_analyzer_gpu.sh; on hosts with two GPUs or more also training
 # on two GPUs under Predict load, bench/gpu_multi_daemon_check.py, with the arguments in
 # FORECASTD_GPU_MULTI_DAEMON_ARGS, e.g. "--quick"), then bench/run_gpu.sh (forecastd vs PyTorch
 # on the same GPU), and print a short table last.
@@ -88,6 +89,8 @@ fi
 # Test data comes from this checkout, not from the path the bundle was built at
 # (golden_gpu_test reads its cases from FORECASTD_GOLDEN_DIR: tests/golden/golden_dir.h).
 export FORECASTD_GOLDEN_DIR="${repo}/tests/golden"
+# The daemon the tests that start one run (cuda_shared_memory_gpu_test).
+export FORECASTD_BINARY=/tmp/bundle/bin/forecastd
 summary=()
 tests_ok=1
 : > "${out}/gpu_tests.log"
@@ -132,6 +135,24 @@ else
 fi
 summary+=("$(printf '%-26s %-22s' "forecastd on the GPU" "$([[ ${daemon_rc} == 0 ]] && echo pass || echo FAIL)")")
 [[ ${daemon_rc} == 0 ]] || tests_ok=0
+
+# --- Triton's perf_analyzer over gRPC, tensors in the requests, in system and in CUDA shared
+# memory (only where .gpu/perf_analyzer was fetched, bench/fetch_perf_analyzer.sh, or packed as
+# .gpu/perf_analyzer.tgz, a third of its size to carry)
+pa_dir=.gpu/perf_analyzer
+if [[ -f .gpu/perf_analyzer.tgz ]]; then
+  rm -rf /tmp/pa && mkdir -p /tmp/pa && tar xzf .gpu/perf_analyzer.tgz -C /tmp/pa &&
+    pa_dir=/tmp/pa/perf_analyzer
+fi
+if [[ -x "${pa_dir}/perf_analyzer" && -x /tmp/bundle/bin/forecastd ]]; then
+  echo
+  echo "=== perf_analyzer against forecastd --devices cuda:0 (demo_lstm)"
+  bash bench/perf_analyzer_gpu.sh --bin-dir /tmp/bundle/bin --pa-dir "${pa_dir}" \
+    --out "${out}/perf_analyzer" | tee "${out}/perf_analyzer.txt"
+  pa_rc=${PIPESTATUS[0]}
+  summary+=("$(printf '%-26s %-22s' "perf_analyzer (3 modes)" "$([[ ${pa_rc} == 0 ]] && echo pass || echo FAIL)")")
+  [[ ${pa_rc} == 0 ]] || tests_ok=0
+fi
 
 # --- the daemon training on two GPUs while it serves (only where there are two)
 gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"

@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -61,6 +63,19 @@ absl::StatusOr<json> OptionalObject(const std::string& body) {
     return absl::InvalidArgumentError("the body must be empty or a JSON object");
   }
   return root;
+}
+
+// A shared-memory register body's non-negative integer `field` of region `name`; nullopt when
+// absent and not `required`.
+absl::StatusOr<std::optional<uint64_t>> RegionField(const json& root, const std::string& name,
+                                                    const char* field, bool required) {
+  const auto it = root.find(field);
+  if (it == root.end() && !required) return std::nullopt;
+  if (it == root.end() || !it->is_number_unsigned()) {
+    return absl::InvalidArgumentError(absl::StrCat("shared-memory region '", name, "': '", field,
+                                                   "' must be a non-negative integer"));
+  }
+  return it->get<uint64_t>();
 }
 
 // A load or unload body's "parameters" as ModelRepositoryParameters.
@@ -477,21 +492,12 @@ void KServeHttpServer::Route() {
               absl::StrCat("shared-memory region '", request.name(), "': 'key' must be a string"));
         }
         request.set_key(key->template get<std::string>());
-        for (const char* field : {"offset", "byte_size"}) {
-          const auto it = root.find(field);
-          if (it == root.end() && std::string_view(field) == "offset") continue;
-          if (it == root.end() || !it->is_number_unsigned()) {
-            return absl::InvalidArgumentError(absl::StrCat("shared-memory region '", request.name(),
-                                                           "': '", field,
-                                                           "' must be a non-negative integer"));
-          }
-          const uint64_t value = it->template get<uint64_t>();
-          if (std::string_view(field) == "offset") {
-            request.set_offset(value);
-          } else {
-            request.set_byte_size(value);
-          }
-        }
+        ASSIGN_OR_RETURN(const std::optional<uint64_t> offset,
+                         RegionField(root, request.name(), "offset", /*required=*/false));
+        ASSIGN_OR_RETURN(const std::optional<uint64_t> byte_size,
+                         RegionField(root, request.name(), "byte_size", /*required=*/true));
+        request.set_offset(offset.value_or(0));
+        request.set_byte_size(*byte_size);
         RETURN_IF_ERROR(service->RegisterSharedMemory(owner, request));
         res.status = 200;
         return absl::OkStatus();
@@ -510,12 +516,72 @@ void KServeHttpServer::Route() {
   http.Post(R"(/v2/systemsharedmemory/region/([^/]+)/unregister)",
             owned_endpoint("SystemSharedMemoryUnregister", shm_unregister));
 
+  // CUDA shared memory: regions of the caller's device allocations, named by CUDA IPC handles.
+  const auto cuda_status = [service, region_of](const httplib::Request& req, httplib::Response& res,
+                                                const std::string& owner) {
+    inference::CudaSharedMemoryStatusRequest request;
+    request.set_name(region_of(req));
+    inference::CudaSharedMemoryStatusResponse response;
+    RETURN_IF_ERROR(service->CudaSharedMemoryStatus(owner, request, &response));
+    json regions = json::array();
+    for (const auto& [name, region] : response.regions()) {
+      regions.push_back({{"name", region.name()},
+                         {"device_id", region.device_id()},
+                         {"byte_size", region.byte_size()}});
+    }
+    ReplyJson(res, regions);
+    return absl::OkStatus();
+  };
+  http.Get("/v2/cudasharedmemory/status", owned_endpoint("CudaSharedMemoryStatus", cuda_status));
+  http.Get(R"(/v2/cudasharedmemory/region/([^/]+)/status)",
+           owned_endpoint("CudaSharedMemoryStatus", cuda_status));
+  http.Post(
+      R"(/v2/cudasharedmemory/region/([^/]+)/register)",
+      owned_endpoint("CudaSharedMemoryRegister", [service, region_of](const auto& req, auto& res,
+                                                                      const std::string& owner) {
+        ASSIGN_OR_RETURN(const json root, OptionalObject(req.body));
+        inference::CudaSharedMemoryRegisterRequest request;
+        request.set_name(region_of(req));
+        // Triton's body: {"raw_handle": {"b64": "..."}, "device_id": d, "byte_size": n}.
+        const auto handle = root.find("raw_handle");
+        const bool has_b64 = handle != root.end() && handle->is_object() &&
+                             handle->contains("b64") && handle->at("b64").is_string();
+        std::string raw;
+        if (!has_b64 ||
+            !absl::Base64Unescape(handle->at("b64").template get<std::string>(), &raw)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("shared-memory region '", request.name(),
+                           "': 'raw_handle' must be {\"b64\": the CUDA IPC handle in base64}"));
+        }
+        request.set_raw_handle(raw);
+        ASSIGN_OR_RETURN(const std::optional<uint64_t> device_id,
+                         RegionField(root, request.name(), "device_id", /*required=*/true));
+        ASSIGN_OR_RETURN(const std::optional<uint64_t> byte_size,
+                         RegionField(root, request.name(), "byte_size", /*required=*/true));
+        if (*device_id > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+          return absl::InvalidArgumentError(absl::StrCat("shared-memory region '", request.name(),
+                                                         "': 'device_id' ", *device_id,
+                                                         " is not a GPU"));
+        }
+        request.set_device_id(static_cast<int64_t>(*device_id));
+        request.set_byte_size(*byte_size);
+        RETURN_IF_ERROR(service->RegisterCudaSharedMemory(owner, request));
+        res.status = 200;
+        return absl::OkStatus();
+      }));
+  const auto cuda_unregister = [service, region_of](const httplib::Request& req,
+                                                    httplib::Response& res,
+                                                    const std::string& owner) {
+    inference::CudaSharedMemoryUnregisterRequest request;
+    request.set_name(region_of(req));
+    RETURN_IF_ERROR(service->UnregisterCudaSharedMemory(owner, request));
+    res.status = 200;
+    return absl::OkStatus();
+  };
   http.Post("/v2/cudasharedmemory/unregister",
-            endpoint("CudaSharedMemoryUnregister", [service](const auto&, auto& res) {
-              RETURN_IF_ERROR(service->UnregisterCudaSharedMemory({}));
-              res.status = 200;
-              return absl::OkStatus();
-            }));
+            owned_endpoint("CudaSharedMemoryUnregister", cuda_unregister));
+  http.Post(R"(/v2/cudasharedmemory/region/([^/]+)/unregister)",
+            owned_endpoint("CudaSharedMemoryUnregister", cuda_unregister));
 
   // Triton's endpoints forecastd does not serve: 501, naming what and why, after the same
   // authorization as the gRPC method.
@@ -525,10 +591,6 @@ void KServeHttpServer::Route() {
     const char* message;
   };
   static constexpr Unsupported kUnsupported[] = {
-      {R"(/v2/cudasharedmemory(?:/region/[^/]+)?/(?:status|register|unregister))",
-       "CudaSharedMemoryStatus",
-       "forecastd does not support CUDA shared memory; send tensors in the request body "
-       "(JSON 'data' or binary data)"},
       {R"(/v2(?:/models/[^/]+)?/trace/setting)", "TraceSetting",
        "forecastd does not support Triton's request tracing (trace/setting); its Prometheus "
        "metrics give queue and compute time per model"},

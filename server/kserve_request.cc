@@ -112,7 +112,7 @@ absl::Status NotASequenceModel(const inference::ModelInferRequest& request) {
 
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
                        int64_t max_batch_rows, PredictCall& call,
-                       std::optional<absl::string_view> shared_input) {
+                       const SharedMemoryTensors* shared) {
   const std::string& name = model.config().name();
   const std::string takes =
       absl::StrCat("model '", name, "' takes one input, '", kKServeInputName, "' (FP32 [B, ",
@@ -157,7 +157,7 @@ absl::Status ReadInput(const inference::ModelInferRequest& request, const Foreca
         absl::StrCat("raw_input_contents has ", request.raw_input_contents_size(),
                      " entries for 1 input; send one per input, in the order of 'inputs'"));
   }
-  if (shared_input.has_value()) {
+  if (shared != nullptr && shared->input_shared()) {
     if (request.raw_input_contents_size() > 0 || contents.fp32_contents_size() > 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "input '", kKServeInputName,
@@ -165,8 +165,9 @@ absl::Status ReadInput(const inference::ModelInferRequest& request, const Foreca
     }
     call.shape =
         absl::Span<const int64_t>(input.shape().data(), static_cast<size_t>(input.shape().size()));
-    call.raw = *shared_input;
+    call.raw = shared->input;
     call.values = {};
+    call.device_input = shared->device_input;
     call.input_context = absl::StrCat("input '", kKServeInputName, "' (shared memory): ");
     return absl::OkStatus();
   }
@@ -221,12 +222,19 @@ absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelIn
                                                         const SharedMemoryRegistry* registry,
                                                         const std::string& owner) {
   SharedMemoryTensors out;
-  // One tensor's region: nullptr when it names none.
+  // One tensor's region, of either kind; `name` empty when it names none.
+  struct Resolved {
+    std::string name;
+    std::shared_ptr<const SharedMemoryRegion> system;
+    char* data = nullptr;  // in `system`
+    DeviceSpan device;
+    int64_t offset = 0;
+    int64_t bytes = 0;
+  };
   const auto resolve =
       [&](const std::string& what,
-          const google::protobuf::Map<std::string, inference::InferParameter>& parameters,
-          int64_t* offset_out, int64_t* bytes_out)
-      -> absl::StatusOr<std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>> {
+          const google::protobuf::Map<std::string, inference::InferParameter>& parameters)
+      -> absl::StatusOr<Resolved> {
     const auto it = parameters.find("shared_memory_region");
     if (it == parameters.end()) {
       if (parameters.contains("shared_memory_byte_size") ||
@@ -234,7 +242,7 @@ absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelIn
         return absl::InvalidArgumentError(absl::StrCat(
             what, " has a shared-memory size or offset but no 'shared_memory_region'"));
       }
-      return std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>(nullptr, nullptr);
+      return Resolved{};
     }
     if (!it->second.has_string_param() || it->second.string_param().empty()) {
       return absl::InvalidArgumentError(
@@ -256,32 +264,45 @@ absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelIn
       return absl::NotFoundError(
           absl::StrCat(context, ": shared-memory region '", name, "' is not registered"));
     }
-    ASSIGN_OR_RETURN(std::shared_ptr<const SharedMemoryRegion> region,
-                     registry->Acquire(owner, name));
-    *offset_out = static_cast<int64_t>(offset.value_or(0));
-    *bytes_out = static_cast<int64_t>(*byte_size);
-    ASSIGN_OR_RETURN(char* data, region->Slice(what, *offset_out, *bytes_out));
-    return std::pair<std::shared_ptr<const SharedMemoryRegion>, char*>(std::move(region), data);
+    ASSIGN_OR_RETURN(SharedMemoryRegistry::Acquired region, registry->AcquireAny(owner, name));
+    Resolved resolved;
+    resolved.name = name;
+    resolved.offset = static_cast<int64_t>(offset.value_or(0));
+    resolved.bytes = static_cast<int64_t>(*byte_size);
+    if (region.system != nullptr) {
+      ASSIGN_OR_RETURN(resolved.data, region.system->Slice(what, resolved.offset, resolved.bytes));
+      resolved.system = std::move(region.system);
+    } else {
+      RETURN_IF_ERROR(
+          CheckInsideRegion(what, name, resolved.offset, resolved.bytes, region.cuda->byte_size()));
+      resolved.device = DeviceSpan{
+          .region = std::move(region.cuda), .offset = resolved.offset, .bytes = resolved.bytes};
+    }
+    return resolved;
   };
   for (const auto& input : request.inputs()) {
-    int64_t offset = 0;
-    int64_t bytes = 0;
-    ASSIGN_OR_RETURN(auto resolved, resolve(absl::StrCat("input '", input.name(), "'"),
-                                            input.parameters(), &offset, &bytes));
-    if (resolved.first == nullptr) continue;
+    ASSIGN_OR_RETURN(Resolved resolved,
+                     resolve(absl::StrCat("input '", input.name(), "'"), input.parameters()));
+    if (resolved.name.empty()) continue;
     // ReadInput refuses a second input; only the first can be the one read.
-    if (out.input_region == nullptr) {
-      out.input_region = std::move(resolved.first);
-      out.input = absl::string_view(resolved.second, static_cast<size_t>(bytes));
+    if (!out.input_shared()) {
+      out.input_region = std::move(resolved.system);
+      if (out.input_region != nullptr) {
+        out.input = absl::string_view(resolved.data, static_cast<size_t>(resolved.bytes));
+      }
+      out.device_input = std::move(resolved.device);
     }
   }
   for (const auto& output : request.outputs()) {
-    ASSIGN_OR_RETURN(auto resolved,
-                     resolve(absl::StrCat("output '", output.name(), "'"), output.parameters(),
-                             &out.output_offset, &out.output_bytes));
-    if (resolved.first == nullptr) continue;
-    out.output_region = std::move(resolved.first);
-    out.output = resolved.second;
+    ASSIGN_OR_RETURN(Resolved resolved,
+                     resolve(absl::StrCat("output '", output.name(), "'"), output.parameters()));
+    if (resolved.name.empty()) continue;
+    out.output_region = std::move(resolved.system);
+    out.output = resolved.data;
+    out.device_output = std::move(resolved.device);
+    out.output_region_name = resolved.name;
+    out.output_bytes = resolved.bytes;
+    out.output_offset = resolved.offset;
   }
   return out;
 }

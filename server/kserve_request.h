@@ -54,19 +54,29 @@ bool CarriesSequence(const inference::ModelInferRequest& request);
 // The INVALID_ARGUMENT such a request gets from a model that is not a sequence model.
 absl::Status NotASequenceModel(const inference::ModelInferRequest& request);
 
-// The tensors of a request that live in system shared memory (Triton's parameters
+// The tensors of a request that live in shared memory (Triton's parameters
 // "shared_memory_region", "shared_memory_byte_size" and the optional "shared_memory_offset"
-// on an input or output), resolved against the caller's registered regions. The region
-// references keep the mappings alive while the request uses them.
+// on an input or output), resolved against the caller's registered regions: system regions
+// (host bytes) or CUDA regions (device memory, DeviceSpan). The region references keep the
+// mappings alive while the request uses them.
 struct SharedMemoryTensors {
-  // The input's bytes, when the input names a region (`input_region` then non-null).
+  // The input's bytes, when the input names a system region (`input_region` then non-null),
+  // or its device memory, when it names a CUDA region.
   std::shared_ptr<const SharedMemoryRegion> input_region;
   absl::string_view input;
-  // Where the forecast goes, when the output names a region (`output_region` then non-null).
+  DeviceSpan device_input;
+  // Where the forecast goes, when the output names a system region (`output_region` then
+  // non-null and `output` its first byte) or a CUDA region (`device_output`).
   std::shared_ptr<const SharedMemoryRegion> output_region;
   char* output = nullptr;
+  DeviceSpan device_output;
+  // Of either kind: the output's region, byte size and offset as the request names them.
+  std::string output_region_name;
   int64_t output_bytes = 0;
   int64_t output_offset = 0;
+
+  bool input_shared() const { return input_region != nullptr || !device_input.empty(); }
+  bool output_shared() const { return !output_region_name.empty(); }
 };
 // NOT_FOUND for a region `owner` has not registered (or no registry: shared memory is off);
 // INVALID_ARGUMENT naming the tensor and region for a missing or bad size or offset and for a
@@ -77,11 +87,12 @@ absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelIn
 
 // Points `call` at the (B, T, F) windows of the request's one input, after the checks only
 // KServe's message needs (names, datatype, where the values are); the admission step checks
-// the windows themselves against `model`. With `shared_input`, the input's bytes are those
-// (from a shared-memory region), and the request must carry no data of its own for it.
+// the windows themselves against `model`. When `shared` has the input in a region, the input's
+// bytes are there (host bytes, or device memory for a CUDA region), and the request must carry
+// no data of its own for it.
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
                        int64_t max_batch_rows, PredictCall& call,
-                       std::optional<absl::string_view> shared_input = std::nullopt);
+                       const SharedMemoryTensors* shared = nullptr);
 
 // INVALID_ARGUMENT for an output other than the forecast or one asked for twice;
 // UNIMPLEMENTED for one asking for classification.

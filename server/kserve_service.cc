@@ -72,9 +72,9 @@ std::string StateReason(const ModelStatus& status) {
 }
 
 // Triton's protocol extensions forecastd serves, as ServerMetadata names them over gRPC and
-// REST alike ("sequence" only with tick streams). Those it does not serve (classification,
-// CUDA shared memory, trace, generate) answer UNIMPLEMENTED (501 over REST) with a
-// message naming them.
+// REST alike ("sequence" only with tick streams, "cuda_shared_memory" only in a build with
+// CUDA). Those it does not serve (classification, trace, generate) answer UNIMPLEMENTED (501
+// over REST) with a message naming them.
 constexpr const char* kExtensions[] = {
     "model_repository",
     "model_repository(unload_dependents)",
@@ -85,13 +85,13 @@ constexpr const char* kExtensions[] = {
     "binary_tensor_data",
     "logging",
     "system_shared_memory",
+#if FORECASTD_WITH_CUDA
+    "cuda_shared_memory",
+#endif
 };
 
 constexpr char kSequenceNoSharedMemory[] =
     "a sequence request (sequence_id) takes its tensors in the request, not in shared memory";
-constexpr char kNoCudaSharedMemory[] =
-    "forecastd does not support CUDA shared memory; send tensors in the request "
-    "(raw_input_contents or contents)";
 
 absl::Status RepositoryNameSupported(const std::string& repository_name) {
   if (repository_name.empty()) return absl::OkStatus();
@@ -280,31 +280,34 @@ void KServeService::Infer(const char* method, const std::string& owner, absl::Ti
   if (!shared.ok()) return fail(shared.status());
   PredictCall call;
   if (absl::Status status =
-          ReadInput(request, *pinned->model, pinned->max_batch_size, call,
-                    shared->input_region != nullptr ? std::optional(shared->input) : std::nullopt);
+          ReadInput(request, *pinned->model, pinned->max_batch_size, call, &*shared);
       !status.ok()) {
     return fail(status);
   }
   if (absl::Status status = CheckRequestedOutputs(request); !status.ok()) return fail(status);
   const int64_t per_row = pinned->model->num_outputs();
-  if (shared->output_region != nullptr && !call.shape.empty()) {
+  if (shared->output_shared() && !call.shape.empty()) {
     // Division, not shape[0] * bytes_per_row: a window count the admission step has not yet
     // bounded must not overflow here.
     const int64_t bytes_per_row = per_row * static_cast<int64_t>(sizeof(float));
     if (call.shape[0] > shared->output_bytes / bytes_per_row) {
       return fail(absl::InvalidArgumentError(absl::StrCat(
-          "output '", kKServeOutputName, "' (shared-memory region '", shared->output_region->name(),
+          "output '", kKServeOutputName, "' (shared-memory region '", shared->output_region_name,
           "'): shared_memory_byte_size is ", shared->output_bytes, " but the forecast of ",
           call.shape[0], " windows takes ", bytes_per_row, " bytes per window")));
     }
   }
+  call.device_output = shared->device_output;
   call.priority = parameters->priority;
   call.deadline = deadline;
   call.timeout_override = parameters->timeout;
-  // The forecasts go straight into the reply's one raw output, or into the output's region.
+  // The forecasts go straight into the reply's one raw output, or into the output's region
+  // (for a CUDA region the batch writes them there: no host buffer).
   char* const shared_output = shared->output;
-  const auto reply_buffer = [response, per_row, shared_output](int64_t rows) -> char* {
-    if (shared_output != nullptr) {
+  const bool output_shared = shared->output_shared();
+  const auto reply_buffer = [response, per_row, shared_output,
+                             output_shared](int64_t rows) -> char* {
+    if (output_shared) {
       // An empty entry, as Triton sends, keeps raw_output_contents in line with the outputs
       // (tritonclient's InferResultGrpc reads one entry per output).
       response->add_raw_output_contents();
@@ -329,10 +332,10 @@ void KServeService::Infer(const char* method, const std::string& owner, absl::Ti
       output->set_datatype(kKServeFp32);
       output->add_shape(rows);
       for (const int64_t dim : ForecastDims(*forecaster)) output->add_shape(dim);
-      if (shared.output_region != nullptr) {
+      if (shared.output_shared()) {
         // As Triton answers: the data is in the region, which the output names.
         auto& parameters = *output->mutable_parameters();
-        parameters["shared_memory_region"].set_string_param(shared.output_region->name());
+        parameters["shared_memory_region"].set_string_param(shared.output_region_name);
         parameters["shared_memory_byte_size"].set_int64_param(rows * forecaster->num_outputs() *
                                                               static_cast<int64_t>(sizeof(float)));
         if (shared.output_offset != 0) {
@@ -586,30 +589,59 @@ absl::Status KServeService::SharedMemoryStatus(
 }
 
 grpc::Status KServeService::CudaSharedMemoryStatus(
-    grpc::ServerContext* context, const inference::CudaSharedMemoryStatusRequest* /*request*/,
-    inference::CudaSharedMemoryStatusResponse* /*response*/) {
-  return Unsupported(*context, kNoCudaSharedMemory);
+    grpc::ServerContext* context, const inference::CudaSharedMemoryStatusRequest* request,
+    inference::CudaSharedMemoryStatusResponse* response) {
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(CudaSharedMemoryStatus(Owner(*context), *request, response));
 }
 
 grpc::Status KServeService::CudaSharedMemoryRegister(
-    grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* /*request*/,
+    grpc::ServerContext* context, const inference::CudaSharedMemoryRegisterRequest* request,
     inference::CudaSharedMemoryRegisterResponse* /*response*/) {
-  return Unsupported(*context, kNoCudaSharedMemory);
+  if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
+  return ToGrpcStatus(RegisterCudaSharedMemory(Owner(*context), *request));
 }
 
 grpc::Status KServeService::CudaSharedMemoryUnregister(
     grpc::ServerContext* context, const inference::CudaSharedMemoryUnregisterRequest* request,
     inference::CudaSharedMemoryUnregisterResponse* /*response*/) {
   if (absl::Status allowed = Authorize(*context); !allowed.ok()) return ToGrpcStatus(allowed);
-  return ToGrpcStatus(UnregisterCudaSharedMemory(*request));
+  return ToGrpcStatus(UnregisterCudaSharedMemory(Owner(*context), *request));
+}
+
+absl::Status KServeService::RegisterCudaSharedMemory(
+    const std::string& owner, const inference::CudaSharedMemoryRegisterRequest& request) {
+  constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (request.byte_size() > kMax) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared-memory region '", request.name(), "': byte_size must be below 2^63"));
+  }
+  if (request.device_id() < 0 || request.device_id() > std::numeric_limits<int>::max()) {
+    return absl::NotFoundError(absl::StrCat("shared-memory region '", request.name(),
+                                            "': there is no GPU ", request.device_id()));
+  }
+  return shared_memory_->RegisterCuda(owner, request.name(), request.raw_handle(),
+                                      static_cast<int>(request.device_id()),
+                                      static_cast<int64_t>(request.byte_size()));
 }
 
 absl::Status KServeService::UnregisterCudaSharedMemory(
-    const inference::CudaSharedMemoryUnregisterRequest& request) const {
-  // Unregistering all CUDA regions leaves none, which is what was asked (perf_analyzer and
-  // tritonclient's shared-memory helpers do it after using system shared memory).
-  if (request.name().empty()) return absl::OkStatus();
-  return absl::UnimplementedError(kNoCudaSharedMemory);
+    const std::string& owner, const inference::CudaSharedMemoryUnregisterRequest& request) {
+  return shared_memory_->UnregisterCuda(owner, request.name());
+}
+
+absl::Status KServeService::CudaSharedMemoryStatus(
+    const std::string& owner, const inference::CudaSharedMemoryStatusRequest& request,
+    inference::CudaSharedMemoryStatusResponse* response) const {
+  ASSIGN_OR_RETURN(const std::vector<SharedMemoryRegistry::CudaRegionStatus> regions,
+                   shared_memory_->CudaStatus(owner, request.name()));
+  for (const SharedMemoryRegistry::CudaRegionStatus& region : regions) {
+    auto& entry = (*response->mutable_regions())[region.name];
+    entry.set_name(region.name);
+    entry.set_device_id(static_cast<uint64_t>(region.device_id));
+    entry.set_byte_size(static_cast<uint64_t>(region.byte_size));
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status KServeService::TraceSetting(grpc::ServerContext* context,

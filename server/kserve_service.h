@@ -191,9 +191,14 @@ class KServeService final : public KServeServiceBase {
   absl::Status SharedMemoryStatus(const std::string& owner,
                                   const inference::SystemSharedMemoryStatusRequest& request,
                                   inference::SystemSharedMemoryStatusResponse* response) const;
-  // OK for all regions (there are none); UNIMPLEMENTED for a named one.
+  // The CUDA shared-memory calls of `owner`.
+  absl::Status RegisterCudaSharedMemory(const std::string& owner,
+                                        const inference::CudaSharedMemoryRegisterRequest& request);
   absl::Status UnregisterCudaSharedMemory(
-      const inference::CudaSharedMemoryUnregisterRequest& request) const;
+      const std::string& owner, const inference::CudaSharedMemoryUnregisterRequest& request);
+  absl::Status CudaSharedMemoryStatus(const std::string& owner,
+                                      const inference::CudaSharedMemoryStatusRequest& request,
+                                      inference::CudaSharedMemoryStatusResponse* response) const;
   // ModelInfer's work for `owner` (whose shared-memory regions its tensors may name), counted
   // under `method` in the request metrics, with `deadline` on the engine's clock
   // (absl::InfiniteFuture(): none). `finish` is called exactly once, as Infer's below;

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/base/status.h"
 #include "server/predict_input.h"
 
@@ -18,21 +19,38 @@ absl::Status PredictAdmission::Admit(const LoadedModel& pinned, const PredictCal
                                      absl::FunctionRef<char*(int64_t rows)> output_buffer,
                                      std::function<void(PredictResult)> done) const {
   const Forecaster& model = *pinned.model;
-  absl::StatusOr<absl::string_view> windows =
-      CheckWindows(model, call.shape, call.raw, call.values,
-                   {.max_batch_rows = pinned.max_batch_size,
-                    .server_max_batch_rows = options_.max_batch_rows,
-                    .max_request_bytes = options_.max_request_memory_bytes,
-                    .allow_non_finite = options_.allow_non_finite_inputs});
-  if (!windows.ok()) {
-    if (call.input_context.empty()) return windows.status();
-    return absl::Status(windows.status().code(),
-                        absl::StrCat(call.input_context, windows.status().message()));
-  }
+  const WindowLimits limits{.max_batch_rows = pinned.max_batch_size,
+                            .server_max_batch_rows = options_.max_batch_rows,
+                            .max_request_bytes = options_.max_request_memory_bytes,
+                            .allow_non_finite = options_.allow_non_finite_inputs};
+  const auto with_context = [&call](const absl::Status& status) {
+    if (call.input_context.empty()) return status;
+    return absl::Status(status.code(), absl::StrCat(call.input_context, status.message()));
+  };
   auto task = std::make_unique<PredictTask>();
+  if (call.device_input.empty()) {
+    absl::StatusOr<absl::string_view> windows =
+        CheckWindows(model, call.shape, call.raw, call.values, limits);
+    if (!windows.ok()) return with_context(windows.status());
+    task->input_bytes = *windows;
+  } else {
+    absl::StatusOr<int64_t> floats = CheckWindowShape(model, call.shape, limits);
+    if (!floats.ok()) return with_context(floats.status());
+    const int64_t bytes = *floats * int64_t{sizeof(float)};
+    if (call.device_input.bytes != bytes) {
+      return with_context(absl::InvalidArgumentError(
+          absl::StrCat("the region holds ", call.device_input.bytes, " bytes of inputs; shape [",
+                       absl::StrJoin(call.shape, ", "), "] of float32 needs ", bytes)));
+    }
+    task->device_input = call.device_input;
+    task->allow_non_finite = options_.allow_non_finite_inputs;
+  }
   task->rows = call.shape[0];
-  task->input_bytes = *windows;
   task->output = output_buffer(task->rows);
+  if (!call.device_output.empty()) {
+    task->device_output = call.device_output;
+    task->device_output.bytes = task->rows * model.num_outputs() * int64_t{sizeof(float)};
+  }
   task->priority = call.priority;
   task->deadline = call.deadline;
   task->timeout_override = call.timeout_override;

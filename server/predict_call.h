@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/clock.h"
+#include "engine/serving/device_memory.h"
 #include "engine/serving/model_registry.h"
 #include "engine/serving/predict_task.h"
 #include "grpcpp/server_context.h"
@@ -31,6 +32,13 @@ struct PredictCall {
   absl::Span<const int64_t> shape;
   absl::string_view raw;
   absl::Span<const float> values;
+  // The windows in a client's device memory instead (CUDA shared memory; `raw` and `values`
+  // then empty): its byte count must be the shape's. The server never reads them on the host:
+  // the batch checks them for non-finite values where it reads them.
+  DeviceSpan device_input;
+  // The forecasts go to a client's device memory instead of the reply's buffer when set: at
+  // least the forecasts' bytes (the front door checks), of which Admit takes what they need.
+  DeviceSpan device_output;
   // Put before messages about the windows ("input 'INPUT__0': "); may be empty.
   std::string input_context;
   // Priority level, 1 the highest; 0: the model's default level.
@@ -67,7 +75,8 @@ class PredictAdmission {
 
   // Step 2: checks `call` against `pinned` and the server's limits (PredictInput's codes), asks
   // `output_buffer` for the bytes the forecasts go to (rows * num_outputs float32s of the
-  // reply, which must stay valid until `done` has run), and enqueues. `done` is called exactly
+  // reply, which must stay valid until `done` has run; nullptr when `call.device_output` takes
+  // them), and enqueues. `done` is called exactly
   // once, on an engine thread, iff this returns OK; its result's `output` is then empty, the
   // forecasts being in the reply's buffer.
   absl::Status Admit(const LoadedModel& pinned, const PredictCall& call,

@@ -16,11 +16,8 @@ static_assert(ABSL_IS_LITTLE_ENDIAN, "raw tensors are little-endian float32");
 
 }  // namespace
 
-absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
-                                               absl::Span<const int64_t> shape,
-                                               absl::string_view raw,
-                                               absl::Span<const float> values,
-                                               const WindowLimits& limits) {
+absl::StatusOr<int64_t> CheckWindowShape(const Forecaster& model, absl::Span<const int64_t> shape,
+                                         const WindowLimits& limits) {
   const int64_t T = model.lookback(), F = model.num_features();
   const std::string expected =
       absl::StrCat("[B, ", T, ", ", F, "] (B windows of lookback ", T, " with ", F, " features)");
@@ -58,7 +55,16 @@ absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
                        " per request (--max-request-memory-bytes); send fewer windows"));
     }
   }
-  const int64_t n = B * T * F;
+  return B * T * F;
+}
+
+absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
+                                               absl::Span<const int64_t> shape,
+                                               absl::string_view raw,
+                                               absl::Span<const float> values,
+                                               const WindowLimits& limits) {
+  ASSIGN_OR_RETURN(const int64_t n, CheckWindowShape(model, shape, limits));
+  const int64_t T = model.lookback(), F = model.num_features();
   if (!raw.empty() && !values.empty()) {
     return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
   }

@@ -34,6 +34,11 @@ struct WindowLimits {
 // bounds first).
 int64_t EstimatePredictBytes(const Forecaster& model, int64_t B);
 
+// The shape and limit checks of CheckWindows alone, for windows the server does not read
+// (in a client's device memory): the number of floats, B * T * F.
+absl::StatusOr<int64_t> CheckWindowShape(const Forecaster& model, absl::Span<const int64_t> shape,
+                                         const WindowLimits& limits);
+
 // Checks a window tensor without copying it and returns its (B, T, F) float32 bytes: `raw`
 // itself or the bytes of `values`. Exactly one of `raw` (little-endian float32 bytes) and
 // `values` may be non-empty. INVALID_ARGUMENT naming what is wrong: "inputs have shape ...";

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/base/status.h"
 
 namespace forecastd {
 namespace {
@@ -17,17 +19,68 @@ std::string Quoted(absl::string_view name) {
   return absl::StrCat("shared-memory region '", name, "'");
 }
 
+// Moves `owner`'s entry `name` of `regions` (every entry of `owner` for an empty name) into
+// `released`, for the caller to destroy after its lock; NOT_FOUND when `owner` has no such
+// entry. `regions` is keyed by (owner, name).
+template <typename Map>
+absl::Status EraseOwned(Map& regions, const std::string& owner, const std::string& name,
+                        std::vector<typename Map::mapped_type>& released) {
+  if (name.empty()) {
+    for (auto it = regions.lower_bound({owner, ""});
+         it != regions.end() && it->first.first == owner;) {
+      released.push_back(std::move(it->second));
+      it = regions.erase(it);
+    }
+    return absl::OkStatus();
+  }
+  const auto it = regions.find({owner, name});
+  if (it == regions.end()) {
+    return absl::NotFoundError(absl::StrCat(Quoted(name), " is not registered"));
+  }
+  released.push_back(std::move(it->second));
+  regions.erase(it);
+  return absl::OkStatus();
+}
+
+// describe(entry) of `owner`'s entry `name` of `regions`, or of every entry of `owner` (sorted
+// by name) for an empty name; NOT_FOUND when `owner` has no such entry.
+template <typename Map, typename Describe>
+auto DescribeOwned(const Map& regions, const std::string& owner, const std::string& name,
+                   Describe describe)
+    -> absl::StatusOr<std::vector<decltype(describe(*regions.begin()))>> {
+  std::vector<decltype(describe(*regions.begin()))> out;
+  if (name.empty()) {
+    for (auto it = regions.lower_bound({owner, ""});
+         it != regions.end() && it->first.first == owner; ++it) {
+      out.push_back(describe(*it));
+    }
+    return out;
+  }
+  const auto it = regions.find({owner, name});
+  if (it == regions.end()) {
+    return absl::NotFoundError(absl::StrCat(Quoted(name), " is not registered"));
+  }
+  out.push_back(describe(*it));
+  return out;
+}
+
 }  // namespace
 
 SharedMemoryRegion::~SharedMemoryRegion() { munmap(mapping_, mapping_bytes_); }
 
+absl::Status CheckInsideRegion(absl::string_view what, absl::string_view name, int64_t offset,
+                               int64_t byte_size, int64_t region_bytes) {
+  if (offset < 0 || byte_size <= 0 || offset > region_bytes || byte_size > region_bytes - offset) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", byte_size, " bytes at offset ",
+                                                   offset, " do not lie inside the ", Quoted(name),
+                                                   " of ", region_bytes, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<char*> SharedMemoryRegion::Slice(absl::string_view what, int64_t offset,
                                                 int64_t byte_size) const {
-  if (offset < 0 || byte_size <= 0 || offset > byte_size_ || byte_size > byte_size_ - offset) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", byte_size, " bytes at offset ",
-                                                   offset, " do not lie inside the ", Quoted(name_),
-                                                   " of ", byte_size_, " bytes"));
-  }
+  RETURN_IF_ERROR(CheckInsideRegion(what, name_, offset, byte_size, byte_size_));
   return data_ + offset;
 }
 
@@ -46,7 +99,7 @@ absl::Status SharedMemoryRegistry::Register(const std::string& owner, const std:
   }
   {
     absl::MutexLock lock(&mu_);
-    if (regions_.contains({owner, name})) {
+    if (NameTakenLocked(Key(owner, name))) {
       return absl::AlreadyExistsError(absl::StrCat(Quoted(name), " is already registered"));
     }
   }
@@ -90,7 +143,8 @@ absl::Status SharedMemoryRegistry::Register(const std::string& owner, const std:
                              static_cast<char*>(mapping) + (offset - map_offset)));
   absl::MutexLock lock(&mu_);
   // A concurrent Register of the same name may have won; the loser's mapping goes with it.
-  if (!regions_.emplace(Key(owner, name), std::move(region)).second) {
+  if (NameTakenLocked(Key(owner, name)) ||
+      !regions_.emplace(Key(owner, name), std::move(region)).second) {
     return absl::AlreadyExistsError(absl::StrCat(Quoted(name), " is already registered"));
   }
   return absl::OkStatus();
@@ -100,46 +154,80 @@ absl::Status SharedMemoryRegistry::Unregister(const std::string& owner, const st
   // Mappings are released after the lock: an unmap need not hold up other callers.
   std::vector<std::shared_ptr<const SharedMemoryRegion>> released;
   absl::MutexLock lock(&mu_);
-  if (name.empty()) {
-    for (auto it = regions_.lower_bound(Key(owner, ""));
-         it != regions_.end() && it->first.first == owner;) {
-      released.push_back(std::move(it->second));
-      it = regions_.erase(it);
-    }
-    return absl::OkStatus();
-  }
-  const auto it = regions_.find(Key(owner, name));
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat(Quoted(name), " is not registered"));
-  }
-  released.push_back(std::move(it->second));
-  regions_.erase(it);
-  return absl::OkStatus();
+  return EraseOwned(regions_, owner, name, released);
 }
 
 absl::StatusOr<std::vector<SharedMemoryRegistry::RegionStatus>> SharedMemoryRegistry::Status(
     const std::string& owner, const std::string& name) const {
-  std::vector<RegionStatus> out;
-  const auto describe = [](const SharedMemoryRegion& region) {
+  absl::MutexLock lock(&mu_);
+  return DescribeOwned(regions_, owner, name, [](const auto& entry) {
+    const SharedMemoryRegion& region = *entry.second;
     return RegionStatus{.name = region.name(),
                         .key = region.key(),
                         .offset = region.offset(),
                         .byte_size = region.byte_size()};
-  };
-  absl::MutexLock lock(&mu_);
-  if (name.empty()) {
-    for (auto it = regions_.lower_bound(Key(owner, ""));
-         it != regions_.end() && it->first.first == owner; ++it) {
-      out.push_back(describe(*it->second));
+  });
+}
+
+absl::Status SharedMemoryRegistry::RegisterCuda(const std::string& owner, const std::string& name,
+                                                const std::string& raw_handle, int device_id,
+                                                int64_t byte_size) {
+  if (name.empty()) return absl::InvalidArgumentError("a shared-memory region needs a name");
+  {
+    absl::MutexLock lock(&mu_);
+    if (NameTakenLocked(Key(owner, name))) {
+      return absl::AlreadyExistsError(absl::StrCat(Quoted(name), " is already registered"));
     }
-    return out;
   }
-  const auto it = regions_.find(Key(owner, name));
-  if (it == regions_.end()) {
-    return absl::NotFoundError(absl::StrCat(Quoted(name), " is not registered"));
+  absl::StatusOr<std::unique_ptr<DeviceMemoryRegion>> opened =
+      OpenCudaIpcMemory(raw_handle, device_id, byte_size);
+  if (!opened.ok()) {
+    return absl::Status(opened.status().code(),
+                        absl::StrCat(Quoted(name), ": ", opened.status().message()));
   }
-  out.push_back(describe(*it->second));
-  return out;
+  CudaEntry entry{.region = *std::move(opened), .device_id = device_id};
+  absl::MutexLock lock(&mu_);
+  // A concurrent Register of the same name may have won; the loser's handle closes with it.
+  if (NameTakenLocked(Key(owner, name))) {
+    return absl::AlreadyExistsError(absl::StrCat(Quoted(name), " is already registered"));
+  }
+  cuda_regions_.emplace(Key(owner, name), std::move(entry));
+  return absl::OkStatus();
+}
+
+absl::Status SharedMemoryRegistry::UnregisterCuda(const std::string& owner,
+                                                  const std::string& name) {
+  std::vector<CudaEntry> released;  // closed after the lock
+  absl::MutexLock lock(&mu_);
+  return EraseOwned(cuda_regions_, owner, name, released);
+}
+
+absl::StatusOr<std::vector<SharedMemoryRegistry::CudaRegionStatus>>
+SharedMemoryRegistry::CudaStatus(const std::string& owner, const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  return DescribeOwned(cuda_regions_, owner, name, [](const auto& entry) {
+    return CudaRegionStatus{.name = entry.first.second,
+                            .device_id = entry.second.device_id,
+                            .byte_size = entry.second.region->byte_size()};
+  });
+}
+
+absl::StatusOr<SharedMemoryRegistry::Acquired> SharedMemoryRegistry::AcquireAny(
+    const std::string& owner, const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  Acquired acquired;
+  if (const auto it = regions_.find(Key(owner, name)); it != regions_.end()) {
+    acquired.system = it->second;
+    return acquired;
+  }
+  if (const auto it = cuda_regions_.find(Key(owner, name)); it != cuda_regions_.end()) {
+    acquired.cuda = it->second.region;
+    return acquired;
+  }
+  return absl::NotFoundError(
+      absl::StrCat(Quoted(name),
+                   " is not registered (register it with SystemSharedMemoryRegister or "
+                   "CudaSharedMemoryRegister first)"));
 }
 
 absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> SharedMemoryRegistry::Acquire(
@@ -155,7 +243,7 @@ absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> SharedMemoryRegistry::
 
 size_t SharedMemoryRegistry::size() const {
   absl::MutexLock lock(&mu_);
-  return regions_.size();
+  return regions_.size() + cuda_regions_.size();
 }
 
 }  // namespace forecastd

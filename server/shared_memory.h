@@ -5,6 +5,11 @@
 // checked against the object's size) and hands out references to the mapping; a mapping is
 // unmapped when its region is unregistered (or the registry destroyed) and no request still
 // holds it, so an unregister never pulls memory from under a request in flight.
+// CUDA shared memory, Triton's other extension, registers a CUDA IPC handle of a client's
+// device allocation instead (RegisterCuda: opened with OpenCudaIpcMemory, closed when its
+// region is unregistered and no request holds it); a batch on a GPU copies such a region's
+// windows and forecasts device to device. System and CUDA regions share one namespace per
+// owner, as in Triton: a name is registered once, of one kind.
 // Regions belong to an owner (the caller's token identity; "" without tokens): an owner sees,
 // uses and unregisters only its own regions, and another owner's region is NOT_FOUND, as if
 // absent. Thread-safe: every method may be called concurrently.
@@ -24,8 +29,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "backends/device_memory.h"
 
 namespace forecastd {
+
+// INVALID_ARGUMENT naming `what` and region `name` unless `byte_size` (positive) bytes at
+// `offset` lie inside a region of `region_bytes` bytes.
+absl::Status CheckInsideRegion(absl::string_view what, absl::string_view name, int64_t offset,
+                               int64_t byte_size, int64_t region_bytes);
 
 // One mapped region. Immutable after creation; its bytes are shared with the client process,
 // which may change them at any time. Unmapped by its destructor.
@@ -78,6 +89,18 @@ class SharedMemoryRegistry {
     int64_t offset = 0;
     int64_t byte_size = 0;
   };
+  // What CudaSharedMemoryStatus reports of one region.
+  struct CudaRegionStatus {
+    std::string name;
+    int device_id = 0;
+    int64_t byte_size = 0;
+  };
+  // A region a request names, of either kind (exactly one is set); the references keep it
+  // mapped or open while held.
+  struct Acquired {
+    std::shared_ptr<const SharedMemoryRegion> system;
+    std::shared_ptr<const DeviceMemoryRegion> cuda;
+  };
 
   SharedMemoryRegistry() = default;
   SharedMemoryRegistry(const SharedMemoryRegistry&) = delete;
@@ -99,19 +122,41 @@ class SharedMemoryRegistry {
   absl::StatusOr<std::vector<RegionStatus>> Status(const std::string& owner,
                                                    const std::string& name) const;
 
-  // A reference to `owner`'s region `name` that keeps it mapped while held; NOT_FOUND
+  // A reference to `owner`'s system region `name` that keeps it mapped while held; NOT_FOUND
   // naming it when `owner` has no such region.
   absl::StatusOr<std::shared_ptr<const SharedMemoryRegion>> Acquire(const std::string& owner,
                                                                     const std::string& name) const;
 
-  // How many regions are registered, all owners together.
+  // Opens `raw_handle` (a CUDA IPC handle, kCudaIpcHandleBytes bytes) on GPU `device_id` as
+  // `owner`'s region `name` of `byte_size` bytes. OpenCudaIpcMemory's codes (naming the region);
+  // INVALID_ARGUMENT for an empty name; ALREADY_EXISTS when `owner` has a region of that name.
+  absl::Status RegisterCuda(const std::string& owner, const std::string& name,
+                            const std::string& raw_handle, int device_id, int64_t byte_size);
+  // Unregister and Status for CUDA regions.
+  absl::Status UnregisterCuda(const std::string& owner, const std::string& name);
+  absl::StatusOr<std::vector<CudaRegionStatus>> CudaStatus(const std::string& owner,
+                                                           const std::string& name) const;
+
+  // `owner`'s region `name` of either kind; NOT_FOUND naming it when there is none.
+  absl::StatusOr<Acquired> AcquireAny(const std::string& owner, const std::string& name) const;
+
+  // How many regions are registered, both kinds and all owners together.
   size_t size() const;
 
  private:
   using Key = std::pair<std::string, std::string>;  // (owner, name)
+  struct CudaEntry {
+    std::shared_ptr<const DeviceMemoryRegion> region;
+    int device_id = 0;
+  };
+
+  bool NameTakenLocked(const Key& key) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return regions_.contains(key) || cuda_regions_.contains(key);
+  }
 
   mutable absl::Mutex mu_;
   std::map<Key, std::shared_ptr<const SharedMemoryRegion>> regions_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, CudaEntry> cuda_regions_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace forecastd

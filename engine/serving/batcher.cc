@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/ref/finite.h"
 
 namespace forecastd {
 
@@ -55,11 +56,28 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                                      options_.max_batch_size, " per request"));
     }
     const int64_t floats = task->rows * options_.input_floats_per_row;
-    const size_t bytes = task->InputBytes().size();
+    const bool device_input = !task->device_input.empty();
+    if (device_input && !task->InputBytes().empty()) {
+      return absl::InvalidArgumentError("input both in host and in device memory");
+    }
+    const size_t bytes =
+        device_input ? static_cast<size_t>(task->device_input.bytes) : task->InputBytes().size();
     const int64_t given = static_cast<int64_t>(bytes / sizeof(float));
     if (given != floats || bytes % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("input holds ", given, " values; ", task->rows, " rows need ", floats));
+    }
+    if (!task->device_output.empty()) {
+      const int64_t out_bytes =
+          task->rows * options_.output_floats_per_row * static_cast<int64_t>(sizeof(float));
+      if (task->output != nullptr) {
+        return absl::InvalidArgumentError("output both to host and to device memory");
+      }
+      if (task->device_output.bytes != out_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("device output of ", task->device_output.bytes, " bytes; ", task->rows,
+                         " rows of forecasts take ", out_bytes));
+      }
     }
     if (!task->done) return absl::InvalidArgumentError("PredictTask without a done callback");
     {
@@ -268,6 +286,13 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     absl::Time start;
     Batcher::Staging staging;
     std::vector<float> own_input, own_output;  // when the options stage nowhere
+    // Rows in device memory that run_batch reads and writes itself (Options::device_rows),
+    // and its flags of non-finite windows among them (batch rows).
+    DeviceRowsIo device;
+    std::vector<uint8_t> non_finite;
+    // Per task: why it fails whatever the batch's status (its device-memory input could not be
+    // read or holds non-finite values); OK otherwise. Empty when every task is OK.
+    std::vector<absl::Status> failed;
   };
 
   // On a scheduler worker (or inline with `cancelled` after the scheduler shut down), or inline
@@ -317,8 +342,11 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     const float* input = batch.staging.input;
     float* output = batch.staging.output;
     const int64_t rows = batch.rows;
+    // A copy: `batch` moves into the completion below, its buffers (which `device` points
+    // into) with it.
+    const DeviceRowsIo device = batch.device;
     if (hold != nullptr && options_.start_batch) {
-      options_.start_batch(input, rows, output, worker,
+      options_.start_batch(input, rows, output, device, worker,
                            [self = shared_from_this(), batch = std::move(batch),
                             hold = std::move(*hold), num_tasks](absl::Status status) mutable {
                              self->Finish(batch, status, &hold);
@@ -326,7 +354,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                            });
       return;
     }
-    const absl::Status status = options_.run_batch(input, rows, output, worker);
+    const absl::Status status = options_.run_batch(input, rows, output, device, worker);
     Finish(batch, status, hold);
     EndBatch(num_tasks, /*computed=*/true);
   }
@@ -349,10 +377,18 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       batch.staging.output = batch.own_output.data();
     }
     char* next = reinterpret_cast<char*>(batch.staging.input);
-    for (const std::unique_ptr<PredictTask>& task : batch.tasks) {
-      const absl::string_view bytes = task->InputBytes();
-      std::memcpy(next, bytes.data(), bytes.size());
-      next += bytes.size();
+    int64_t row = 0;
+    for (size_t i = 0; i < batch.tasks.size(); ++i) {
+      const PredictTask& task = *batch.tasks[i];
+      const size_t bytes = static_cast<size_t>(task.rows * in) * sizeof(float);
+      if (task.device_input.empty() && task.device_output.empty()) {
+        const absl::string_view input = task.InputBytes();
+        std::memcpy(next, input.data(), input.size());
+      } else {
+        StageDeviceRows(batch, i, row, next);
+      }
+      next += bytes;
+      row += task.rows;
     }
     if (options_.observer != nullptr) {
       int64_t benchmark_rows = 0;
@@ -363,6 +399,59 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
                                  benchmark_rows);
     }
     return batch;
+  }
+
+  // Task `i` of `batch`, whose rows start at `row` and are staged at `staged`, has its windows
+  // or forecasts in device memory: they become a run of batch.device for run_batch
+  // (Options::device_rows), or its windows are copied here and checked as admission checks
+  // host windows.
+  void StageDeviceRows(Staged& batch, size_t i, int64_t row, char* staged) {
+    const PredictTask& task = *batch.tasks[i];
+    const int64_t in = options_.input_floats_per_row;
+    if (options_.device_rows) {
+      DeviceRows run;
+      run.first_row = row;
+      run.rows = task.rows;
+      if (!task.device_input.empty()) {
+        run.input = reinterpret_cast<const float*>(task.device_input.data());
+        if (!task.allow_non_finite) {
+          batch.non_finite.resize(static_cast<size_t>(batch.rows), 0);
+          batch.device.non_finite_rows = batch.non_finite.data();
+        }
+      }
+      if (!task.device_output.empty()) {
+        run.output = reinterpret_cast<float*>(task.device_output.data());
+      }
+      batch.device.runs.push_back(run);
+    }
+    if (task.device_input.empty()) {
+      const absl::string_view input = task.InputBytes();
+      std::memcpy(staged, input.data(), input.size());
+      return;
+    }
+    if (options_.device_rows) return;
+    const int64_t floats = task.rows * in;
+    absl::Status status = task.device_input.region->CopyToHost(staged, task.device_input.offset,
+                                                               task.device_input.bytes);
+    if (status.ok() && !task.allow_non_finite) {
+      std::vector<uint8_t> flags(static_cast<size_t>(task.rows));
+      ref::NonFiniteRows(flags.data(), reinterpret_cast<const float*>(staged), task.rows, in);
+      const auto bad = std::find(flags.begin(), flags.end(), uint8_t{1});
+      if (bad != flags.end()) status = NonFiniteRow(bad - flags.begin());
+    }
+    if (!status.ok()) {
+      // The rows still run with the batch: finite zeros, whose forecasts nobody gets.
+      std::memset(staged, 0, static_cast<size_t>(floats) * sizeof(float));
+      batch.failed.resize(batch.tasks.size());
+      batch.failed[i] = std::move(status);
+    }
+  }
+
+  static absl::Status NonFiniteRow(int64_t row) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input window ", row,
+                     " (in device memory) holds a NaN or an infinity; only finite values are "
+                     "accepted"));
   }
 
   // After the batch computed with `status`: counts it out of computing_batches_ before the
@@ -387,11 +476,27 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       result.queue_time = batch.start - task.enqueue_time;
       result.compute_time = compute_time;
       result.batch_rows = batch.rows;
-      if (status.ok()) {
+      if (status.ok() && i < batch.failed.size()) result.status = batch.failed[i];
+      if (result.status.ok() && !batch.non_finite.empty() && !task.device_input.empty() &&
+          !task.allow_non_finite) {
+        for (int64_t r = 0; r < task.rows; ++r) {
+          if (batch.non_finite[static_cast<size_t>(row + r)] != 0) {
+            result.status = NonFiniteRow(r);
+            break;
+          }
+        }
+      }
+      if (result.status.ok()) {
         const float* first = batch.staging.output + row * out;
         const int64_t floats = task.rows * out;
         if (task.output != nullptr) {
           std::memcpy(task.output, first, static_cast<size_t>(floats) * sizeof(float));
+        } else if (!task.device_output.empty()) {
+          // Written by run_batch where it takes device rows; else from the host output here.
+          if (!options_.device_rows) {
+            result.status = task.device_output.region->CopyFromHost(
+                task.device_output.offset, first, task.device_output.bytes);
+          }
         } else {
           result.output.assign(first, first + floats);
         }

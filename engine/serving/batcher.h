@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/clock.h"
+#include "engine/serving/device_memory.h"
 #include "engine/serving/device_scheduler.h"
 #include "engine/serving/predict_task.h"
 #include "engine/serving/priority_queue.h"
@@ -80,16 +81,19 @@ class Batcher {
  public:
   // Computes a batch: output (rows, output_floats_per_row) from input (rows,
   // input_floats_per_row), on DeviceScheduler worker `worker`. Called on worker threads;
-  // several calls may run at once on different workers.
-  using RunBatchFn =
-      std::function<absl::Status(const float* input, int64_t rows, float* output, int worker)>;
+  // several calls may run at once on different workers. `device` is empty unless
+  // Options::device_rows is set and tasks of the batch have windows or forecasts in device
+  // memory: those rows are then read from and also written to where `device` says (their rows
+  // of `input` are not staged).
+  using RunBatchFn = std::function<absl::Status(const float* input, int64_t rows, float* output,
+                                                const DeviceRowsIo& device, int worker)>;
   // Starts a batch as run_batch computes it and calls `finish` exactly once with its status
   // when `output` is written: before returning, or later on another thread (a GPU instance's
-  // completion thread, which then also hands the tasks their results). `input` and `output`
-  // stay valid until then.
-  using StartBatchFn =
-      std::function<void(const float* input, int64_t rows, float* output, int worker,
-                         absl::AnyInvocable<void(absl::Status) &&> finish)>;
+  // completion thread, which then also hands the tasks their results). `input`, `output` and
+  // what `device` points to stay valid until then.
+  using StartBatchFn = std::function<void(const float* input, int64_t rows, float* output,
+                                          const DeviceRowsIo& device, int worker,
+                                          absl::AnyInvocable<void(absl::Status) &&> finish)>;
   // The host buffers a worker's batches are staged in (a GPU instance's pinned buffers, a CPU
   // instance's arena): `input` holds max_batch_size * input_floats_per_row floats, `output`
   // max_batch_size * output_floats_per_row. Only the batch running on that worker uses them.
@@ -127,6 +131,11 @@ class Batcher {
     // rows are copied from `output` into the task's `output` buffer. Empty: the batcher
     // stages in buffers of its own, per batch.
     StagingFn staging;
+    // Whether run_batch and start_batch take rows in device memory (PredictTask::device_input
+    // and device_output) as DeviceRowsIo: the model's instances run on a GPU. false: the
+    // batcher copies such rows through host memory (DeviceMemoryRegion's copies), checks
+    // their windows for non-finite values itself, and run_batch sees host memory only.
+    bool device_rows = false;
     // Batches of this batcher handed to the scheduler and not yet started, at most, >= 0.
     // Zero: unbounded (a batch goes to the scheduler the moment it closes). A small value
     // (such as the scheduler's num_workers) lets batches grow while the device is busy.
@@ -159,10 +168,11 @@ class Batcher {
   // exactly once: on an engine thread, or inside Enqueue when it ran inline (see
   // Options::run_inline_when_idle and start_batch), so the caller must not hold a lock `done`
   // takes). Otherwise the task is still the caller's, untouched: INVALID_ARGUMENT for a null task,
-  // rows outside [1, max_batch_size], an input size other than rows * input_floats_per_row, no
-  // `done`, or a priority level outside [0, levels]; DEADLINE_EXCEEDED when its deadline has
-  // already passed; RESOURCE_EXHAUSTED when its level's queue is full; UNAVAILABLE ("model version
-  // is draining") once Drain() has begun.
+  // rows outside [1, max_batch_size], an input size other than rows * input_floats_per_row (in
+  // host or device memory, not both), a device output of another size than the rows'
+  // forecasts or one beside a host `output`, no `done`, or a priority level outside [0, levels];
+  // DEADLINE_EXCEEDED when its deadline has already passed; RESOURCE_EXHAUSTED when its level's
+  // queue is full; UNAVAILABLE ("model version is draining") once Drain() has begun.
   absl::Status Enqueue(std::unique_ptr<PredictTask>& task);
 
   // Stops accepting, dispatches what is queued at once (max_queue_delay no longer applies),

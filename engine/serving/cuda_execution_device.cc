@@ -23,6 +23,7 @@
 #include "engine/models/cuda_data_ops.h"
 #include "kernels/base/status.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/finite.h"
 #include "spdlog/spdlog.h"
 
 namespace forecastd {
@@ -165,6 +166,15 @@ class CudaModelInstance final : public ModelInstance {
   // thread copies the forecasts out and calls `finish` when the event completes.
   void Start(const float* input, int64_t rows, float* output,
              absl::AnyInvocable<void(absl::Status) &&> finish) override;
+  // Rows in device memory (any GPU's: copies between devices go peer to peer where the GPUs
+  // allow it) are copied into the input buffer after the host rows, checked for non-finite
+  // values there when asked, and copied from the output buffer to where they go.
+  bool takes_device_rows() const override { return true; }
+  absl::Status RunWithDeviceRows(const float* input, int64_t rows, float* output,
+                                 const DeviceRowsIo& device) override;
+  void StartWithDeviceRows(const float* input, int64_t rows, float* output,
+                           const DeviceRowsIo& device,
+                           absl::AnyInvocable<void(absl::Status) &&> finish) override;
 
   absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
                     float* output) override;
@@ -187,8 +197,14 @@ class CudaModelInstance final : public ModelInstance {
 
   // Forecaster::Forward on the device buffers at `rows` rows, queued on the stream.
   absl::Status QueueForward(int64_t rows);
-  // Run's work up to the copy of its forecasts into the output staging buffer, queued.
-  absl::Status QueueRun(const float* input, int64_t rows);
+  // Run's work up to the copy of its forecasts into the output staging buffer, queued; with
+  // `device` (may be null), its rows in device memory too.
+  absl::Status QueueRun(const float* input, int64_t rows, const DeviceRowsIo* device);
+  // The flags QueueRun copied into the pinned buffer, into `device`'s, once the stream is done.
+  void ReportNonFinite(const DeviceRowsIo& device) const;
+  // Start and StartWithDeviceRows.
+  void StartRun(const float* input, int64_t rows, float* output, const DeviceRowsIo* device,
+                absl::AnyInvocable<void(absl::Status) &&> finish);
   // Forecaster::Step on the step buffers at `rows` rows, queued on the stream.
   absl::Status QueueStep(int64_t rows);
   // QueueStep between the copies of its inputs from the staging buffer ([slots (rows) | ticks
@@ -213,6 +229,10 @@ class CudaModelInstance final : public ModelInstance {
   std::optional<Workspace> workspace_;
   void* staging_input_ = nullptr;   // pinned, max_batch_size rows
   void* staging_output_ = nullptr;  // pinned, max_batch_size rows
+  // Rows read from device memory that hold a non-finite value: (max_batch_size) flags on the
+  // device, and pinned after the output staging rows.
+  DeviceBuffer non_finite_;
+  uint8_t* non_finite_host_ = nullptr;
   std::map<int64_t, CudaGraph> graphs_;
   CudaCompletionThread* completions_ = nullptr;  // the device's; nullptr: Start is Run
   cudaEvent_t done_event_ = nullptr;             // recorded after a started batch
@@ -249,7 +269,9 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   // Staged together: a step's slots (int32) and ticks, and its forecasts.
   const int64_t step_in_bytes = step_rows * (F + 1) * int64_t{sizeof(float)};
   const int64_t in_bytes = std::max(B * in_floats * int64_t{sizeof(float)}, step_in_bytes);
-  const int64_t out_bytes = std::max(B, step_rows) * out_floats * int64_t{sizeof(float)};
+  const int64_t forecast_bytes = std::max(B, step_rows) * out_floats * int64_t{sizeof(float)};
+  // The output staging buffer ends with one flag per row (non_finite_host_).
+  const int64_t out_bytes = forecast_bytes + B;
   stream_options.staging_bytes = std::max(in_bytes, out_bytes);
   ASSIGN_OR_RETURN(s.streams_, InstanceStreams::Create(stream_options, allocator));
   s.lease_.emplace(s.streams_->Lease());
@@ -257,6 +279,8 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   ASSIGN_OR_RETURN(s.staging_output_,
                    s.lease_->HostStaging(StreamLease::Staging::kOutput, out_bytes));
 
+  s.non_finite_host_ = static_cast<uint8_t*>(s.staging_output_) + forecast_bytes;
+  ASSIGN_OR_RETURN(s.non_finite_, allocator->Allocate(B));
   ASSIGN_OR_RETURN(s.input_, allocator->Allocate(B * in_floats * int64_t{sizeof(float)}));
   ASSIGN_OR_RETURN(s.output_, allocator->Allocate(B * out_floats * int64_t{sizeof(float)}));
   const int64_t workspace_floats =
@@ -454,7 +478,8 @@ absl::Status CudaModelInstance::QueueForward(int64_t rows) {
                          *workspace_, placement);
 }
 
-absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows) {
+absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows,
+                                         const DeviceRowsIo* device) {
   if (rows < 1 || rows > max_batch_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", rows, " rows; this instance takes 1 to ", max_batch_size_));
@@ -470,11 +495,41 @@ absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows) {
   if (input != staging_input_) std::memcpy(staging_input_, input, static_cast<size_t>(in_bytes));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.data(), staging_input_, static_cast<size_t>(in_bytes),
                                        cudaMemcpyHostToDevice, stream));
+  const int64_t row_in_bytes = in_bytes / rows;
+  const int64_t row_out_bytes = out_bytes / rows;
+  if (device != nullptr) {
+    for (const DeviceRows& run : device->runs) {
+      if (run.first_row < 0 || run.rows < 1 || run.first_row + run.rows > rows) {
+        return absl::InvalidArgumentError(absl::StrCat("device rows [", run.first_row, ", ",
+                                                       run.first_row + run.rows,
+                                                       ") outside the batch of ", rows));
+      }
+      if (run.input == nullptr) continue;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.as<char>() + run.first_row * row_in_bytes,
+                                           run.input, static_cast<size_t>(run.rows * row_in_bytes),
+                                           cudaMemcpyDefault, stream));
+    }
+    if (device->non_finite_rows != nullptr) {
+      RETURN_IF_ERROR(cuda::NonFiniteRowsLaunch(non_finite_.as<uint8_t>(), input_.as<float>(), rows,
+                                                row_in_bytes / int64_t{sizeof(float)}, stream));
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(non_finite_host_, non_finite_.data(),
+                                           static_cast<size_t>(rows), cudaMemcpyDeviceToHost,
+                                           stream));
+    }
+  }
   const auto graph = graphs_.lower_bound(rows);
   if (graph != graphs_.end()) {
     RETURN_IF_ERROR(graph->second.Launch(stream));
   } else {
     RETURN_IF_ERROR(QueueForward(rows));
+  }
+  if (device != nullptr) {
+    for (const DeviceRows& run : device->runs) {
+      if (run.output == nullptr) continue;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          run.output, output_.as<char>() + run.first_row * row_out_bytes,
+          static_cast<size_t>(run.rows * row_out_bytes), cudaMemcpyDefault, stream));
+    }
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, output_.data(),
                                        static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
@@ -482,8 +537,22 @@ absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows) {
   return absl::OkStatus();
 }
 
+void CudaModelInstance::ReportNonFinite(const DeviceRowsIo& device) const {
+  if (device.non_finite_rows == nullptr) return;
+  for (const DeviceRows& run : device.runs) {
+    if (run.input == nullptr) continue;
+    std::memcpy(device.non_finite_rows + run.first_row, non_finite_host_ + run.first_row,
+                static_cast<size_t>(run.rows));
+  }
+}
+
 absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* output) {
-  const absl::Status queued = QueueRun(input, rows);
+  return RunWithDeviceRows(input, rows, output, DeviceRowsIo{});
+}
+
+absl::Status CudaModelInstance::RunWithDeviceRows(const float* input, int64_t rows, float* output,
+                                                  const DeviceRowsIo& device) {
+  const absl::Status queued = QueueRun(input, rows, &device);
   // Whatever was queued finishes before the buffers are used again.
   const absl::Status synced = lease_->Synchronize();
   RETURN_IF_ERROR(queued);
@@ -492,16 +561,30 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
     std::memcpy(output, staging_output_,
                 static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float));
   }
+  ReportNonFinite(device);
   return absl::OkStatus();
 }
 
 void CudaModelInstance::Start(const float* input, int64_t rows, float* output,
                               absl::AnyInvocable<void(absl::Status) &&> finish) {
+  StartRun(input, rows, output, nullptr, std::move(finish));
+}
+
+void CudaModelInstance::StartWithDeviceRows(const float* input, int64_t rows, float* output,
+                                            const DeviceRowsIo& device,
+                                            absl::AnyInvocable<void(absl::Status) &&> finish) {
+  StartRun(input, rows, output, &device, std::move(finish));
+}
+
+void CudaModelInstance::StartRun(const float* input, int64_t rows, float* output,
+                                 const DeviceRowsIo* device,
+                                 absl::AnyInvocable<void(absl::Status) &&> finish) {
   if (completions_ == nullptr) {
-    ModelInstance::Start(input, rows, output, std::move(finish));
+    std::move(finish)(
+        RunWithDeviceRows(input, rows, output, device != nullptr ? *device : DeviceRowsIo{}));
     return;
   }
-  absl::Status queued = QueueRun(input, rows);
+  absl::Status queued = QueueRun(input, rows, device);
   if (queued.ok()) {
     const ScopedCudaDevice scoped(lease_->device());
     queued = scoped.status();
@@ -520,12 +603,17 @@ void CudaModelInstance::Start(const float* input, int64_t rows, float* output,
   }
   started_.store(true, std::memory_order_release);
   const size_t out_bytes = static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float);
-  completions_->Add(done_event_, [this, output, out_bytes,
-                                  finish = std::move(finish)](absl::Status status) mutable {
-    if (status.ok() && output != staging_output_) std::memcpy(output, staging_output_, out_bytes);
-    started_.store(false, std::memory_order_release);
-    std::move(finish)(std::move(status));
-  });
+  completions_->Add(done_event_,
+                    [this, output, out_bytes, device = device != nullptr ? *device : DeviceRowsIo{},
+                     finish = std::move(finish)](absl::Status status) mutable {
+                      if (status.ok()) {
+                        if (output != staging_output_)
+                          std::memcpy(output, staging_output_, out_bytes);
+                        ReportNonFinite(device);
+                      }
+                      started_.store(false, std::memory_order_release);
+                      std::move(finish)(std::move(status));
+                    });
 }
 
 }  // namespace

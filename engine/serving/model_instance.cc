@@ -116,6 +116,17 @@ void ModelInstance::Start(const float* input, int64_t rows, float* output,
   std::move(finish)(Run(input, rows, output));
 }
 
+absl::Status ModelInstance::RunWithDeviceRows(const float* /*input*/, int64_t /*rows*/,
+                                              float* /*output*/, const DeviceRowsIo& /*device*/) {
+  return absl::UnimplementedError("this instance does not read device memory");
+}
+
+void ModelInstance::StartWithDeviceRows(const float* input, int64_t rows, float* output,
+                                        const DeviceRowsIo& device,
+                                        absl::AnyInvocable<void(absl::Status) &&> finish) {
+  std::move(finish)(RunWithDeviceRows(input, rows, output, device));
+}
+
 absl::Status ModelInstance::Step(const int32_t* /*slots*/, const uint8_t* /*zero*/,
                                  const float* /*x*/, int64_t /*rows*/, float* /*output*/) {
   return absl::UnimplementedError("this instance keeps no stream states");

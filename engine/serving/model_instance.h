@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
 #include "engine/models/forecaster.h"
+#include "engine/serving/device_memory.h"
 #include "engine/serving/device_scheduler.h"
 
 namespace forecastd {
@@ -37,6 +38,19 @@ class ModelInstance {
   // and `output` must stay valid, and the instance gets no other call, until then.
   virtual void Start(const float* input, int64_t rows, float* output,
                      absl::AnyInvocable<void(absl::Status) &&> finish);
+  // Whether the instance reads and writes rows in device memory itself (RunWithDeviceRows,
+  // StartWithDeviceRows): an instance on a GPU, which copies them between that memory and its
+  // own without crossing host memory. false: the batcher copies them through host memory.
+  virtual bool takes_device_rows() const { return false; }
+  // Run and Start of a batch some of whose rows are in device memory (DeviceRowsIo): their
+  // windows are read from there instead of `input`, their forecasts written there as well as
+  // to `output`, and `device.non_finite_rows` (if set) gets the flags of the windows read from
+  // device memory. Both only where takes_device_rows(); UNIMPLEMENTED otherwise (this default).
+  virtual absl::Status RunWithDeviceRows(const float* input, int64_t rows, float* output,
+                                         const DeviceRowsIo& device);
+  virtual void StartWithDeviceRows(const float* input, int64_t rows, float* output,
+                                   const DeviceRowsIo& device,
+                                   absl::AnyInvocable<void(absl::Status) &&> finish);
   // Host buffers of max_batch_size rows that Run takes as input and output without copying
   // them (a GPU instance's pinned staging buffers, a CPU instance's own arrays): a batch
   // staged in them crosses host memory once each way (Batcher::Options::staging).

@@ -145,17 +145,25 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     }
     return raw->instances[static_cast<size_t>(worker)].get();
   };
+  batcher_options->device_rows =
+      !loaded->instances.empty() && loaded->instances.front()->takes_device_rows();
   batcher_options->run_batch = [instance_of](const float* input, int64_t rows, float* output,
+                                             const DeviceRowsIo& device,
                                              int worker) -> absl::Status {
     ASSIGN_OR_RETURN(ModelInstance * instance, instance_of(worker));
+    if (!device.empty()) return instance->RunWithDeviceRows(input, rows, output, device);
     return instance->Run(input, rows, output);
   };
   batcher_options->start_batch = [instance_of](const float* input, int64_t rows, float* output,
-                                               int worker,
+                                               const DeviceRowsIo& device, int worker,
                                                absl::AnyInvocable<void(absl::Status) &&> finish) {
     absl::StatusOr<ModelInstance*> instance = instance_of(worker);
     if (!instance.ok()) {
       std::move(finish)(instance.status());
+      return;
+    }
+    if (!device.empty()) {
+      (*instance)->StartWithDeviceRows(input, rows, output, device, std::move(finish));
       return;
     }
     (*instance)->Start(input, rows, output, std::move(finish));

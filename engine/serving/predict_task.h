@@ -4,7 +4,9 @@
 // called exactly once, from an engine thread, with the forecasts or the reason there are none.
 // A request's windows and forecasts cross host memory once each way: the batcher copies the
 // input bytes straight into the batch's staging buffer and the batch's output rows straight
-// into `output`, so a server points both into its request and response messages.
+// into `output`, so a server points both into its request and response messages. A task
+// whose windows or forecasts are in a client's GPU memory (CUDA shared memory) names them with
+// `device_input` / `device_output` instead (engine/serving/device_memory.h).
 #ifndef FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
 #define FORECASTD_ENGINE_SERVING_PREDICT_TASK_H_
 
@@ -16,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "engine/serving/device_memory.h"
 
 namespace forecastd {
 
@@ -37,12 +40,21 @@ struct PredictTask {
   // The windows, when the caller owns no message to point into (benchmarks, tests).
   std::vector<float> input;
   int64_t rows = 0;  // B of this request, >= 1
+  // The windows in device memory, when set (`input_bytes` and `input` are then empty):
+  // rows * T * F float32s. Unless `allow_non_finite` is set, a row holding a NaN or an infinity
+  // fails the task with INVALID_ARGUMENT, found where the batch reads the rows (the host never
+  // sees them at admission).
+  DeviceSpan device_input;
+  bool allow_non_finite = false;
 
   // Where the batcher writes the (rows, P, targets[, Q]) forecasts, as float32 bytes in host
   // order, before calling `done` with OK: rows * output floats per row * 4 bytes of the
   // caller's memory (the response message), valid until `done` has been called. nullptr:
   // they come in PredictResult::output.
   char* output = nullptr;
+  // The forecasts go to device memory instead, when set (`output` is then nullptr): rows *
+  // output floats per row float32s.
+  DeviceSpan device_output;
 
   // Priority level: 1 is the highest; 0 asks for the model's default level. The queue
   // rewrites it to the level it assigned when it accepts the task.

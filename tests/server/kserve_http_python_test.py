@@ -15,6 +15,7 @@ Usage: kserve_http_python_test.py --binary BUILD/server/forecastd --repository m
 """
 
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -162,7 +163,21 @@ def main():
         bad.set_data_from_numpy(np.zeros((1, T + 1, F), dtype=np.float32))
         refused(lambda: client.infer(args.model, [bad]), "400", input_meta["name"])
         refused(lambda: client.infer("no_such_model", [tensor]), "404", "no_such_model")
-        refused(lambda: client.get_cuda_shared_memory_status(), "501", "shared memory")
+        # CUDA shared memory answers; a handle of no live allocation is never registered (400,
+        # or 404 where the build has CUDA and the host no GPU).
+        check(client.get_cuda_shared_memory_status() == [],
+              "CUDA shared-memory regions before any was registered")
+        refused(lambda: client.register_cuda_shared_memory(
+            "py_gpu", base64.b64encode(b"\0" * 63).decode(), 0, 64), "400",
+                "a CUDA IPC handle has 64 bytes; got 63")
+        try:
+            client.register_cuda_shared_memory("py_gpu", base64.b64encode(b"\0" * 64).decode(), 0,
+                                               64)
+            failures.append("a CUDA IPC handle of zeros was registered")
+        except InferenceServerException as e:
+            check(e.status() in ("400", "404") and "shared-memory region 'py_gpu'" in e.message(),
+                  f"refusal {e.status()} {e.message()!r} of a handle of zeros")
+        client.unregister_cuda_shared_memory()
 
         # System shared memory, as tritonclient's helpers lay it out: the windows in one region,
         # the forecast written into another; the same forecast as the binary path, bit for bit.

@@ -130,9 +130,7 @@ TEST_CASE("KServe REST health, server metadata and model metadata", "[integratio
 
   const json server = Json(rest.Get("/v2"));
   REQUIRE(server["name"] == "forecastd");
-  REQUIRE(server["extensions"] == json({"model_repository", "model_repository(unload_dependents)",
-                                        "model_configuration", "schedule_policy", "statistics",
-                                        "binary_tensor_data", "logging", "system_shared_memory"}));
+  REQUIRE(server["extensions"] == json(kserve_test::ServedExtensions()));
 
   const json model = Json(rest.Get("/v2/models/gru"));
   REQUIRE(model["name"] == "gru");
@@ -403,9 +401,20 @@ TEST_CASE("KServe REST answers 501 naming what forecastd does not serve",
           "[integration][kserve][rest]") {
   Env env;
   Rest rest(env);
-  RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/unregister", ""), 501,
-                "CUDA shared memory");
+  // CUDA shared memory is served: a region never registered is 404, a bad body 400.
+  RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/unregister", ""), 404,
+                "shared-memory region 'r' is not registered");
   RequireStatus(rest.Post("/v2/cudasharedmemory/unregister", ""), 200);
+  RequireStatus(rest.Get("/v2/cudasharedmemory/status"), 200);
+  RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/register",
+                          R"({"raw_handle": "AAAA", "device_id": 0, "byte_size": 8})"),
+                400, "'raw_handle' must be {\"b64\"");
+  RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/register",
+                          R"({"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 8})"),
+                400, "a CUDA IPC handle has 64 bytes; got 3");
+  RequireStatus(rest.Post("/v2/cudasharedmemory/region/r/register",
+                          R"({"raw_handle": {"b64": "AAAA"}, "byte_size": 8})"),
+                400, "'device_id' must be a non-negative integer");
   RequireStatus(rest.Get("/v2/trace/setting"), 501, "tracing");
   RequireStatus(rest.Get("/v2/models/gru/trace/setting"), 501, "tracing");
   RequireStatus(rest.Post("/v2/models/gru/generate", "{}"), 501, "generate");

@@ -243,9 +243,7 @@ TEST_CASE("KServe ServerMetadata and ModelMetadata describe the server and the t
   REQUIRE(server.name() == "forecastd");
   REQUIRE(server.version() == kForecastdVersion);
   REQUIRE(std::vector<std::string>(server.extensions().begin(), server.extensions().end()) ==
-          std::vector<std::string>{"model_repository", "model_repository(unload_dependents)",
-                                   "model_configuration", "schedule_policy", "statistics",
-                                   "binary_tensor_data", "logging", "system_shared_memory"});
+          kserve_test::ServedExtensions());
 
   const auto metadata = [&](const std::string& name, const std::string& version,
                             inference::ModelMetadataResponse* response) {
@@ -554,32 +552,6 @@ TEST_CASE("Triton's methods forecastd does not serve answer UNIMPLEMENTED saying
     REQUIRE_FALSE(status.error_message().empty());
     REQUIRE(absl::StrContains(status.error_message(), part));
   };
-  {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryStatusResponse response;
-    unimplemented(env.stub->CudaSharedMemoryStatus(&context, {}, &response),
-                  "does not support CUDA shared memory; send tensors in the request");
-  }
-  {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryRegisterResponse response;
-    unimplemented(env.stub->CudaSharedMemoryRegister(&context, {}, &response),
-                  "CUDA shared memory");
-  }
-  {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryUnregisterRequest request;
-    request.set_name("region");
-    inference::CudaSharedMemoryUnregisterResponse response;
-    unimplemented(env.stub->CudaSharedMemoryUnregister(&context, request, &response),
-                  "CUDA shared memory");
-  }
-  {
-    // Unregistering every CUDA region (there are none) is OK, as perf_analyzer asks at exit.
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryUnregisterResponse response;
-    REQUIRE(env.stub->CudaSharedMemoryUnregister(&context, {}, &response).ok());
-  }
   {
     grpc::ClientContext context;
     inference::TraceSettingResponse response;

@@ -2,7 +2,9 @@
 // its own (mapping, bounds, references that outlive an unregister), then over gRPC through the
 // generated stub as tritonclient calls it: register / status / unregister, inference with the
 // input and the output in regions against the ordinary path's forecast bit for bit, every
-// bounds and size error naming its region, and regions owned per caller identity.
+// bounds and size error naming its region, and regions owned per caller identity; CUDA
+// shared memory's calls and checks that need no GPU (the GPU path:
+// cuda_shared_memory_gpu_test.cc).
 // REST's endpoints are tested in kserve_http_test.cc.
 #include "server/shared_memory.h"
 
@@ -173,6 +175,84 @@ TEST_CASE("SharedMemoryRegistry maps regions and keeps them mapped while referen
   REQUIRE(registry.Unregister("", "").ok());
   REQUIRE(registry.Status("", "").value().empty());
   REQUIRE(registry.Status("other", "a").ok());
+}
+
+TEST_CASE(
+    "CUDA regions share the names of system regions and refuse bad handles before "
+    "opening them",
+    "[unit][shared_memory]") {
+  ShmObject object(4096);
+  REQUIRE(object.ok());
+  SharedMemoryRegistry registry;
+  const std::string handle(kCudaIpcHandleBytes, '\0');
+  REQUIRE(registry.Register("", "a", object.key(), 0, 64).ok());
+  // One namespace per owner, as Triton has it: the name is taken by the system region.
+  absl::Status status = registry.RegisterCuda("", "a", handle, 0, 64);
+  REQUIRE(status.code() == absl::StatusCode::kAlreadyExists);
+  REQUIRE(absl::StrContains(status.message(), "shared-memory region 'a' is already registered"));
+  status = registry.RegisterCuda("", "c", "short", 0, 64);
+  REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(status.message(),
+                            "shared-memory region 'c': a CUDA IPC handle has 64 bytes; got 5"));
+  status = registry.RegisterCuda("", "c", handle, 0, 0);
+  REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(status.message(), "byte_size must be positive"));
+  REQUIRE(registry.RegisterCuda("", "", handle, 0, 64).code() ==
+          absl::StatusCode::kInvalidArgument);
+  // A handle of no allocation of this process's GPUs (or a build or host without them) is never
+  // registered.
+  status = registry.RegisterCuda("", "c", handle, 0, 64);
+  INFO(status.ToString());
+  REQUIRE_FALSE(status.ok());
+  REQUIRE(absl::StrContains(status.message(), "shared-memory region 'c'"));
+  REQUIRE(registry.CudaStatus("", "").value().empty());
+  REQUIRE(registry.CudaStatus("", "c").status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.UnregisterCuda("", "c").code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.UnregisterCuda("", "").ok());
+  // The system region is not a CUDA one, and unregistering every CUDA region leaves it.
+  REQUIRE(registry.UnregisterCuda("", "a").code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.AcquireAny("", "a").value().system != nullptr);
+  REQUIRE(registry.AcquireAny("", "c").status().code() == absl::StatusCode::kNotFound);
+  REQUIRE(registry.size() == 1);
+}
+
+TEST_CASE("KServe CUDA shared-memory calls answer for the caller's regions",
+          "[integration][kserve][shared_memory]") {
+  Env env;
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusResponse response;
+    REQUIRE(env.stub->CudaSharedMemoryStatus(&context, {}, &response).ok());
+    REQUIRE(response.regions().empty());
+  }
+  const auto register_region = [&env](const std::string& handle, int64_t device_id) {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterRequest request;
+    request.set_name("gpu_in");
+    request.set_raw_handle(handle);
+    request.set_device_id(device_id);
+    request.set_byte_size(64);
+    inference::CudaSharedMemoryRegisterResponse response;
+    return env.stub->CudaSharedMemoryRegister(&context, request, &response);
+  };
+  RequireError(register_region("short", 0), grpc::StatusCode::INVALID_ARGUMENT,
+               "shared-memory region 'gpu_in': a CUDA IPC handle has 64 bytes; got 5");
+  RequireError(register_region(std::string(kCudaIpcHandleBytes, '\0'), -1),
+               grpc::StatusCode::NOT_FOUND, "there is no GPU -1");
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterRequest request;
+    request.set_name("gpu_in");
+    inference::CudaSharedMemoryUnregisterResponse response;
+    RequireError(env.stub->CudaSharedMemoryUnregister(&context, request, &response),
+                 grpc::StatusCode::NOT_FOUND, "shared-memory region 'gpu_in' is not registered");
+  }
+  {
+    // Unregistering every CUDA region is OK with none, as perf_analyzer asks at exit.
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterResponse response;
+    REQUIRE(env.stub->CudaSharedMemoryUnregister(&context, {}, &response).ok());
+  }
 }
 
 TEST_CASE("KServe ModelInfer reads inputs from and writes outputs to system shared memory",

@@ -55,7 +55,7 @@ absl::StatusOr<std::unique_ptr<ForecastdDaemon>> ForecastdDaemon::StartOnFreePor
                                    "--model-repository",
                                    options.repository,
                                    "--devices",
-                                   "cpu"};
+                                   options.devices};
   argv.insert(argv.end(), options.extra_flags.begin(), options.extra_flags.end());
   absl::StatusOr<ChildProcess> process = ChildProcess::Start(argv);
   if (!process.ok()) return process.status();

@@ -24,7 +24,9 @@ class ForecastdDaemon {
   struct Options {
     std::string binary;      // the forecastd executable
     std::string repository;  // --model-repository
-    // Appended to the command line after the addresses, the repository and `--devices cpu`.
+    // `--devices`.
+    std::string devices = "cpu";
+    // Appended to the command line after the addresses, the repository and `--devices`.
     std::vector<std::string> extra_flags;
     // A safety bound on start-up, not a measurement: the daemon must report SERVING on
     // grpc.health.v1 within it.

@@ -79,6 +79,21 @@ inference::ModelInferRequest RawRequest(const std::string& model, const std::vec
   return request;
 }
 
+std::vector<std::string> ServedExtensions() {
+  std::vector<std::string> extensions = {"model_repository",
+                                         "model_repository(unload_dependents)",
+                                         "model_configuration",
+                                         "schedule_policy",
+                                         "statistics",
+                                         "binary_tensor_data",
+                                         "logging",
+                                         "system_shared_memory"};
+#if FORECASTD_WITH_CUDA
+  extensions.push_back("cuda_shared_memory");
+#endif
+  return extensions;
+}
+
 Env::Env(KServeService::Options options, std::vector<std::string> load) {
   root = dir.path() + "/models";
   fs::create_directories(root);

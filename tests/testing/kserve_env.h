@@ -33,6 +33,10 @@ ModelConfig GruConfig();
 // "quant": a transformer forecasting two targets at three quantiles; not loaded at start.
 ModelConfig QuantileConfig();
 
+// The protocol extensions ServerMetadata names, in its order ("cuda_shared_memory" only in a
+// build with CUDA).
+std::vector<std::string> ServedExtensions();
+
 // Float32 values as little-endian bytes, and back.
 std::string Bytes(const std::vector<float>& values);
 std::vector<float> Floats(const std::string& bytes);

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -12,9 +13,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "kernels/ref/finite.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -254,9 +257,8 @@ struct Harness {
     options.input_floats_per_row = kIn;
     options.output_floats_per_row = kOut;
     options.version = 7;
-    options.run_batch = [this](const float* input, int64_t rows, float* output, int worker) {
-      return model.Run(input, rows, output, worker);
-    };
+    options.run_batch = [this](const float* input, int64_t rows, float* output, const DeviceRowsIo&,
+                               int worker) { return model.Run(input, rows, output, worker); };
     options.scheduler = scheduler.get();
     options.clock = &clock;
     options.observer = &observer;
@@ -368,7 +370,8 @@ TEST_CASE("A worker's staging buffers carry the batch: task bytes in, forecasts 
     if (worker != 0) other_workers++;
     return Batcher::Staging{staged_input.data(), staged_output.data()};
   };
-  h.options.run_batch = [&](const float* input, int64_t rows, float* output, int worker) {
+  h.options.run_batch = [&](const float* input, int64_t rows, float* output, const DeviceRowsIo&,
+                            int worker) {
     if (input != staged_input.data() || output != staged_output.data()) unstaged_batches++;
     return h.model.Run(input, rows, output, worker);
   };
@@ -558,7 +561,8 @@ class StartedBatches {
   // Starts h's batcher with tasks inline when idle and these as its start_batch.
   void StartBatcher(Harness& h) {
     h.options.run_inline_when_idle = true;
-    h.options.start_batch = [this, &h](const float* input, int64_t rows, float* output, int worker,
+    h.options.start_batch = [this, &h](const float* input, int64_t rows, float* output,
+                                       const DeviceRowsIo&, int worker,
                                        absl::AnyInvocable<void(absl::Status) &&> finish) {
       Start(h, input, rows, output, worker, std::move(finish));
     };
@@ -1180,9 +1184,9 @@ TEST_CASE("Concurrent enqueuers: every task completes exactly once", "[unit][bat
     options.input_floats_per_row = kIn;
     options.output_floats_per_row = kOut;
     options.max_enqueued_batches = 2;
-    options.run_batch = [&model](const float* input, int64_t rows, float* output, int worker) {
-      return model.Run(input, rows, output, worker);
-    };
+    options.run_batch = [&model](const float* input, int64_t rows, float* output,
+                                 const DeviceRowsIo&,
+                                 int worker) { return model.Run(input, rows, output, worker); };
     options.scheduler = scheduler.get();
     options.observer = &observer;
     auto batcher = *Batcher::Create(options);
@@ -1258,9 +1262,9 @@ TEST_CASE("Enqueuers racing Drain: accepted tasks all complete - the rest are re
     options.max_queue_delay = absl::Microseconds(50);
     options.input_floats_per_row = kIn;
     options.output_floats_per_row = kOut;
-    options.run_batch = [&model](const float* input, int64_t rows, float* output, int worker) {
-      return model.Run(input, rows, output, worker);
-    };
+    options.run_batch = [&model](const float* input, int64_t rows, float* output,
+                                 const DeviceRowsIo&,
+                                 int worker) { return model.Run(input, rows, output, worker); };
     options.scheduler = scheduler.get();
     auto batcher = *Batcher::Create(options);
     std::atomic<int> started{0};
@@ -1294,6 +1298,215 @@ TEST_CASE("Enqueuers racing Drain: accepted tasks all complete - the rest are re
     REQUIRE(completions.times(id) <= 1);
     if (completions.times(id) == 1) REQUIRE(completions.Get(id).status.ok());
   }
+}
+
+// --- Windows and forecasts in device memory (PredictTask::device_input / device_output)
+
+// Device memory as these tests have it: host bytes standing in for a GPU's, with the copies a
+// batch computed elsewhere makes counted.
+class FakeDeviceRegion final : public DeviceMemoryRegion {
+ public:
+  explicit FakeDeviceRegion(int64_t bytes) : bytes_(static_cast<size_t>(bytes)) {}
+  int device() const override { return 0; }
+  char* data() const override { return bytes_.data(); }
+  int64_t byte_size() const override { return static_cast<int64_t>(bytes_.size()); }
+  absl::Status CopyToHost(void* host, int64_t offset, int64_t bytes) const override {
+    ++copies_;
+    std::memcpy(host, bytes_.data() + offset, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status CopyFromHost(int64_t offset, const void* host, int64_t bytes) const override {
+    ++copies_;
+    std::memcpy(bytes_.data() + offset, host, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  float* floats() const { return reinterpret_cast<float*>(bytes_.data()); }
+  int copies() const { return copies_.load(); }
+
+ private:
+  mutable std::vector<char> bytes_;
+  mutable std::atomic<int> copies_{0};
+};
+
+// Task `id`'s `rows` windows in `region` at byte `offset` (tagged as MakeTask tags them), its
+// forecasts to `region` after them, or to the host when `device_output` is false.
+std::unique_ptr<PredictTask> DeviceTask(int64_t id, int64_t rows,
+                                        const std::shared_ptr<FakeDeviceRegion>& region,
+                                        int64_t offset, bool device_output,
+                                        Completions* completions) {
+  std::unique_ptr<PredictTask> task = MakeTask({.id = id, .rows = rows}, completions);
+  const int64_t in_bytes = rows * kIn * int64_t{sizeof(float)};
+  std::memcpy(region->data() + offset, task->input.data(), static_cast<size_t>(in_bytes));
+  task->input.clear();
+  task->device_input = {.region = region, .offset = offset, .bytes = in_bytes};
+  if (device_output) {
+    task->device_output = {.region = region,
+                           .offset = offset + in_bytes,
+                           .bytes = rows * kOut * int64_t{sizeof(float)}};
+  }
+  return task;
+}
+
+// Task `id`'s forecasts, written to `region` at `offset`, are its own.
+void CheckDeviceForecasts(const FakeDeviceRegion& region, int64_t offset, int64_t id,
+                          int64_t rows) {
+  const float* out = reinterpret_cast<const float*>(region.data() + offset);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < kOut; ++j) REQUIRE(out[r * kOut + j] == Tag(id, r) * 10 + j);
+  }
+}
+
+// What a GPU instance does with a batch's rows in device memory, on FakeModel: their windows
+// are read from there (and flagged when not finite), their forecasts written there.
+absl::Status RunReadingDeviceRows(FakeModel& model, const float* input, int64_t rows, float* output,
+                                  const DeviceRowsIo& device, int worker) {
+  std::vector<float> windows(input, input + rows * kIn);
+  for (const DeviceRows& run : device.runs) {
+    if (run.input == nullptr) continue;
+    std::copy_n(run.input, run.rows * kIn, windows.begin() + run.first_row * kIn);
+    if (device.non_finite_rows != nullptr) {
+      ref::NonFiniteRows(device.non_finite_rows + run.first_row, run.input, run.rows, kIn);
+    }
+    // The tags stay readable for FakeModel.
+    for (int64_t r = 0; r < run.rows; ++r) windows[(run.first_row + r) * kIn + 1] = 0.5f;
+  }
+  absl::Status status = model.Run(windows.data(), rows, output, worker);
+  for (const DeviceRows& run : device.runs) {
+    if (run.output == nullptr) continue;
+    std::copy_n(output + run.first_row * kOut, run.rows * kOut, run.output);
+  }
+  return status;
+}
+
+TEST_CASE(
+    "Windows and forecasts in device memory go through host memory when the instances "
+    "read none",
+    "[unit][batcher]") {
+  Harness h;
+  // Both tasks form one batch.
+  h.options.max_queue_delay = absl::Hours(1);
+  h.options.preferred_batch_sizes = {3};
+  h.Start();
+  auto region = std::make_shared<FakeDeviceRegion>(4096);
+  std::unique_ptr<PredictTask> task =
+      DeviceTask(1, 2, region, 0, /*device_output=*/true, &h.completions);
+  REQUIRE(h.batcher->Enqueue(task).ok());
+  h.EnqueueOk({.id = 2, .rows = 1});
+  REQUIRE(h.completions.WaitFor(2));
+  const PredictResult result = h.completions.Get(1);
+  REQUIRE(result.status.ok());
+  REQUIRE(result.output.empty());  // in the region instead
+  CheckDeviceForecasts(*region, 2 * kIn * 4, 1, 2);
+  REQUIRE(region->copies() == 2);  // windows in, forecasts out
+  h.CheckComputed(2, 1);
+  REQUIRE(h.model.batch_ids() == Ids{{1, 2}});
+  REQUIRE(h.model.bad_inputs() == 0);
+}
+
+TEST_CASE(
+    "A window in device memory that is not finite fails its own task only, unless "
+    "allowed",
+    "[unit][batcher]") {
+  for (const bool device_rows : {false, true}) {
+    INFO("the instances read device memory: " << device_rows);
+    Harness h;
+    h.options.device_rows = device_rows;
+    h.options.run_batch = [&h](const float* input, int64_t rows, float* output,
+                               const DeviceRowsIo& device, int worker) {
+      return RunReadingDeviceRows(h.model, input, rows, output, device, worker);
+    };
+    h.options.max_queue_delay = absl::Hours(1);
+    h.options.preferred_batch_sizes = {5};  // the three tasks' rows: one batch
+    h.Start();
+    auto region = std::make_shared<FakeDeviceRegion>(4096);
+    std::unique_ptr<PredictTask> good = DeviceTask(1, 2, region, 0, true, &h.completions);
+    std::unique_ptr<PredictTask> bad = DeviceTask(2, 2, region, 1024, true, &h.completions);
+    std::unique_ptr<PredictTask> allowed = DeviceTask(3, 1, region, 2048, false, &h.completions);
+    region->floats()[1024 / 4 + kIn + 1] = std::numeric_limits<float>::quiet_NaN();  // row 1
+    region->floats()[2048 / 4 + 1] = std::numeric_limits<float>::infinity();
+    allowed->allow_non_finite = true;
+    REQUIRE(h.batcher->Enqueue(good).ok());
+    REQUIRE(h.batcher->Enqueue(bad).ok());
+    REQUIRE(h.batcher->Enqueue(allowed).ok());
+    REQUIRE(h.completions.WaitFor(3));
+    REQUIRE(h.completions.Get(1).status.ok());
+    CheckDeviceForecasts(*region, 2 * kIn * 4, 1, 2);
+    const PredictResult refused = h.completions.Get(2);
+    REQUIRE(refused.status.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(absl::StrContains(refused.status.message(), "input window 1"));
+    REQUIRE(absl::StrContains(refused.status.message(), "NaN or an infinity"));
+    REQUIRE(h.completions.Get(3).status.ok());
+    REQUIRE(h.completions.Get(3).output.size() == kOut);  // a host output
+    // Where the instances read device memory, the batcher copies nothing itself.
+    REQUIRE((region->copies() == 0) == device_rows);
+  }
+}
+
+TEST_CASE("Instances that read device memory get its rows as runs of the batch",
+          "[unit][batcher]") {
+  Harness h;
+  h.options.device_rows = true;
+  std::vector<DeviceRows> seen;
+  h.options.run_batch = [&](const float* input, int64_t rows, float* output,
+                            const DeviceRowsIo& device, int worker) {
+    seen = device.runs;
+    REQUIRE(device.non_finite_rows != nullptr);
+    return RunReadingDeviceRows(h.model, input, rows, output, device, worker);
+  };
+  h.options.max_queue_delay = absl::Hours(1);
+  h.options.preferred_batch_sizes = {5};  // the three tasks' rows: one batch
+  h.Start();
+  auto region = std::make_shared<FakeDeviceRegion>(4096);
+  h.EnqueueOk({.id = 1, .rows = 1});
+  std::unique_ptr<PredictTask> task = DeviceTask(2, 3, region, 0, true, &h.completions);
+  REQUIRE(h.batcher->Enqueue(task).ok());
+  // Host windows, forecasts to device memory.
+  std::unique_ptr<PredictTask> out_only = MakeTask({.id = 3, .rows = 1}, &h.completions);
+  out_only->device_output = {.region = region, .offset = 1024, .bytes = kOut * 4};
+  REQUIRE(h.batcher->Enqueue(out_only).ok());
+  REQUIRE(h.completions.WaitFor(3));
+  h.CheckComputed(1, 1);
+  REQUIRE(h.completions.Get(2).status.ok());
+  CheckDeviceForecasts(*region, 3 * kIn * 4, 2, 3);
+  REQUIRE(h.completions.Get(3).status.ok());
+  CheckDeviceForecasts(*region, 1024, 3, 1);
+  REQUIRE(seen.size() == 2);
+  REQUIRE(seen[0].first_row == 1);
+  REQUIRE(seen[0].rows == 3);
+  REQUIRE(seen[0].input == region->floats());
+  REQUIRE(seen[1].first_row == 4);
+  REQUIRE(seen[1].input == nullptr);
+  REQUIRE(seen[1].output == region->floats() + 1024 / 4);
+  REQUIRE(region->copies() == 0);
+}
+
+TEST_CASE(
+    "Enqueue refuses a task in both host and device memory or with a device output of "
+    "the wrong size",
+    "[unit][batcher]") {
+  Harness h;
+  h.Start();
+  auto region = std::make_shared<FakeDeviceRegion>(4096);
+  const auto refused = [&](std::unique_ptr<PredictTask> task, const std::string& part) {
+    const absl::Status status = h.batcher->Enqueue(task);
+    INFO(status.ToString());
+    REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(absl::StrContains(status.message(), part));
+    REQUIRE(task != nullptr);
+  };
+  std::unique_ptr<PredictTask> both = MakeTask({.id = 1}, &h.completions);
+  both->device_input = {.region = region, .offset = 0, .bytes = kIn * 4};
+  refused(std::move(both), "both in host and in device memory");
+  std::unique_ptr<PredictTask> short_input = DeviceTask(2, 2, region, 0, false, &h.completions);
+  short_input->device_input.bytes -= 4;
+  refused(std::move(short_input), "2 rows need 4");
+  std::unique_ptr<PredictTask> wrong_output = DeviceTask(3, 1, region, 0, true, &h.completions);
+  wrong_output->device_output.bytes = 4;
+  refused(std::move(wrong_output), "rows of forecasts take 12");
+  std::unique_ptr<PredictTask> two_outputs = DeviceTask(4, 1, region, 0, true, &h.completions);
+  float host[kOut];
+  two_outputs->output = reinterpret_cast<char*>(host);
+  refused(std::move(two_outputs), "both to host and to device memory");
 }
 
 }  // namespace

@@ -1,0 +1,249 @@
+// CUDA shared memory end to end on a GPU host: this test is the client process, a forecastd
+// daemon serving on the CPU and cuda:0 is the server. The client allocates device memory,
+// writes windows there, exports it with cudaIpcGetMemHandle and registers the handle through
+// KServe's gRPC calls, as tritonclient's cuda_shared_memory helpers and perf_analyzer
+// (--shared-memory cuda) do; then ModelInfer reads its inputs from and writes its forecasts to
+// that memory, for a model on the GPU (device to device inside the daemon) and one on the CPU
+// (through host memory), bit for bit against the same request with its tensors in the message.
+// Non-finite windows, ranges outside the region and allocations too small are refused naming
+// what is wrong, and an unregistered region is gone.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "engine/models/model_files.h"
+#include "grpcpp/grpcpp.h"
+#include "inference/grpc_service.grpc.pb.h"
+#include "tests/testing/catch.h"
+#include "tests/testing/forecastd_daemon.h"
+#include "tests/testing/test_models.h"
+
+namespace forecastd {
+namespace {
+
+constexpr int64_t kT = 8;  // lookback
+constexpr int64_t kF = 2;  // features (SmallGruConfig's)
+constexpr int64_t kP = 3;  // horizon, one target
+constexpr int64_t kRows = 3;
+constexpr int64_t kInBytes = kRows * kT * kF * 4;
+constexpr int64_t kOutBytes = kRows * kP * 4;
+
+// forecastd's binary: $FORECASTD_BINARY (a host that runs the tests from a bundle), else the
+// build's.
+std::string ForecastdBinary() {
+  if (const char* path = std::getenv("FORECASTD_BINARY"); path != nullptr && *path != '\0') {
+    return path;
+  }
+  return FORECASTD_BINARY;
+}
+
+// Device memory of this process, exported for another.
+class ExportedDeviceMemory {
+ public:
+  explicit ExportedDeviceMemory(int64_t bytes) : bytes_(bytes) {
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+    REQUIRE(cudaMalloc(&data_, static_cast<size_t>(bytes)) == cudaSuccess);
+    REQUIRE(cudaMemset(data_, 0, static_cast<size_t>(bytes)) == cudaSuccess);
+    cudaIpcMemHandle_t handle;
+    REQUIRE(cudaIpcGetMemHandle(&handle, data_) == cudaSuccess);
+    handle_.assign(reinterpret_cast<const char*>(&handle), sizeof(handle));
+  }
+  ~ExportedDeviceMemory() { cudaFree(data_); }
+  ExportedDeviceMemory(const ExportedDeviceMemory&) = delete;
+  ExportedDeviceMemory& operator=(const ExportedDeviceMemory&) = delete;
+
+  const std::string& handle() const { return handle_; }
+  int64_t bytes() const { return bytes_; }
+  void Write(int64_t offset, const std::vector<float>& values) {
+    REQUIRE(cudaMemcpy(static_cast<char*>(data_) + offset, values.data(),
+                       values.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  std::vector<float> Read(int64_t offset, int64_t floats) const {
+    std::vector<float> out(static_cast<size_t>(floats));
+    REQUIRE(cudaMemcpy(out.data(), static_cast<const char*>(data_) + offset,
+                       out.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return out;
+  }
+
+ private:
+  const int64_t bytes_;
+  void* data_ = nullptr;
+  std::string handle_;
+};
+
+void SetRegion(google::protobuf::Map<std::string, inference::InferParameter>& parameters,
+               const std::string& region, int64_t byte_size, int64_t offset) {
+  parameters["shared_memory_region"].set_string_param(region);
+  parameters["shared_memory_byte_size"].set_int64_param(byte_size);
+  parameters["shared_memory_offset"].set_int64_param(offset);
+}
+
+inference::ModelInferRequest Request(const std::string& model, int64_t rows) {
+  inference::ModelInferRequest request;
+  request.set_model_name(model);
+  auto* input = request.add_inputs();
+  input->set_name("INPUT");
+  input->set_datatype("FP32");
+  for (const int64_t dim : {rows, kT, kF}) input->add_shape(dim);
+  return request;
+}
+
+// The forecast of `windows` with the tensors in the messages.
+std::vector<float> Ordinary(inference::GRPCInferenceService::Stub& stub, const std::string& model,
+                            const std::vector<float>& windows) {
+  inference::ModelInferRequest request = Request(model, kRows);
+  request.add_raw_input_contents(
+      std::string(reinterpret_cast<const char*>(windows.data()), windows.size() * sizeof(float)));
+  inference::ModelInferResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub.ModelInfer(&context, request, &response);
+  INFO(status.error_message());
+  REQUIRE(status.ok());
+  REQUIRE(response.raw_output_contents_size() == 1);
+  const std::string& raw = response.raw_output_contents(0);
+  REQUIRE(static_cast<int64_t>(raw.size()) == kOutBytes);
+  std::vector<float> out(static_cast<size_t>(kRows * kP));
+  std::memcpy(out.data(), raw.data(), raw.size());
+  return out;
+}
+
+grpc::Status Infer(inference::GRPCInferenceService::Stub& stub,
+                   const inference::ModelInferRequest& request,
+                   inference::ModelInferResponse* response) {
+  grpc::ClientContext context;
+  return stub.ModelInfer(&context, request, response);
+}
+
+void RequireError(const grpc::Status& status, grpc::StatusCode code, const std::string& part) {
+  INFO("code " << status.error_code() << ": " << status.error_message());
+  REQUIRE(status.error_code() == code);
+  REQUIRE(absl::StrContains(status.error_message(), part));
+}
+
+TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA shared memory",
+          "[gpu][kserve][shared_memory]") {
+  testing::TempDir dir;
+  const std::string root = dir.path() + "/models";
+  std::filesystem::create_directories(root);
+  for (const std::string device : {"cuda:0", "cpu"}) {
+    ModelConfig config = testing::SmallGruConfig(device == "cpu" ? "on_cpu" : "on_gpu", kT, kP);
+    config.mutable_instances()->add_devices(device);
+    const std::unique_ptr<Forecaster> model = testing::RandomModel(config, 5);
+    REQUIRE(PublishVersion(*model, root + "/" + config.name(), 1).ok());
+  }
+  testing::ForecastdDaemon::Options options;
+  options.binary = ForecastdBinary();
+  options.repository = root;
+  options.devices = "cpu,cuda:0";
+  absl::StatusOr<std::unique_ptr<testing::ForecastdDaemon>> daemon =
+      testing::ForecastdDaemon::Start(options);
+  INFO(daemon.status().ToString());
+  REQUIRE(daemon.ok());
+  const std::unique_ptr<inference::GRPCInferenceService::Stub> stub =
+      inference::GRPCInferenceService::NewStub((*daemon)->channel());
+
+  // [windows | forecasts | a second set of windows], 4 KiB apart.
+  ExportedDeviceMemory memory(3 * 4096);
+  const std::vector<float> windows = testing::RandomWindows(kRows, kT, 17);
+  memory.Write(0, windows);
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterRequest request;
+    request.set_name("gpu_region");
+    request.set_raw_handle(memory.handle());
+    request.set_device_id(0);
+    request.set_byte_size(static_cast<uint64_t>(memory.bytes()));
+    inference::CudaSharedMemoryRegisterResponse response;
+    const grpc::Status status = stub->CudaSharedMemoryRegister(&context, request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+  }
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryStatusResponse response;
+    REQUIRE(stub->CudaSharedMemoryStatus(&context, {}, &response).ok());
+    REQUIRE(response.regions_size() == 1);
+    const auto& region = response.regions().at("gpu_region");
+    REQUIRE(region.device_id() == 0);
+    REQUIRE(static_cast<int64_t>(region.byte_size()) == memory.bytes());
+  }
+
+  for (const std::string model : {"on_gpu", "on_cpu"}) {
+    INFO("model " << model);
+    const std::vector<float> expected = Ordinary(*stub, model, windows);
+    memory.Write(4096, std::vector<float>(static_cast<size_t>(kRows * kP), -1.0f));
+    inference::ModelInferRequest request = Request(model, kRows);
+    SetRegion(*request.mutable_inputs(0)->mutable_parameters(), "gpu_region", kInBytes, 0);
+    auto* output = request.add_outputs();
+    output->set_name("FORECAST");
+    SetRegion(*output->mutable_parameters(), "gpu_region", kOutBytes, 4096);
+    inference::ModelInferResponse response;
+    const grpc::Status status = Infer(*stub, request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    // As Triton answers: the output names its region, and the message carries no data.
+    REQUIRE(response.outputs_size() == 1);
+    REQUIRE(response.outputs(0).parameters().at("shared_memory_region").string_param() ==
+            "gpu_region");
+    REQUIRE(response.raw_output_contents_size() == 1);
+    REQUIRE(response.raw_output_contents(0).empty());
+    const std::vector<float> got = memory.Read(4096, kRows * kP);
+    for (size_t i = 0; i < got.size(); ++i) {
+      INFO("forecast " << i << ": " << got[i] << " vs " << expected[i]);
+      REQUIRE(std::memcmp(&got[i], &expected[i], sizeof(float)) == 0);
+    }
+
+    // A window holding a NaN fails that request naming it; the next one is served.
+    std::vector<float> bad = windows;
+    bad[static_cast<size_t>(kT * kF + 3)] = std::numeric_limits<float>::quiet_NaN();  // window 1
+    memory.Write(8192, bad);
+    inference::ModelInferRequest nan_request = Request(model, kRows);
+    SetRegion(*nan_request.mutable_inputs(0)->mutable_parameters(), "gpu_region", kInBytes, 8192);
+    RequireError(Infer(*stub, nan_request, &response), grpc::StatusCode::INVALID_ARGUMENT,
+                 "input window 1 (in device memory) holds a NaN or an infinity");
+    REQUIRE(Ordinary(*stub, model, windows) == expected);
+  }
+
+  // Ranges outside the region are refused before anything is read.
+  inference::ModelInferRequest outside = Request("on_gpu", kRows);
+  SetRegion(*outside.mutable_inputs(0)->mutable_parameters(), "gpu_region", kInBytes,
+            memory.bytes() - 8);
+  inference::ModelInferResponse response;
+  RequireError(Infer(*stub, outside, &response), grpc::StatusCode::INVALID_ARGUMENT,
+               "do not lie inside the shared-memory region 'gpu_region'");
+  // A region larger than the allocation it names is never registered.
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryRegisterRequest request;
+    request.set_name("too_big");
+    request.set_raw_handle(memory.handle());
+    request.set_device_id(0);
+    request.set_byte_size(static_cast<uint64_t>(memory.bytes()) * 1024);
+    inference::CudaSharedMemoryRegisterResponse registered;
+    RequireError(stub->CudaSharedMemoryRegister(&context, request, &registered),
+                 grpc::StatusCode::INVALID_ARGUMENT, "beyond the");
+  }
+  // Unregistered, the region is gone for later requests.
+  {
+    grpc::ClientContext context;
+    inference::CudaSharedMemoryUnregisterRequest request;
+    request.set_name("gpu_region");
+    inference::CudaSharedMemoryUnregisterResponse unregistered;
+    REQUIRE(stub->CudaSharedMemoryUnregister(&context, request, &unregistered).ok());
+  }
+  inference::ModelInferRequest after = Request("on_gpu", kRows);
+  SetRegion(*after.mutable_inputs(0)->mutable_parameters(), "gpu_region", kInBytes, 0);
+  RequireError(Infer(*stub, after, &response), grpc::StatusCode::NOT_FOUND,
+               "shared-memory region 'gpu_region' is not registered");
+}
+
+}  // namespace
+}  // namespace forecastd
