@@ -65,6 +65,9 @@ class CudaIpcRegion final : public DeviceMemoryRegion {
     RETURN_IF_ERROR(scoped.status());
     CUDA_RETURN_IF_ERROR(
         cudaMemcpy(data_ + offset, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+    // From pageable memory cudaMemcpy may return before the bytes reach the device; the client
+    // reads them once the reply is out, so wait for them here.
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(nullptr));
     return absl::OkStatus();
   }
 
