@@ -4,7 +4,8 @@
 // KServe's gRPC calls, as tritonclient's cuda_shared_memory helpers and perf_analyzer
 // (--shared-memory cuda) do; then ModelInfer reads its inputs from and writes its forecasts to
 // that memory, for a model on the GPU (device to device inside the daemon) and one on the CPU
-// (through host memory), bit for bit against the same request with its tensors in the message.
+// (through host memory), bit for bit against the same request with its tensors in the message;
+// and once more through KServe REST's register / status / infer / unregister.
 // Non-finite windows, ranges outside the region and allocations too small are refused naming
 // what is wrong, and an unregistered region is gone.
 #include <cuda_runtime_api.h>
@@ -18,16 +19,21 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "engine/models/model_files.h"
 #include "grpcpp/grpcpp.h"
+#include "httplib.h"
 #include "inference/grpc_service.grpc.pb.h"
+#include "nlohmann/json.hpp"
 #include "tests/testing/catch.h"
 #include "tests/testing/forecastd_daemon.h"
 #include "tests/testing/test_models.h"
 
 namespace forecastd {
 namespace {
+
+using json = nlohmann::json;
 
 constexpr int64_t kT = 8;  // lookback
 constexpr int64_t kF = 2;  // features (SmallGruConfig's)
@@ -231,6 +237,52 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
     RequireError(stub->CudaSharedMemoryRegister(&context, request, &registered),
                  grpc::StatusCode::INVALID_ARGUMENT, "beyond the");
   }
+  // The same over KServe REST (Triton's register body, base64 handle) on memory of its own.
+  {
+    ExportedDeviceMemory rest_memory(2 * 4096);
+    rest_memory.Write(0, windows);
+    httplib::Client rest("127.0.0.1", (*daemon)->http_port());
+    rest.set_read_timeout(60, 0);
+    const json body = {{"raw_handle", {{"b64", absl::Base64Escape(rest_memory.handle())}}},
+                       {"device_id", 0},
+                       {"byte_size", rest_memory.bytes()}};
+    httplib::Result registered = rest.Post("/v2/cudasharedmemory/region/rest_region/register",
+                                           body.dump(), "application/json");
+    REQUIRE(registered);
+    INFO(registered->body);
+    REQUIRE(registered->status == 200);
+    httplib::Result listed = rest.Get("/v2/cudasharedmemory/region/rest_region/status");
+    REQUIRE(listed);
+    REQUIRE(listed->status == 200);
+    REQUIRE(json::parse(listed->body) ==
+            json::array({{{"name", "rest_region"}, {"device_id", 0}, {"byte_size", 8192}}}));
+    const json infer = {
+        {"inputs",
+         {{{"name", "INPUT"},
+           {"datatype", "FP32"},
+           {"shape", {kRows, kT, kF}},
+           {"parameters",
+            {{"shared_memory_region", "rest_region"}, {"shared_memory_byte_size", kInBytes}}}}}},
+        {"outputs",
+         {{{"name", "FORECAST"},
+           {"parameters",
+            {{"shared_memory_region", "rest_region"},
+             {"shared_memory_byte_size", kOutBytes},
+             {"shared_memory_offset", 4096}}}}}}};
+    httplib::Result answered =
+        rest.Post("/v2/models/on_gpu/infer", infer.dump(), "application/json");
+    REQUIRE(answered);
+    INFO(answered->body);
+    REQUIRE(answered->status == 200);
+    const std::vector<float> got = rest_memory.Read(4096, kRows * kP);
+    REQUIRE(std::memcmp(got.data(), Ordinary(*stub, "on_gpu", windows).data(),
+                        got.size() * sizeof(float)) == 0);
+    httplib::Result unregistered =
+        rest.Post("/v2/cudasharedmemory/region/rest_region/unregister", "", "application/json");
+    REQUIRE(unregistered);
+    REQUIRE(unregistered->status == 200);
+  }
+
   // Unregistered, the region is gone for later requests.
   {
     grpc::ClientContext context;
