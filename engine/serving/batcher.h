@@ -4,7 +4,9 @@
 // then it goes to the DeviceScheduler at the priority of its best task and the deadline of
 // its earliest, where it waits for a worker and runs `run_batch`. A request is never split
 // across batches. One batcher thread per Batcher forms the batches, waiting on the injected
-// Clock, so a FakeClock drives max_queue_delay and the queue timeouts in tests.
+// Clock, so a FakeClock drives max_queue_delay and the queue timeouts in tests. A task whose
+// windows or forecasts are in device memory (PredictTask::device_input / device_output) batches
+// like any other; Options::device_rows says who moves those rows (see there).
 // Thread-safe: Enqueue, Drain and the accessors may be called from any thread (not from a
 // task's `done` for Drain, which would wait for itself).
 #ifndef FORECASTD_ENGINE_SERVING_BATCHER_H_

@@ -5,13 +5,15 @@
 // buffers), a CudaBackend on it, device buffers for max_batch_size rows and, unless graphs are
 // off, one CUDA graph of the whole forward pass per size of FixedBatchSizes(): a batch of r
 // rows is copied in through the pinned buffer, runs the graph of the smallest captured size
-// >= r (the padding rows hold earlier, finite windows and are never copied out), and its r
-// forecasts come back the same way. A state-mode step of few streams, where the model's step is
-// one backend call (Forecaster::StepIsOneCall), is one kernel launch that reads the staged
-// ticks from the pinned buffer and writes the forecasts into it; larger steps run a captured
-// step graph with copies. A batch that runs inline on the thread that received its request is
-// started there (ModelInstance::Start) and completed by the GPU's completion thread, which
-// polls the batch's event and writes the replies. After an instance is made, its batches
+// >= r (the padding rows hold earlier windows and are never copied out), and its r forecasts
+// come back the same way. Rows whose windows or forecasts are in a client's device memory (CUDA
+// shared memory: ModelInstance::RunWithDeviceRows) are copied device to device instead, and
+// their windows checked for non-finite values on the GPU. A state-mode step of few streams,
+// where the model's step is one backend call (Forecaster::StepIsOneCall), is one kernel launch
+// that reads the staged ticks from the pinned buffer and writes the forecasts into it; larger
+// steps run a captured step graph with copies. A batch that runs inline on the thread that received
+// its request is started there (ModelInstance::Start) and completed by the GPU's completion thread,
+// which polls the batch's event and writes the replies. After an instance is made, its batches
 // allocate no device memory. Each model computes in the precision its config asks for
 // (CudaMathForPrecision). Built with CUDA only. Thread-safe.
 #ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
