@@ -55,10 +55,14 @@ constexpr int kXPerThread = 4;
 constexpr int kMaxWarps = 8;
 
 // v rounded to the 16-bit type of `mode` (Params::round16) and back; fp16 saturates at its
-// largest finite value.
+// largest finite value. Without kRound16 (fp32 operands) v itself, with no test of `mode` on the
+// recurrence's critical path.
+template <bool kRound16>
 __device__ __forceinline__ float Round16(float v, int mode) {
-  if (mode == 1) return __bfloat162float(__float2bfloat16_rn(v));
-  if (mode == 2) return __half2float(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)));
+  if constexpr (kRound16) {
+    if (mode == 1) return __bfloat162float(__float2bfloat16_rn(v));
+    if (mode == 2) return __half2float(__float2half_rn(fminf(fmaxf(v, -65504.0f), 65504.0f)));
+  }
   return v;
 }
 
@@ -120,7 +124,7 @@ __device__ __forceinline__ void WaitBarrier(uint32_t barrier, uint32_t parity) {
 // costs the compute and one hop of distributed shared memory. Layer 0's input rows, or the
 // projection rows, load from global memory a step ahead of their use, into registers that
 // alternate by step parity, so no step waits for memory.
-template <bool kLstm, int kUnits, int kKpl, int kStreams>
+template <bool kLstm, int kUnits, int kKpl, int kStreams, bool kRound16>
 __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     SequenceKernel(const __grid_constant__ Params p) {
   constexpr int kKp = 32 * kKpl;
@@ -158,8 +162,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
     for (int q = 0; q < kQuantities; ++q) {
 #pragma unroll
       for (int i = 0; i < kKpl; ++i)
-        wr[u][q][i] =
-            j < H ? Round16(WeightAt<kLstm>(slot.w, q, j, lane + 32 * i, xw, H), p.round16) : 0.0f;
+        wr[u][q][i] = j < H ? Round16<kRound16>(WeightAt<kLstm>(slot.w, q, j, lane + 32 * i, xw, H),
+                                                p.round16)
+                            : 0.0f;
     }
   }
   float bias[kQuantities];
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
 #pragma unroll
     for (int n = 0; n < kXPerThread; ++n) {
       if (x_row[n] >= 0) {
-        buf[(par * kStreams + x_row[n]) * kKp + x_col[n]] = Round16(regs[n], p.round16);
+        buf[(par * kStreams + x_row[n]) * kKp + x_col[n]] = Round16<kRound16>(regs[n], p.round16);
       }
     }
   };
@@ -296,7 +301,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, 1)
       }
       const float h_old = kLstm || jp >= H ? 0.0f : xh[st * kKp + xw + jp];
       h = Cell<kLstm, /*kFast=*/true>(gates, h_old, &c);
-      const float h_sent = Round16(h, p.round16);  // what the next products multiply
+      const float h_sent = Round16<kRound16>(h, p.round16);  // what the next products multiply
       if (jp < H) {
         const uint32_t next = buf_address + sizeof(float) * ((par ^ 1) * kStreams * kKp + st * kKp);
         const uint32_t next_barrier = barrier_address + 8 * (par ^ 1);
@@ -375,9 +380,9 @@ int StreamsFor(int64_t B) { return B <= 1 ? 1 : B <= 2 ? 2 : B <= 4 ? 4 : 8; }
 
 // Lets the instantiation launch clusters of 16 blocks (more than the portable 8), once per
 // device (the flag is per kernel: one per instantiation).
-template <bool kLstm, int kUnits, int kKpl, int kStreams>
+template <bool kLstm, int kUnits, int kKpl, int kStreams, bool kRound16>
 absl::Status AllowLargeClusters() {
-  const auto kernel = SequenceKernel<kLstm, kUnits, kKpl, kStreams>;
+  const auto kernel = SequenceKernel<kLstm, kUnits, kKpl, kStreams, kRound16>;
   static std::atomic<uint64_t> done{0};
   int device = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -389,10 +394,10 @@ absl::Status AllowLargeClusters() {
   return absl::OkStatus();
 }
 
-template <bool kLstm, int kUnits, int kKpl, int kStreams>
+template <bool kLstm, int kUnits, int kKpl, int kStreams, bool kRound16>
 absl::Status LaunchShaped(const Params& params, const Shape& shape, int ND, cudaStream_t stream) {
-  const auto kernel = SequenceKernel<kLstm, kUnits, kKpl, kStreams>;
-  RETURN_IF_ERROR((AllowLargeClusters<kLstm, kUnits, kKpl, kStreams>()));
+  const auto kernel = SequenceKernel<kLstm, kUnits, kKpl, kStreams, kRound16>;
+  RETURN_IF_ERROR((AllowLargeClusters<kLstm, kUnits, kKpl, kStreams, kRound16>()));
   const int C = params.layers * shape.P;
   const int tiles = (params.B + kStreams - 1) / kStreams;
   cudaLaunchConfig_t config = {};
@@ -412,29 +417,37 @@ absl::Status LaunchShaped(const Params& params, const Shape& shape, int ND, cuda
   return absl::OkStatus();
 }
 
-template <bool kLstm, int kUnits, int kKpl>
+template <bool kLstm, int kUnits, int kKpl, bool kRound16>
 absl::Status LaunchStreams(const Params& params, const Shape& shape, int ND, cudaStream_t stream) {
   switch (StreamsFor(params.B)) {
     case 1:
-      return LaunchShaped<kLstm, kUnits, kKpl, 1>(params, shape, ND, stream);
+      return LaunchShaped<kLstm, kUnits, kKpl, 1, kRound16>(params, shape, ND, stream);
     case 2:
-      return LaunchShaped<kLstm, kUnits, kKpl, 2>(params, shape, ND, stream);
+      return LaunchShaped<kLstm, kUnits, kKpl, 2, kRound16>(params, shape, ND, stream);
     case 4:
-      return LaunchShaped<kLstm, kUnits, kKpl, 4>(params, shape, ND, stream);
+      return LaunchShaped<kLstm, kUnits, kKpl, 4, kRound16>(params, shape, ND, stream);
     default:
-      return LaunchShaped<kLstm, kUnits, kKpl, 8>(params, shape, ND, stream);
+      return LaunchShaped<kLstm, kUnits, kKpl, 8, kRound16>(params, shape, ND, stream);
   }
+}
+
+template <bool kLstm, int kUnits, int kKpl>
+absl::Status LaunchRounding(const Params& params, const Shape& shape, int ND, cudaStream_t stream) {
+  if (params.round16 != 0) {
+    return LaunchStreams<kLstm, kUnits, kKpl, true>(params, shape, ND, stream);
+  }
+  return LaunchStreams<kLstm, kUnits, kKpl, false>(params, shape, ND, stream);
 }
 
 absl::Status Launch(const Params& params, const Shape& shape, StepCell cell, int ND,
                     cudaStream_t stream) {
   const bool lstm = cell == StepCell::kLstm;
   if (shape.kpl == 8) {
-    return lstm ? LaunchStreams<true, 2, 8>(params, shape, ND, stream)
-                : LaunchStreams<false, 2, 8>(params, shape, ND, stream);
+    return lstm ? LaunchRounding<true, 2, 8>(params, shape, ND, stream)
+                : LaunchRounding<false, 2, 8>(params, shape, ND, stream);
   }
-  return lstm ? LaunchStreams<true, 1, 16>(params, shape, ND, stream)
-              : LaunchStreams<false, 1, 16>(params, shape, ND, stream);
+  return lstm ? LaunchRounding<true, 1, 16>(params, shape, ND, stream)
+              : LaunchRounding<false, 1, 16>(params, shape, ND, stream);
 }
 
 absl::Status CheckWeights(const ref::RecurrentDirectionWeights* weights, int n, const char* what) {
