@@ -10,6 +10,7 @@
 // what is wrong, and an unregistered region is gone.
 #include <cuda_runtime_api.h>
 
+#include <barrier>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -41,6 +43,8 @@ constexpr int64_t kP = 3;  // horizon, one target
 constexpr int64_t kRows = 3;
 constexpr int64_t kInBytes = kRows * kT * kF * 4;
 constexpr int64_t kOutBytes = kRows * kP * 4;
+constexpr int kClients = 8;  // concurrent requests of the batched part
+constexpr int kRounds = 5;
 
 // forecastd's binary: $FORECASTD_BINARY (a host that runs the tests from a bundle), else the
 // build's.
@@ -144,6 +148,17 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
     config.mutable_instances()->add_devices(device);
     const std::unique_ptr<Forecaster> model = testing::RandomModel(config, 5);
     REQUIRE(PublishVersion(*model, root + "/" + config.name(), 1).ok());
+  }
+  {
+    // On the GPU, a batch forms when kClients requests of kRows rows are queued (or after a
+    // long delay): one batch holds several requests' rows from device memory.
+    ModelConfig config = testing::SmallGruConfig("batched", kT, kP);
+    config.mutable_instances()->add_devices("cuda:0");
+    config.mutable_batching()->set_max_batch_size(kClients * kRows);
+    config.mutable_batching()->add_preferred_batch_size(kClients * kRows);
+    config.mutable_batching()->set_max_queue_delay_us(200'000);
+    const std::unique_ptr<Forecaster> model = testing::RandomModel(config, 6);
+    REQUIRE(PublishVersion(*model, root + "/batched", 1).ok());
   }
   testing::ForecastdDaemon::Options options;
   options.binary = ForecastdBinary();
@@ -281,6 +296,72 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
         rest.Post("/v2/cudasharedmemory/region/rest_region/unregister", "", "application/json");
     REQUIRE(unregistered);
     REQUIRE(unregistered->status == 200);
+  }
+
+  // Batches of several requests in device memory: each client's windows and forecasts in a
+  // slice of its own of one region, kClients requests in flight together in each round.
+  {
+    constexpr int64_t kSlice = 1024;  // bytes per client: windows, then forecasts at +512
+    ExportedDeviceMemory shared(kClients * kSlice);
+    std::vector<std::vector<float>> client_windows(kClients), client_expected(kClients);
+    for (int c = 0; c < kClients; ++c) {
+      client_windows[c] = testing::RandomWindows(kRows, kT, 100 + static_cast<uint32_t>(c));
+      shared.Write(c * kSlice, client_windows[c]);
+      client_expected[c] = Ordinary(*stub, "batched", client_windows[c]);
+    }
+    {
+      grpc::ClientContext context;
+      inference::CudaSharedMemoryRegisterRequest request;
+      request.set_name("clients");
+      request.set_raw_handle(shared.handle());
+      request.set_device_id(0);
+      request.set_byte_size(static_cast<uint64_t>(shared.bytes()));
+      inference::CudaSharedMemoryRegisterResponse registered;
+      REQUIRE(stub->CudaSharedMemoryRegister(&context, request, &registered).ok());
+    }
+    std::barrier round_start(kClients);
+    std::vector<std::string> errors(kClients);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < kClients; ++c) {
+      clients.emplace_back([&, c] {
+        inference::ModelInferRequest request = Request("batched", kRows);
+        SetRegion(*request.mutable_inputs(0)->mutable_parameters(), "clients", kInBytes,
+                  c * kSlice);
+        auto* output = request.add_outputs();
+        output->set_name("FORECAST");
+        SetRegion(*output->mutable_parameters(), "clients", kOutBytes, c * kSlice + 512);
+        for (int r = 0; r < kRounds && errors[c].empty(); ++r) {
+          round_start.arrive_and_wait();
+          inference::ModelInferResponse response;
+          const grpc::Status status = Infer(*stub, request, &response);
+          if (!status.ok()) errors[c] = status.error_message();
+        }
+        // A client that failed leaves the rounds, so that the others' still start.
+        if (!errors[c].empty()) round_start.arrive_and_drop();
+      });
+    }
+    for (std::thread& client : clients) client.join();
+    for (int c = 0; c < kClients; ++c) {
+      INFO("client " << c << ": " << errors[c]);
+      REQUIRE(errors[c].empty());
+      const std::vector<float> got = shared.Read(c * kSlice + 512, kRows * kP);
+      for (size_t i = 0; i < got.size(); ++i) {
+        // Batches of other sizes than the ordinary request's may sum in another order.
+        REQUIRE(std::abs(got[i] - client_expected[c][i]) <=
+                1e-5f * std::abs(client_expected[c][i]) + 1e-6f);
+      }
+    }
+    grpc::ClientContext context;
+    inference::ModelStatisticsRequest request;
+    request.set_name("batched");
+    inference::ModelStatisticsResponse statistics;
+    REQUIRE(stub->ModelStatistics(&context, request, &statistics).ok());
+    REQUIRE(statistics.model_stats_size() == 1);
+    const auto& stats = statistics.model_stats(0);
+    INFO("inferences " << stats.inference_count() << ", executions " << stats.execution_count());
+    // kClients ordinary requests (one batch each) and kRounds rounds of kClients requests.
+    REQUIRE(stats.inference_count() == static_cast<uint64_t>((kRounds + 1) * kClients * kRows));
+    REQUIRE(stats.execution_count() < static_cast<uint64_t>(kClients + kRounds * kClients));
   }
 
   // Unregistered, the region is gone for later requests.
