@@ -286,12 +286,13 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     absl::Time start;
     Batcher::Staging staging;
     std::vector<float> own_input, own_output;  // when the options stage nowhere
-    // Rows in device memory that run_batch reads and writes itself (Options::device_rows),
-    // and its flags of non-finite windows among them (batch rows).
+    // Rows in device memory that run_batch reads and writes itself (Options::device_rows);
+    // flags of non-finite windows (batch rows), set by run_batch or, for windows copied from
+    // device memory here, by Stage.
     DeviceRowsIo device;
     std::vector<uint8_t> non_finite;
     // Per task: why it fails whatever the batch's status (its device-memory input could not be
-    // read or holds non-finite values); OK otherwise. Empty when every task is OK.
+    // read); OK otherwise. Empty when every task is OK.
     std::vector<absl::Status> failed;
   };
 
@@ -380,14 +381,14 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
     int64_t row = 0;
     for (size_t i = 0; i < batch.tasks.size(); ++i) {
       const PredictTask& task = *batch.tasks[i];
-      const size_t bytes = static_cast<size_t>(task.rows * in) * sizeof(float);
-      if (task.device_input.empty() && task.device_output.empty()) {
+      if (task.device_input.empty()) {
         const absl::string_view input = task.InputBytes();
         std::memcpy(next, input.data(), input.size());
-      } else {
+      }
+      if (!task.device_input.empty() || !task.device_output.empty()) {
         StageDeviceRows(batch, i, row, next);
       }
-      next += bytes;
+      next += static_cast<size_t>(task.rows * in) * sizeof(float);
       row += task.rows;
     }
     if (options_.observer != nullptr) {
@@ -403,8 +404,8 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
 
   // Task `i` of `batch`, whose rows start at `row` and are staged at `staged`, has its windows
   // or forecasts in device memory: they become a run of batch.device for run_batch
-  // (Options::device_rows), or its windows are copied here and checked as admission checks
-  // host windows.
+  // (Options::device_rows), or its windows in device memory are copied here and checked as
+  // admission checks host windows.
   void StageDeviceRows(Staged& batch, size_t i, int64_t row, char* staged) {
     const PredictTask& task = *batch.tasks[i];
     const int64_t in = options_.input_floats_per_row;
@@ -423,27 +424,23 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
         run.output = reinterpret_cast<float*>(task.device_output.data());
       }
       batch.device.runs.push_back(run);
-    }
-    if (task.device_input.empty()) {
-      const absl::string_view input = task.InputBytes();
-      std::memcpy(staged, input.data(), input.size());
       return;
     }
-    if (options_.device_rows) return;
-    const int64_t floats = task.rows * in;
-    absl::Status status = task.device_input.region->CopyToHost(staged, task.device_input.offset,
+    if (task.device_input.empty()) return;  // staged by Stage; its forecasts go out in Finish
+    absl::Status copied = task.device_input.region->CopyToHost(staged, task.device_input.offset,
                                                                task.device_input.bytes);
-    if (status.ok() && !task.allow_non_finite) {
-      std::vector<uint8_t> flags(static_cast<size_t>(task.rows));
-      ref::NonFiniteRows(flags.data(), reinterpret_cast<const float*>(staged), task.rows, in);
-      const auto bad = std::find(flags.begin(), flags.end(), uint8_t{1});
-      if (bad != flags.end()) status = NonFiniteRow(bad - flags.begin());
-    }
-    if (!status.ok()) {
+    if (!copied.ok()) {
       // The rows still run with the batch: finite zeros, whose forecasts nobody gets.
-      std::memset(staged, 0, static_cast<size_t>(floats) * sizeof(float));
+      std::memset(staged, 0, static_cast<size_t>(task.rows * in) * sizeof(float));
       batch.failed.resize(batch.tasks.size());
-      batch.failed[i] = std::move(status);
+      batch.failed[i] = std::move(copied);
+      return;
+    }
+    if (!task.allow_non_finite) {
+      // Finish reads the flags as it reads an instance's (DeviceRowsIo::non_finite_rows).
+      batch.non_finite.resize(static_cast<size_t>(batch.rows), 0);
+      ref::NonFiniteRows(batch.non_finite.data() + row, reinterpret_cast<const float*>(staged),
+                         task.rows, in);
     }
   }
 

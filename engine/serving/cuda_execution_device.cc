@@ -197,13 +197,16 @@ class CudaModelInstance final : public ModelInstance {
 
   // Forecaster::Forward on the device buffers at `rows` rows, queued on the stream.
   absl::Status QueueForward(int64_t rows);
-  // Run's work up to the copy of its forecasts into the output staging buffer, queued; with
-  // `device` (may be null), its rows in device memory too.
-  absl::Status QueueRun(const float* input, int64_t rows, const DeviceRowsIo* device);
-  // The flags QueueRun copied into the pinned buffer, into `device`'s, once the stream is done.
-  void ReportNonFinite(const DeviceRowsIo& device) const;
+  // Run's work up to the copy of its forecasts into the output staging buffer, queued, with
+  // the rows `device` names in device memory.
+  absl::Status QueueRun(const float* input, int64_t rows, const DeviceRowsIo& device);
+  // The flags of `rows` rows QueueRun copied into the pinned buffer, into `non_finite` (may be
+  // null: none asked), once the stream is done.
+  void ReportNonFinite(uint8_t* non_finite, int64_t rows) const {
+    if (non_finite != nullptr) std::memcpy(non_finite, non_finite_host_, static_cast<size_t>(rows));
+  }
   // Start and StartWithDeviceRows.
-  void StartRun(const float* input, int64_t rows, float* output, const DeviceRowsIo* device,
+  void StartRun(const float* input, int64_t rows, float* output, const DeviceRowsIo& device,
                 absl::AnyInvocable<void(absl::Status) &&> finish);
   // Forecaster::Step on the step buffers at `rows` rows, queued on the stream.
   absl::Status QueueStep(int64_t rows);
@@ -479,7 +482,7 @@ absl::Status CudaModelInstance::QueueForward(int64_t rows) {
 }
 
 absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows,
-                                         const DeviceRowsIo* device) {
+                                         const DeviceRowsIo& device) {
   if (rows < 1 || rows > max_batch_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", rows, " rows; this instance takes 1 to ", max_batch_size_));
@@ -497,25 +500,23 @@ absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows,
                                        cudaMemcpyHostToDevice, stream));
   const int64_t row_in_bytes = in_bytes / rows;
   const int64_t row_out_bytes = out_bytes / rows;
-  if (device != nullptr) {
-    for (const DeviceRows& run : device->runs) {
-      if (run.first_row < 0 || run.rows < 1 || run.first_row + run.rows > rows) {
-        return absl::InvalidArgumentError(absl::StrCat("device rows [", run.first_row, ", ",
-                                                       run.first_row + run.rows,
-                                                       ") outside the batch of ", rows));
-      }
-      if (run.input == nullptr) continue;
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.as<char>() + run.first_row * row_in_bytes,
-                                           run.input, static_cast<size_t>(run.rows * row_in_bytes),
-                                           cudaMemcpyDefault, stream));
+  for (const DeviceRows& run : device.runs) {
+    if (run.first_row < 0 || run.rows < 1 || run.first_row + run.rows > rows) {
+      return absl::InvalidArgumentError(absl::StrCat("device rows [", run.first_row, ", ",
+                                                     run.first_row + run.rows,
+                                                     ") outside the batch of ", rows));
     }
-    if (device->non_finite_rows != nullptr) {
-      RETURN_IF_ERROR(cuda::NonFiniteRowsLaunch(non_finite_.as<uint8_t>(), input_.as<float>(), rows,
-                                                row_in_bytes / int64_t{sizeof(float)}, stream));
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(non_finite_host_, non_finite_.data(),
-                                           static_cast<size_t>(rows), cudaMemcpyDeviceToHost,
-                                           stream));
-    }
+    if (run.input == nullptr) continue;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(input_.as<char>() + run.first_row * row_in_bytes,
+                                         run.input, static_cast<size_t>(run.rows * row_in_bytes),
+                                         cudaMemcpyDefault, stream));
+  }
+  if (device.non_finite_rows != nullptr) {
+    RETURN_IF_ERROR(cuda::NonFiniteRowsLaunch(non_finite_.as<uint8_t>(), input_.as<float>(), rows,
+                                              row_in_bytes / int64_t{sizeof(float)}, stream));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(non_finite_host_, non_finite_.data(),
+                                         static_cast<size_t>(rows), cudaMemcpyDeviceToHost,
+                                         stream));
   }
   const auto graph = graphs_.lower_bound(rows);
   if (graph != graphs_.end()) {
@@ -523,27 +524,16 @@ absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows,
   } else {
     RETURN_IF_ERROR(QueueForward(rows));
   }
-  if (device != nullptr) {
-    for (const DeviceRows& run : device->runs) {
-      if (run.output == nullptr) continue;
-      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          run.output, output_.as<char>() + run.first_row * row_out_bytes,
-          static_cast<size_t>(run.rows * row_out_bytes), cudaMemcpyDefault, stream));
-    }
+  for (const DeviceRows& run : device.runs) {
+    if (run.output == nullptr) continue;
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(run.output, output_.as<char>() + run.first_row * row_out_bytes,
+                        static_cast<size_t>(run.rows * row_out_bytes), cudaMemcpyDefault, stream));
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging_output_, output_.data(),
                                        static_cast<size_t>(out_bytes), cudaMemcpyDeviceToHost,
                                        stream));
   return absl::OkStatus();
-}
-
-void CudaModelInstance::ReportNonFinite(const DeviceRowsIo& device) const {
-  if (device.non_finite_rows == nullptr) return;
-  for (const DeviceRows& run : device.runs) {
-    if (run.input == nullptr) continue;
-    std::memcpy(device.non_finite_rows + run.first_row, non_finite_host_ + run.first_row,
-                static_cast<size_t>(run.rows));
-  }
 }
 
 absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* output) {
@@ -552,7 +542,7 @@ absl::Status CudaModelInstance::Run(const float* input, int64_t rows, float* out
 
 absl::Status CudaModelInstance::RunWithDeviceRows(const float* input, int64_t rows, float* output,
                                                   const DeviceRowsIo& device) {
-  const absl::Status queued = QueueRun(input, rows, &device);
+  const absl::Status queued = QueueRun(input, rows, device);
   // Whatever was queued finishes before the buffers are used again.
   const absl::Status synced = lease_->Synchronize();
   RETURN_IF_ERROR(queued);
@@ -561,27 +551,26 @@ absl::Status CudaModelInstance::RunWithDeviceRows(const float* input, int64_t ro
     std::memcpy(output, staging_output_,
                 static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float));
   }
-  ReportNonFinite(device);
+  ReportNonFinite(device.non_finite_rows, rows);
   return absl::OkStatus();
 }
 
 void CudaModelInstance::Start(const float* input, int64_t rows, float* output,
                               absl::AnyInvocable<void(absl::Status) &&> finish) {
-  StartRun(input, rows, output, nullptr, std::move(finish));
+  StartRun(input, rows, output, DeviceRowsIo{}, std::move(finish));
 }
 
 void CudaModelInstance::StartWithDeviceRows(const float* input, int64_t rows, float* output,
                                             const DeviceRowsIo& device,
                                             absl::AnyInvocable<void(absl::Status) &&> finish) {
-  StartRun(input, rows, output, &device, std::move(finish));
+  StartRun(input, rows, output, device, std::move(finish));
 }
 
 void CudaModelInstance::StartRun(const float* input, int64_t rows, float* output,
-                                 const DeviceRowsIo* device,
+                                 const DeviceRowsIo& device,
                                  absl::AnyInvocable<void(absl::Status) &&> finish) {
   if (completions_ == nullptr) {
-    std::move(finish)(
-        RunWithDeviceRows(input, rows, output, device != nullptr ? *device : DeviceRowsIo{}));
+    std::move(finish)(RunWithDeviceRows(input, rows, output, device));
     return;
   }
   absl::Status queued = QueueRun(input, rows, device);
@@ -604,12 +593,12 @@ void CudaModelInstance::StartRun(const float* input, int64_t rows, float* output
   started_.store(true, std::memory_order_release);
   const size_t out_bytes = static_cast<size_t>(rows * model_->num_outputs()) * sizeof(float);
   completions_->Add(done_event_,
-                    [this, output, out_bytes, device = device != nullptr ? *device : DeviceRowsIo{},
+                    [this, output, out_bytes, rows, non_finite = device.non_finite_rows,
                      finish = std::move(finish)](absl::Status status) mutable {
                       if (status.ok()) {
                         if (output != staging_output_)
                           std::memcpy(output, staging_output_, out_bytes);
-                        ReportNonFinite(device);
+                        ReportNonFinite(non_finite, rows);
                       }
                       started_.store(false, std::memory_order_release);
                       std::move(finish)(std::move(status));

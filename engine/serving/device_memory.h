@@ -42,9 +42,9 @@ struct DeviceRows {
 struct DeviceRowsIo {
   // Runs in ascending first_row order, not overlapping.
   std::vector<DeviceRows> runs;
-  // When non-null, (batch rows) flags the instance sets for every row it read from device
-  // memory: 1 when that row's window holds a NaN or an infinity, else 0 (the host never sees
-  // those windows to check them). Other rows' flags are left as they are.
+  // When non-null, (batch rows) flags the instance sets for the batch's rows: 1 where the row's
+  // window holds a NaN or an infinity, else 0 (the host never sees the windows read from device
+  // memory to check them).
   uint8_t* non_finite_rows = nullptr;
 
   bool empty() const { return runs.empty(); }

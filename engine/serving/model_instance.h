@@ -44,8 +44,8 @@ class ModelInstance {
   virtual bool takes_device_rows() const { return false; }
   // Run and Start of a batch some of whose rows are in device memory (DeviceRowsIo): their
   // windows are read from there instead of `input`, their forecasts written there as well as
-  // to `output`, and `device.non_finite_rows` (if set) gets the flags of the windows read from
-  // device memory. Both only where takes_device_rows(); UNIMPLEMENTED otherwise (this default).
+  // to `output`, and `device.non_finite_rows` (if set) gets the batch's non-finite flags
+  // (DeviceRowsIo). Both only where takes_device_rows(); UNIMPLEMENTED otherwise (this default).
   virtual absl::Status RunWithDeviceRows(const float* input, int64_t rows, float* output,
                                          const DeviceRowsIo& device);
   virtual void StartWithDeviceRows(const float* input, int64_t rows, float* output,

@@ -132,6 +132,19 @@ grpc::Status Infer(inference::GRPCInferenceService::Stub& stub,
   return stub.ModelInfer(&context, request, response);
 }
 
+// Registers `byte_size` bytes of `memory` on GPU 0 as region `name`.
+grpc::Status RegisterRegion(inference::GRPCInferenceService::Stub& stub, const std::string& name,
+                            const ExportedDeviceMemory& memory, int64_t byte_size) {
+  grpc::ClientContext context;
+  inference::CudaSharedMemoryRegisterRequest request;
+  request.set_name(name);
+  request.set_raw_handle(memory.handle());
+  request.set_device_id(0);
+  request.set_byte_size(static_cast<uint64_t>(byte_size));
+  inference::CudaSharedMemoryRegisterResponse response;
+  return stub.CudaSharedMemoryRegister(&context, request, &response);
+}
+
 void RequireError(const grpc::Status& status, grpc::StatusCode code, const std::string& part) {
   INFO("code " << status.error_code() << ": " << status.error_message());
   REQUIRE(status.error_code() == code);
@@ -176,14 +189,7 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
   const std::vector<float> windows = testing::RandomWindows(kRows, kT, 17);
   memory.Write(0, windows);
   {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryRegisterRequest request;
-    request.set_name("gpu_region");
-    request.set_raw_handle(memory.handle());
-    request.set_device_id(0);
-    request.set_byte_size(static_cast<uint64_t>(memory.bytes()));
-    inference::CudaSharedMemoryRegisterResponse response;
-    const grpc::Status status = stub->CudaSharedMemoryRegister(&context, request, &response);
+    const grpc::Status status = RegisterRegion(*stub, "gpu_region", memory, memory.bytes());
     INFO(status.error_message());
     REQUIRE(status.ok());
   }
@@ -241,17 +247,8 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
   RequireError(Infer(*stub, outside, &response), grpc::StatusCode::INVALID_ARGUMENT,
                "do not lie inside the shared-memory region 'gpu_region'");
   // A region larger than the allocation it names is never registered.
-  {
-    grpc::ClientContext context;
-    inference::CudaSharedMemoryRegisterRequest request;
-    request.set_name("too_big");
-    request.set_raw_handle(memory.handle());
-    request.set_device_id(0);
-    request.set_byte_size(static_cast<uint64_t>(memory.bytes()) * 1024);
-    inference::CudaSharedMemoryRegisterResponse registered;
-    RequireError(stub->CudaSharedMemoryRegister(&context, request, &registered),
-                 grpc::StatusCode::INVALID_ARGUMENT, "beyond the");
-  }
+  RequireError(RegisterRegion(*stub, "too_big", memory, memory.bytes() * 1024),
+               grpc::StatusCode::INVALID_ARGUMENT, "beyond the");
   // The same over KServe REST (Triton's register body, base64 handle) on memory of its own.
   {
     ExportedDeviceMemory rest_memory(2 * 4096);
@@ -309,16 +306,7 @@ TEST_CASE("ModelInfer reads windows from and writes forecasts to a client's CUDA
       shared.Write(c * kSlice, client_windows[c]);
       client_expected[c] = Ordinary(*stub, "batched", client_windows[c]);
     }
-    {
-      grpc::ClientContext context;
-      inference::CudaSharedMemoryRegisterRequest request;
-      request.set_name("clients");
-      request.set_raw_handle(shared.handle());
-      request.set_device_id(0);
-      request.set_byte_size(static_cast<uint64_t>(shared.bytes()));
-      inference::CudaSharedMemoryRegisterResponse registered;
-      REQUIRE(stub->CudaSharedMemoryRegister(&context, request, &registered).ok());
-    }
+    REQUIRE(RegisterRegion(*stub, "clients", shared, shared.bytes()).ok());
     std::barrier round_start(kClients);
     std::vector<std::string> errors(kClients);
     std::vector<std::thread> clients;
