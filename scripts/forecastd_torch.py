@@ -8,7 +8,8 @@ scripts/make_demo_models.py). It owns:
   * the nn.Module forecasters whose state_dict() names are the proto's weight names
     (build_module), and run_module / run_inference to run them; forecasts are (B, P, K), or
     (B, P, K, Q) for a model with `quantiles`, and forward_normalized gives them in normalised
-    units (what training losses see);
+    units (what training losses see); per-window scaling (`window_scaling`, RevIN) is the
+    WindowScaler module;
   * safetensors read / write (no `safetensors` package needed);
   * seeded random weights (randomize) and inputs (make_input), and the error metric
     max_rel_err used everywhere: max |got - want| / max(|want|, 1).
@@ -73,6 +74,8 @@ NORMALIZATIONS = {0: "NORMALIZATION_UNSPECIFIED", 1: "NORMALIZATION_NONE",
                   2: "NORMALIZATION_STANDARD"}
 PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_BF16",
               3: "PRECISION_FP16", 4: "PRECISION_TF32"}
+WINDOW_SCALINGS = {0: "WINDOW_SCALING_NONE", 1: "WINDOW_SCALING_MEAN_STD",
+                   2: "WINDOW_SCALING_LAST_VALUE"}
 
 
 def _proto_float(v):
@@ -102,6 +105,31 @@ def _quantiles(v):
     if any(b <= a for a, b in zip(taus, taus[1:])):
         raise ConfigError(f"quantiles {v} are not strictly increasing")
     return taus
+
+
+def _window_scaling(v):
+    """ModelConfig.window_scaling (JSON `windowScaling` / `window_scaling`, every field optional)
+    -> (kind NAME, affine, eps, forecast_change). eps is the proto float the C++ side reads,
+    0 or absent meaning 1e-5 (as a float: 9.99999974738e-06)."""
+    if v is None:
+        v = {}
+    if not isinstance(v, dict):
+        raise ConfigError(f"windowScaling is {v!r}, not a JSON object")
+    kind = _enum(v.get("kind"), WINDOW_SCALINGS, "windowScaling.kind")
+    affine = bool(v.get("affine", False))
+    try:
+        eps = _proto_float(float(v.get("eps", 0.0)))
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"windowScaling.eps is {v.get('eps')!r}, not a number")
+    if not 0.0 <= eps <= 1.0:  # also rejects NaN
+        raise ConfigError(f"windowScaling.eps {eps!r} is not in [0, 1]")
+    if eps == 0.0:
+        eps = _proto_float(1e-5)
+    change = bool(_field(v, "forecastChange", "forecast_change", False))
+    if affine and kind == "WINDOW_SCALING_NONE":
+        raise ConfigError("windowScaling.affine needs a windowScaling.kind "
+                          "(WINDOW_SCALING_MEAN_STD or WINDOW_SCALING_LAST_VALUE)")
+    return kind, affine, eps, change
 
 
 class Spec:
@@ -135,6 +163,11 @@ class Spec:
         # point forecasts.
         self.quantiles = _quantiles(cfg.get("quantiles"))
         self.Q = len(self.quantiles)
+        # Per-window scaling (RevIN) and forecasting the change from the last value; absent:
+        # WINDOW_SCALING_NONE, no affine, no forecast change, i.e. none at all.
+        (self.ws_kind, self.ws_affine, self.ws_eps,
+         self.ws_forecast_change) = _window_scaling(
+             _field(cfg, "windowScaling", "window_scaling"))
 
         archs = [a for a in ("lstm", "gru", "transformer") if a in cfg]
         if len(archs) != 1:
@@ -168,6 +201,11 @@ class Spec:
                                   f"FF={self.FF}")
 
     @property
+    def window_scaling(self):
+        """Whether the model has a WindowScaler (a kind, or forecastChange alone)."""
+        return self.ws_kind != "WINDOW_SCALING_NONE" or self.ws_forecast_change
+
+    @property
     def head_size(self):
         """The head's outputs: P * K, or P * K * Q with quantiles."""
         return self.P * self.K * max(self.Q, 1)
@@ -186,7 +224,17 @@ class Spec:
             body = (f"{self.arch} H={self.H} L={self.L} "
                     f"{'bi' if self.bidirectional else 'uni'}")
         q = f" Q={self.Q}" if self.Q else ""
-        return f"{body}  F={self.F} T={self.T} P={self.P} K={self.K}{q}"
+        ws = ""
+        if self.window_scaling:
+            parts = [self.ws_kind[15:].lower()]  # WINDOW_SCALING_ stripped: none, mean_std, ...
+            if self.ws_affine:
+                parts.append("affine")
+            if self.ws_forecast_change:
+                parts.append("change")
+            if self.ws_eps != _proto_float(1e-5) and self.ws_kind == "WINDOW_SCALING_MEAN_STD":
+                parts.append(f"eps={self.ws_eps:g}")
+            ws = " window=" + ",".join(parts)
+        return f"{body}  F={self.F} T={self.T} P={self.P} K={self.K}{q}{ws}"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -213,6 +261,70 @@ class Normalizer(nn.Module):
         return y * std + mean
 
 
+class WindowScaler(nn.Module):
+    """ModelConfig.window_scaling (RevIN, Kim et al., ICLR 2022), on the window u (B, T, F)
+    after the global normaliser. Per window b and feature f, detached (no gradient):
+      MEAN_STD:   c = mean_t u, s = sqrt(mean_t (u - c)^2 + eps)  (population variance)
+      LAST_VALUE: c = u[:, T-1], s = 1
+      NONE:       c = 0, s = 1  (forecastChange alone)
+    scale(u): z = (u - c) / s, xw = z * weight + bias with `affine`, else z; the body reads xw.
+    unscale(a, ...): for target k (feature f_k), a += xw[:, T-1, f_k] with forecastChange
+    (xw not detached), a = (a - bias[f_k]) / (weight[f_k] + eps^2) with `affine`, then
+    a * s[f_k] + c[f_k]. Parameters `weight` (F, init 1) and `bias` (F, init 0) only with
+    `affine`."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.kind = spec.ws_kind
+        self.affine = spec.ws_affine
+        self.eps = spec.ws_eps
+        self.forecast_change = spec.ws_forecast_change
+        if self.affine:
+            self.weight = nn.Parameter(torch.ones(spec.F))
+            self.bias = nn.Parameter(torch.zeros(spec.F))
+
+    def statistics(self, u):
+        """(c, s), each (B, 1, F) and detached, or None for NONE (c = 0, s = 1)."""
+        if self.kind == "WINDOW_SCALING_NONE":
+            return None
+        u = u.detach()
+        if self.kind == "WINDOW_SCALING_MEAN_STD":
+            c = u.mean(dim=1, keepdim=True)
+            s = torch.sqrt(((u - c) ** 2).mean(dim=1, keepdim=True) + self.eps)
+        else:  # WINDOW_SCALING_LAST_VALUE
+            c = u[:, -1:, :]
+            s = torch.ones_like(c)
+        return c, s
+
+    def scale(self, u):
+        """Returns (xw, stats): the window the body reads, and statistics() for unscale."""
+        stats = self.statistics(u)
+        z = u if stats is None else (u - stats[0]) / stats[1]
+        xw = z * self.weight + self.bias if self.affine else z
+        return xw, stats
+
+    def unscale(self, a, xw, stats, target_index):
+        """a: (B, P, K) or (B, P, K, Q) from the head; back to the global normaliser's units."""
+        idx = torch.tensor(target_index, dtype=torch.long)
+        quantiles = a.dim() == 4
+
+        def per_target(v):  # (B, K) -> broadcastable over P (and Q)
+            v = v[:, None, :]
+            return v[..., None] if quantiles else v
+
+        if self.forecast_change:
+            a = a + per_target(xw[:, -1, :][:, idx])
+        if self.affine:
+            w, b = self.weight[idx], self.bias[idx]
+            if quantiles:
+                w, b = w[:, None], b[:, None]
+            a = (a - b) / (w + self.eps * self.eps)
+        if stats is not None:
+            c, s = stats
+            a = a * per_target(s[:, 0, idx]) + per_target(c[:, 0, idx])
+        return a
+
+
 class Forecaster(nn.Module):
     def __init__(self, spec):
         super().__init__()
@@ -220,16 +332,25 @@ class Forecaster(nn.Module):
         # Registered first so the normaliser leads the state_dict (and model.safetensors).
         # With NORMALIZATION_NONE there is no normaliser and no normalizer.* tensors.
         self.normalizer = Normalizer(spec.F) if spec.standardized else None
+        # Then window_scaling.{weight,bias} (affine only), before the architecture's parameters.
+        # Without window scaling there is no such module and the model is exactly as before.
+        self.window_scaling = WindowScaler(spec) if spec.window_scaling else None
 
     def body(self, xn):
         raise NotImplementedError
 
     def forward_normalized(self, x):
         """head(body(xn)) reshaped to (B, P, K) or (B, P, K, Q): the forecast in normalised
-        units, before de-normalisation. Training losses are computed on this."""
+        units, before de-normalisation. Training losses are computed on this. With window
+        scaling the body reads the scaled window and the head's output is mapped back to the
+        normaliser's units (WindowScaler)."""
         xn = self.normalizer(x) if self.normalizer is not None else x
-        last = self.body(xn)
-        return self.head(last).reshape(self.spec.output_shape(x.shape[0]))
+        if self.window_scaling is None:
+            last = self.body(xn)
+            return self.head(last).reshape(self.spec.output_shape(x.shape[0]))
+        xw, stats = self.window_scaling.scale(xn)
+        a = self.head(self.body(xw)).reshape(self.spec.output_shape(x.shape[0]))
+        return self.window_scaling.unscale(a, xw, stats, self.spec.target_index)
 
     def forward(self, x):
         y = self.forward_normalized(x)
@@ -477,10 +598,10 @@ def max_rel_err(got, want):
 
 
 def randomize(module, seed, gains=None):
-    """Seeded weights: matrices U(-sqrt(3/fan_in), +), biases U(-0.5, 0.5), LayerNorm gains
-    U(0.6, 1.4), normaliser mean U(-4, 6) and std U(0.5, 2). Drawn in float64 with torch's
-    CPU generator, in state_dict order, then rounded to float32. gains: {name suffix: factor}
-    scales the matching tensors."""
+    """Seeded weights: matrices U(-sqrt(3/fan_in), +), biases U(-0.5, 0.5), LayerNorm gains and
+    window_scaling.weight U(0.6, 1.4), normaliser mean U(-4, 6) and std U(0.5, 2). Drawn in
+    float64 with torch's CPU generator, in state_dict order, then rounded to float32.
+    gains: {name suffix: factor} scales the matching tensors."""
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, t in module.state_dict().items():
@@ -491,7 +612,7 @@ def randomize(module, seed, gains=None):
                 v = -4.0 + 10.0 * u
             elif name == "normalizer.std":
                 v = 0.5 + 1.5 * u
-            elif is_ln and leaf == "weight":
+            elif (is_ln and leaf == "weight") or name == "window_scaling.weight":
                 v = 0.6 + 0.8 * u
             elif t.dim() == 2:
                 s = math.sqrt(3.0 / t.shape[1])
@@ -506,15 +627,31 @@ def randomize(module, seed, gains=None):
                 raise AssertionError(f"{name}: a zero bias; pick another seed")
 
 
-def make_input(spec, module, seed, batch):
+def window_levels(spec, seed, batch, spread):
+    """(batch, 1, F) float64 per-window levels in normaliser stds: U(-spread, spread), drawn
+    from a generator seeded with seed + 1299709."""
+    g = torch.Generator().manual_seed(seed + 1299709)
+    u = torch.rand((batch, 1, spec.F), dtype=torch.float64, generator=g)
+    return spread * (2.0 * u - 1.0)
+
+
+def make_input(spec, module, seed, batch, level_spread=0.0):
     """(batch, T, F) float32 raw inputs around the normaliser's statistics:
-    mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 7919."""
+    mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 7919.
+    level_spread > 0: each window (and feature) also gets its own level, + std * o with
+    o = window_levels(spec, seed, batch, level_spread) (the same for all T rows of a window), an
+    offset for window scaling to remove. Without a normaliser: N(0, 1) (+ o)."""
     g = torch.Generator().manual_seed(seed + 7919)
     z = torch.randn((batch, spec.T, spec.F), dtype=torch.float64, generator=g)
+    o = window_levels(spec, seed, batch, level_spread) if level_spread > 0.0 else None
     if spec.standardized:
         mean = module.normalizer.mean.double()
         std = module.normalizer.std.double()
         z = mean + 1.5 * std * z
+        if o is not None:
+            z = z + std * o
+    elif o is not None:
+        z = z + o
     return z.to(torch.float32)
 
 

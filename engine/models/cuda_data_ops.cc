@@ -6,6 +6,7 @@
 #include "kernels/cuda/fill.h"
 #include "kernels/cuda/normalize.h"
 #include "kernels/cuda/slots.h"
+#include "kernels/cuda/window_scaling.h"
 
 namespace forecastd {
 
@@ -63,6 +64,42 @@ absl::Status CudaDataOps::Zero(float* out, int64_t n) {
 
 absl::Status CudaDataOps::Multiply(float* out, const float* inp, const float* mask, int64_t n) {
   return cuda::MultiplyLaunch(out, inp, mask, n, stream_);
+}
+
+absl::Status CudaDataOps::WindowStats(float* center, float* scale, const float* x, int64_t B,
+                                      int64_t T, int64_t F, ref::WindowStatistic statistic,
+                                      float eps) {
+  return cuda::WindowStatsLaunch(center, scale, x, B, T, F, statistic, eps, stream_);
+}
+
+absl::Status CudaDataOps::ScaleWindows(float* xw, float* z, const float* x, const float* center,
+                                       const float* scale, const float* gamma, const float* beta,
+                                       int64_t B, int64_t T, int64_t F) {
+  return cuda::ScaleWindowsLaunch(xw, z, x, center, scale, gamma, beta, B, T, F, stream_);
+}
+
+absl::Status CudaDataOps::UnscaleTarget(float* out, float* v_out, const float* d, const float* last,
+                                        int64_t last_stride, const float* center,
+                                        const float* scale, int64_t stats_stride,
+                                        const float* gamma, const float* beta, float eps2,
+                                        int64_t B, int64_t J, int64_t C, int64_t c0, int64_t W) {
+  return cuda::UnscaleTargetLaunch(out, v_out, d, last, last_stride, center, scale, stats_stride,
+                                   gamma, beta, eps2, B, J, C, c0, W, stream_);
+}
+
+absl::Status CudaDataOps::UnscaleTargetBackward(float* dd, float* dgamma, float* dbeta,
+                                                float* dlast, int64_t last_stride,
+                                                const float* dout, const float* v,
+                                                const float* scale, int64_t stats_stride,
+                                                const float* gamma, float eps2, int64_t B,
+                                                int64_t J, int64_t C, int64_t c0, int64_t W) {
+  return cuda::UnscaleTargetBackwardLaunch(dd, dgamma, dbeta, dlast, last_stride, dout, v, scale,
+                                           stats_stride, gamma, eps2, B, J, C, c0, W, stream_);
+}
+
+absl::Status CudaDataOps::ScaleWindowsBackward(float* dgamma, float* dbeta, const float* dxw,
+                                               const float* z, int64_t R, int64_t F) {
+  return cuda::ScaleWindowsBackwardLaunch(dgamma, dbeta, dxw, z, R, F, stream_);
 }
 
 absl::Status CudaDataOps::DropoutMask(float* mask, int64_t n, float p, uint64_t seed) {

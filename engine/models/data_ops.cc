@@ -61,6 +61,40 @@ class HostLoopDataOps final : public DataOps {
     for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * mask[i];
     return absl::OkStatus();
   }
+  absl::Status WindowStats(float* center, float* scale, const float* x, int64_t B, int64_t T,
+                           int64_t F, ref::WindowStatistic statistic, float eps) override {
+    ref::WindowStats(center, scale, x, B, T, F, statistic, eps);
+    return absl::OkStatus();
+  }
+  absl::Status ScaleWindows(float* xw, float* z, const float* x, const float* center,
+                            const float* scale, const float* gamma, const float* beta, int64_t B,
+                            int64_t T, int64_t F) override {
+    ref::ScaleWindows(xw, z, x, center, scale, gamma, beta, B, T, F);
+    return absl::OkStatus();
+  }
+  absl::Status UnscaleTarget(float* out, float* v_out, const float* d, const float* last,
+                             int64_t last_stride, const float* center, const float* scale,
+                             int64_t stats_stride, const float* gamma, const float* beta,
+                             float eps2, int64_t B, int64_t J, int64_t C, int64_t c0,
+                             int64_t W) override {
+    ref::UnscaleTarget(out, v_out, d, last, last_stride, center, scale, stats_stride, gamma, beta,
+                       eps2, B, J, C, c0, W);
+    return absl::OkStatus();
+  }
+  absl::Status UnscaleTargetBackward(float* dd, float* dgamma, float* dbeta, float* dlast,
+                                     int64_t last_stride, const float* dout, const float* v,
+                                     const float* scale, int64_t stats_stride, const float* gamma,
+                                     float eps2, int64_t B, int64_t J, int64_t C, int64_t c0,
+                                     int64_t W) override {
+    ref::UnscaleTargetBackward(dd, dgamma, dbeta, dlast, last_stride, dout, v, scale, stats_stride,
+                               gamma, eps2, B, J, C, c0, W);
+    return absl::OkStatus();
+  }
+  absl::Status ScaleWindowsBackward(float* dgamma, float* dbeta, const float* dxw, const float* z,
+                                    int64_t R, int64_t F) override {
+    ref::ScaleWindowsBackward(dgamma, dbeta, dxw, z, R, F);
+    return absl::OkStatus();
+  }
   absl::Status DropoutMask(float* mask, int64_t n, float p, uint64_t seed) override {
     Random rng(seed);
     const float scale = 1.0f / (1.0f - p);

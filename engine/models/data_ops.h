@@ -7,11 +7,13 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/ref/window_scaling.h"
 
 namespace forecastd {
 
 // The steps of a forward or training pass that the Backend op set leaves out: standardising the
-// input, de-standardising the forecast, copying rows between buffers, and dropout. The default,
+// input, de-standardising the forecast, per-window scaling, copying rows between buffers, and
+// dropout. The default,
 // HostDataOps(), runs them as loops on host memory; a caller whose buffers are device memory
 // passes its device's version (CudaDataOps, engine/models/cuda_data_ops.h, on the backend's
 // stream), whose work must be ordered with the backend's ops. Used by one pass at a time.
@@ -45,6 +47,27 @@ class DataOps {
   virtual absl::Status Zero(float* out, int64_t n) = 0;
   // out[i] = inp[i] * mask[i] for i < n; out may be inp.
   virtual absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) = 0;
+  // Per-window scaling (ModelConfig.window_scaling); the contracts are kernels/ref/
+  // window_scaling.h's functions of the same names, whose pointers are all memory of this
+  // DataOps' kind except `statistic` and the sizes.
+  virtual absl::Status WindowStats(float* center, float* scale, const float* x, int64_t B,
+                                   int64_t T, int64_t F, ref::WindowStatistic statistic,
+                                   float eps) = 0;
+  virtual absl::Status ScaleWindows(float* xw, float* z, const float* x, const float* center,
+                                    const float* scale, const float* gamma, const float* beta,
+                                    int64_t B, int64_t T, int64_t F) = 0;
+  virtual absl::Status UnscaleTarget(float* out, float* v_out, const float* d, const float* last,
+                                     int64_t last_stride, const float* center, const float* scale,
+                                     int64_t stats_stride, const float* gamma, const float* beta,
+                                     float eps2, int64_t B, int64_t J, int64_t C, int64_t c0,
+                                     int64_t W) = 0;
+  virtual absl::Status UnscaleTargetBackward(float* dd, float* dgamma, float* dbeta, float* dlast,
+                                             int64_t last_stride, const float* dout, const float* v,
+                                             const float* scale, int64_t stats_stride,
+                                             const float* gamma, float eps2, int64_t B, int64_t J,
+                                             int64_t C, int64_t c0, int64_t W) = 0;
+  virtual absl::Status ScaleWindowsBackward(float* dgamma, float* dbeta, const float* dxw,
+                                            const float* z, int64_t R, int64_t F) = 0;
   // Inverted-dropout multipliers: mask[i] = 0 when the i-th UniformFloat() of Random(seed)
   // (engine/random.h) is below p, else 1/(1-p). Every implementation draws the same
   // stream, so one seed gives one mask on every device. p in (0, 1).

@@ -28,6 +28,10 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
     model->parameters_.Add("normalizer.mean", {model->num_features_});
     model->parameters_.Add("normalizer.std", {model->num_features_});
   }
+  if (model->window_affine()) {
+    model->parameters_.Add("window_scaling.weight", {model->num_features_});
+    model->parameters_.Add("window_scaling.bias", {model->num_features_});
+  }
   model->DeclareParameters(model->parameters_);
   if (model->parameters_.size() > kMaxParameters) {
     return absl::InvalidArgumentError(
@@ -39,6 +43,11 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
     // Identity standardisation until real statistics are loaded.
     float* std = model->parameters_.at("normalizer.std");
     for (int f = 0; f < model->num_features_; ++f) std[f] = 1.0f;
+  }
+  if (model->window_affine()) {
+    // RevIN's start: the identity map.
+    float* gain = model->parameters_.at("window_scaling.weight");
+    for (int f = 0; f < model->num_features_; ++f) gain[f] = 1.0f;
   }
   return model;
 }
@@ -55,7 +64,11 @@ bool Forecaster::standardized() const { return config_.normalization() != v1::NO
 int64_t Forecaster::WorkspaceFloats(int64_t B) const {
   const int64_t pad = 16;
   const int64_t T = lookback(), F = num_features_, P = horizon();
-  return (B * T * F + pad) + (B * P * num_targets_ * num_quantiles_ + pad) + BodyWorkspaceFloats(B);
+  int64_t floats =
+      (B * T * F + pad) + (B * P * num_targets_ * num_quantiles_ + pad) + BodyWorkspaceFloats(B);
+  // The scaled windows, their statistics and the body's output before mapping back.
+  if (scales_windows()) floats += (B * T * F + pad) + 2 * (B * F + pad) + (B * num_outputs() + pad);
+  return floats;
 }
 
 std::vector<float> Forecaster::NeutralWindows(int64_t B) const {
@@ -80,17 +93,68 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
   DataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostDataOps();
 
   const float* xn = inp;
+  float* scaled = nullptr;
   if (standardized()) {
-    float* scaled = workspace.Alloc(B * T * F);
+    scaled = workspace.Alloc(B * T * F);
     RETURN_IF_ERROR(
         data.Standardize(scaled, inp, p.at("normalizer.mean"), p.at("normalizer.std"), B * T, F));
     xn = scaled;
   }
 
   float* y = workspace.Alloc(B * P * K * Q);
-  RETURN_IF_ERROR(ForwardStandardized(backend, p, data, y, xn, B, workspace));
-
+  if (!scales_windows()) {
+    RETURN_IF_ERROR(ForwardStandardized(backend, p, data, y, xn, B, workspace));
+    return Destandardize(data, p, out, y, B);
+  }
+  const float* xw = xn;
+  float* center = nullptr;
+  float* scale = nullptr;
+  if (window_statistics()) {
+    float* windows = scaled != nullptr ? scaled : workspace.Alloc(B * T * F);  // in place
+    center = workspace.Alloc(B * F);
+    scale = workspace.Alloc(B * F);
+    RETURN_IF_ERROR(ScaleWindows(data, p, windows, nullptr, center, scale, xn, B));
+    xw = windows;
+  }
+  float* d = workspace.Alloc(B * P * K * Q);
+  RETURN_IF_ERROR(ForwardStandardized(backend, p, data, d, xw, B, workspace));
+  RETURN_IF_ERROR(UnscaleForecasts(data, p, y, nullptr, d, xw, center, scale, B));
   return Destandardize(data, p, out, y, B);
+}
+
+absl::Status Forecaster::ScaleWindows(DataOps& data, const ParameterView& p, float* xw, float* z,
+                                      float* center, float* scale, const float* xn,
+                                      int64_t B) const {
+  const int64_t T = lookback(), F = num_features_;
+  const v1::WindowScaling& w = config_.window_scaling();
+  const ref::WindowStatistic statistic = w.kind() == v1::WindowScaling::WINDOW_SCALING_MEAN_STD
+                                             ? ref::WindowStatistic::kMeanStd
+                                             : ref::WindowStatistic::kLastValue;
+  RETURN_IF_ERROR(
+      data.WindowStats(center, scale, xn, B, T, F, statistic, WindowScalingEps(config_)));
+  const float* gamma = w.affine() ? p.at("window_scaling.weight") : nullptr;
+  const float* beta = w.affine() ? p.at("window_scaling.bias") : nullptr;
+  return data.ScaleWindows(xw, z, xn, center, scale, gamma, beta, B, T, F);
+}
+
+absl::Status Forecaster::UnscaleForecasts(DataOps& data, const ParameterView& p, float* out,
+                                          float* v, const float* d, const float* xw,
+                                          const float* center, const float* scale,
+                                          int64_t B) const {
+  const int64_t T = lookback(), F = num_features_, P = horizon(), K = num_targets_,
+                Q = num_quantiles_;
+  const v1::WindowScaling& w = config_.window_scaling();
+  const float eps = WindowScalingEps(config_);
+  for (int64_t k = 0; k < K; ++k) {
+    const int f = target_features_[static_cast<size_t>(k)];
+    const float* last = w.forecast_change() ? xw + (T - 1) * F + f : nullptr;
+    RETURN_IF_ERROR(data.UnscaleTarget(
+        out, v, d, last, T * F, center != nullptr ? center + f : nullptr,
+        scale != nullptr ? scale + f : nullptr, F,
+        w.affine() ? p.at("window_scaling.weight") + f : nullptr,
+        w.affine() ? p.at("window_scaling.bias") + f : nullptr, eps * eps, B, P, K * Q, k * Q, Q));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Forecaster::Destandardize(DataOps& data, const ParameterView& p, float* out,
@@ -117,7 +181,8 @@ absl::Status Forecaster::Step(Backend& backend, float* out, const float* x, floa
   if (StateFloats() == 0) {
     return absl::UnimplementedError(absl::StrCat(
         "model '", config_.name(),
-        "' has no state mode (only a unidirectional lstm or gru keeps a state per stream)"));
+        "' has no state mode (only a unidirectional lstm or gru without window scaling keeps a "
+        "state per stream)"));
   }
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
   const int64_t F = num_features_;
@@ -162,7 +227,39 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
   if (B <= 0) return absl::InvalidArgumentError(absl::StrCat("batch size ", B, " must be > 0"));
   tape.Reset();
   tape.batch = B;
-  return ForwardTrainBody(backend, out, xn, B, tape);
+  tape.window_scaling = {};
+  if (!scales_windows()) return ForwardTrainBody(backend, out, xn, B, tape);
+  const int64_t T = lookback(), F = num_features_;
+  const ParameterView p = tape.weights(parameters_);
+  DataOps& data = tape.data();
+  TrainingTape::WindowScaling& w = tape.window_scaling;
+  float* center = nullptr;
+  float* scale = nullptr;
+  float* z = nullptr;
+  const float* xw = xn;
+  if (window_statistics()) {
+    ASSIGN_OR_RETURN(center, tape.Alloc(B * F));
+    ASSIGN_OR_RETURN(scale, tape.Alloc(B * F));
+    if (window_affine()) {
+      ASSIGN_OR_RETURN(z, tape.Alloc(B * T * F));
+    }
+    ASSIGN_OR_RETURN(float* const scaled, tape.Alloc(B * T * F));
+    RETURN_IF_ERROR(ScaleWindows(data, p, scaled, z, center, scale, xn, B));
+    xw = scaled;
+  }
+  ASSIGN_OR_RETURN(float* const d, tape.Alloc(B * num_outputs()));
+  RETURN_IF_ERROR(ForwardTrainBody(backend, d, xw, B, tape));
+  float* v = nullptr;
+  if (window_affine()) {
+    ASSIGN_OR_RETURN(v, tape.Alloc(B * num_outputs()));
+  }
+  RETURN_IF_ERROR(UnscaleForecasts(data, p, out, v, d, xw, center, scale, B));
+  w.center = center;
+  w.scale = scale;
+  w.z = z;
+  w.xw = xw;
+  w.v = v;
+  return absl::OkStatus();
 }
 
 absl::Status Forecaster::SupportsStatefulTraining() const {
@@ -201,7 +298,61 @@ absl::Status Forecaster::Backward(Backend& backend, float* dparams, const float*
   for (const ParameterSpec& spec : parameters_.specs()) {
     if (!IsTrainable(spec)) RETURN_IF_ERROR(tape.data().Zero(dparams + spec.offset, spec.numel));
   }
-  return BackwardBody(backend, dparams, dout, tape);
+  if (!scales_windows()) return BackwardBody(backend, dparams, nullptr, dout, tape);
+  return BackwardScaled(backend, dparams, dout, tape);
+}
+
+// Window scaling's backward (the statistics are constants): with a = d + xw_last (with
+// forecast_change), v = (a - beta) / (gamma + eps^2) (affine) or a, out = v * scale + center,
+//   da = dout * scale / (gamma + eps^2),  dd = da,
+//   dbeta[f_k] -= sum da,  dgamma[f_k] -= sum da * v          (the forecast's side)
+//   dxw = the body's d(loss)/d(input), plus sum_{p,q} da at the last row (forecast_change)
+//   dgamma[f] += sum dxw * z,  dbeta[f] += sum dxw             (the window's side)
+// Without affine nothing upstream of the body is trained and dxw is not computed.
+absl::Status Forecaster::BackwardScaled(Backend& backend, float* dparams, const float* dout,
+                                        TrainingTape& tape) const {
+  const int64_t B = tape.batch, T = lookback(), F = num_features_, K = num_targets_,
+                Q = num_quantiles_;
+  const TrainingTape::WindowScaling& w = tape.window_scaling;
+  if (w.xw == nullptr) return absl::FailedPreconditionError("Backward without ForwardTrain");
+  DataOps& data = tape.data();
+  const ParameterView p = tape.weights(parameters_);
+  const bool affine = window_affine();
+  const bool change = config_.window_scaling().forecast_change();
+  const float eps = WindowScalingEps(config_);
+  float* dgamma = nullptr;
+  float* dbeta = nullptr;
+  float* dlast = nullptr;  // (B, F): d(loss)/d(xw's last row) through forecast_change
+  float* dxw = nullptr;
+  if (affine) {
+    dgamma = grad(dparams, "window_scaling.weight");
+    dbeta = grad(dparams, "window_scaling.bias");
+    RETURN_IF_ERROR(data.Zero(dgamma, F));
+    RETURN_IF_ERROR(data.Zero(dbeta, F));
+    ASSIGN_OR_RETURN(dxw, tape.Alloc(B * T * F));
+    if (change) {
+      ASSIGN_OR_RETURN(dlast, tape.Alloc(B * F));
+      RETURN_IF_ERROR(data.Zero(dlast, B * F));
+    }
+  }
+  ASSIGN_OR_RETURN(float* const dd, tape.Alloc(B * num_outputs()));
+  for (int64_t k = 0; k < K; ++k) {
+    const int f = target_features_[static_cast<size_t>(k)];
+    RETURN_IF_ERROR(data.UnscaleTargetBackward(dd, affine ? dgamma + f : nullptr,
+                                               affine ? dbeta + f : nullptr,
+                                               dlast != nullptr ? dlast + f : nullptr, F, dout, w.v,
+                                               w.scale != nullptr ? w.scale + f : nullptr, F,
+                                               affine ? p.at("window_scaling.weight") + f : nullptr,
+                                               eps * eps, B, horizon(), K * Q, k * Q, Q));
+  }
+  RETURN_IF_ERROR(BackwardBody(backend, dparams, dxw, dd, tape));
+  if (!affine) return absl::OkStatus();
+  RETURN_IF_ERROR(data.ScaleWindowsBackward(dgamma, dbeta, dxw, w.z, B * T, F));
+  if (dlast == nullptr) return absl::OkStatus();
+  // The last rows of z, side by side, against dlast.
+  ASSIGN_OR_RETURN(float* const z_last, tape.Alloc(B * F));
+  RETURN_IF_ERROR(data.GatherRows(z_last, w.z + (T - 1) * F, B, T * F, F));
+  return data.ScaleWindowsBackward(dgamma, dbeta, dlast, z_last, B, F);
 }
 
 }  // namespace forecastd

@@ -2,7 +2,9 @@
 // from raw input windows (B, T, F) to raw forecasts (B, P, targets), written once against
 // the Backend op set. Inputs are standardised per feature with the mean and std stored in
 // the weights (`normalizer.mean`, `normalizer.std`), and forecasts are de-standardised with
-// the targets' statistics, so callers send and receive raw values. Forward runs on host
+// the targets' statistics, so callers send and receive raw values; a model with window scaling
+// (ModelConfig.window_scaling) also scales each window by its own statistics and maps the
+// forecast back, inside Forward and the training pair alike. Forward runs on host
 // memory by default; with a ForwardPlacement it reads a device copy of the arena and moves data
 // with device kernels, so the whole forecast runs on a GPU backend.
 // Thread-safety: Forward() is const and may run concurrently, each call with its own
@@ -170,7 +172,9 @@ class Forecaster {
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                         TrainingTape& tape) const = 0;
-  virtual absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+  // dxn (B, T, F), when not nullptr, receives d(loss)/d(xn) (window scaling's affine map needs
+  // it).
+  virtual absl::Status BackwardBody(Backend& backend, float* dparams, float* dxn, const float* dout,
                                     TrainingTape& tape) const = 0;
   // The training pair's chunk forward (ForwardTrainChunk), for a model whose
   // SupportsStatefulTraining() is OK; BackwardBody then runs the chunk's backward. The
@@ -201,6 +205,26 @@ class Forecaster {
   // out (rows, P, targets[, Q]) raw forecasts from y, the same standardised.
   absl::Status Destandardize(DataOps& data, const ParameterView& p, float* out, const float* y,
                              int64_t rows) const;
+  // Window scaling (ModelConfig.window_scaling; see the proto for the maths).
+  bool scales_windows() const { return HasWindowScaling(config_); }
+  bool window_statistics() const {
+    return config_.window_scaling().kind() != v1::WindowScaling::WINDOW_SCALING_NONE;
+  }
+  bool window_affine() const { return config_.window_scaling().affine(); }
+  // The scaled windows xw (and z, before the affine map, where not nullptr) of xn (B, T, F),
+  // with each window's center and scale (B, F) computed into the given buffers; xw may be xn.
+  // For a model with window statistics (a kind other than NONE).
+  absl::Status ScaleWindows(DataOps& data, const ParameterView& p, float* xw, float* z,
+                            float* center, float* scale, const float* xn, int64_t B) const;
+  // out (B, P*targets*Q) in xn's units from d, the body's output, and the scaled windows xw
+  // it read; v (where not nullptr) keeps each value before scale and center. center and scale
+  // nullptr: 0 and 1 (no statistics).
+  absl::Status UnscaleForecasts(DataOps& data, const ParameterView& p, float* out, float* v,
+                                const float* d, const float* xw, const float* center,
+                                const float* scale, int64_t B) const;
+  // Backward for a model with window scaling: the forecast's side, the body, the window's side.
+  absl::Status BackwardScaled(Backend& backend, float* dparams, const float* dout,
+                              TrainingTape& tape) const;
 
   const ModelConfig config_;
   const int num_features_;

@@ -140,6 +140,29 @@ absl::Status ValidateStreaming(const ModelConfig& config) {
                     kMaxTickBatch);
 }
 
+absl::Status ValidateWindowScaling(const ModelConfig& config) {
+  const v1::WindowScaling& w = config.window_scaling();
+  if (!v1::WindowScaling::Kind_IsValid(w.kind())) {
+    return Invalid(config, absl::StrCat("window_scaling.kind ", w.kind(), " is not a known kind"));
+  }
+  if (w.affine() && w.kind() == v1::WindowScaling::WINDOW_SCALING_NONE) {
+    return Invalid(config,
+                   "window_scaling.affine needs a window_scaling.kind (WINDOW_SCALING_MEAN_STD or "
+                   "WINDOW_SCALING_LAST_VALUE)");
+  }
+  if (!(w.eps() >= 0.0f && w.eps() <= 1.0f)) {
+    return Invalid(config, absl::StrCat("window_scaling.eps ", w.eps(), " is not in [0, 1]"));
+  }
+  if (HasWindowScaling(config) &&
+      config.streaming().mode() == v1::StreamingConfig::STREAM_MODE_STATE) {
+    return Invalid(config,
+                   "window_scaling scales each window by its own statistics, so the model needs "
+                   "the whole window: streaming.mode STREAM_MODE_STATE is not available; use "
+                   "STREAM_MODE_WINDOW");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateModelConfig(const ModelConfig& config) {
@@ -183,6 +206,7 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
       return Invalid(config, "quantiles must be strictly increasing");
     }
   }
+  if (absl::Status s = ValidateWindowScaling(config); !s.ok()) return s;
   if (absl::Status s = ValidateStreaming(config); !s.ok()) return s;
   switch (config.architecture_case()) {
     case ModelConfig::kLstm:
@@ -197,7 +221,17 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
   return Invalid(config, "no architecture: set one of lstm, gru or transformer");
 }
 
+bool HasWindowScaling(const ModelConfig& config) {
+  return config.window_scaling().kind() != v1::WindowScaling::WINDOW_SCALING_NONE ||
+         config.window_scaling().forecast_change();
+}
+
+float WindowScalingEps(const ModelConfig& config) {
+  return config.window_scaling().eps() > 0.0f ? config.window_scaling().eps() : 1e-5f;
+}
+
 bool SupportsStateMode(const ModelConfig& config) {
+  if (HasWindowScaling(config)) return false;
   return (config.has_lstm() && !config.lstm().bidirectional()) ||
          (config.has_gru() && !config.gru().bidirectional());
 }

@@ -33,8 +33,13 @@ int NumQuantiles(const ModelConfig& config);
 // For each target, its column in the input features.
 std::vector<int> TargetFeatureIndices(const ModelConfig& config);
 float LayerNormEps(const v1::TransformerConfig& config);
+// Whether the model scales each window by its own statistics or forecasts changes
+// (ModelConfig.window_scaling: a kind other than NONE, or forecast_change).
+bool HasWindowScaling(const ModelConfig& config);
+// window_scaling.eps, or its default 1e-5 when 0.
+float WindowScalingEps(const ModelConfig& config);
 // Whether tick streams may keep the model's recurrent state (StreamingConfig::STREAM_MODE_STATE):
-// a unidirectional LSTM or GRU.
+// a unidirectional LSTM or GRU without window scaling.
 bool SupportsStateMode(const ModelConfig& config);
 // The mode tick streams of a validated config run in: STATE or WINDOW (never UNSPECIFIED).
 v1::StreamingConfig::Mode StreamMode(const ModelConfig& config);

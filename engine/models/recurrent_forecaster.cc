@@ -119,7 +119,7 @@ absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const Pa
 // gathered states: out_l = h_l' (B, H) feeds layer l + 1, and the head reads the top one. A
 // backend with FastPath::kRecurrentStep runs all that as one call on the slab itself.
 int64_t RecurrentForecaster::StateFloats() const {
-  if (directions_ != 1) return 0;
+  if (directions_ != 1 || !SupportsStateMode(config())) return 0;
   return int64_t{rnn_.num_layers()} * (is_lstm_ ? 2 : 1) * rnn_.hidden_size();
 }
 

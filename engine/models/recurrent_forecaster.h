@@ -37,7 +37,7 @@ class RecurrentForecaster final : public Forecaster {
   RecurrentStepForecastSpec StepForecastSpec(const ParameterView* p) const;
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                 TrainingTape& tape) const override;
-  absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+  absl::Status BackwardBody(Backend& backend, float* dparams, float* dxn, const float* dout,
                             TrainingTape& tape) const override;
 
   absl::Status ForwardTrainChunkBody(Backend& backend, float* out, float* state_n, const float* xn,

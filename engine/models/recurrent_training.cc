@@ -92,9 +92,12 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
                         num_outputs());
 }
 
-absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams, const float* dout,
-                                               TrainingTape& tape) const {
-  if (HoldsChunkTape(tape)) return BackwardChunk(backend, dparams, dout, tape);
+absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams, float* dxn,
+                                               const float* dout, TrainingTape& tape) const {
+  if (HoldsChunkTape(tape)) {
+    if (dxn != nullptr) return absl::InvalidArgumentError("a chunk's backward gives no dxn");
+    return BackwardChunk(backend, dparams, dout, tape);
+  }
   Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
   const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;
@@ -118,13 +121,13 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
     const std::vector<RecurrentDirectionGrads> grads = StackGrads(dparams);
     ASSIGN_OR_RETURN(float* const scratch, tape.Alloc((L + 1) * S));
-    return backend.RecurrentStackBackward(cell(), /*dinp=*/nullptr, grads.data(), dtop, scratch,
-                                          t->layer_in[0], weights.data(),
+    return backend.RecurrentStackBackward(cell(), dxn, grads.data(), dtop, scratch, t->layer_in[0],
+                                          weights.data(),
                                           RecurrentDims{B, T, num_features(), H, ND}, L, &t->stack);
   }
   for (int l = L - 1; l >= 0; --l) {
     const float* dl_out = dlayer[(L - 1 - l) % 2];
-    float* dl_in = l > 0 ? dlayer[(L - l) % 2] : nullptr;
+    float* dl_in = l > 0 ? dlayer[(L - l) % 2] : dxn;
     RecurrentDirectionWeights weights[2];
     RecurrentDirectionGrads grads[2];
     LayerWeights(p, l, weights);

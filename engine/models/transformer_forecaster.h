@@ -34,7 +34,7 @@ class TransformerForecaster final : public Forecaster {
 
   absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                 TrainingTape& tape) const override;
-  absl::Status BackwardBody(Backend& backend, float* dparams, const float* dout,
+  absl::Status BackwardBody(Backend& backend, float* dparams, float* dxn, const float* dout,
                             TrainingTape& tape) const override;
 
   // What one encoder layer's training forward keeps, and the whole step's tape; see

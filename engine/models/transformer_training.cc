@@ -288,7 +288,7 @@ std::vector<int64_t> TransformerForecaster::GradientBlockStarts() const {
   return starts;
 }
 
-absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparams,
+absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparams, float* dxn,
                                                  const float* dout, TrainingTape& tape) const {
   const Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
@@ -325,9 +325,9 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
     RETURN_IF_ERROR(GradientsFinalFrom(tape, GradientBlock(k)));
     cur = 1 - cur;
   }
-  // The positional encoding passes the gradient through; the input projection's input is
-  // data and needs none.
-  return backend.LinearBackward(nullptr, grad(dparams, "input_proj.weight"),
+  // The positional encoding passes the gradient through; the input projection's input needs
+  // one only when asked (dxn).
+  return backend.LinearBackward(dxn, grad(dparams, "input_proj.weight"),
                                 grad(dparams, "input_proj.bias"), dx[cur], t->xn, nullptr,
                                 p.at("input_proj.weight"), N, F, D);
 }

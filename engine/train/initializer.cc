@@ -26,7 +26,9 @@ void InitializeParameters(Forecaster& model, uint64_t seed) {
       const auto b = static_cast<float>(bound);
       for (int64_t i = 0; i < spec.numel; ++i) w[i] = rng.Uniform(-b, b);
     };
-    if (absl::StartsWith(name, "rnn.")) {
+    if (absl::StartsWith(name, "window_scaling.")) {
+      fill(absl::EndsWith(name, ".weight") ? 1.0f : 0.0f);  // RevIN's identity start
+    } else if (absl::StartsWith(name, "rnn.")) {
       const int H = config.has_lstm() ? config.lstm().hidden_size() : config.gru().hidden_size();
       uniform(1.0 / std::sqrt(static_cast<double>(H)));
     } else if (absl::StrContains(name, "norm")) {

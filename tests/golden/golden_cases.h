@@ -20,6 +20,9 @@ inline constexpr const char* kGoldenCases[] = {
     "transformer_preln_gelu_tanh",
     "lstm_quantile",
     "transformer_quantile",
+    "lstm_window_scaling",
+    "gru_last_value",
+    "transformer_window_scaling",
 };
 
 }  // namespace forecastd

@@ -7,7 +7,8 @@ whose state_dict() names are exactly the weight names of proto/forecastd/v1/mode
 fills them with seeded random weights, runs them, and writes one directory per case:
 
     <out>/<case>/config.json        ModelConfig in protobuf's JSON mapping
-    <out>/<case>/model.safetensors  float32 weights (plus normalizer.mean / normalizer.std)
+    <out>/<case>/model.safetensors  float32 weights (plus normalizer.mean / normalizer.std, and
+                                    window_scaling.weight / .bias with windowScaling.affine)
     <out>/<case>/io.safetensors     `input` (B, T, F) raw and `output` (B, P, targets), or
                                     (B, P, targets, Q) with quantiles, from PyTorch
     <out>/<case>/train.safetensors  a training step and ten optimiser steps on that batch in
@@ -59,7 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "scripts")))
 from forecastd_torch import (  # noqa: E402  (needs the sys.path entry above)
     ConfigError, SafetensorsError, Spec, build_module, make_input, max_rel_err, randomize,
-    read_safetensors, run_module, sinusoid_table, state_dict_np, write_safetensors)
+    read_safetensors, run_module, sinusoid_table, state_dict_np, window_levels, write_safetensors)
 
 RTOL = 1e-5        # forecasts
 TRAIN_RTOL = 1e-4  # training goldens (loss, gradients, losses, parameters after the steps)
@@ -85,19 +86,35 @@ def _train(loss="mse", optimizer="adam", lr=1e-2, huber_delta=1.0, beta1=0.9, be
                 nesterov=nesterov, clip_grad_norm=clip_grad_norm)
 
 
+def _window(kind, affine=False, forecast_change=False, eps=None, level_spread=6.0):
+    """A case's window scaling: the config's windowScaling (kind by name; affine /
+    forecastChange / eps written only when set) and `level_spread`: its inputs (and training
+    targets) get a per-window level of U(-level_spread, level_spread) normaliser stds per
+    feature (forecastd_torch.window_levels), so that scaling by each window's own statistics
+    matters."""
+    cfg = {"kind": kind}
+    if affine:
+        cfg["affine"] = True
+    if eps is not None:
+        cfg["eps"] = eps
+    if forecast_change:
+        cfg["forecastChange"] = True
+    return dict(config=cfg, level_spread=level_spread)
+
+
 def _recurrent(name, seed, arch, hidden, layers, bidirectional, targets, dropout=0.0,
-               quantiles=None, train=None):
+               quantiles=None, train=None, window=None):
     return dict(name=name, seed=seed, arch=arch, hidden=hidden, layers=layers,
                 bidirectional=bidirectional, targets=targets, dropout=dropout,
-                quantiles=quantiles, train=train or _train())
+                quantiles=quantiles, train=train or _train(), window=window)
 
 
 def _transformer(name, seed, norm_first, activation, causal, targets, eps=None, gains=None,
-                 quantiles=None, train=None):
+                 quantiles=None, train=None, window=None):
     return dict(name=name, seed=seed, arch="transformer", d_model=8, heads=2, layers=2, d_ff=16,
                 norm_first=norm_first, activation=activation, causal=causal, targets=targets,
                 dropout=0.1, eps=eps, gains=gains or {}, quantiles=quantiles,
-                train=train or _train())
+                train=train or _train(), window=window)
 
 
 # Targets are deliberately not always in feature order, so the de-normalisation must look
@@ -140,7 +157,26 @@ CASES = [
     _transformer("transformer_quantile", 1402, True, "ACTIVATION_GELU", False,
                  ["load", "temperature"], quantiles=[0.1, 0.5, 0.9],
                  train=_train(loss="quantile")),
+    # Per-window scaling (windowScaling, RevIN). Inputs and targets sit at a per-window level of
+    # U(-6, 6) normaliser stds per feature (_window's level_spread), which the scaling removes.
+    _recurrent("lstm_window_scaling", 1601, "lstm", 5, 2, False, ["price", "temperature"],
+               window=_window("WINDOW_SCALING_MEAN_STD", affine=True, forecast_change=True,
+                              eps=1e-5)),
+    # Huber with delta 0.5 and SGD with momentum; without affine there is nothing to learn in
+    # the scaling itself. LAST_VALUE makes the scaled window's last row exactly 0.
+    _recurrent("gru_last_value", 1602, "gru", 5, 1, True, ["temperature", "load"],
+               window=_window("WINDOW_SCALING_LAST_VALUE"),
+               train=_train(loss="huber", huber_delta=0.5, optimizer="sgd", lr=0.05,
+                            momentum=0.9)),
+    _transformer("transformer_window_scaling", 1603, True, "ACTIVATION_GELU", False,
+                 ["load", "price"], quantiles=[0.1, 0.5, 0.9],
+                 window=_window("WINDOW_SCALING_MEAN_STD", affine=True),
+                 train=_train(loss="quantile")),
 ]
+
+
+def level_spread(case):
+    return case["window"]["level_spread"] if case.get("window") else 0.0
 
 
 def case_config(case):
@@ -177,6 +213,8 @@ def case_config(case):
             tf["layerNormEps"] = case["eps"]
         cfg["transformer"] = tf
     cfg["normalization"] = "NORMALIZATION_STANDARD"
+    if case.get("window"):
+        cfg["windowScaling"] = dict(case["window"]["config"])
     return cfg
 
 
@@ -208,11 +246,53 @@ def _act(u, name):
     return 0.5 * u * (1.0 + _erf(u / math.sqrt(2.0)))
 
 
+def numpy_window_stats(spec, u):
+    """Per window and feature (B, F): centre c and scale s of u (B, T, F), as the proto says."""
+    B, T, F = u.shape
+    if spec.ws_kind == "WINDOW_SCALING_MEAN_STD":
+        c = u.sum(axis=1) / T
+        s = np.sqrt(((u - c[:, None, :]) ** 2).sum(axis=1) / T + spec.ws_eps)
+    elif spec.ws_kind == "WINDOW_SCALING_LAST_VALUE":
+        c, s = u[:, T - 1, :].copy(), np.ones((B, F))
+    else:  # forecastChange alone
+        c, s = np.zeros((B, F)), np.ones((B, F))
+    return c, s
+
+
 def numpy_forward(spec, sd, x, denormalize=True):
     """sd: name -> float64 ndarray; x: (B, T, F) float64. Returns (B, P, K) or (B, P, K, Q);
     denormalize=False: in normalised units (what the training loss sees)."""
     B, T, _ = x.shape
     xn = (x - sd["normalizer.mean"]) / sd["normalizer.std"] if spec.standardized else x
+    if spec.ws_kind != "WINDOW_SCALING_NONE" or spec.ws_forecast_change:
+        # Window scaling: the body reads x_w, built from the window's own statistics.
+        c, s = numpy_window_stats(spec, xn)
+        xn = (xn - c[:, None, :]) / s[:, None, :]
+        if spec.ws_affine:
+            xn = xn * sd["window_scaling.weight"] + sd["window_scaling.bias"]
+    y = numpy_body_head(spec, sd, xn)
+    if spec.ws_kind != "WINDOW_SCALING_NONE" or spec.ws_forecast_change:
+        eps2 = spec.ws_eps * spec.ws_eps
+        for k, f in enumerate(spec.target_index):  # y[:, :, k] is (B, P) or (B, P, Q)
+            a = y[:, :, k]
+            col = (lambda v: v[:, None, None]) if spec.Q else (lambda v: v[:, None])  # noqa
+            if spec.ws_forecast_change:
+                a = a + col(xn[:, T - 1, f])
+            if spec.ws_affine:
+                a = (a - sd["window_scaling.bias"][f]) / (sd["window_scaling.weight"][f] + eps2)
+            y[:, :, k] = a * col(s[:, f]) + col(c[:, f])
+    if spec.standardized and denormalize:
+        idx = spec.target_index
+        std, mean = sd["normalizer.std"][idx], sd["normalizer.mean"][idx]
+        if spec.Q:  # each target's std / mean applies to all its quantiles
+            std, mean = std[:, None], mean[:, None]
+        y = y * std + mean
+    return y
+
+
+def numpy_body_head(spec, sd, xn):
+    """The architecture and the head on the window xn (B, T, F): (B, P, K) or (B, P, K, Q)."""
+    B, T, _ = xn.shape
     if spec.arch in ("lstm", "gru"):
         H = spec.H
         h_seq = xn
@@ -277,14 +357,7 @@ def numpy_forward(spec, sd, x, denormalize=True):
         last = h[:, -1, :]
         if spec.norm_first:  # per position, so applying it to the last one only is the same
             last = _layer_norm(last, sd["encoder.norm.weight"], sd["encoder.norm.bias"], spec.eps)
-    y = (last @ sd["head.weight"].T + sd["head.bias"]).reshape(spec.output_shape(B))
-    if spec.standardized and denormalize:
-        idx = spec.target_index
-        std, mean = sd["normalizer.std"][idx], sd["normalizer.mean"][idx]
-        if spec.Q:  # each target's std / mean applies to all its quantiles
-            std, mean = std[:, None], mean[:, None]
-        y = y * std + mean
-    return y
+    return (last @ sd["head.weight"].T + sd["head.bias"]).reshape(spec.output_shape(B))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -391,14 +464,23 @@ def parse_train_metadata(meta):
     return train_settings(st), steps, parse_exclude(meta.get("after_exclude", ""))
 
 
-def make_target(spec, module, seed, batch):
+def make_target(spec, module, seed, batch, level_spread=0.0):
     """(batch, P, K) float32 raw targets around each target feature's normaliser statistics:
-    mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 104729."""
+    mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 104729.
+    level_spread > 0: plus std * o[b, f_k], the level window b's input has in the target's
+    feature (forecastd_torch.window_levels, as make_input adds it), so the targets lie near
+    their window's level like its observations do."""
     g = torch.Generator().manual_seed(seed + 104729)
     z = torch.randn((batch, spec.P, spec.K), dtype=torch.float64, generator=g)
+    idx = torch.tensor(spec.target_index, dtype=torch.long)
+    o = (window_levels(spec, seed, batch, level_spread)[:, :, idx] if level_spread > 0.0
+         else None)
     if spec.standardized:
-        idx = torch.tensor(spec.target_index, dtype=torch.long)
         z = module.normalizer.mean.double()[idx] + 1.5 * module.normalizer.std.double()[idx] * z
+        if o is not None:
+            z = z + module.normalizer.std.double()[idx] * o
+    elif o is not None:
+        z = z + o
     return z.to(torch.float32)
 
 
@@ -565,7 +647,7 @@ def generate_training(case, spec, module, x32, sd64):
     (tensors, metadata, summary)."""
     name = case["name"]
     st = train_settings(case["train"])
-    target = make_target(spec, module, case["seed"], BATCH)
+    target = make_target(spec, module, case["seed"], BATCH, level_spread(case))
     m32 = training_module(spec, module.state_dict())
     res = run_training(m32, x32, target, st, spec, TRAIN_STEPS)
 
@@ -660,7 +742,7 @@ def generate_case(case, out_root):
     spec = Spec(cfg)
     module = build_module(spec)
     randomize(module, case["seed"], case.get("gains"))
-    x32 = make_input(spec, module, case["seed"], BATCH)
+    x32 = make_input(spec, module, case["seed"], BATCH, level_spread(case))
 
     y32 = run_module(module, x32)
     m64 = copy.deepcopy(module).double()
@@ -685,6 +767,14 @@ def generate_case(case, out_root):
             checks["gelu_tanh"] = numpy_variant(spec, sd64, x64, activation="ACTIVATION_GELU")
         if spec.eps != 1e-5:
             checks["eps"] = numpy_variant(spec, sd64, x64, eps=1e-5)
+    if spec.window_scaling:
+        # Against the same weights without window scaling, and without each of its options.
+        checks["window"] = numpy_variant(spec, sd64, x64, ws_kind="WINDOW_SCALING_NONE",
+                                         ws_affine=False, ws_forecast_change=False)
+        if spec.ws_affine:
+            checks["affine"] = numpy_variant(spec, sd64, x64, ws_affine=False)
+        if spec.ws_forecast_change:
+            checks["change"] = numpy_variant(spec, sd64, x64, ws_forecast_change=False)
     for what, alt in checks.items():
         d = max_rel_err(alt, yref)
         if not d > 10 * RTOL:
@@ -862,8 +952,9 @@ def tbptt_training(case, spec, state, xn, n_train, dtype):
 def generate_tbptt_case(case, out_root):
     cfg = case_config(case)
     spec = Spec(cfg)
-    if spec.arch == "transformer" or spec.bidirectional:
-        raise ValueError("stateful training needs a unidirectional LSTM or GRU")
+    if spec.arch == "transformer" or spec.bidirectional or spec.window_scaling:
+        raise ValueError("stateful training needs a unidirectional LSTM or GRU without window "
+                         "scaling")
     module = build_module(spec)
     randomize(module, case["seed"])
     series = tbptt_series(module, case["seed"], case["rows"])

@@ -534,5 +534,85 @@ TEST_CASE("Admin.ListStreams lists open and kept streams per model", "[integrati
                grpc::StatusCode::NOT_FOUND, "nope");
 }
 
+TEST_CASE("A model with window scaling forecasts alike through Predict, KServe and window ticks",
+          "[integration][api][stream]") {
+  ModelConfig config = BaseConfig("scaled", kT, {"temp", "load"});
+  config.mutable_gru()->set_hidden_size(8);
+  config.mutable_gru()->set_num_layers(1);
+  config.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_MEAN_STD);
+  config.mutable_window_scaling()->set_affine(true);
+  config.mutable_window_scaling()->set_forecast_change(true);
+  config.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_WINDOW);
+  std::shared_ptr<Forecaster> model = MakeModel(config, 13);
+  float* gain = model->parameters().at("window_scaling.weight");
+  gain[0] = 1.2f, gain[1] = 0.9f;
+  TempDir dir;
+  Publish(dir, *model, 1);
+  std::unique_ptr<ForecastdDaemon> daemon = StartDaemon(dir.path());
+  auto channel = grpc::CreateChannel(daemon->grpc_address(), grpc::InsecureChannelCredentials());
+
+  // A series that has left the normaliser's range by far: the level moves every window.
+  const int N = kT + 3;
+  std::vector<float> series = Windows(1, N, 23);
+  for (int n = 0; n < N; ++n) {
+    for (int f = 0; f < kF; ++f) series[n * kF + f] += 500.0f + 40.0f * static_cast<float>(n);
+  }
+  const std::vector<float> window(series.end() - kT * kF, series.end());
+  const std::vector<float> want = Expected(*model, window);
+
+  v1::PredictResponse predicted;
+  const grpc::Status predict =
+      Predict(*daemon, Request("scaled", {1, kT, kF}, window, Encoding::kRaw), &predicted);
+  INFO(predict.error_message());
+  REQUIRE(predict.ok());
+  RequireClose(Floats(predicted.forecasts()), want);
+
+  auto kserve = inference::GRPCInferenceService::NewStub(channel);
+  inference::ModelInferRequest infer;
+  infer.set_model_name("scaled");
+  auto* input = infer.add_inputs();
+  input->set_name("INPUT");
+  input->set_datatype("FP32");
+  for (const int64_t d : {int64_t{1}, int64_t{kT}, int64_t{kF}}) input->add_shape(d);
+  infer.add_raw_input_contents(reinterpret_cast<const char*>(window.data()),
+                               window.size() * sizeof(float));
+  inference::ModelInferResponse inferred;
+  const grpc::Status kserve_status = kserve->ModelInfer(Context().get(), infer, &inferred);
+  INFO(kserve_status.error_message());
+  REQUIRE(kserve_status.ok());
+  RequireClose(RawFloats(inferred.raw_output_contents(0)), want);
+
+  auto stub = v1::Forecaster::NewStub(channel);
+  auto context = Context();
+  std::unique_ptr<Stream> stream = stub->Stream(context.get());
+  REQUIRE(stream->Write(Open("EURUSD", "scaled")));
+  REQUIRE(Read(*stream).status().mode() == v1::StreamingConfig::STREAM_MODE_WINDOW);
+  for (int n = 1; n <= N; ++n) {
+    REQUIRE(stream->Write(
+        Ticks("EURUSD", std::vector<float>(series.begin() + (n - 1) * kF, series.begin() + n * kF),
+              n % 2 == 0)));
+    const v1::StreamResponse reply = Read(*stream);
+    INFO(reply.DebugString());
+    REQUIRE(reply.has_forecast());
+    if (n < kT) {
+      REQUIRE(reply.forecast().ticks_needed() == kT - n);
+      continue;
+    }
+    const std::vector<float> last(series.begin() + (n - kT) * kF, series.begin() + n * kF);
+    RequireClose(Floats(reply.forecast().forecast()), Expected(*model, last));
+  }
+  REQUIRE(stream->WritesDone());
+  REQUIRE(stream->Finish().ok());
+
+  // The model scales windows: no state mode, said when the config asks for it.
+  ModelConfig state = config;
+  state.set_name("scaled_state");
+  state.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
+  const absl::Status refused = ValidateModelConfig(state);
+  REQUIRE(refused.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(std::string(refused.message()).find("STREAM_MODE_STATE is not available") !=
+          std::string::npos);
+}
+
 }  // namespace
 }  // namespace forecastd::api_test

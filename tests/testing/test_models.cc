@@ -43,6 +43,11 @@ std::unique_ptr<Forecaster> RandomModel(const ModelConfig& config, uint32_t seed
   float* std = p.at("normalizer.std");
   mean[0] = 10.0f, mean[1] = 100.0f;
   std[0] = 2.0f, std[1] = 25.0f;
+  if (config.window_scaling().affine()) {
+    // Gains away from 0, which the forecast divides by.
+    float* gain = p.at("window_scaling.weight");
+    gain[0] = 1.0f + 0.5f * gain[0], gain[1] = 1.0f + 0.5f * gain[1];
+  }
   return model;
 }
 

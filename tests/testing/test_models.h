@@ -30,7 +30,7 @@ std::unique_ptr<ModelRegistry> StartCpuRegistry(ModelRegistry::Options options, 
 
 // A Forecaster of `config` (which must have two features and be valid) whose weights `seed`
 // draws uniformly from [-0.8, 0.8], with normaliser statistics near RandomWindows' features:
-// means 10 and 100, stds 2 and 25.
+// means 10 and 100, stds 2 and 25; window scaling's gains (where affine) in [0.6, 1.4].
 std::unique_ptr<Forecaster> RandomModel(const ModelConfig& config, uint32_t seed);
 
 // (rows, lookback, 2) windows that `seed` draws: feature 0 from N(10, 2), feature 1 from

@@ -1,5 +1,6 @@
 #include "engine/models/forecaster.h"
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -116,6 +117,110 @@ TEST_CASE("Forward rejects an empty batch and reuses its workspace", "[unit][mod
   for (int i = 0; i < 6; ++i) REQUIRE(one[i] == Approx(out[2 * 6 + i]).epsilon(1e-6));
 }
 
+// Windows (B, T, F) whose features sit at level `level` (raw units) plus noise.
+std::vector<float> LevelWindows(int64_t B, int T, int F, float level, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(B * T * F));
+  for (float& v : x) v = level + dist(gen);
+  return x;
+}
+
+TEST_CASE("Window scaling makes a forecast follow its window's level", "[unit][model]") {
+  // With each window centred on its own statistics, adding c to every value of a window adds c
+  // to its forecast; without window scaling a level far outside the normaliser's range gives a
+  // forecast that does not move with it.
+  for (const auto kind :
+       {v1::WindowScaling::WINDOW_SCALING_MEAN_STD, v1::WindowScaling::WINDOW_SCALING_LAST_VALUE}) {
+    for (const bool affine : {false, true}) {
+      ModelConfig c = Base(3, 6, 2);
+      c.mutable_lstm()->set_hidden_size(4);
+      c.mutable_lstm()->set_num_layers(2);
+      c.mutable_window_scaling()->set_kind(kind);
+      c.mutable_window_scaling()->set_affine(affine);
+      c.mutable_window_scaling()->set_forecast_change(kind ==
+                                                      v1::WindowScaling::WINDOW_SCALING_MEAN_STD);
+      CAPTURE(c.ShortDebugString());
+      auto model = Forecaster::Create(c).value();
+      FillRandom(model->parameters(), 5);
+      float* std = model->parameters().at("normalizer.std");
+      for (int f = 0; f < 3; ++f) std[f] = 1.0f + 0.5f * static_cast<float>(f);
+      if (affine) {
+        float* gain = model->parameters().at("window_scaling.weight");
+        for (int f = 0; f < 3; ++f) gain[f] = 0.8f + 0.2f * static_cast<float>(f);
+      }
+      ReferenceBackend backend;
+      Workspace ws;
+      const std::vector<float> low = LevelWindows(2, 6, 3, 0.0f, 9);
+      std::vector<float> high = low;
+      for (float& v : high) v += 1000.0f;
+      std::vector<float> out_low(2 * 2 * 2), out_high(2 * 2 * 2);
+      REQUIRE(model->Forward(backend, out_low.data(), low.data(), 2, ws).ok());
+      REQUIRE(model->Forward(backend, out_high.data(), high.data(), 2, ws).ok());
+      for (size_t i = 0; i < out_low.size(); ++i) {
+        REQUIRE(out_high[i] - out_low[i] == Approx(1000.0f).margin(2e-3));
+      }
+    }
+  }
+  // The same weights without window scaling: the forecast does not follow.
+  ModelConfig c = Base(3, 6, 2);
+  c.mutable_lstm()->set_hidden_size(4);
+  c.mutable_lstm()->set_num_layers(2);
+  auto model = Forecaster::Create(c).value();
+  FillRandom(model->parameters(), 5);
+  ReferenceBackend backend;
+  Workspace ws;
+  const std::vector<float> low = LevelWindows(1, 6, 3, 0.0f, 9);
+  std::vector<float> high = low;
+  for (float& v : high) v += 1000.0f;
+  std::vector<float> out_low(2 * 2), out_high(2 * 2);
+  REQUIRE(model->Forward(backend, out_low.data(), low.data(), 1, ws).ok());
+  REQUIRE(model->Forward(backend, out_high.data(), high.data(), 1, ws).ok());
+  REQUIRE(std::abs(out_high[0] - out_low[0] - 1000.0f) > 100.0f);
+}
+
+TEST_CASE("forecast_change adds each target's last observed value", "[unit][model]") {
+  // With a zero head the model forecasts no change: every step repeats the window's last value.
+  ModelConfig c = Base(3, 5, 3);
+  c.mutable_gru()->set_hidden_size(4);
+  c.mutable_gru()->set_num_layers(1);
+  c.mutable_window_scaling()->set_forecast_change(true);
+  auto model = Forecaster::Create(c).value();
+  FillRandom(model->parameters(), 3);
+  for (const char* name : {"head.weight", "head.bias"}) {
+    const auto* spec = model->parameters().Find(name).value();
+    std::fill_n(model->parameters().data() + spec->offset, spec->numel, 0.0f);
+  }
+  float* std = model->parameters().at("normalizer.std");
+  for (int f = 0; f < 3; ++f) std[f] = 2.0f;
+  const std::vector<float> x = LevelWindows(2, 5, 3, 40.0f, 4);
+  std::vector<float> out(2 * 3 * 2);
+  ReferenceBackend backend;
+  Workspace ws;
+  REQUIRE(model->Forward(backend, out.data(), x.data(), 2, ws).ok());
+  for (int b = 0; b < 2; ++b) {
+    const float* last = x.data() + (b * 5 + 4) * 3;
+    for (int p = 0; p < 3; ++p) {
+      REQUIRE(out[(b * 3 + p) * 2 + 0] == Approx(last[1]).epsilon(1e-6));  // target f1
+      REQUIRE(out[(b * 3 + p) * 2 + 1] == Approx(last[0]).epsilon(1e-6));  // target f0
+    }
+  }
+}
+
+TEST_CASE("A model with window scaling has no state mode", "[unit][model]") {
+  ModelConfig c = Base(3, 5, 2);
+  c.mutable_lstm()->set_hidden_size(4);
+  c.mutable_lstm()->set_num_layers(1);
+  c.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_LAST_VALUE);
+  REQUIRE_FALSE(SupportsStateMode(c));
+  auto model = Forecaster::Create(c).value();
+  REQUIRE(model->StateFloats() == 0);
+  const absl::Status stateful = model->SupportsStatefulTraining();
+  REQUIRE(stateful.code() == absl::StatusCode::kInvalidArgument);
+  REQUIRE(absl::StrContains(stateful.message(), "window_scaling"));
+  c.clear_window_scaling();
+  REQUIRE(SupportsStateMode(c));
+}
 }  // namespace
 }  // namespace forecastd
 
@@ -140,6 +245,18 @@ TEST_CASE("Forward fits in the workspace it asks for at any batch size", "[unit]
   lstm.mutable_lstm()->set_num_layers(2);
   lstm.mutable_lstm()->set_bidirectional(true);
   configs.push_back(lstm);
+  // Window scaling, with and without the normaliser's buffer to scale in place.
+  for (const bool standard : {false, true}) {
+    ModelConfig scaled = lstm;
+    scaled.set_normalization(standard ? v1::NORMALIZATION_STANDARD : v1::NORMALIZATION_NONE);
+    scaled.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_MEAN_STD);
+    scaled.mutable_window_scaling()->set_affine(true);
+    scaled.mutable_window_scaling()->set_forecast_change(true);
+    configs.push_back(scaled);
+  }
+  ModelConfig changes = configs[0];
+  changes.mutable_window_scaling()->set_forecast_change(true);
+  configs.push_back(changes);
   ReferenceBackend backend;
   for (const ModelConfig& config : configs) {
     auto model = Forecaster::Create(config).value();

@@ -57,6 +57,22 @@ TEST_CASE("Invalid configs name the offending field", "[unit][config]") {
       {"lstm.num_layers is 0", [](ModelConfig& c) { c.mutable_lstm()->set_num_layers(0); }},
       {"lstm.dropout must be in [0, 1)", [](ModelConfig& c) { c.mutable_lstm()->set_dropout(1); }},
       {"no architecture", [](ModelConfig& c) { c.clear_lstm(); }},
+      {"window_scaling.affine needs a window_scaling.kind",
+       [](ModelConfig& c) { c.mutable_window_scaling()->set_affine(true); }},
+      {"window_scaling.eps -1 is not in [0, 1]",
+       [](ModelConfig& c) {
+         c.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_MEAN_STD);
+         c.mutable_window_scaling()->set_eps(-1.0f);
+       }},
+      {"window_scaling.kind 7 is not a known kind",
+       [](ModelConfig& c) {
+         c.mutable_window_scaling()->set_kind(static_cast<v1::WindowScaling::Kind>(7));
+       }},
+      {"streaming.mode STREAM_MODE_STATE is not available",
+       [](ModelConfig& c) {
+         c.mutable_window_scaling()->set_forecast_change(true);
+         c.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
+       }},
       {"d_model (10) must be divisible by num_heads (4)",
        [](ModelConfig& c) {
          auto* t = c.mutable_transformer();

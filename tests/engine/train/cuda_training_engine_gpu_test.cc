@@ -109,7 +109,17 @@ std::vector<ModelConfig> Architectures() {
   quantile.add_quantiles(0.1f);
   quantile.add_quantiles(0.5f);
   quantile.add_quantiles(0.9f);
-  return {lstm, gru, post, pre, quantile};
+  // Window scaling: RevIN with its affine map and forecast changes, and the last value alone.
+  ModelConfig revin = Base("gru_window_scaling");
+  revin.mutable_gru()->set_hidden_size(8);
+  revin.mutable_gru()->set_num_layers(1);
+  revin.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_MEAN_STD);
+  revin.mutable_window_scaling()->set_affine(true);
+  revin.mutable_window_scaling()->set_forecast_change(true);
+  ModelConfig last = pre;
+  last.set_name("transformer_last_value");
+  last.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_LAST_VALUE);
+  return {lstm, gru, post, pre, quantile, revin, last};
 }
 
 double MaxAbsDiff(const float* a, const float* b, int64_t n) {
