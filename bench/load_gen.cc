@@ -59,8 +59,8 @@ struct Flags {
   std::string target;
   std::string label;
   std::string model = "demo_lstm";
-  int64_t lookback = 48;
-  int64_t features = 3;
+  int64_t lookback = 40;
+  int64_t features = 4;
   std::string input_csv;
   std::vector<int> concurrency = {1, 4, 16, 64};
   double warmup_s = 0.5;

@@ -1,8 +1,7 @@
 """forecastd's model format in PyTorch: the reference forecasters and their files.
 
 One module for every Python tool that reads or writes a forecastd model (the golden-file
-generator tests/golden/make_golden.py, the CPU benchmark bench/run_cpu.py, the demo-model trainer
-scripts/make_demo_models.py). It owns:
+generator tests/golden/make_golden.py, the CPU and GPU benchmarks under bench/). It owns:
 
   * Spec: a ModelConfig (proto/forecastd/v1/model_config.proto) parsed from protobuf JSON;
   * the nn.Module forecasters whose state_dict() names are the proto's weight names

@@ -155,7 +155,7 @@ def csv_seeds():
     seeds = {}
     sample = (ROOT / "models/sample_input.csv").read_bytes()
     seeds["sample_all_columns.txt"] = b"|\n" + sample
-    seeds["sample_features.txt"] = b"|price,load\n" + sample
+    seeds["sample_features.txt"] = b"|FTSE,DAX\n" + sample
     rows = [f"2024-01-01T{h:02d}:00:00Z,{10 + h},{math.sin(h):.4f},{h * 0.5}" for h in range(12)]
     seeds["iso_timestamps.txt"] = b"time|load,price\n" + (
         "time,load,temperature,price\n" + "\n".join(rows) + "\n").encode()

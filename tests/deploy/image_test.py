@@ -66,11 +66,12 @@ def forecasts(forecastctl, address, csv, version=None):
 
 
 def training_csv(path, rows=600):
+    """Closes of the demo models' four indices: smooth swings around their 1998 levels."""
     with open(path, "w") as f:
-        f.write("load,temperature,price\n")
+        f.write("DAX,SMI,CAC,FTSE\n")
         for t in range(rows):
-            f.write(f"{100 + 20 * math.sin(t / 9):.4f},{5 * math.cos(t / 23):.4f},"
-                    f"{60 + 3 * math.sin(t / 5 + 1):.4f}\n")
+            f.write(f"{5000 + 300 * math.sin(t / 9):.2f},{7000 + 250 * math.cos(t / 23):.2f},"
+                    f"{3800 + 150 * math.sin(t / 5 + 1):.2f},{5800 + 200 * math.cos(t / 7):.2f}\n")
 
 
 def main(argv):
