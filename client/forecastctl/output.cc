@@ -362,6 +362,11 @@ std::string FormatNumber(double value) {
   return absl::StrFormat("%.6g", value);
 }
 
+std::string QuantileLabel(float level) {
+  // Six significant digits drop the float's binary tail (0.1f * 100 = 10.0000001).
+  return absl::StrFormat("p%g", static_cast<double>(level) * 100.0);
+}
+
 std::string FormatSeconds(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "-";
   if (seconds < 1) return absl::StrFormat("%.0fms", seconds * 1e3);

@@ -55,6 +55,8 @@ std::string JsonQuote(absl::string_view s);
 // infinities, which JSON cannot hold.
 std::string JsonFloat(float value);
 std::string JsonDouble(double value);
+// A quantile level as a percentile column label: 0.1 -> "p10", 0.025 -> "p2.5", 0.5 -> "p50".
+std::string QuantileLabel(float level);
 
 // Human formats for tables.
 std::string FormatNumber(double value);                       // 6 significant digits; "-" for NaN

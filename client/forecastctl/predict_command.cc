@@ -94,7 +94,7 @@ std::string FormatForecast(float value) {
   return absl::StrFormat("%.4f", value);
 }
 
-// Column names: one per target, or per (target, quantile).
+// Column names: one per target, or per (target, quantile): "load p10" ("load_p10" in CSV).
 std::vector<std::string> ValueColumns(const v1::PredictResponse& response, const Forecasts& f,
                                       absl::string_view quantile_separator) {
   std::vector<std::string> columns;
@@ -105,9 +105,10 @@ std::vector<std::string> ValueColumns(const v1::PredictResponse& response, const
       if (!f.has_quantiles) {
         columns.push_back(target);
       } else {
-        const std::string level =
-            q < response.quantiles_size() ? absl::StrCat(response.quantiles(q)) : absl::StrCat(q);
-        columns.push_back(absl::StrCat(target, quantile_separator, "q", level));
+        const std::string level = q < response.quantiles_size()
+                                      ? QuantileLabel(response.quantiles(q))
+                                      : absl::StrCat("q", q);
+        columns.push_back(absl::StrCat(target, quantile_separator, level));
       }
     }
   }

@@ -47,7 +47,7 @@ absl::Status FromStreamError(const v1::StreamError& error) {
 }
 
 // One column per (step, target[, quantile]) of a forecast, in the tensor's order (P, targets,
-// Q): "load+1", or "load+1 q0.9" ("load+1_q0.9" in CSV).
+// Q): "load+1", or "load+1 p90" ("load+1_p90" in CSV).
 std::vector<std::string> ForecastColumns(const v1::ModelConfig& config,
                                          absl::string_view quantile_separator) {
   std::vector<std::string> columns;
@@ -58,7 +58,7 @@ std::vector<std::string> ForecastColumns(const v1::ModelConfig& config,
         continue;
       }
       for (const float q : config.quantiles()) {
-        columns.push_back(absl::StrCat(target, "+", p, quantile_separator, "q", q));
+        columns.push_back(absl::StrCat(target, "+", p, quantile_separator, QuantileLabel(q)));
       }
     }
   }

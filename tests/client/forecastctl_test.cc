@@ -369,10 +369,10 @@ TEST_CASE("predict --output json equals the Predict RPC on the same windows",
   SECTION("a quantile model's table has a column per target and quantile") {
     const CtlResult table = Ctl(f, {"predict", "quant", "--csv", f.Path("series.csv")});
     REQUIRE(table.exit_code == 0);
-    REQUIRE(absl::StrContains(table.out, "load q0.1"));
-    REQUIRE(absl::StrContains(table.out, "load q0.9"));
+    REQUIRE(absl::StrContains(table.out, "load p10"));
+    REQUIRE(absl::StrContains(table.out, "load p90"));
     const CtlResult csv = Ctl(f, {"predict", "quant", "--csv", f.Path("series.csv"), "-o", "csv"});
-    REQUIRE(Lines(csv.out)[0] == "window,step,load_q0.1,load_q0.5,load_q0.9");
+    REQUIRE(Lines(csv.out)[0] == "window,step,load_p10,load_p50,load_p90");
   }
 }
 
@@ -436,7 +436,7 @@ TEST_CASE("stream replays a CSV one tick per row, and streams lists a kept key",
   REQUIRE(csv.exit_code == 0);
   const std::vector<std::string> rows = Lines(csv.out);
   REQUIRE(rows.size() == kRows + 1);
-  REQUIRE(absl::StartsWith(rows[0], "sequence,version,ticks_needed,load+1_q0.1,load+1_q0.5"));
+  REQUIRE(absl::StartsWith(rows[0], "sequence,version,ticks_needed,load+1_p10,load+1_p50"));
   REQUIRE(absl::StartsWith(rows[1], absl::StrCat("1,1,", kT - 1, ",")));
   REQUIRE(absl::StartsWith(rows[kT], absl::StrCat(kT, ",1,0,")));
   REQUIRE(absl::StrContains(csv.err, absl::StrCat("summary: ", kRows, " ticks")));
