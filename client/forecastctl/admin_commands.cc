@@ -53,6 +53,28 @@ std::string Architecture(const v1::ModelConfig& c) {
   }
 }
 
+// How inputs are scaled before the model and forecasts mapped back: the normaliser, then any
+// window scaling.
+std::string Scaling(const v1::ModelConfig& c) {
+  std::string out = c.normalization() == v1::NORMALIZATION_NONE
+                        ? "none per feature"
+                        : "per feature (mean and std of the training data)";
+  const v1::WindowScaling& w = c.window_scaling();
+  switch (w.kind()) {
+    case v1::WindowScaling::WINDOW_SCALING_MEAN_STD:
+      absl::StrAppend(&out, "; each window by its own mean and std");
+      break;
+    case v1::WindowScaling::WINDOW_SCALING_LAST_VALUE:
+      absl::StrAppend(&out, "; each window by its last value");
+      break;
+    default:
+      break;
+  }
+  if (w.affine()) absl::StrAppend(&out, ", learnable affine");
+  if (w.forecast_change()) absl::StrAppend(&out, "; forecasts the change from the last value");
+  return out;
+}
+
 // One line after load / unload / promote.
 void PrintSummary(const v1::ModelStatus& model) {
   std::cout << model.name() << ": " << StateName(model.state());
@@ -151,6 +173,7 @@ int RunModelsShow(Context& context, const std::string& name) {
   row("features", absl::StrJoin(c.feature_names(), ", "));
   row("targets", absl::StrJoin(c.target_names(), ", "));
   if (!c.quantiles().empty()) row("quantiles", absl::StrJoin(c.quantiles(), ", "));
+  row("scaling", Scaling(c));
   const v1::BatchingConfig& b = c.batching();
   row("batching",
       absl::StrCat("max batch ", b.max_batch_size() == 0 ? 32 : b.max_batch_size(),

@@ -84,6 +84,7 @@ ModelConfig QuantileConfig() {
   c.mutable_gru()->set_hidden_size(8);
   c.mutable_gru()->set_num_layers(1);
   for (const float q : {0.1f, 0.5f, 0.9f}) c.add_quantiles(q);
+  c.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_LAST_VALUE);
   return c;
 }
 
@@ -719,6 +720,10 @@ TEST_CASE("status and models list/show/unload/load", "[integration][forecastctl]
   REQUIRE(show.exit_code == 0);
   REQUIRE(absl::StrContains(show.out, "gru (hidden 8, 1 layer)"));
   REQUIRE(absl::StrContains(show.out, "quantiles"));
+  REQUIRE(absl::StrContains(
+      show.out,
+      "scaling:          per feature (mean and std of the training data); each window by its "
+      "last value\n"));
   // How the loaded version computes: its precision and the instruction set oneDNN runs.
   REQUIRE(absl::StrContains(show.out, "COMPUTE"));
   const v1::ModelStatus shown =
