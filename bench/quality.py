@@ -91,7 +91,8 @@ class Config:
         if self.quantiles:
             cfg["quantiles"] = self.quantiles
         if self.ws:
-            cfg["windowScaling"] = dict(ev.window_scaling)
+            cfg["windowScaling"] = dict(ev.quantile_window_scaling if self.quantiles
+                                        else ev.window_scaling)
         return cfg
 
 

@@ -26,6 +26,10 @@ SERIES = {
         "P": 5,
         "season": 5,  # business days: one week
         "window_scaling": {"kind": "WINDOW_SCALING_LAST_VALUE"},
+        # The quantile model's: a window's own scale sets its intervals' width (with the last
+        # value alone, 1998's wider swings fall outside the training years' intervals).
+        "quantile_window_scaling": {"kind": "WINDOW_SCALING_MEAN_STD", "affine": True,
+                                    "forecastChange": True},
     },
     "taylor": {
         "csv": "taylor.csv",
@@ -60,6 +64,8 @@ class EvalSet:
         self.features, self.targets = list(s["features"]), list(s["targets"])
         self.T, self.P, self.season = s["T"], s["P"], s["season"]
         self.window_scaling = dict(s["window_scaling"])
+        self.quantile_window_scaling = dict(s.get("quantile_window_scaling",
+                                                  s["window_scaling"]))
         with open(self.csv_path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
         self.data = np.array([[float(r[c]) for c in self.features] for r in rows],
