@@ -254,7 +254,6 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
     ASSIGN_OR_RETURN(v, tape.Alloc(B * num_outputs()));
   }
   RETURN_IF_ERROR(UnscaleForecasts(data, p, out, v, d, xw, center, scale, B));
-  w.center = center;
   w.scale = scale;
   w.z = z;
   w.xw = xw;

@@ -104,11 +104,10 @@ class TrainingTape {
   // What ForwardTrain keeps of a model's window scaling (ModelConfig.window_scaling) for
   // Backward: buffers of this tape, nullptr where the config needs none.
   struct WindowScaling {
-    const float* center = nullptr;  // (B, F) each window's statistics; nullptr: 0
-    const float* scale = nullptr;   // (B, F); nullptr: 1
-    const float* z = nullptr;       // (B, T, F) the scaled window before the affine map
-    const float* xw = nullptr;      // (B, T, F) what the model's body read
-    const float* v = nullptr;       // (B, P * targets * Q) the forecasts before scale and center
+    const float* scale = nullptr;  // (B, F) each window's scale; nullptr: 1 (no statistics)
+    const float* z = nullptr;      // (B, T, F) the scaled window before the affine map
+    const float* xw = nullptr;     // (B, T, F) what the model's body read
+    const float* v = nullptr;      // (B, P * targets * Q) the forecasts before scale and center
   } window_scaling;
 
  private:
