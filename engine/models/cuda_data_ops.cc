@@ -1,6 +1,7 @@
 #include "engine/models/cuda_data_ops.h"
 
 #include "engine/random.h"
+#include "kernels/cuda/covariates.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/fill.h"
@@ -64,6 +65,16 @@ absl::Status CudaDataOps::Zero(float* out, int64_t n) {
 
 absl::Status CudaDataOps::Multiply(float* out, const float* inp, const float* mask, int64_t n) {
   return cuda::MultiplyLaunch(out, inp, mask, n, stream_);
+}
+
+absl::Status CudaDataOps::BlockCopy(float* out, const float* inp, float fill, const ref::Block3& n,
+                                    const ref::Strides3& o, const ref::Strides3& in) {
+  return cuda::BlockCopyLaunch(out, inp, fill, n, o, in, stream_);
+}
+
+absl::Status CudaDataOps::GatherSeries(float* out, const float* table, const float* index,
+                                       int64_t index_stride, int64_t B, int64_t W, int64_t S) {
+  return cuda::GatherSeriesLaunch(out, table, index, index_stride, B, W, S, stream_);
 }
 
 absl::Status CudaDataOps::WindowStats(float* center, float* scale, const float* x, int64_t B,

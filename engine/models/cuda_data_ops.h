@@ -35,6 +35,10 @@ class CudaDataOps final : public DataOps {
   absl::Status Copy(float* out, const float* inp, int64_t n) override;
   absl::Status Zero(float* out, int64_t n) override;
   absl::Status Multiply(float* out, const float* inp, const float* mask, int64_t n) override;
+  absl::Status BlockCopy(float* out, const float* inp, float fill, const ref::Block3& n,
+                         const ref::Strides3& o, const ref::Strides3& in) override;
+  absl::Status GatherSeries(float* out, const float* table, const float* index,
+                            int64_t index_stride, int64_t B, int64_t W, int64_t S) override;
   absl::Status WindowStats(float* center, float* scale, const float* x, int64_t B, int64_t T,
                            int64_t F, ref::WindowStatistic statistic, float eps) override;
   absl::Status ScaleWindows(float* xw, float* z, const float* x, const float* center,

@@ -61,6 +61,16 @@ class HostLoopDataOps final : public DataOps {
     for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * mask[i];
     return absl::OkStatus();
   }
+  absl::Status BlockCopy(float* out, const float* inp, float fill, const ref::Block3& n,
+                         const ref::Strides3& o, const ref::Strides3& in) override {
+    ref::BlockCopy(out, inp, fill, n, o, in);
+    return absl::OkStatus();
+  }
+  absl::Status GatherSeries(float* out, const float* table, const float* index,
+                            int64_t index_stride, int64_t B, int64_t W, int64_t S) override {
+    ref::GatherSeries(out, table, index, index_stride, B, W, S);
+    return absl::OkStatus();
+  }
   absl::Status WindowStats(float* center, float* scale, const float* x, int64_t B, int64_t T,
                            int64_t F, ref::WindowStatistic statistic, float eps) override {
     ref::WindowStats(center, scale, x, B, T, F, statistic, eps);

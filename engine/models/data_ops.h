@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/ref/covariates.h"
 #include "kernels/ref/window_scaling.h"
 
 namespace forecastd {
@@ -68,6 +69,13 @@ class DataOps {
                                              int64_t C, int64_t c0, int64_t W) = 0;
   virtual absl::Status ScaleWindowsBackward(float* dgamma, float* dbeta, const float* dxw,
                                             const float* z, int64_t R, int64_t F) = 0;
+  // Covariates and series (ModelConfig.covariates, ModelConfig.series); the contracts are
+  // kernels/ref/covariates.h's functions of the same names, all pointers memory of this DataOps'
+  // kind.
+  virtual absl::Status BlockCopy(float* out, const float* inp, float fill, const ref::Block3& n,
+                                 const ref::Strides3& o, const ref::Strides3& in) = 0;
+  virtual absl::Status GatherSeries(float* out, const float* table, const float* index,
+                                    int64_t index_stride, int64_t B, int64_t W, int64_t S) = 0;
   // Inverted-dropout multipliers: mask[i] = 0 when the i-th UniformFloat() of Random(seed)
   // (engine/random.h) is below p, else 1/(1-p). Every implementation draws the same
   // stream, so one seed gives one mask on every device. p in (0, 1).

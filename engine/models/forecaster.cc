@@ -24,10 +24,20 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
     case ModelConfig::ARCHITECTURE_NOT_SET:
       return absl::InvalidArgumentError("no architecture");
   }
-  if (model->standardized()) {
-    model->parameters_.Add("normalizer.mean", {model->num_features_});
-    model->parameters_.Add("normalizer.std", {model->num_features_});
+  const int64_t S = model->num_series_;
+  if (model->num_static_ > 0 && S == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model config '", config.name(),
+        "': static covariates are values per series, and the config names no series (training "
+        "writes them from DataConfig.series_column)"));
   }
+  if (model->standardized()) {
+    const std::vector<int64_t> shape = S > 0 ? std::vector<int64_t>{S, model->num_features_}
+                                             : std::vector<int64_t>{model->num_features_};
+    model->parameters_.Add("normalizer.mean", shape);
+    model->parameters_.Add("normalizer.std", shape);
+  }
+  if (model->num_static_ > 0) model->parameters_.Add("series.static", {S, model->num_static_});
   if (model->window_affine()) {
     model->parameters_.Add("window_scaling.weight", {model->num_features_});
     model->parameters_.Add("window_scaling.bias", {model->num_features_});
@@ -42,7 +52,7 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
   if (model->standardized()) {
     // Identity standardisation until real statistics are loaded.
     float* std = model->parameters_.at("normalizer.std");
-    for (int f = 0; f < model->num_features_; ++f) std[f] = 1.0f;
+    std::fill(std, std + std::max<int64_t>(S, 1) * model->num_features_, 1.0f);
   }
   if (model->window_affine()) {
     // RevIN's start: the identity map.
@@ -57,11 +67,18 @@ Forecaster::Forecaster(const ModelConfig& config)
       num_features_(NumFeatures(config)),
       num_targets_(NumTargets(config)),
       num_quantiles_(NumQuantiles(config)),
-      target_features_(TargetFeatureIndices(config)) {}
+      target_features_(TargetFeatureIndices(config)),
+      future_features_(FutureFeatureIndices(config)),
+      num_series_(NumSeries(config)),
+      num_static_(NumStaticFeatures(config)),
+      input_floats_(InputRecordFloats(config)),
+      body_lookback_(config.lookback() + (future_features_.empty() ? 0 : config.horizon())),
+      body_features_(num_features_ + num_static_ + (future_features_.empty() ? 0 : 1)) {}
 
 bool Forecaster::standardized() const { return config_.normalization() != v1::NORMALIZATION_NONE; }
 
 int64_t Forecaster::WorkspaceFloats(int64_t B) const {
+  if (HasRecordExtras(config_)) return RecordWorkspaceFloats(B);
   const int64_t pad = 16;
   const int64_t T = lookback(), F = num_features_, P = horizon();
   int64_t floats =
@@ -72,13 +89,22 @@ int64_t Forecaster::WorkspaceFloats(int64_t B) const {
 }
 
 std::vector<float> Forecaster::NeutralWindows(int64_t B) const {
-  const int64_t T = lookback(), F = num_features_;
-  std::vector<float> windows(static_cast<size_t>(B * T * F), 0.0f);
-  if (standardized()) {
-    const float* mean = parameters_.at("normalizer.mean");
-    for (int64_t i = 0; i < B * T; ++i) std::copy(mean, mean + F, windows.begin() + i * F);
+  const int64_t T = lookback(), F = num_features_, P = horizon(), R = input_floats_;
+  std::vector<float> records(static_cast<size_t>(B * R), 0.0f);
+  if (!standardized()) return records;
+  const float* mean = parameters_.at("normalizer.mean");  // the first series' with series
+  for (int64_t b = 0; b < B; ++b) {
+    float* record = records.data() + b * R;
+    for (int64_t t = 0; t < T; ++t) std::copy(mean, mean + F, record + t * F);
+    float* future = record + T * F;
+    for (int64_t p = 0; p < P && !future_features_.empty(); ++p) {
+      for (size_t k = 0; k < future_features_.size(); ++k) {
+        future[p * static_cast<int64_t>(future_features_.size()) + static_cast<int64_t>(k)] =
+            mean[future_features_[k]];
+      }
+    }
   }
-  return windows;
+  return records;
 }
 
 absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp, int64_t B,
@@ -91,6 +117,7 @@ absl::Status Forecaster::Forward(Backend& backend, float* out, const float* inp,
   const ParameterView p(parameters_,
                         placement.weights != nullptr ? placement.weights : parameters_.data());
   DataOps& data = placement.data_ops != nullptr ? *placement.data_ops : HostDataOps();
+  if (HasRecordExtras(config_)) return ForwardRecords(backend, p, data, out, inp, B, workspace);
 
   const float* xn = inp;
   float* scaled = nullptr;
@@ -219,7 +246,7 @@ absl::Status Forecaster::StepStandardized(Backend& /*backend*/, const ParameterV
 }
 
 bool Forecaster::IsTrainable(const ParameterSpec& spec) {
-  return !absl::StartsWith(spec.name, "normalizer.");
+  return !absl::StartsWith(spec.name, "normalizer.") && !absl::StartsWith(spec.name, "series.");
 }
 
 absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float* xn, int64_t B,
@@ -228,6 +255,7 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
   tape.Reset();
   tape.batch = B;
   tape.window_scaling = {};
+  if (HasRecordExtras(config_)) return ForwardTrainRecords(backend, out, xn, B, tape);
   if (!scales_windows()) return ForwardTrainBody(backend, out, xn, B, tape);
   const int64_t T = lookback(), F = num_features_;
   const ParameterView p = tape.weights(parameters_);
@@ -323,12 +351,17 @@ absl::Status Forecaster::BackwardScaled(Backend& backend, float* dparams, const 
   float* dbeta = nullptr;
   float* dlast = nullptr;  // (B, F): d(loss)/d(xw's last row) through forecast_change
   float* dxw = nullptr;
+  float* du = nullptr;  // d(loss)/d(body input) of a model with record extras
+  const bool records = HasRecordExtras(config_);
   if (affine) {
     dgamma = grad(dparams, "window_scaling.weight");
     dbeta = grad(dparams, "window_scaling.bias");
     RETURN_IF_ERROR(data.Zero(dgamma, F));
     RETURN_IF_ERROR(data.Zero(dbeta, F));
     ASSIGN_OR_RETURN(dxw, tape.Alloc(B * T * F));
+    if (records) {
+      ASSIGN_OR_RETURN(du, tape.Alloc(B * body_lookback_ * body_features_));
+    }
     if (change) {
       ASSIGN_OR_RETURN(dlast, tape.Alloc(B * F));
       RETURN_IF_ERROR(data.Zero(dlast, B * F));
@@ -344,8 +377,9 @@ absl::Status Forecaster::BackwardScaled(Backend& backend, float* dparams, const 
                                                affine ? p.at("window_scaling.weight") + f : nullptr,
                                                eps * eps, B, horizon(), K * Q, k * Q, Q));
   }
-  RETURN_IF_ERROR(BackwardBody(backend, dparams, dxw, dd, tape));
+  RETURN_IF_ERROR(BackwardBody(backend, dparams, records ? du : dxw, dd, tape));
   if (!affine) return absl::OkStatus();
+  if (records) RETURN_IF_ERROR(BodyInputGradientToWindows(data, dxw, du, B));
   RETURN_IF_ERROR(data.ScaleWindowsBackward(dgamma, dbeta, dxw, w.z, B * T, F));
   if (dlast == nullptr) return absl::OkStatus();
   // The last rows of z, side by side, against dlast.

@@ -53,18 +53,26 @@ class Forecaster {
   const ModelConfig& config() const { return config_; }
   int lookback() const { return config_.lookback(); }  // T
   int horizon() const { return config_.horizon(); }    // P
-  int num_features() const { return num_features_; }   // F
+  int num_features() const { return num_features_; }   // F (FeatureColumnNames)
   int num_targets() const { return num_targets_; }
   int num_quantiles() const { return num_quantiles_; }  // Q; 1 for point forecasts
   // Values per window: P * targets * Q.
   int64_t num_outputs() const { return int64_t{horizon()} * num_targets_ * num_quantiles_; }
   // For each target, its column in the input features.
   const std::vector<int>& target_features() const { return target_features_; }
+  // Floats of one input record (InputRecordFloats): the window (T, F), then with future-known
+  // features their values for the forecast steps (P, Fk), then for a model with series the
+  // window's index in ModelConfig.series (a float). T * F for a model without either, so the
+  // record is the window.
+  int64_t input_floats() const { return input_floats_; }
+  int num_future_features() const { return static_cast<int>(future_features_.size()); }  // Fk
+  int num_series() const { return num_series_; }  // S; 0 for one series
 
   ParameterArena& parameters() { return parameters_; }
   const ParameterArena& parameters() const { return parameters_; }
 
-  // out (B, P, targets[, Q]) raw forecasts from inp (B, T, F) raw windows, all host memory.
+  // out (B, P, targets[, Q]) raw forecasts from inp (B, input_floats()) raw input records, all
+  // host memory.
   absl::Status Forward(Backend& backend, float* out, const float* inp, int64_t B,
                        Workspace& workspace) const {
     return Forward(backend, out, inp, B, workspace, ForwardPlacement{});
@@ -75,8 +83,10 @@ class Forecaster {
   absl::Status Forward(Backend& backend, float* out, const float* inp, int64_t B,
                        Workspace& workspace, const ForwardPlacement& placement) const;
 
-  // Training. The training step works in standardised units: xn (B, T, F) are standardised
-  // windows and out (B, num_outputs()) the standardised forecasts, before de-standardisation.
+  // Training. The training step works in standardised units: xn (B, input_floats()) are
+  // standardised input records (windows and future-known values standardised, a series index
+  // as it is) and out (B, num_outputs()) the standardised forecasts, before de-standardisation
+  // (each window by its series' statistics for a model with series).
   // ForwardTrain keeps in `tape` what Backward needs (xn must stay valid until then);
   // Backward then writes dparams (parameters().size() floats, the arena's layout) with
   // d(loss)/d(parameter) given dout = d(loss)/d(out). Entries of parameters that are not
@@ -139,20 +149,27 @@ class Forecaster {
   bool StepIsOneCall(const Backend& backend, int64_t B) const {
     return StateFloats() > 0 && B > 0 && StepOneCallFits(backend, B);
   }
-  // B raw windows (B, T, F) at the normaliser's mean (zeros for a model without one): they
-  // standardise to zeros, so a forecast from them is finite whenever the weights are. For
-  // warm-up and padding.
+  // B raw input records (B, input_floats()) at the normaliser's mean (zeros for a model without
+  // one; the first series' for a model with series, whose index they hold): they standardise to
+  // zeros, so a forecast from them is finite whenever the weights are. For warm-up and padding.
   std::vector<float> NeutralWindows(int64_t B) const;
 
  protected:
   explicit Forecaster(const ModelConfig& config);
 
+  // What the architecture's body reads per window: body_lookback() rows (T, then P forecast
+  // steps for a model with future-known features) of body_features() columns (the F features,
+  // then the static covariates, then the forecast-step flag with future-known features); see
+  // ModelConfig.covariates. T and F for a model without covariates.
+  int body_lookback() const { return body_lookback_; }
+  int body_features() const { return body_features_; }
+
   // Declares the architecture's parameters, in state_dict order. Called once, by Create, which
   // declares the normaliser's first; a model may keep the offsets Add returns, so that it never
   // looks a parameter up by name per call.
   virtual void DeclareParameters(ParameterArena& arena) = 0;
-  // out (B, P*targets) standardised forecasts from xn (B, T, F) standardised windows, with
-  // the weights of `p` and the data movement of `data`.
+  // out (B, P*targets) standardised forecasts from xn (B, body_lookback(), body_features())
+  // standardised windows, with the weights of `p` and the data movement of `data`.
   virtual absl::Status ForwardStandardized(Backend& backend, const ParameterView& p, DataOps& data,
                                            float* out, const float* xn, int64_t B,
                                            Workspace& workspace) const = 0;
@@ -172,8 +189,8 @@ class Forecaster {
   // The training pair of ForwardStandardized; see ForwardTrain / Backward.
   virtual absl::Status ForwardTrainBody(Backend& backend, float* out, const float* xn, int64_t B,
                                         TrainingTape& tape) const = 0;
-  // dxn (B, T, F), when not nullptr, receives d(loss)/d(xn) (window scaling's affine map needs
-  // it).
+  // dxn (B, body_lookback(), body_features()), when not nullptr, receives d(loss)/d(xn)
+  // (window scaling's affine map needs it).
   virtual absl::Status BackwardBody(Backend& backend, float* dparams, float* dxn, const float* dout,
                                     TrainingTape& tape) const = 0;
   // The training pair's chunk forward (ForwardTrainChunk), for a model whose
@@ -226,11 +243,43 @@ class Forecaster {
   absl::Status BackwardScaled(Backend& backend, float* dparams, const float* dout,
                               TrainingTape& tape) const;
 
+  // Models with future-known features or series (HasRecordExtras; the maths is in
+  // forecaster_records.cc). Forward: raw records to raw forecasts.
+  absl::Status ForwardRecords(Backend& backend, const ParameterView& p, DataOps& data, float* out,
+                              const float* inp, int64_t B, Workspace& workspace) const;
+  int64_t RecordWorkspaceFloats(int64_t B) const;
+  // ForwardTrain from standardised records.
+  absl::Status ForwardTrainRecords(Backend& backend, float* out, const float* rec, int64_t B,
+                                   TrainingTape& tape) const;
+  // The normaliser's statistics per window (B, F): each window's series' row (idx[b *
+  // idx_stride]) with series, else the model's one row; 0 and 1 without a normaliser.
+  absl::Status RecordStatistics(DataOps& data, const ParameterView& p, float* center, float* scale,
+                                const float* idx, int64_t idx_stride, int64_t B) const;
+  // ScaleWindows, then the future-known columns of xw set back to xn's.
+  absl::Status ScaleRecordWindows(DataOps& data, const ParameterView& p, float* xw, float* z,
+                                  float* center, float* scale, const float* xn, int64_t B) const;
+  // The body's input u (B, body_lookback(), body_features()) from the (scaled) windows xw
+  // (B, T, F), the standardised future-known values fn (B, P, Fk) and the series indices
+  // (idx[b * idx_stride]); statics is scratch of B * static features floats.
+  absl::Status AssembleBodyInput(DataOps& data, const ParameterView& p, float* u, float* statics,
+                                 const float* xw, const float* fn, const float* idx,
+                                 int64_t idx_stride, int64_t B) const;
+  // dxw (B, T, F): the window's rows and columns of the body input's gradient du, zero on the
+  // future-known columns (their window scaling is not used).
+  absl::Status BodyInputGradientToWindows(DataOps& data, float* dxw, const float* du,
+                                          int64_t B) const;
+
   const ModelConfig config_;
   const int num_features_;
   const int num_targets_;
   const int num_quantiles_;
   const std::vector<int> target_features_;
+  const std::vector<int> future_features_;  // Fk: each future-known feature's column
+  const int num_series_;
+  const int num_static_;
+  const int64_t input_floats_;
+  const int body_lookback_;
+  const int body_features_;
   ParameterArena parameters_;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "engine/file_io.h"
 #include "google/protobuf/util/json_util.h"
@@ -163,6 +165,88 @@ absl::Status ValidateWindowScaling(const ModelConfig& config) {
   return absl::OkStatus();
 }
 
+constexpr int kMaxSeries = 1 << 20;
+
+absl::Status ValidateCovariates(const ModelConfig& config) {
+  const v1::Covariates& c = config.covariates();
+  std::set<std::string> features(config.feature_names().begin(), config.feature_names().end());
+  std::set<std::string> targets(config.target_names().begin(), config.target_names().end());
+  std::set<std::string> seen;
+  for (const std::string& name : c.future()) {
+    if (!features.count(name)) {
+      return Invalid(config, absl::StrCat("covariates.future '", name,
+                                          "' is not one of the feature_names (a future-known "
+                                          "covariate is also an input of the window)"));
+    }
+    if (targets.count(name)) {
+      return Invalid(config, absl::StrCat("covariates.future '", name,
+                                          "' is a target: a forecast target is not known ahead"));
+    }
+    if (!seen.insert(name).second) {
+      return Invalid(config, absl::StrCat("covariates.future '", name, "' repeats"));
+    }
+  }
+  std::set<int> calendar;
+  for (int i = 0; i < c.calendar_size(); ++i) {
+    const int kind = c.calendar(i);
+    if (!v1::CalendarFeature_IsValid(kind) || kind == v1::CALENDAR_UNSPECIFIED) {
+      return Invalid(config, absl::StrCat("covariates.calendar ", kind,
+                                          " is not a calendar feature (CALENDAR_HOUR_OF_DAY, "
+                                          "CALENDAR_DAY_OF_WEEK, CALENDAR_HOUR_OF_WEEK, "
+                                          "CALENDAR_DAY_OF_YEAR)"));
+    }
+    if (!calendar.insert(kind).second) {
+      return Invalid(config, absl::StrCat("covariates.calendar ",
+                                          v1::CalendarFeature_Name(c.calendar(i)), " repeats"));
+    }
+  }
+  for (int i = 0; i < c.calendar_size(); ++i) {
+    for (const char* suffix : {"_sin", "_cos"}) {
+      const std::string name = CalendarName(c.calendar(i)) + suffix;
+      if (features.count(name)) {
+        return Invalid(config, absl::StrCat("feature '", name,
+                                            "' is both in feature_names and a calendar feature"));
+      }
+    }
+  }
+  std::set<std::string> statics;
+  for (const std::string& name : c.static_features()) {
+    if (name.empty()) return Invalid(config, "a covariates.static_features name is empty");
+    if (features.count(name)) {
+      return Invalid(config, absl::StrCat("covariates.static_features '", name,
+                                          "' is one of the feature_names: a static covariate is "
+                                          "one value per series, not a column of the window"));
+    }
+    if (!statics.insert(name).second) {
+      return Invalid(config, absl::StrCat("covariates.static_features '", name, "' repeats"));
+    }
+  }
+  if (absl::Status s = CheckRange(config, "number of covariates.static_features",
+                                  c.static_features_size(), 0, kMaxFeatures);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange(config, "number of series", config.series_size(), 0, kMaxSeries);
+      !s.ok()) {
+    return s;
+  }
+  std::set<std::string> series;
+  for (const std::string& name : config.series()) {
+    if (name.empty()) return Invalid(config, "a series name is empty");
+    if (!series.insert(name).second) {
+      return Invalid(config, absl::StrCat("series '", name, "' repeats"));
+    }
+  }
+  if (config.streaming().mode() == v1::StreamingConfig::STREAM_MODE_STATE &&
+      (NumFutureFeatures(config) > 0 || config.series_size() > 0)) {
+    return Invalid(config,
+                   "a model with future-known covariates, calendar features or several series "
+                   "reads more than one row per forecast: streaming.mode STREAM_MODE_STATE is not "
+                   "available; use STREAM_MODE_WINDOW");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateModelConfig(const ModelConfig& config) {
@@ -207,6 +291,7 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
     }
   }
   if (absl::Status s = ValidateWindowScaling(config); !s.ok()) return s;
+  if (absl::Status s = ValidateCovariates(config); !s.ok()) return s;
   if (absl::Status s = ValidateStreaming(config); !s.ok()) return s;
   switch (config.architecture_case()) {
     case ModelConfig::kLstm:
@@ -231,7 +316,7 @@ float WindowScalingEps(const ModelConfig& config) {
 }
 
 bool SupportsStateMode(const ModelConfig& config) {
-  if (HasWindowScaling(config)) return false;
+  if (HasWindowScaling(config) || HasRecordExtras(config)) return false;
   return (config.has_lstm() && !config.lstm().bidirectional()) ||
          (config.has_gru() && !config.gru().bidirectional());
 }
@@ -242,7 +327,59 @@ v1::StreamingConfig::Mode StreamMode(const ModelConfig& config) {
              : v1::StreamingConfig::STREAM_MODE_WINDOW;
 }
 
-int NumFeatures(const ModelConfig& config) { return config.feature_names_size(); }
+int NumFeatures(const ModelConfig& config) {
+  return config.feature_names_size() + 2 * config.covariates().calendar_size();
+}
+int NumInputColumns(const ModelConfig& config) { return config.feature_names_size(); }
+
+std::string CalendarName(v1::CalendarFeature feature) {
+  std::string name = v1::CalendarFeature_Name(feature);
+  if (absl::StartsWith(name, "CALENDAR_")) name = name.substr(9);
+  return absl::AsciiStrToLower(name);
+}
+
+std::vector<std::string> FeatureColumnNames(const ModelConfig& config) {
+  std::vector<std::string> names(config.feature_names().begin(), config.feature_names().end());
+  for (int i = 0; i < config.covariates().calendar_size(); ++i) {
+    const std::string base = CalendarName(config.covariates().calendar(i));
+    names.push_back(base + "_sin");
+    names.push_back(base + "_cos");
+  }
+  return names;
+}
+
+int NumFutureFeatures(const ModelConfig& config) {
+  return config.covariates().future_size() + 2 * config.covariates().calendar_size();
+}
+
+std::vector<int> FutureFeatureIndices(const ModelConfig& config) {
+  std::vector<int> indices;
+  for (const std::string& name : config.covariates().future()) {
+    for (int f = 0; f < config.feature_names_size(); ++f) {
+      if (config.feature_names(f) == name) indices.push_back(f);
+    }
+  }
+  for (int c = 0; c < 2 * config.covariates().calendar_size(); ++c) {
+    indices.push_back(config.feature_names_size() + c);
+  }
+  return indices;
+}
+
+int NumFutureInputColumns(const ModelConfig& config) { return config.covariates().future_size(); }
+bool NeedsTimestamps(const ModelConfig& config) { return config.covariates().calendar_size() > 0; }
+int NumSeries(const ModelConfig& config) { return config.series_size(); }
+int NumStaticFeatures(const ModelConfig& config) {
+  return config.covariates().static_features_size();
+}
+
+int64_t InputRecordFloats(const ModelConfig& config) {
+  return int64_t{config.lookback()} * NumFeatures(config) +
+         int64_t{config.horizon()} * NumFutureFeatures(config) + (NumSeries(config) > 0 ? 1 : 0);
+}
+
+bool HasRecordExtras(const ModelConfig& config) {
+  return NumFutureFeatures(config) > 0 || NumSeries(config) > 0;
+}
 int NumTargets(const ModelConfig& config) { return config.target_names_size(); }
 int NumQuantiles(const ModelConfig& config) { return std::max(1, config.quantiles_size()); }
 

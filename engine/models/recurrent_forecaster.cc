@@ -26,7 +26,7 @@ void RecurrentForecaster::DeclareParameters(ParameterArena& arena) {
   const int64_t H = rnn_.hidden_size(), G = gates_;
   layer_offsets_.clear();
   for (int l = 0; l < rnn_.num_layers(); ++l) {
-    const int64_t I = l == 0 ? num_features() : directions_ * H;
+    const int64_t I = l == 0 ? body_features() : directions_ * H;
     for (int d = 0; d < directions_; ++d) {
       const std::string s = Suffix(l, d);
       DirectionOffsets& o = layer_offsets_.emplace_back();
@@ -45,7 +45,7 @@ void RecurrentForecaster::DeclareParameters(ParameterArena& arena) {
 }
 
 int64_t RecurrentForecaster::BodyWorkspaceFloats(int64_t B) const {
-  const int64_t T = lookback(), H = rnn_.hidden_size();
+  const int64_t T = body_lookback(), H = rnn_.hidden_size();
   // Two ping-pong layer outputs (B, T, ND*H) and the last step (B, ND*H), each padded.
   return 2 * (B * T * directions_ * H + 16) + (B * directions_ * H + 16);
 }
@@ -85,7 +85,7 @@ absl::Status RecurrentForecaster::RunLayer(Backend& backend, const ParameterView
   const int64_t H = rnn_.hidden_size(), ND = directions_;
   RecurrentDirectionWeights weights[2];
   LayerWeights(p, l, weights);
-  const RecurrentDims dims{B, lookback(), l == 0 ? int64_t{num_features()} : ND * H, H, ND};
+  const RecurrentDims dims{B, body_lookback(), l == 0 ? int64_t{body_features()} : ND * H, H, ND};
   if (is_lstm_) {
     return backend.LstmLayer(out, nullptr, nullptr, inp, nullptr, nullptr, weights, dims);
   }
@@ -95,12 +95,12 @@ absl::Status RecurrentForecaster::RunLayer(Backend& backend, const ParameterView
 absl::Status RecurrentForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
                                                       DataOps& data, float* out, const float* xn,
                                                       int64_t B, Workspace& workspace) const {
-  const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const int64_t T = body_lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int L = rnn_.num_layers();
   float* result = workspace.Alloc(B * T * ND * H);
   float* scratch = workspace.Alloc(B * T * ND * H);
   const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
-  const RecurrentDims dims{B, T, num_features(), H, ND};
+  const RecurrentDims dims{B, T, body_features(), H, ND};
   // The head reads the last time step of the top layer, both directions side by side.
   float* last = workspace.Alloc(B * ND * H);
   if (backend.HasFastPath(FastPath::kRecurrentStackLast)) {
@@ -147,7 +147,7 @@ RecurrentStepForecastSpec RecurrentForecaster::StepForecastSpec(const ParameterV
 
 bool RecurrentForecaster::StepOneCallFits(const Backend& backend, int64_t B) const {
   return backend.HasFastPath(FastPath::kRecurrentStepForecast) &&
-         backend.RecurrentStepForecastFits({B, 1, num_features(), rnn_.hidden_size(), 1},
+         backend.RecurrentStepForecastFits({B, 1, body_features(), rnn_.hidden_size(), 1},
                                            rnn_.num_layers(), StepForecastSpec(nullptr));
 }
 
@@ -156,7 +156,7 @@ absl::Status RecurrentForecaster::StepOneCall(Backend& backend, const ParameterV
                                               int64_t B) const {
   const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
   return backend.RecurrentStepForecast(cell(), out, slab, slots, x, weights.data(),
-                                       {B, 1, num_features(), rnn_.hidden_size(), 1},
+                                       {B, 1, body_features(), rnn_.hidden_size(), 1},
                                        rnn_.num_layers(), StepForecastSpec(&p));
 }
 
@@ -172,7 +172,7 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
     // on the GPU); the top layer's h' lands in outputs[0].
     const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
     RETURN_IF_ERROR(backend.RecurrentStep(cell(), outputs[0], outputs[1], slab, slots, xn,
-                                          weights.data(), {B, 1, num_features(), H, 1}, L));
+                                          weights.data(), {B, 1, body_features(), H, 1}, L));
     return backend.Linear(out, outputs[0], p.AtOffset(head_weight_offset_),
                           p.AtOffset(head_bias_offset_), B, H, num_outputs());
   }
@@ -185,7 +185,7 @@ absl::Status RecurrentForecaster::StepStandardized(Backend& backend, const Param
     float* layer_out = outputs[l % 2];
     RecurrentDirectionWeights weights[1];
     LayerWeights(p, l, weights);
-    const RecurrentDims dims{B, 1, l == 0 ? int64_t{num_features()} : H, H, 1};
+    const RecurrentDims dims{B, 1, l == 0 ? int64_t{body_features()} : H, H, 1};
     RETURN_IF_ERROR(data.GatherSlots(h_0, h, slots, B, S, H));
     if (is_lstm_) {
       RETURN_IF_ERROR(data.GatherSlots(c_0, h + H, slots, B, S, H));

@@ -53,6 +53,12 @@ absl::Status RecurrentForecaster::SupportsStatefulTraining() const {
         "GRU: a bidirectional layer reads each window backwards from its end, which a stream "
         "that grows one tick at a time does not have; train it on windows (chunk_length 0)");
   }
+  if (HasRecordExtras(config())) {
+    return absl::InvalidArgumentError(
+        "stateful training (training.stateful.chunk_length > 0) carries a state from tick to "
+        "tick, and a model with future-known covariates, calendar features or series reads "
+        "more than one row per forecast: train it on windows (chunk_length 0)");
+  }
   if (HasWindowScaling(config())) {
     return absl::InvalidArgumentError(
         "stateful training (training.stateful.chunk_length > 0) carries a state from tick to "

@@ -47,7 +47,7 @@ bool RecurrentForecaster::StackedTraining(const Backend& backend, const Training
 
 absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
                                                    int64_t B, TrainingTape& tape) const {
-  const int64_t T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const int64_t T = body_lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int64_t S = B * T * ND * H;
   const int L = rnn_.num_layers();
   const ParameterView p = tape.weights(parameters());
@@ -57,7 +57,7 @@ absl::Status RecurrentForecaster::ForwardTrainBody(Backend& backend, float* out,
   t.layer_in.push_back(xn);
   if (t.stacked) {
     const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
-    const RecurrentDims dims{B, T, num_features(), H, ND};
+    const RecurrentDims dims{B, T, body_features(), H, ND};
     ASSIGN_OR_RETURN(t.top, tape.Alloc(S));
     float* scratch = nullptr;
     if (L > 1) {
@@ -100,7 +100,7 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
   }
   Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
-  const int64_t B = tape.batch, T = lookback(), H = rnn_.hidden_size(), ND = directions_;
+  const int64_t B = tape.batch, T = body_lookback(), H = rnn_.hidden_size(), ND = directions_;
   const int64_t S = B * T * ND * H;
   const int L = rnn_.num_layers();
   const ParameterView p = tape.weights(parameters());
@@ -123,7 +123,7 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     ASSIGN_OR_RETURN(float* const scratch, tape.Alloc((L + 1) * S));
     return backend.RecurrentStackBackward(cell(), dxn, grads.data(), dtop, scratch, t->layer_in[0],
                                           weights.data(),
-                                          RecurrentDims{B, T, num_features(), H, ND}, L, &t->stack);
+                                          RecurrentDims{B, T, body_features(), H, ND}, L, &t->stack);
   }
   for (int l = L - 1; l >= 0; --l) {
     const float* dl_out = dlayer[(L - 1 - l) % 2];
@@ -132,7 +132,7 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     RecurrentDirectionGrads grads[2];
     LayerWeights(p, l, weights);
     LayerGrads(l, dparams, grads);
-    const RecurrentDims dims{B, T, l == 0 ? int64_t{num_features()} : ND * H, H, ND};
+    const RecurrentDims dims{B, T, l == 0 ? int64_t{body_features()} : ND * H, H, ND};
     const float* inp = t->layer_in[static_cast<size_t>(l)];
     if (is_lstm_) {
       RETURN_IF_ERROR(

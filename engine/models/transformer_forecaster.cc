@@ -17,7 +17,7 @@ TransformerForecaster::TransformerForecaster(const ModelConfig& config)
 
 void TransformerForecaster::DeclareParameters(ParameterArena& arena) {
   const int64_t D = tf_.d_model(), FF = tf_.dim_feedforward();
-  arena.Add("input_proj.weight", {D, num_features()});
+  arena.Add("input_proj.weight", {D, body_features()});
   arena.Add("input_proj.bias", {D});
   for (int k = 0; k < tf_.num_layers(); ++k) {
     arena.Add(Layer(k, "self_attn.in_proj_weight"), {3 * D, D});
@@ -42,7 +42,7 @@ void TransformerForecaster::DeclareParameters(ParameterArena& arena) {
 }
 
 int64_t TransformerForecaster::BodyWorkspaceFloats(int64_t B) const {
-  const int64_t T = lookback(), D = tf_.d_model(), FF = tf_.dim_feedforward();
+  const int64_t T = body_lookback(), D = tf_.d_model(), FF = tf_.dim_feedforward();
   const int64_t BT = B * T, pad = 16;
   // x, tmp, attn (B,T,D) + qkv (B,T,3D) + ff (B,T,FF) + six (B,D) rows: `last`, the last
   // layer's sa_last, q, att_last and sa, and pre-LN's final `normed`.
@@ -99,7 +99,7 @@ absl::Status TransformerForecaster::FinishLayer(Backend& backend, const Paramete
 absl::Status TransformerForecaster::ForwardStandardized(Backend& backend, const ParameterView& p,
                                                         DataOps& data, float* out, const float* xn,
                                                         int64_t B, Workspace& workspace) const {
-  const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
+  const int64_t T = body_lookback(), F = body_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t BT = B * T, L = tf_.num_layers();
   float* x = workspace.Alloc(BT * D);     // the residual stream
   float* tmp = workspace.Alloc(BT * D);   // normalised input or pre-norm sum

@@ -87,7 +87,7 @@ absl::Status TransformerForecaster::ActivationBackward(Backend& backend, float* 
 
 absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, const LayerTape& lt,
                                                       int64_t B, TrainingTape& tape) const {
-  const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
   const int64_t N = B * T;
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
@@ -135,7 +135,7 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
 
 absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* out, const float* xn,
                                                      int64_t B, TrainingTape& tape) const {
-  const int64_t T = lookback(), F = num_features(), D = tf_.d_model(), NH = tf_.num_heads();
+  const int64_t T = body_lookback(), F = body_features(), D = tf_.d_model(), NH = tf_.num_heads();
   const int64_t FF = tf_.dim_feedforward(), N = B * T, L = tf_.num_layers();
   const ParameterView p = tape.weights(parameters());
   const bool pre = tf_.norm_first();
@@ -202,7 +202,7 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
 absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const LayerTape& lt,
                                                   float* dx0, float* dx2, float* dparams, int64_t B,
                                                   TrainingTape& tape) const {
-  const int64_t T = lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
   const int64_t N = B * T;
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
@@ -292,7 +292,7 @@ absl::Status TransformerForecaster::BackwardBody(Backend& backend, float* dparam
                                                  const float* dout, TrainingTape& tape) const {
   const Tape* const t = tape.model_tape<Tape>();
   if (t == nullptr) return absl::FailedPreconditionError("Backward without this model's tape");
-  const int64_t B = tape.batch, T = lookback(), F = num_features(), D = tf_.d_model();
+  const int64_t B = tape.batch, T = body_lookback(), F = body_features(), D = tf_.d_model();
   const int64_t N = B * T, L = tf_.num_layers();
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
