@@ -75,6 +75,8 @@ PRECISIONS = {0: "PRECISION_UNSPECIFIED", 1: "PRECISION_FP32", 2: "PRECISION_BF1
               3: "PRECISION_FP16", 4: "PRECISION_TF32"}
 WINDOW_SCALINGS = {0: "WINDOW_SCALING_NONE", 1: "WINDOW_SCALING_MEAN_STD",
                    2: "WINDOW_SCALING_LAST_VALUE"}
+CALENDARS = {0: "CALENDAR_UNSPECIFIED", 1: "CALENDAR_HOUR_OF_DAY", 2: "CALENDAR_DAY_OF_WEEK",
+             3: "CALENDAR_HOUR_OF_WEEK", 4: "CALENDAR_DAY_OF_YEAR"}
 
 
 def _proto_float(v):
@@ -151,9 +153,38 @@ class Spec:
         missing = [t for t in self.targets if t not in self.features]
         if missing:
             raise ConfigError(f"targets {missing} are not among featureNames {self.features}")
+        # Covariates (ModelConfig.covariates) and series (ModelConfig.series). The model's
+        # features are featureNames then "<calendar>_sin", "<calendar>_cos" per calendar
+        # feature; the future-known ones are covariates.future then the calendar columns.
+        cov = cfg.get("covariates") or {}
+        self.future = list(cov.get("future", []))
+        self.calendar = [_enum(c, CALENDARS, "covariates.calendar")
+                         for c in cov.get("calendar", [])]
+        self.static = list(_field(cov, "staticFeatures", "static_features", []))
+        self.series = list(cfg.get("series", []))
+        for c in self.calendar:
+            base = c[len("CALENDAR_"):].lower()
+            self.features += [base + "_sin", base + "_cos"]
+        bad = [f for f in self.future if f not in self.features or f in self.targets]
+        if bad:
+            raise ConfigError(f"covariates.future {bad}: not features, or targets")
         self.F = len(self.features)
         self.K = len(self.targets)
         self.target_index = [self.features.index(t) for t in self.targets]
+        self.future_index = ([self.features.index(f) for f in self.future] +
+                             list(range(self.F - 2 * len(self.calendar), self.F)))
+        self.Fk = len(self.future_index)
+        self.S = len(self.series)
+        self.Fs = len(self.static)
+        if self.Fs and not self.S:
+            raise ConfigError("static covariates need the model's series")
+        # An input record: the window (T, F), the future-known values (P, Fk), the series index.
+        self.records = self.Fk > 0 or self.S > 0
+        self.R = self.T * self.F + self.P * self.Fk + (1 if self.S else 0)
+        # What the body reads per window: TB rows of W columns (forecastd's body_lookback and
+        # body_features).
+        self.TB = self.T + (self.P if self.Fk else 0)
+        self.W = self.F + self.Fs + (1 if self.Fk else 0)
         norm = _enum(cfg.get("normalization"), NORMALIZATIONS, "normalization")
         self.standardized = norm != "NORMALIZATION_NONE"
         self.precision = _enum(cfg.get("precision"), PRECISIONS, "precision")
@@ -242,10 +273,13 @@ class Spec:
 
 
 class Normalizer(nn.Module):
-    def __init__(self, num_features):
+    """mean and std (F), or (S, F) for a model with series (row s: series s's)."""
+
+    def __init__(self, num_features, num_series=0):
         super().__init__()
-        self.register_buffer("mean", torch.zeros(num_features))
-        self.register_buffer("std", torch.ones(num_features))
+        shape = (num_series, num_features) if num_series else (num_features,)
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("std", torch.ones(shape))
 
     def forward(self, x):
         return (x - self.mean) / self.std
@@ -330,7 +364,11 @@ class Forecaster(nn.Module):
         self.spec = spec
         # Registered first so the normaliser leads the state_dict (and model.safetensors).
         # With NORMALIZATION_NONE there is no normaliser and no normalizer.* tensors.
-        self.normalizer = Normalizer(spec.F) if spec.standardized else None
+        self.normalizer = Normalizer(spec.F, spec.S) if spec.standardized else None
+        # Then series.static (S, Fs) with static covariates.
+        if spec.Fs:
+            self.series = nn.Module()
+            self.series.register_buffer("static", torch.zeros(spec.S, spec.Fs))
         # Then window_scaling.{weight,bias} (affine only), before the architecture's parameters.
         # Without window scaling there is no such module and the model is exactly as before.
         self.window_scaling = WindowScaler(spec) if spec.window_scaling else None
@@ -338,11 +376,92 @@ class Forecaster(nn.Module):
     def body(self, xn):
         raise NotImplementedError
 
+    # --- Input records (a model with future-known features or series; see
+    # engine/models/forecaster_records.cc for the maths).
+
+    def split_record(self, r):
+        """r (B, R) -> window (B, T, F), future values (B, P, Fk) or None, series (B,) long or
+        None."""
+        sp = self.spec
+        B, TF = r.shape[0], sp.T * sp.F
+        x = r[:, :TF].reshape(B, sp.T, sp.F)
+        f = r[:, TF:TF + sp.P * sp.Fk].reshape(B, sp.P, sp.Fk) if sp.Fk else None
+        idx = r[:, -1].long() if sp.S else None
+        return x, f, idx
+
+    def record_stats(self, idx, batch, dtype):
+        """Per-window normaliser statistics (B, F): the window's series' row, or the one row."""
+        if self.normalizer is None:
+            return (torch.zeros(batch, self.spec.F, dtype=dtype),
+                    torch.ones(batch, self.spec.F, dtype=dtype))
+        mean, std = self.normalizer.mean, self.normalizer.std
+        if idx is not None:
+            return mean[idx], std[idx]
+        return mean.expand(batch, -1), std.expand(batch, -1)
+
+    def standardize_record(self, r):
+        """Raw records -> standardised records (what training reads)."""
+        x, f, idx = self.split_record(r)
+        c, d = self.record_stats(idx, r.shape[0], r.dtype)
+        parts = [((x - c[:, None, :]) / d[:, None, :]).reshape(r.shape[0], -1)]
+        if f is not None:
+            j = self.spec.future_index
+            parts.append(((f - c[:, None, j]) / d[:, None, j]).reshape(r.shape[0], -1))
+        if idx is not None:
+            parts.append(r[:, -1:])
+        return torch.cat(parts, dim=1)
+
+    def assemble(self, xw, fn, idx):
+        """The body's input u (B, TB, W): the window's rows then the forecast steps' (future
+        values at their feature columns, 0 elsewhere, 1 in the last column), static values
+        appended to every row."""
+        sp = self.spec
+        B = xw.shape[0]
+        rows = [xw]
+        if fn is not None:
+            fut = xw.new_zeros(B, sp.P, sp.F)
+            fut[:, :, sp.future_index] = fn
+            rows.append(fut)
+        u = torch.cat(rows, dim=1)
+        cols = [u]
+        if sp.Fs:
+            cols.append(self.series.static[idx][:, None, :].expand(B, sp.TB, sp.Fs))
+        if fn is not None:
+            flag = xw.new_zeros(B, sp.TB, 1)
+            flag[:, sp.T:, :] = 1.0
+            cols.append(flag)
+        return torch.cat(cols, dim=2)
+
+    def forward_normalized_records(self, rn):
+        sp = self.spec
+        xn, fn, idx = self.split_record(rn)
+        stats = None
+        xw = xn
+        if self.window_scaling is not None:
+            xw, stats = self.window_scaling.scale(xn)
+            if sp.Fk:  # the future-known columns keep their standardised values
+                keep = torch.zeros(sp.F, dtype=torch.bool)
+                keep[sp.future_index] = True
+                xw = torch.where(keep, xn, xw)
+        a = self.head(self.body(self.assemble(xw, fn, idx))).reshape(
+            sp.output_shape(rn.shape[0]))
+        if self.window_scaling is None:
+            return a
+        return self.window_scaling.unscale(a, xw, stats, sp.target_index)
+
+    def target_stats(self, r):
+        """Each window's target statistics (B, K): what its forecast is de-standardised by."""
+        _, _, idx = self.split_record(r) if self.spec.records else (None, None, None)
+        c, d = self.record_stats(idx, r.shape[0], r.dtype)
+        return c[:, self.spec.target_index], d[:, self.spec.target_index]
+
     def forward_normalized(self, x):
         """head(body(xn)) reshaped to (B, P, K) or (B, P, K, Q): the forecast in normalised
         units, before de-normalisation. Training losses are computed on this. With window
         scaling the body reads the scaled window and the head's output is mapped back to the
         normaliser's units (WindowScaler)."""
+        if self.spec.records:
+            return self.forward_normalized_records(self.standardize_record(x))
         xn = self.normalizer(x) if self.normalizer is not None else x
         if self.window_scaling is None:
             last = self.body(xn)
@@ -353,6 +472,11 @@ class Forecaster(nn.Module):
 
     def forward(self, x):
         y = self.forward_normalized(x)
+        if self.spec.records:
+            c, d = self.target_stats(x)
+            if y.dim() == 4:
+                c, d = c[..., None], d[..., None]
+            return y * d[:, None] + c[:, None]
         if self.normalizer is not None:
             y = self.normalizer.denormalize(y, self.spec.target_index)
         return y
@@ -363,7 +487,7 @@ class RecurrentForecaster(Forecaster):
         super().__init__(spec)
         cls = nn.LSTM if spec.arch == "lstm" else nn.GRU
         # nn.LSTM's dropout only acts between layers in training; it warns when L == 1.
-        self.rnn = cls(spec.F, spec.H, num_layers=spec.L, bias=True, batch_first=True,
+        self.rnn = cls(spec.W, spec.H, num_layers=spec.L, bias=True, batch_first=True,
                        dropout=spec.dropout if spec.L > 1 else 0.0,
                        bidirectional=spec.bidirectional)
         nd = 2 if spec.bidirectional else 1
@@ -403,7 +527,7 @@ def _activation(name):
 class TransformerForecaster(Forecaster):
     def __init__(self, spec):
         super().__init__(spec)
-        self.input_proj = nn.Linear(spec.F, spec.D)
+        self.input_proj = nn.Linear(spec.W, spec.D)
         layer = nn.TransformerEncoderLayer(
             spec.D, spec.NH, dim_feedforward=spec.FF, dropout=spec.dropout,
             activation=_activation(spec.activation), layer_norm_eps=spec.eps, batch_first=True,
@@ -643,6 +767,23 @@ def make_input(spec, module, seed, batch, level_spread=0.0):
     g = torch.Generator().manual_seed(seed + 7919)
     z = torch.randn((batch, spec.T, spec.F), dtype=torch.float64, generator=g)
     o = window_levels(spec, seed, batch, level_spread) if level_spread > 0.0 else None
+    if spec.records:
+        # Records: window b of series b mod S, around that series' statistics, then the
+        # future-known values of its P steps around theirs, then the series index.
+        idx = torch.arange(batch) % spec.S if spec.S else None
+        c, d = module.record_stats(idx, batch, torch.float64)
+        c, d = c.detach().double(), d.detach().double()
+        x = c[:, None, :] + 1.5 * d[:, None, :] * z
+        if o is not None:
+            x = x + d[:, None, :] * o
+        parts = [x.reshape(batch, -1)]
+        if spec.Fk:
+            j = spec.future_index
+            zf = torch.randn((batch, spec.P, spec.Fk), dtype=torch.float64, generator=g)
+            parts.append((c[:, None, j] + 1.5 * d[:, None, j] * zf).reshape(batch, -1))
+        if idx is not None:
+            parts.append(idx.double()[:, None])
+        return torch.cat(parts, dim=1).to(torch.float32)
     if spec.standardized:
         mean = module.normalizer.mean.double()
         std = module.normalizer.std.double()

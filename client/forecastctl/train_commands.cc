@@ -35,6 +35,7 @@ struct TrainArgs {
   std::string csv;
   std::string inline_csv;
   std::string timestamp_column;
+  std::string series_column;
   int epochs = 0;
   int batch_size = 0;
   double lr = 0.0;
@@ -160,6 +161,7 @@ absl::StatusOr<v1::TrainRequest> BuildRequest(Context& context, const TrainArgs&
   if (!args.csv.empty()) {
     data.set_csv_path(args.csv);
     if (!args.timestamp_column.empty()) data.set_timestamp_column(args.timestamp_column);
+    if (!args.series_column.empty()) data.set_series_column(args.series_column);
   } else if (!args.inline_csv.empty()) {
     // The series goes in the request in the model's feature order, so the names come from
     // the config given or the model the server has.
@@ -365,6 +367,11 @@ void AddTrainCommands(CLI::App& app, Context& context) {
   train
       ->add_option("--timestamp-column", args->timestamp_column,
                    "with --csv: the timestamp column, whose values must increase")
+      ->needs(csv);
+  train
+      ->add_option("--series-column", args->series_column,
+                   "with --csv: the column naming each row's series (one model for many series; "
+                   "each series' rows contiguous and in time order)")
       ->needs(csv);
   args->epochs_option =
       train->add_option("--epochs", args->epochs, "epochs to run")->check(Positive());

@@ -23,6 +23,9 @@ inline constexpr const char* kGoldenCases[] = {
     "lstm_window_scaling",
     "gru_last_value",
     "transformer_window_scaling",
+    "lstm_covariates",
+    "transformer_series",
+    "gru_series",
 };
 
 }  // namespace forecastd

@@ -102,19 +102,27 @@ def _window(kind, affine=False, forecast_change=False, eps=None, level_spread=6.
     return dict(config=cfg, level_spread=level_spread)
 
 
+def _covariates(future=(), calendar=(), static=(), series=()):
+    """A case's covariates (ModelConfig.covariates: future-known features, calendar features by
+    name, static covariates) and series (ModelConfig.series)."""
+    return dict(future=list(future), calendar=list(calendar), static=list(static),
+                series=list(series))
+
+
 def _recurrent(name, seed, arch, hidden, layers, bidirectional, targets, dropout=0.0,
-               quantiles=None, train=None, window=None):
+               quantiles=None, train=None, window=None, covariates=None):
     return dict(name=name, seed=seed, arch=arch, hidden=hidden, layers=layers,
                 bidirectional=bidirectional, targets=targets, dropout=dropout,
-                quantiles=quantiles, train=train or _train(), window=window)
+                quantiles=quantiles, train=train or _train(), window=window,
+                covariates=covariates)
 
 
 def _transformer(name, seed, norm_first, activation, causal, targets, eps=None, gains=None,
-                 quantiles=None, train=None, window=None):
+                 quantiles=None, train=None, window=None, covariates=None):
     return dict(name=name, seed=seed, arch="transformer", d_model=8, heads=2, layers=2, d_ff=16,
                 norm_first=norm_first, activation=activation, causal=causal, targets=targets,
                 dropout=0.1, eps=eps, gains=gains or {}, quantiles=quantiles,
-                train=train or _train(), window=window)
+                train=train or _train(), window=window, covariates=covariates)
 
 
 # Targets are deliberately not always in feature order, so the de-normalisation must look
@@ -172,6 +180,24 @@ CASES = [
                  ["load", "price"], quantiles=[0.1, 0.5, 0.9],
                  window=_window("WINDOW_SCALING_MEAN_STD", affine=True),
                  train=_train(loss="quantile")),
+    # Covariates: the input is a record (window, future-known values for the P steps, series
+    # index; forecastd_torch.Forecaster.split_record). Temperature is known ahead and so is the
+    # hour of day (two calendar columns); the window scaling leaves the future-known columns
+    # alone.
+    _recurrent("lstm_covariates", 1701, "lstm", 5, 1, False, ["load", "price"],
+               window=_window("WINDOW_SCALING_MEAN_STD", affine=True, forecast_change=True,
+                              eps=1e-5),
+               covariates=_covariates(future=["temperature"], calendar=["CALENDAR_HOUR_OF_DAY"])),
+    # Three series, each standardised by its own statistics, with a static covariate per
+    # series and a future-known feature.
+    _transformer("transformer_series", 1702, True, "ACTIVATION_GELU", False, ["load", "price"],
+                 covariates=_covariates(future=["temperature"], static=["size"],
+                                        series=["north", "south", "east"])),
+    # Series and static covariates without future-known features (the body reads T rows).
+    _recurrent("gru_series", 1703, "gru", 5, 2, False, ["price", "load"],
+               window=_window("WINDOW_SCALING_LAST_VALUE", level_spread=0.0),
+               covariates=_covariates(static=["size", "age"], series=["a", "b"]),
+               train=_train(optimizer="sgd", lr=0.05, momentum=0.9)),
 ]
 
 
@@ -215,6 +241,18 @@ def case_config(case):
     cfg["normalization"] = "NORMALIZATION_STANDARD"
     if case.get("window"):
         cfg["windowScaling"] = dict(case["window"]["config"])
+    cov = case.get("covariates")
+    if cov:
+        c = {}
+        if cov["future"]:
+            c["future"] = list(cov["future"])
+        if cov["calendar"]:
+            c["calendar"] = list(cov["calendar"])
+        if cov["static"]:
+            c["staticFeatures"] = list(cov["static"])
+        cfg["covariates"] = c
+        if cov["series"]:
+            cfg["series"] = list(cov["series"])
     return cfg
 
 
@@ -259,9 +297,85 @@ def numpy_window_stats(spec, u):
     return c, s
 
 
+def numpy_split_record(spec, r):
+    """r (B, R) -> window (B, T, F), future values (B, P, Fk) or None, series (B,) int or None."""
+    B, TF = r.shape[0], spec.T * spec.F
+    x = r[:, :TF].reshape(B, spec.T, spec.F)
+    f = r[:, TF:TF + spec.P * spec.Fk].reshape(B, spec.P, spec.Fk) if spec.Fk else None
+    idx = r[:, -1].astype(np.int64) if spec.S else None
+    return x, f, idx
+
+
+def numpy_record_stats(spec, sd, idx, B):
+    """Per-window normaliser statistics (B, F)."""
+    if not spec.standardized:
+        return np.zeros((B, spec.F)), np.ones((B, spec.F))
+    mean, std = sd["normalizer.mean"], sd["normalizer.std"]
+    if idx is not None:
+        return mean[idx], std[idx]
+    return np.broadcast_to(mean, (B, spec.F)), np.broadcast_to(std, (B, spec.F))
+
+
+def numpy_forward_records(spec, sd, r, denormalize=True):
+    """The record path (engine/models/forecaster_records.cc's maths) in NumPy float64."""
+    B, T, P, F = r.shape[0], spec.T, spec.P, spec.F
+    x, f, idx = numpy_split_record(spec, r)
+    c, d = numpy_record_stats(spec, sd, idx, B)
+    xn = (x - c[:, None, :]) / d[:, None, :]
+    xw = xn
+    if spec.window_scaling:
+        wc, ws = numpy_window_stats(spec, xn)
+        xw = (xn - wc[:, None, :]) / ws[:, None, :]
+        if spec.ws_affine:
+            xw = xw * sd["window_scaling.weight"] + sd["window_scaling.bias"]
+        xw = xw.copy()
+        xw[:, :, spec.future_index] = xn[:, :, spec.future_index]
+    rows = [xw]
+    if spec.Fk:
+        j = spec.future_index
+        fut = np.zeros((B, P, F))
+        fut[:, :, j] = (f - c[:, None, j]) / d[:, None, j]
+        rows.append(fut)
+    u = np.concatenate(rows, axis=1)
+    cols = [u]
+    if spec.Fs:
+        cols.append(np.broadcast_to(sd["series.static"][idx][:, None, :], (B, spec.TB, spec.Fs)))
+    if spec.Fk:
+        flag = np.zeros((B, spec.TB, 1))
+        flag[:, T:, :] = 1.0
+        cols.append(flag)
+    y = numpy_body_head(spec, sd, np.concatenate(cols, axis=2))
+    if spec.window_scaling:
+        eps2 = spec.ws_eps * spec.ws_eps
+        for k, fk in enumerate(spec.target_index):
+            a = y[:, :, k]
+            col = (lambda v: v[:, None, None]) if spec.Q else (lambda v: v[:, None])  # noqa
+            if spec.ws_forecast_change:
+                a = a + col(xw[:, T - 1, fk])
+            if spec.ws_affine:
+                a = (a - sd["window_scaling.bias"][fk]) / (sd["window_scaling.weight"][fk] + eps2)
+            y[:, :, k] = a * col(ws[:, fk]) + col(wc[:, fk])
+    if denormalize:
+        for k, fk in enumerate(spec.target_index):
+            col = (lambda v: v[:, None, None]) if spec.Q else (lambda v: v[:, None])  # noqa
+            y[:, :, k] = y[:, :, k] * col(d[:, fk]) + col(c[:, fk])
+    return y
+
+
+def numpy_target_stats(spec, sd, x):
+    """Each window's target statistics (B, K), as numpy arrays."""
+    B = x.shape[0]
+    idx = numpy_split_record(spec, x)[2] if spec.records else None
+    c, d = numpy_record_stats(spec, sd, idx, B)
+    return c[:, spec.target_index], d[:, spec.target_index]
+
+
 def numpy_forward(spec, sd, x, denormalize=True):
-    """sd: name -> float64 ndarray; x: (B, T, F) float64. Returns (B, P, K) or (B, P, K, Q);
-    denormalize=False: in normalised units (what the training loss sees)."""
+    """sd: name -> float64 ndarray; x: (B, T, F) float64, or (B, R) records for a model with
+    covariates or series. Returns (B, P, K) or (B, P, K, Q); denormalize=False: in normalised
+    units (what the training loss sees)."""
+    if spec.records:
+        return numpy_forward_records(spec, sd, x, denormalize)
     B, T, _ = x.shape
     xn = (x - sd["normalizer.mean"]) / sd["normalizer.std"] if spec.standardized else x
     if spec.ws_kind != "WINDOW_SCALING_NONE" or spec.ws_forecast_change:
@@ -464,7 +578,7 @@ def parse_train_metadata(meta):
     return train_settings(st), steps, parse_exclude(meta.get("after_exclude", ""))
 
 
-def make_target(spec, module, seed, batch, level_spread=0.0):
+def make_target(spec, module, seed, batch, level_spread=0.0, x=None):
     """(batch, P, K) float32 raw targets around each target feature's normaliser statistics:
     mean + 1.5 * std * N(0, 1), drawn in float64 from a generator seeded with seed + 104729.
     level_spread > 0: plus std * o[b, f_k], the level window b's input has in the target's
@@ -475,13 +589,25 @@ def make_target(spec, module, seed, batch, level_spread=0.0):
     idx = torch.tensor(spec.target_index, dtype=torch.long)
     o = (window_levels(spec, seed, batch, level_spread)[:, :, idx] if level_spread > 0.0
          else None)
-    if spec.standardized:
+    if spec.records:
+        # Around each window's own statistics (its series'), as its observations are.
+        c, d = _target_stats(module, x)
+        z = c[:, None, :] + 1.5 * d[:, None, :] * z
+        if o is not None:
+            z = z + d[:, None, :] * o
+    elif spec.standardized:
         z = module.normalizer.mean.double()[idx] + 1.5 * module.normalizer.std.double()[idx] * z
         if o is not None:
             z = z + module.normalizer.std.double()[idx] * o
     elif o is not None:
         z = z + o
     return z.to(torch.float32)
+
+
+def _target_stats(module, x):
+    """module.target_stats(x) in float64, detached."""
+    c, d = module.target_stats(x)
+    return c.detach().double(), d.detach().double()
 
 
 def training_module(spec, state):
@@ -495,8 +621,12 @@ def training_module(spec, state):
     return module
 
 
-def normalized_target(module, spec, target):
-    """yn = (target - mean[f_k]) / std[f_k], in the module's dtype."""
+def normalized_target(module, spec, target, x):
+    """yn = (target - mean[f_k]) / std[f_k], in the module's dtype; with records, each window's
+    statistics (its series')."""
+    if spec.records:
+        c, d = module.target_stats(x)
+        return (target - c[:, None, :]) / d[:, None, :]
     if module.normalizer is None:
         return target
     idx = torch.tensor(spec.target_index, dtype=torch.long)
@@ -540,7 +670,7 @@ def run_training(module, x, target, st, spec, steps):
     names = [n for n, _ in module.named_parameters()]
     params = [p for _, p in module.named_parameters()]
     opt = make_optimizer(params, st)
-    yn = normalized_target(module, spec, target).detach()
+    yn = normalized_target(module, spec, target, x).detach()
     losses, norms, residuals, grads = [], [], [], None
     gmax = {n: torch.zeros_like(p) for n, p in zip(names, params)}  # max |grad| over the steps
     for i in range(steps + 1):
@@ -575,7 +705,7 @@ def reference_training(module64, x64, target64, st, spec, steps):
     m = {n: np.zeros_like(w[n]) for n in names}
     v = {n: np.zeros_like(w[n]) for n in names}
     buf = {}
-    yn = normalized_target(module64, spec, target64).detach()
+    yn = normalized_target(module64, spec, target64, x64).detach()
     lr, wd, clip = st["lr"], st["weight_decay"], st["clip_grad_norm"]
     b1, b2, eps, mom = st["beta1"], st["beta2"], st["eps"], st["momentum"]
     losses = []
@@ -647,7 +777,7 @@ def generate_training(case, spec, module, x32, sd64):
     (tensors, metadata, summary)."""
     name = case["name"]
     st = train_settings(case["train"])
-    target = make_target(spec, module, case["seed"], BATCH, level_spread(case))
+    target = make_target(spec, module, case["seed"], BATCH, level_spread(case), x32)
     m32 = training_module(spec, module.state_dict())
     res = run_training(m32, x32, target, st, spec, TRAIN_STEPS)
 
@@ -681,9 +811,9 @@ def generate_training(case, spec, module, x32, sd64):
             raise AssertionError(f"{name}: training {what}, float32 vs float64 PyTorch: {e:.3g} "
                                  f"> {TRAIN_RTOL / 4:g}: the golden would not be trustworthy")
     # The loss definition, independently: NumPy float64 forward and loss at the initial weights.
-    yn64 = normalized_target(m64, spec, t64).numpy()
-    mean, std = sd64["normalizer.mean"], sd64["normalizer.std"]
-    yn_np = (t64.numpy() - mean[spec.target_index]) / std[spec.target_index]
+    yn64 = normalized_target(m64, spec, t64, x64).detach().numpy()
+    tc, td = numpy_target_stats(spec, sd64, x64.numpy())
+    yn_np = (t64.numpy() - tc[:, None, :]) / td[:, None, :]
     l_np = numpy_loss(st, spec, numpy_forward(spec, sd64, x64.numpy(), denormalize=False), yn_np)
     e_np = max(abs(l_np - float(res64["losses"][0])) / max(abs(l_np), 1.0),
                max_rel_err(yn64, yn_np))
@@ -775,6 +905,16 @@ def generate_case(case, out_root):
             checks["affine"] = numpy_variant(spec, sd64, x64, ws_affine=False)
         if spec.ws_forecast_change:
             checks["change"] = numpy_variant(spec, sd64, x64, ws_forecast_change=False)
+    if spec.Fk:
+        # The future-known values (the record's middle part) move the forecast.
+        x_alt = x64.copy()
+        x_alt[:, spec.T * spec.F:spec.T * spec.F + spec.P * spec.Fk] += 1.0
+        checks["future"] = numpy_forward(spec, sd64, x_alt)
+    if spec.S:
+        # Another series (its statistics and static values) moves the forecast.
+        x_alt = x64.copy()
+        x_alt[:, -1] = (x_alt[:, -1] + 1) % spec.S
+        checks["series"] = numpy_forward(spec, sd64, x_alt)
     for what, alt in checks.items():
         d = max_rel_err(alt, yref)
         if not d > 10 * RTOL:
@@ -1042,7 +1182,10 @@ def verify_dir(d, io_path=None, quiet=False, train_tol=TRAIN_RTOL):
         if name not in io:
             return False, f"io file has no tensor {name!r} (has {sorted(io)})"
     x, want = io["input"], io["output"]
-    if x.ndim != 3 or x.shape[1:] != (spec.T, spec.F):
+    if spec.records:
+        if x.ndim != 2 or x.shape[1] != spec.R:
+            return False, f"input shape {list(x.shape)} is not (B, record floats {spec.R})"
+    elif x.ndim != 3 or x.shape[1:] != (spec.T, spec.F):
         return False, f"input shape {list(x.shape)} is not (B, T={spec.T}, F={spec.F})"
     if want.shape != spec.output_shape(x.shape[0]):
         q = f", Q={spec.Q}" if spec.Q else ""

@@ -31,7 +31,7 @@ constexpr double kTolerance = kTrainGoldenTolerance;
 
 struct Case {
   std::unique_ptr<Forecaster> model;
-  std::vector<float> xn;  // (B, T, F) standardised input
+  std::vector<float> xn;  // (B, input_floats()) standardised input records
   std::vector<float> yn;  // (B, P, K) standardised target
   int64_t B = 0;
   std::unique_ptr<SafetensorsFile> train;
@@ -60,16 +60,26 @@ Case Load(const std::string& name) {
 
   const Forecaster& m = *c.model;
   c.B = in->shape[0];
-  const int F = m.num_features(), K = m.num_targets();
-  const float* mean = m.parameters().at("normalizer.mean");
-  const float* std = m.parameters().at("normalizer.std");
-  for (size_t i = 0; i < x.size(); ++i) {
-    const size_t f = i % static_cast<size_t>(F);
-    x[i] = (x[i] - mean[f]) / std[f];
-  }
-  for (size_t i = 0; i < y.size(); ++i) {
-    const int f = m.target_features()[i % static_cast<size_t>(K)];
-    y[i] = (y[i] - mean[f]) / std[f];
+  const int64_t F = m.num_features(), K = m.num_targets(), T = m.lookback(), P = m.horizon();
+  const int64_t Fk = m.num_future_features(), R = m.input_floats();
+  const std::vector<int> future = FutureFeatureIndices(m.config());
+  // Each window's statistics: its series' row of the normaliser (a model with series) or the
+  // one row.
+  for (int64_t b = 0; b < c.B; ++b) {
+    float* record = x.data() + b * R;
+    const int64_t s = m.num_series() > 0 ? static_cast<int64_t>(record[R - 1]) : 0;
+    const float* mean = m.parameters().at("normalizer.mean") + s * F;
+    const float* std = m.parameters().at("normalizer.std") + s * F;
+    for (int64_t i = 0; i < T * F; ++i) record[i] = (record[i] - mean[i % F]) / std[i % F];
+    for (int64_t i = 0; i < P * Fk; ++i) {
+      const int j = future[static_cast<size_t>(i % Fk)];
+      record[T * F + i] = (record[T * F + i] - mean[j]) / std[j];
+    }
+    for (int64_t i = 0; i < P * K; ++i) {
+      const int f = m.target_features()[static_cast<size_t>(i % K)];
+      float& v = y[static_cast<size_t>(b * P * K + i)];
+      v = (v - mean[f]) / std[f];
+    }
   }
   c.xn = std::move(x);
   c.yn = std::move(y);
