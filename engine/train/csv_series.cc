@@ -237,6 +237,13 @@ class TimestampChecker {
     return absl::OkStatus();
   }
 
+  // A new series starts: its first row follows no other and may reuse the labels of the last.
+  // The format stays the file's.
+  void Restart() {
+    previous_line_ = 0;
+    labels_.clear();
+  }
+
  private:
   enum class Kind { kUnknown, kNumber, kIso8601, kLabel };
 
@@ -264,7 +271,70 @@ class TimestampChecker {
   std::unordered_map<std::string_view, int64_t> labels_;  // label -> first line
 };
 
+// Checks that the rows of each series are contiguous and numbers the series in order of first
+// appearance.
+class SeriesTracker {
+ public:
+  SeriesTracker(absl::string_view source, absl::string_view column)
+      : source_(source), column_(column) {}
+
+  // The series of the row at `line` labelled `label`; `started` tells whether the row starts
+  // a series.
+  absl::StatusOr<int32_t> Track(absl::string_view label, int64_t line, bool& started) {
+    started = false;
+    if (label.empty()) {
+      return LineError(source_, line,
+                       absl::StrCat("column ", QuoteForMessage(column_), ": empty series label"));
+    }
+    if (current_ >= 0 && names_[current_] == label) return current_;
+    const auto [it, inserted] = index_of_.emplace(std::string(label), Size());
+    if (!inserted) {
+      const size_t s = static_cast<size_t>(it->second);
+      return LineError(
+          source_, line,
+          absl::StrCat("series ", QuoteForMessage(label), " comes back after series ",
+                       QuoteForMessage(names_[current_]), "; its rows (lines ", first_line_[s],
+                       " to ", last_line_[s], ") and these must be contiguous"));
+    }
+    if (current_ >= 0) last_line_[current_] = line - 1;
+    current_ = Size();
+    names_.emplace_back(label);
+    first_line_.push_back(line);
+    last_line_.push_back(line);
+    started = true;
+    return current_;
+  }
+
+  std::vector<std::string> TakeNames() { return std::move(names_); }
+
+ private:
+  int32_t Size() const { return static_cast<int32_t>(names_.size()); }
+
+  const absl::string_view source_;
+  const absl::string_view column_;
+  int32_t current_ = -1;
+  std::vector<std::string> names_;
+  std::vector<int64_t> first_line_, last_line_;  // per series
+  std::unordered_map<std::string, int32_t> index_of_;
+};
+
 }  // namespace
+
+absl::StatusOr<int64_t> TimestampUnixSeconds(absl::string_view timestamp) {
+  if (const std::optional<double> number = ParseNumber(timestamp)) {
+    constexpr double kLimit = 4611686018427387904.0;  // 2^62
+    const double seconds = std::floor(*number);
+    if (!(std::fabs(seconds) <= kLimit)) {
+      return absl::InvalidArgumentError(absl::StrCat("timestamp ", QuoteForMessage(timestamp),
+                                                     " is too far from 1970 as Unix seconds"));
+    }
+    return static_cast<int64_t>(seconds);
+  }
+  if (const std::optional<TimeKey> time = ParseIso8601(timestamp)) return time->seconds;
+  return absl::InvalidArgumentError(
+      absl::StrCat("timestamp ", QuoteForMessage(timestamp),
+                   " is neither a number (Unix seconds) nor an ISO 8601 date-time"));
+}
 
 std::string QuoteForMessage(absl::string_view s) {
   if (s.size() > kMaxQuotedChars) {
@@ -325,29 +395,69 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text, absl::string_view 
                         header.size(), " columns)");
   };
 
-  int timestamp_index = -1;
-  if (!options.timestamp_column.empty()) {
-    const auto it = column_of.find(options.timestamp_column);
+  // A column the options name: its index in the header, or an error at line 1.
+  const auto find_column = [&](absl::string_view what,
+                               const std::string& name) -> absl::StatusOr<int> {
+    const auto it = column_of.find(name);
     if (it == column_of.end()) {
       return LineError(source, 1,
-                       absl::StrCat("the header has no timestamp column ",
-                                    QuoteForMessage(options.timestamp_column),
+                       absl::StrCat("the header has no ", what, " ", QuoteForMessage(name),
                                     " (columns: ", header_list(), ")"));
     }
-    timestamp_index = it->second;
+    return it->second;
+  };
+
+  int timestamp_index = -1;
+  if (!options.timestamp_column.empty()) {
+    ASSIGN_OR_RETURN(timestamp_index, find_column("timestamp column", options.timestamp_column));
+  }
+  if (options.unix_seconds && timestamp_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": times in Unix seconds need a timestamp column"));
+  }
+  int series_index = -1;
+  if (!options.series_column.empty()) {
+    ASSIGN_OR_RETURN(series_index, find_column("series column", options.series_column));
+    if (series_index == timestamp_index) {
+      return LineError(source, 1,
+                       absl::StrCat("the series column ", QuoteForMessage(options.series_column),
+                                    " is also the timestamp column"));
+    }
   }
 
-  // For each header column, where it goes in the Series (-1: not kept).
+  // For each header column, where it goes in the Series (-1: not kept), and for a static
+  // covariate, its index among them (-1: not one).
   std::vector<int> output_of(header.size(), -1);
+  std::vector<int> static_of(header.size(), -1);
   Series series;
+  for (const std::string& name : options.static_columns) {
+    ASSIGN_OR_RETURN(const int c, find_column("static covariate column", name));
+    if (c == timestamp_index || c == series_index) {
+      return LineError(source, 1,
+                       absl::StrCat("static covariate ", QuoteForMessage(name), " is the ",
+                                    c == timestamp_index ? "timestamp" : "series", " column"));
+    }
+    if (static_of[c] >= 0) {
+      return LineError(
+          source, 1,
+          absl::StrCat("static covariate ", QuoteForMessage(name), " is asked for twice"));
+    }
+    static_of[c] = static_cast<int>(series.static_names.size());
+    series.static_names.push_back(name);
+  }
+  const int Fs = static_cast<int>(series.static_names.size());
   if (options.columns.empty()) {
     for (size_t c = 0; c < header.size(); ++c) {
-      if (static_cast<int>(c) == timestamp_index) continue;
+      if (static_cast<int>(c) == timestamp_index || static_cast<int>(c) == series_index ||
+          static_of[c] >= 0) {
+        continue;
+      }
       output_of[c] = series.num_columns();
       series.column_names.push_back(header[c]);
     }
     if (series.column_names.empty()) {
-      return LineError(source, 1, "the header has no column besides the timestamp");
+      return LineError(source, 1,
+                       "the header has no column besides the timestamp, series and static ones");
     }
   } else {
     for (const std::string& name : options.columns) {
@@ -357,10 +467,16 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text, absl::string_view 
                          absl::StrCat("feature ", QuoteForMessage(name),
                                       " is not a column of the header (", header_list(), ")"));
       }
-      if (it->second == timestamp_index) {
+      if (it->second == timestamp_index || it->second == series_index) {
         return LineError(source, 1,
-                         absl::StrCat("feature ", QuoteForMessage(name),
-                                      " is the timestamp column and cannot be a feature"));
+                         absl::StrCat("feature ", QuoteForMessage(name), " is the ",
+                                      it->second == timestamp_index ? "timestamp" : "series",
+                                      " column and cannot be a feature"));
+      }
+      if (static_of[it->second] >= 0) {
+        return LineError(
+            source, 1,
+            absl::StrCat("feature ", QuoteForMessage(name), " is also a static covariate"));
       }
       if (output_of[it->second] >= 0) {
         return LineError(source, 1,
@@ -379,7 +495,15 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text, absl::string_view 
   series.rows = static_cast<int64_t>(num_lines) - 1;
   series.values.resize(static_cast<size_t>(series.rows) * F);
   if (timestamp_index >= 0) series.timestamps.reserve(series.rows);
+  if (options.unix_seconds) series.unix_seconds.reserve(series.rows);
+  if (series_index >= 0) series.series_ids.reserve(series.rows);
+  if (series_index < 0 && Fs > 0) series.static_values.resize(Fs);
   TimestampChecker timestamps(source, options.timestamp_column);
+  SeriesTracker tracker(source, options.series_column);
+  // The series of the row being read, whether the row starts it, and its static values.
+  int32_t current = 0;
+  bool starts_series = true;
+  float* statics = series.static_values.data();
   for (size_t i = 1; i < num_lines; ++i) {
     const int64_t line = static_cast<int64_t>(i) + 1;
     if (IsBlank(lines[i])) {
@@ -391,23 +515,59 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text, absl::string_view 
           source, line,
           absl::StrCat("expected ", header.size(), " cells as in the header, got ", cells.size()));
     }
+    if (series_index >= 0) {
+      // First, so that the timestamp checks know whether the row starts a series.
+      ASSIGN_OR_RETURN(current, tracker.Track(Trim(cells[series_index]), line, starts_series));
+      series.series_ids.push_back(current);
+      if (starts_series) {
+        timestamps.Restart();
+        series.static_values.resize(static_cast<size_t>(current + 1) * Fs);
+        statics = series.static_values.data() + static_cast<size_t>(current) * Fs;
+      }
+    }
     float* row = series.values.data() + (i - 1) * F;
     for (size_t c = 0; c < cells.size(); ++c) {
       if (static_cast<int>(c) == timestamp_index) {
         const absl::string_view ts = Trim(cells[c]);
         RETURN_IF_ERROR(timestamps.Check(ts, line));
         series.timestamps.emplace_back(ts);
-      } else if (output_of[c] >= 0) {
+        if (options.unix_seconds) {
+          absl::StatusOr<int64_t> seconds = TimestampUnixSeconds(ts);
+          if (!seconds.ok()) {
+            return LineError(
+                source, line,
+                absl::StrCat("column ", QuoteForMessage(header[c]), ": ",
+                             seconds.status().message(), "; calendar features need times"));
+          }
+          series.unix_seconds.push_back(*seconds);
+        }
+      } else if (output_of[c] >= 0 || static_of[c] >= 0) {
         absl::StatusOr<float> value = ParseFloatCell(Trim(cells[c]));
         if (!value.ok()) {
           return LineError(
               source, line,
               absl::StrCat("column ", QuoteForMessage(header[c]), ": ", value.status().message()));
         }
-        row[output_of[c]] = *value;
+        if (output_of[c] >= 0) {
+          row[output_of[c]] = *value;
+        } else if (starts_series) {
+          statics[static_of[c]] = *value;
+        } else if (statics[static_of[c]] != *value) {
+          return LineError(
+              source, line,
+              absl::StrCat("column ", QuoteForMessage(header[c]), ": static covariate ",
+                           QuoteForMessage(Trim(cells[c])), " differs from the value ",
+                           statics[static_of[c]], " earlier in ",
+                           series_index >= 0
+                               ? absl::StrCat("series ", QuoteForMessage(Trim(cells[series_index])))
+                               : std::string("the file"),
+                           "; a static covariate is constant within each series"));
+        }
       }
     }
+    starts_series = false;
   }
+  if (series_index >= 0) series.series_names = tracker.TakeNames();
   return series;
 }
 

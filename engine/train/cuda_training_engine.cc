@@ -229,7 +229,7 @@ absl::Status CudaTrainingEngine::Pull() {
 }
 
 absl::Status CudaTrainingEngine::QueueForwardAndLoss(const float* x, const float* y, int64_t B) {
-  const int64_t x_floats = B * model_.lookback() * model_.num_features();
+  const int64_t x_floats = B * model_.input_floats();
   const int64_t y_floats = B * loss_.per_window();
   const int64_t pred_floats = B * model_.num_outputs();
   if (B > batch_capacity_) {

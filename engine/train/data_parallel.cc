@@ -199,7 +199,7 @@ class DataParallelEngine final : public TrainingEngine {
   absl::StatusOr<double> Step(const float* x, const float* y, int64_t B, float lr,
                               std::optional<uint64_t> dropout_seed) override {
     if (B < 1) return absl::InvalidArgumentError("a step of no windows");
-    const int64_t x_row = model_.lookback() * model_.num_features();
+    const int64_t x_row = model_.input_floats();
     const int64_t y_row = loss_.per_window();
     std::vector<double> losses(ranks_.size(), 0.0);
     const absl::Time start = absl::Now();
@@ -236,7 +236,7 @@ class DataParallelEngine final : public TrainingEngine {
 
   absl::StatusOr<double> Evaluate(const float* x, const float* y, int64_t B) override {
     if (B < 1) return absl::InvalidArgumentError("an evaluation of no windows");
-    const int64_t x_row = model_.lookback() * model_.num_features();
+    const int64_t x_row = model_.input_floats();
     const int64_t y_row = loss_.per_window();
     std::vector<double> losses(ranks_.size(), 0.0);
     // No collective: this process's ranks split the windows among themselves.

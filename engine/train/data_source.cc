@@ -86,8 +86,31 @@ absl::StatusOr<Series> LoadSeries(const v1::DataConfig& data, const ModelConfig&
         return absl::InvalidArgumentError(
             "timestamp_column applies to csv_path only; inline_series has no timestamps");
       }
+      if (!data.series_column().empty()) {
+        return absl::InvalidArgumentError(
+            "series_column applies to csv_path only; inline_series holds one series");
+      }
+      if (NeedsTimestamps(model)) {
+        return absl::InvalidArgumentError(
+            "the model has calendar features, computed from the rows' times: train it from "
+            "csv_path with a timestamp_column (inline_series has no timestamps)");
+      }
+      if (NumStaticFeatures(model) > 0) {
+        return absl::InvalidArgumentError(
+            "the model has static covariates, values per series: train it from csv_path with a "
+            "series_column (inline_series holds one series)");
+      }
       return SeriesFromInline(data.inline_series(), features);
     case v1::DataConfig::kCsvPath: {
+      if (NeedsTimestamps(model) && data.timestamp_column().empty()) {
+        return absl::InvalidArgumentError(
+            "the model has calendar features, computed from the rows' times: set "
+            "data.timestamp_column");
+      }
+      if (NumStaticFeatures(model) > 0 && data.series_column().empty()) {
+        return absl::InvalidArgumentError(
+            "the model has static covariates, values per series: set data.series_column");
+      }
       ASSIGN_OR_RETURN(const fs::path path, ResolveDataPath(data_dir, data.csv_path()));
       absl::StatusOr<std::string> text = ReadFileBytes(path.string(), "training CSV");
       if (absl::IsNotFound(text.status())) {
@@ -98,6 +121,10 @@ absl::StatusOr<Series> LoadSeries(const v1::DataConfig& data, const ModelConfig&
       CsvOptions options;
       options.timestamp_column = data.timestamp_column();
       options.columns = features;
+      options.series_column = data.series_column();
+      options.static_columns.assign(model.covariates().static_features().begin(),
+                                    model.covariates().static_features().end());
+      options.unix_seconds = NeedsTimestamps(model);
       return ParseCsvSeries(*text, data.csv_path(), options);
     }
     case v1::DataConfig::SOURCE_NOT_SET:

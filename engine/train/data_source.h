@@ -31,10 +31,14 @@ absl::StatusOr<std::filesystem::path> ResolveDataPath(const std::filesystem::pat
 absl::StatusOr<Series> SeriesFromInline(const v1::InlineSeries& inline_series,
                                         absl::Span<const std::string> feature_names);
 
-// The model's feature columns from wherever `data` points: inline values, or the CSV at
-// csv_path inside `data_dir` (with data.timestamp_column). Parse errors and a missing file
-// (NOT_FOUND) name csv_path as the client wrote it, not the server's absolute path.
-// INVALID_ARGUMENT when no source is set, or for a timestamp_column with inline_series.
+// The model's feature columns (feature_names; calendar features are computed later, from
+// Series::unix_seconds) from wherever `data` points: inline values, or the CSV at csv_path
+// inside `data_dir` (with data.timestamp_column and data.series_column, and the model's static
+// covariates). Parse errors and a missing file (NOT_FOUND) name csv_path as the client wrote
+// it, not the server's absolute path. INVALID_ARGUMENT when no source is set; for a
+// timestamp_column or series_column with inline_series, and for a model with calendar features
+// or static covariates with inline_series; for calendar features without a timestamp_column,
+// and static covariates without a series_column.
 absl::StatusOr<Series> LoadSeries(const v1::DataConfig& data, const ModelConfig& model,
                                   const std::filesystem::path& data_dir);
 

@@ -23,6 +23,10 @@ absl::StatusOr<StreamChunks> StreamChunks::Create(const WindowedDataset& dataset
                                                    streams, ") and one step per chunk (",
                                                    chunk_length, ")"));
   }
+  if (dataset.num_series() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stateful training walks one series; the data has ", dataset.num_series()));
+  }
   const int64_t N = PartRowCount(dataset, split), P = dataset.horizon();
   const int64_t Ls = N / streams;
   if (Ls < P + 1) {

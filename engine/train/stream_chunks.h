@@ -23,8 +23,9 @@ namespace forecastd {
 // chunks have k steps but the last, which may have fewer.
 class StreamChunks {
  public:
-  // INVALID_ARGUMENT when streams < 1, chunk_length < 1, or the streams are too short to have
-  // one step (Ls < P + 1); the message says how many rows would be needed.
+  // INVALID_ARGUMENT when streams < 1, chunk_length < 1, the dataset has several series, or
+  // the streams are too short to have one step (Ls < P + 1); the message says how many rows
+  // would be needed.
   static absl::StatusOr<StreamChunks> Create(const WindowedDataset& dataset, Split split,
                                              int64_t streams, int64_t chunk_length);
 

@@ -12,9 +12,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/hash.h"
+#include "engine/models/input_record.h"
 #include "engine/models/model_files.h"
 #include "engine/random.h"
 #include "engine/train/checkpoint.h"
+#include "engine/train/csv_series.h"
 #include "engine/train/data_source.h"
 #include "engine/train/initializer.h"
 #include "google/protobuf/util/json_util.h"
@@ -35,6 +37,34 @@ std::string ToJson(const google::protobuf::Message& message) {
   options.always_print_primitive_fields = true;
   (void)google::protobuf::util::MessageToJsonString(message, &json, options);
   return json;
+}
+
+// For each of the data's series, the model's index of the series of that name
+// (ModelConfig.series). INVALID_ARGUMENT naming a series the model does not know, and with
+// `every_model_series` (statistics fitted afresh), one of the model's that the data lacks.
+absl::StatusOr<std::vector<int>> ModelSeriesRows(const std::vector<std::string>& data_series,
+                                                 const ModelConfig& model,
+                                                 bool every_model_series) {
+  std::vector<int> rows;
+  std::vector<bool> covered(static_cast<size_t>(model.series_size()), false);
+  for (const std::string& name : data_series) {
+    absl::StatusOr<int> row = SeriesIndex(model, name);
+    if (!row.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training data: series ", QuoteForMessage(name), ": ", row.status().message()));
+    }
+    covered[static_cast<size_t>(*row)] = true;
+    rows.push_back(*row);
+  }
+  for (int s = 0; s < model.series_size() && every_model_series; ++s) {
+    if (!covered[static_cast<size_t>(s)]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "series ", QuoteForMessage(model.series(s)), " of model '", model.name(),
+          "' (ModelConfig.series) has no rows in the training data; each series' statistics are "
+          "fitted on its own rows"));
+    }
+  }
+  return rows;
 }
 
 }  // namespace
@@ -78,7 +108,48 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
   const v1::TrainingConfig& config = o.training;  // `options` has been moved into the job
   job->epochs_ = config.epochs();
   job->batch_size_ = batch_size;
-  ASSIGN_OR_RETURN(job->model_, Forecaster::Create(o.model));
+  const auto check_rows = [&o](int64_t rows) {
+    if (o.max_series_rows > 0 && rows > o.max_series_rows) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the training series has ", rows, " rows; this server takes at most ",
+                       o.max_series_rows, " (--max-train-series-rows)"));
+    }
+    return absl::OkStatus();
+  };
+  const auto read_series = [&]() -> absl::StatusOr<Series> {
+    // Inline rows are checked before they are copied, CSV rows once the file is parsed.
+    if (config.data().has_inline_series()) {
+      RETURN_IF_ERROR(check_rows(config.data().inline_series().rows()));
+    }
+    ASSIGN_OR_RETURN(Series series, LoadSeries(config.data(), o.model, o.data_dir));
+    RETURN_IF_ERROR(check_rows(series.rows));
+    return series;
+  };
+
+  // A model trained on several series is sized by them (its per-series tables), so their
+  // names come first: from the data for a model that lists none yet, else the config's.
+  ModelConfig model_config = o.model;
+  const bool several_series = !config.data().series_column().empty();
+  std::optional<Series> series;
+  if (!several_series && NumSeries(model_config) > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", model_config.name(), "' was trained on ", NumSeries(model_config),
+                     " series (ModelConfig.series): set data.series_column to train it"));
+  }
+  if (several_series) {
+    ASSIGN_OR_RETURN(series, read_series());
+    if (NumSeries(model_config) == 0) {
+      if (config.base_version() > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "base version ", config.base_version(), " of '", model_config.name(),
+            "' was trained on one series; fine-tuning keeps that, so data.series_column cannot "
+            "be set"));
+      }
+      for (const std::string& name : series->series_names) model_config.add_series(name);
+    }
+  }
+
+  ASSIGN_OR_RETURN(job->model_, Forecaster::Create(model_config));
   Forecaster& model = *job->model_;
   if (chunk_length > 0) RETURN_IF_ERROR(model.SupportsStatefulTraining());
   if (o.max_step_bytes > 0) {
@@ -95,12 +166,20 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
     }
   }
 
-  ASSIGN_OR_RETURN(WindowedDatasetOptions data_options, OptionsFromConfig(config.data(), o.model));
+  ASSIGN_OR_RETURN(WindowedDatasetOptions data_options,
+                   OptionsFromConfig(config.data(), model_config));
+  // For each of the data's series, the model's row of it.
+  std::vector<int> model_row;
+  if (several_series) {
+    ASSIGN_OR_RETURN(model_row, ModelSeriesRows(series->series_names, model_config,
+                                                /*every_model_series=*/config.base_version() == 0));
+    data_options.record_series_index = model_row;
+  }
   if (config.base_version() > 0) {
     // Fine-tuning keeps the base version's weights and its scaling of the inputs.
     ASSIGN_OR_RETURN(std::unique_ptr<Forecaster> base,
                      LoadForecaster(o.model_dir, config.base_version()));
-    if (ToJson(base->config()) != ToJson(o.model)) {
+    if (ToJson(base->config()) != ToJson(model_config)) {
       return absl::InvalidArgumentError(absl::StrCat("base version ", config.base_version(), " in ",
                                                      o.model_dir,
                                                      " has another configuration than the model to "
@@ -108,39 +187,51 @@ absl::StatusOr<std::unique_ptr<TrainJob>> TrainJob::Create(TrainJobOptions optio
     }
     std::copy_n(base->parameters().data(), base->parameters().size(), model.parameters().data());
     if (model.standardized()) {
-      const int F = model.num_features();
+      // Each of the data's series is scaled by the base version's statistics of it.
+      const size_t F = static_cast<size_t>(model.num_features());
       const float* mean = model.parameters().at("normalizer.mean");
       const float* std = model.parameters().at("normalizer.std");
       data_options.normalization = NormalizationMode::kGiven;
-      data_options.given_stats.mean.assign(mean, mean + F);
-      data_options.given_stats.std.assign(std, std + F);
+      const std::vector<int> rows = several_series ? model_row : std::vector<int>{0};
+      for (const int row : rows) {
+        const size_t at = static_cast<size_t>(row) * F;
+        data_options.given_stats.mean.insert(data_options.given_stats.mean.end(), mean + at,
+                                             mean + at + F);
+        data_options.given_stats.std.insert(data_options.given_stats.std.end(), std + at,
+                                            std + at + F);
+      }
     }
   } else {
     InitializeParameters(model, config.seed());
   }
-  const auto check_rows = [&o](int64_t rows) {
-    if (o.max_series_rows > 0 && rows > o.max_series_rows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the training series has ", rows, " rows; this server takes at most ",
-                       o.max_series_rows, " (--max-train-series-rows)"));
-    }
-    return absl::OkStatus();
-  };
-  // Inline rows are checked before they are copied, CSV rows once the file is parsed.
-  if (config.data().has_inline_series()) {
-    RETURN_IF_ERROR(check_rows(config.data().inline_series().rows()));
+  if (!series.has_value()) {
+    ASSIGN_OR_RETURN(series, read_series());
   }
-  ASSIGN_OR_RETURN(Series series, LoadSeries(config.data(), o.model, o.data_dir));
-  RETURN_IF_ERROR(check_rows(series.rows));
-  job->data_rows_ = series.rows;
-  job->data_digest_ = Fnv1a(absl::string_view(reinterpret_cast<const char*>(series.values.data()),
-                                              series.values.size() * sizeof(float)));
-  ASSIGN_OR_RETURN(job->dataset_, WindowedDataset::Create(std::move(series), data_options));
-  if (model.standardized() && config.base_version() == 0) {
-    const std::vector<float>& mean = job->dataset_->mean();
-    const std::vector<float>& std = job->dataset_->std();
-    std::copy(mean.begin(), mean.end(), model.parameters().at("normalizer.mean"));
-    std::copy(std.begin(), std.end(), model.parameters().at("normalizer.std"));
+  job->data_rows_ = series->rows;
+  job->data_digest_ = Fnv1a(absl::string_view(reinterpret_cast<const char*>(series->values.data()),
+                                              series->values.size() * sizeof(float)));
+  ASSIGN_OR_RETURN(job->dataset_, WindowedDataset::Create(*std::move(series), data_options));
+  if (config.base_version() == 0) {
+    // The statistics fitted on the data, each series' into the model's row of it.
+    const WindowedDataset& data = *job->dataset_;
+    const auto row_of = [&model_row](int s) {
+      return static_cast<size_t>(model_row.empty() ? s : model_row[static_cast<size_t>(s)]);
+    };
+    const size_t F = static_cast<size_t>(data.num_features());
+    const size_t Fs = static_cast<size_t>(data.num_static_features());
+    for (int s = 0; s < data.num_series(); ++s) {
+      const size_t from = static_cast<size_t>(s);
+      if (model.standardized()) {
+        std::copy_n(data.mean().begin() + from * F, F,
+                    model.parameters().at("normalizer.mean") + row_of(s) * F);
+        std::copy_n(data.std().begin() + from * F, F,
+                    model.parameters().at("normalizer.std") + row_of(s) * F);
+      }
+      if (Fs > 0) {
+        std::copy_n(data.static_values().begin() + from * Fs, Fs,
+                    model.parameters().at("series.static") + row_of(s) * Fs);
+      }
+    }
   }
   job->samples_per_step_ = batch_size;
   if (chunk_length > 0) {
@@ -265,7 +356,8 @@ std::string TrainJob::Fingerprint() const {
   training.clear_devices();
   training.clear_workers();
   training.clear_resume_on_failure();
-  return absl::StrCat(ToJson(options_.model), "\n", ToJson(training));
+  // The model as trained: with the series the data named (ModelConfig.series).
+  return absl::StrCat(ToJson(model_->config()), "\n", ToJson(training));
 }
 
 absl::StatusOr<double> TrainJob::Validate() {
@@ -273,7 +365,7 @@ absl::StatusOr<double> TrainJob::Validate() {
   const int64_t n = dataset_->num_validation_windows();
   if (n == 0) return std::nan("");
   const Forecaster& model = *model_;
-  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t R = model.input_floats();
   const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
   std::vector<float> x, y;
   std::vector<int64_t> ids;
@@ -282,7 +374,7 @@ absl::StatusOr<double> TrainJob::Validate() {
     const int64_t B = std::min(batch_size_, n - first);
     ids.resize(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i) ids[static_cast<size_t>(i)] = first + i;
-    x.resize(static_cast<size_t>(B * T * F));
+    x.resize(static_cast<size_t>(B * R));
     y.resize(static_cast<size_t>(B * per_target));
     RETURN_IF_ERROR(
         dataset_->FillBatch(Split::kValidation, ids, absl::MakeSpan(x), absl::MakeSpan(y)));
@@ -370,7 +462,7 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
   if (train_chunks_.has_value()) return RunStatefulEpoch(epoch, run);
   const Forecaster& model = *model_;
   const uint64_t seed = options_.training.seed();
-  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t R = model.input_floats();
   const int64_t per_target = int64_t{model.horizon()} * model.num_targets();
   const std::vector<int64_t> order = dataset_->TrainOrder(seed, epoch);
   const int64_t n = static_cast<int64_t>(order.size());
@@ -380,7 +472,7 @@ absl::StatusOr<double> TrainJob::RunEpoch(int64_t epoch, RunState& run) {
     ASSIGN_OR_RETURN(const std::vector<DeviceScheduler::TrainingLease> leases, BeginStep(epoch));
     const int64_t B = std::min(batch_size_, n - first);
     run.ids.assign(order.begin() + first, order.begin() + first + B);
-    run.x.resize(static_cast<size_t>(B * T * F));
+    run.x.resize(static_cast<size_t>(B * R));
     run.y.resize(static_cast<size_t>(B * per_target));
     RETURN_IF_ERROR(
         dataset_->FillBatch(Split::kTrain, run.ids, absl::MakeSpan(run.x), absl::MakeSpan(run.y)));
@@ -602,8 +694,9 @@ int64_t EstimateTrainStepBytes(const Forecaster& model, int64_t batch) {
                    (std::max<int64_t>(layers, 1) + 2) * model.WorkspaceFloats(batch);
   if (c.has_transformer()) {
     // Training attends from every step, not only the last as forecasting does: each layer
-    // keeps its (B, NH, T, T) attention weights, their dropout mask and their gradient.
-    const int64_t T = model.lookback();
+    // keeps its (B, NH, T, T) attention weights, their dropout mask and their gradient (T the
+    // rows the body reads: the window's, then the forecast steps' with future-known features).
+    const int64_t T = model.lookback() + (model.num_future_features() > 0 ? model.horizon() : 0);
     floats += 3 * layers * batch * c.transformer().num_heads() * T * T;
   }
   return floats * static_cast<int64_t>(sizeof(float));

@@ -97,7 +97,8 @@ struct TrainJobOptions {
   // any window is built. 0: no limit.
   int64_t max_series_rows = 0;
   // Estimated memory of one training step (EstimateTrainStepBytes) at most; more:
-  // RESOURCE_EXHAUSTED before the series is read. 0: no limit.
+  // RESOURCE_EXHAUSTED before the series is read (with DataConfig.series_column, whose series
+  // size the model, right after). 0: no limit.
   int64_t max_step_bytes = 0;
   // Called on the thread running Run(); must not call back into the job except Cancel().
   std::function<void(const TrainProgress&)> on_progress;
@@ -119,7 +120,12 @@ struct TrainResult {
 class TrainJob {
  public:
   // Validates everything and loads the data and (when fine-tuning) the base weights, so a bad
-  // request fails here with INVALID_ARGUMENT / NOT_FOUND before any work.
+  // request fails here with INVALID_ARGUMENT / NOT_FOUND before any work. With
+  // DataConfig.series_column the model trained is options.model with ModelConfig.series set
+  // to the data's series in order of first appearance when it lists none (model() has it);
+  // the data's series are mapped by name to the model's, an unknown one is INVALID_ARGUMENT
+  // (and, training afresh, so is a listed series without rows), and the model's per-series
+  // statistics and static covariates are fitted on the data, or kept from the base version.
   static absl::StatusOr<std::unique_ptr<TrainJob>> Create(TrainJobOptions options);
 
   // Runs to the end (every epoch, or early stopping), then restores the best weights and
@@ -152,7 +158,7 @@ class TrainJob {
     absl::Time start;              // when this Run() began stepping
     int64_t samples_this_run = 0;  // training windows stepped over since `start`
     float learning_rate = 0.0f;    // of the last step
-    std::vector<float> x, y;       // the batch being stepped: (B, T, F) and (B, P, K)
+    std::vector<float> x, y;       // the batch being stepped: (B, input_floats()) and (B, P, K)
     std::vector<int64_t> ids;      // its window indices
   };
 

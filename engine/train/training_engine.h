@@ -38,8 +38,9 @@ class TrainingEngine {
   // into the Optimizer.
   virtual absl::Status Pull() = 0;
 
-  // One optimiser step at learning rate `lr` on B windows: x (B, T, F) standardised inputs and
-  // y (B, P, targets) standardised targets, host memory. With `dropout_seed` the forward pass
+  // One optimiser step at learning rate `lr` on B windows: x (B, input_floats()) standardised
+  // input records (Forecaster::ForwardTrain; (B, T, F) for a model whose record is the window)
+  // and y (B, P, targets) standardised targets, host memory. With `dropout_seed` the forward pass
   // applies the model's dropout (TrainingTape::dropout_seed). Returns the batch's mean loss
   // under the weights before the update. A non-finite loss is returned as it is; the caller
   // decides (the update it caused is then not to be kept).

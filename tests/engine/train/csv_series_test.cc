@@ -182,6 +182,127 @@ TEST_CASE("CSV timestamps must be non-empty, one format, and increase", "[unit][
   CHECK(ParseOk("t,a\n2023-02-30,1\n2023-02-28,2\n", t).rows == 2);
 }
 
+// ---------------------------------------------------------------------------------------------
+// CSV: several series, static covariates and Unix seconds
+
+CsvOptions SeriesColumns(std::vector<std::string> columns, std::string timestamp_column,
+                         std::string series_column, std::vector<std::string> statics = {},
+                         bool unix_seconds = false) {
+  CsvOptions options = Columns(std::move(columns), std::move(timestamp_column));
+  options.series_column = std::move(series_column);
+  options.static_columns = std::move(statics);
+  options.unix_seconds = unix_seconds;
+  return options;
+}
+
+TEST_CASE("CSV series column: labels numbered by first appearance, times restart per series",
+          "[unit][dataset]") {
+  const std::string text =
+      "t,id,a,size,b\n"
+      "2024-01-01T00:00Z,FTSE,1,3.5,10\n"
+      "2024-01-01T01:00Z,FTSE,2,3.5,20\n"
+      "2023-12-31T23:00Z,dax 40,3,-1,30\n"  // a new series starts its times afresh
+      "2024-01-01T00:00Z,dax 40,4,-1,40\n"
+      "2024-01-01T00:00Z,1,5,0,50\n";
+  const Series s = ParseOk(text, SeriesColumns({"b", "a"}, "t", "id", {"size"}, true));
+  CHECK(s.column_names == std::vector<std::string>{"b", "a"});
+  CHECK(s.rows == 5);
+  CHECK(s.values == std::vector<float>{10, 1, 20, 2, 30, 3, 40, 4, 50, 5});
+  CHECK(s.series_names == std::vector<std::string>{"FTSE", "dax 40", "1"});
+  CHECK(s.series_ids == std::vector<int32_t>{0, 0, 1, 1, 2});
+  CHECK(s.num_series() == 3);
+  CHECK(s.series_of(3) == 1);
+  CHECK(s.static_names == std::vector<std::string>{"size"});
+  CHECK(s.static_values == std::vector<float>{3.5f, -1, 0});
+  const int64_t jan1 = 1704067200;  // 2024-01-01T00:00Z
+  CHECK(s.unix_seconds == std::vector<int64_t>{jan1, jan1 + 3600, jan1 - 3600, jan1, jan1});
+
+  // Every column but the timestamp, series and static ones, when none are named.
+  const Series all = ParseOk(text, SeriesColumns({}, "t", "id", {"size"}));
+  CHECK(all.column_names == std::vector<std::string>{"a", "b"});
+  CHECK(all.unix_seconds.empty());
+  // Without a series column the file is one series; static columns are constant over it.
+  const Series one = ParseOk("a,k\n1,7\n2,7\n", SeriesColumns({"a"}, "", "", {"k"}));
+  CHECK(one.series_names.empty());
+  CHECK(one.series_ids.empty());
+  CHECK(one.num_series() == 1);
+  CHECK(one.static_values == std::vector<float>{7});
+  // Labels may repeat across series, not within one.
+  CHECK(ParseOk("t,id,a\nmon,x,1\ntue,x,2\nmon,y,3\n", SeriesColumns({}, "t", "id")).series_names ==
+        std::vector<std::string>{"x", "y"});
+}
+
+TEST_CASE("CSV series column errors: contiguity, static covariates, times for calendars",
+          "[unit][dataset]") {
+  const CsvOptions o = SeriesColumns({"a"}, "t", "id", {"k"});
+  SECTION("a series that comes back") {
+    RequireCsvError("t,id,a,k\n1,x,1,0\n2,x,1,0\n1,y,1,0\n3,x,1,0\n", o, 5,
+                    "series 'x' comes back after series 'y'; its rows (lines 2 to 3)");
+  }
+  SECTION("times decrease within a series") {
+    RequireCsvError("t,id,a,k\n1,x,1,0\n2,x,1,0\n9,y,1,0\n8,y,1,0\n", o, 5,
+                    "'8' does not come after '9' (line 4)");
+  }
+  SECTION("a label repeats within a series") {
+    RequireCsvError("t,id,a,k\nmon,x,1,0\nmon,y,1,0\nmon,y,1,0\n", o, 4, "'mon' repeats line 3");
+  }
+  SECTION("the format is the file's, across series") {
+    RequireCsvError("t,id,a,k\n1,x,1,0\n2024-01-01,y,1,0\n", o, 3, "not a number like line 2");
+  }
+  SECTION("an empty series label") {
+    RequireCsvError("t,id,a,k\n1,x,1,0\n2, ,1,0\n", o, 3, "column 'id': empty series label");
+  }
+  SECTION("a static covariate that changes within a series") {
+    RequireCsvError("t,id,a,k\n1,x,1,5\n2,x,1,5\n3,x,1,6\n", o, 4,
+                    "column 'k': static covariate '6' differs from the value 5 earlier in "
+                    "series 'x'");
+  }
+  SECTION("a static covariate that is not a number") {
+    RequireCsvError("t,id,a,k\n1,x,1,big\n", o, 2, "column 'k': 'big' is not a number");
+  }
+  SECTION("no such series column") {
+    RequireCsvError("t,a,k\n1,1,0\n", o, 1, "no series column 'id'");
+  }
+  SECTION("no such static column") {
+    RequireCsvError("t,id,a\n1,x,1\n", o, 1, "no static covariate column 'k'");
+  }
+  SECTION("the series column is not a feature") {
+    RequireCsvError("t,id,a\n1,x,1\n", SeriesColumns({"id"}, "t", "id"), 1,
+                    "'id' is the series column");
+  }
+  SECTION("a static covariate is not a feature") {
+    RequireCsvError("t,id,a,k\n1,x,1,0\n", SeriesColumns({"a", "k"}, "t", "id", {"k"}), 1,
+                    "feature 'k' is also a static covariate");
+  }
+  SECTION("the series column is not the timestamp") {
+    RequireCsvError("t,a\n1,1\n", SeriesColumns({"a"}, "t", "t"), 1,
+                    "is also the timestamp column");
+  }
+  SECTION("label times cannot give calendar features") {
+    RequireCsvError("t,id,a\nmon,x,1\ntue,x,2\n", SeriesColumns({"a"}, "t", "id", {}, true), 2,
+                    "column 't': timestamp 'mon' is neither a number (Unix seconds) nor an ISO "
+                    "8601 date-time; calendar features need times");
+  }
+}
+
+TEST_CASE("TimestampUnixSeconds reads numbers and ISO 8601, not labels", "[unit][dataset]") {
+  CHECK(TimestampUnixSeconds("1700000000").value() == 1700000000);
+  CHECK(TimestampUnixSeconds("1700000060.75").value() == 1700000060);  // rounded down
+  CHECK(TimestampUnixSeconds("-1.5").value() == -2);
+  CHECK(TimestampUnixSeconds("1970-01-01").value() == 0);
+  CHECK(TimestampUnixSeconds("2024-03-01T10:30:00.25+02:00").value() == 1709281800);
+  CHECK(TimestampUnixSeconds("2024-03-01 08:30").value() == 1709281800);
+  RequireStatus(TimestampUnixSeconds("day one").status(), absl::StatusCode::kInvalidArgument,
+                "'day one' is neither a number");
+  RequireStatus(TimestampUnixSeconds("1e300").status(), absl::StatusCode::kInvalidArgument,
+                "too far from 1970");
+  // Without a timestamp column there is nothing to convert.
+  CsvOptions no_times;
+  no_times.unix_seconds = true;
+  CHECK(ParseCsvSeries("a\n1\n", "x.csv", no_times).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("ReadCsvSeries reads a file and names it in errors", "[unit][dataset]") {
   TempDir dir;
   WriteFile(dir.path / "x.csv", "a\n1\n2\n");

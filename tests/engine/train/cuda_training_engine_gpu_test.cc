@@ -1,8 +1,9 @@
 // Needs a GPU. Training on the GPU (CudaTrainingEngine) against the CPU: device dropout masks
 // equal to the host's bit for bit, training steps of every architecture (with dropout and
 // clipping) ending where the reference backend's do, a TrainJob on the GPU learning as the
-// CPU job does and resuming from its checkpoint, bf16 mixed precision staying near fp32, and a
-// step too large for the GPU's memory refused with RESOURCE_EXHAUSTED, the engine still usable.
+// CPU job does and resuming from its checkpoint (and on stacked series with covariates), bf16
+// mixed precision staying near fp32, and a step too large for the GPU's memory refused with
+// RESOURCE_EXHAUSTED, the engine still usable.
 #include "engine/train/cuda_training_engine.h"
 
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -290,6 +292,71 @@ TEST_CASE("A TrainJob on the GPU learns as the CPU job does, and resumes from it
     CHECK(resumed.result.resumed_from_epoch == 2);
     CHECK(MaxAbsDiff(resumed.weights.data(), gpu.weights.data(),
                      static_cast<int64_t>(gpu.weights.size())) < 1e-5);
+  }
+}
+
+// Two hourly series stacked in one CSV: a load with a daily cycle, a promotion every fifth hour
+// (known ahead) that lifts it, and each region's capacity (static).
+std::string StackedCsv() {
+  std::string csv = "time,region,load,promo,capacity\n";
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < 120; ++i) {
+      const float promo = (i + s) % 5 == 0 ? 1.0f : 0.0f;
+      const float t = static_cast<float>(i);
+      const float load = 20.0f + 15.0f * static_cast<float>(s) + 3.0f * std::sin(t * 0.2618f) +
+                         2.0f * promo + 0.1f * std::sin(12.9898f * t);
+      absl::StrAppend(&csv, 1704067200 + 3600 * i, ",", s == 0 ? "south" : "north", ",", load, ",",
+                      promo, ",", 100 * (s + 1), "\n");
+    }
+  }
+  return csv;
+}
+
+// A model of `c`'s architecture over the stacked series, with a future-known covariate, a
+// calendar feature and a static covariate.
+ModelConfig WithCovariates(ModelConfig c) {
+  c.set_name(c.name() + "_covariates");
+  c.clear_feature_names();
+  c.clear_target_names();
+  c.add_feature_names("load");
+  c.add_feature_names("promo");
+  c.add_target_names("load");
+  c.mutable_covariates()->add_future("promo");
+  c.mutable_covariates()->add_calendar(v1::CALENDAR_HOUR_OF_DAY);
+  c.mutable_covariates()->add_static_features("capacity");
+  return c;
+}
+
+TEST_CASE("A TrainJob on stacked series with covariates runs on the GPU as on the CPU",
+          "[gpu][train]") {
+  testing::TempDir scratch;
+  const fs::path dir = scratch.path();
+  {
+    std::ofstream out(dir / "regions.csv");
+    out << StackedCsv();
+  }
+  for (const ModelConfig& config :
+       {WithCovariates(Architectures()[0]), WithCovariates(SmallTransformer())}) {
+    CAPTURE(config.name());
+    const auto options = [&](bool gpu) {
+      TrainJobOptions o = JobOptions(dir, config, gpu);
+      o.training.mutable_data()->set_csv_path("regions.csv");
+      o.training.mutable_data()->set_timestamp_column("time");
+      o.training.mutable_data()->set_series_column("region");
+      return o;
+    };
+    const JobRun cpu = RunJob(options(false));
+    const JobRun gpu = RunJob(options(true));
+    REQUIRE(gpu.result.device == "cuda:0");
+    REQUIRE(gpu.result.train_losses.size() == 4);
+    CHECK(gpu.result.train_losses.back() < gpu.result.train_losses.front());
+    for (size_t e = 0; e < 4; ++e) {
+      CAPTURE(e);
+      CHECK(std::abs(gpu.result.train_losses[e] - cpu.result.train_losses[e]) <
+            1e-3 * cpu.result.train_losses[e]);
+      CHECK(std::abs(gpu.result.validation_losses[e] - cpu.result.validation_losses[e]) <
+            1e-3 * cpu.result.validation_losses[e]);
+    }
   }
 }
 

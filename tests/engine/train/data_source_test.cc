@@ -111,6 +111,61 @@ TEST_CASE("LoadSeries reads csv_path or inline_series for the model's features",
                 absl::StatusCode::kInvalidArgument, "no source");
 }
 
+TEST_CASE("LoadSeries reads the series column, static covariates and times for calendars",
+          "[unit][dataset]") {
+  TempDir tmp;
+  WriteFile(tmp.path / "stacked.csv",
+            "ts,id,open,close,cap\n"
+            "2024-01-01T00:00Z,a,1,2,5\n2024-01-01T01:00Z,a,3,4,5\n"
+            "2024-01-01T00:00Z,b,5,6,9\n2024-01-01T01:00Z,b,7,8,9\n");
+  ModelConfig model = SmallModel(1, 1, {"open", "close"}, {"close"});
+  model.mutable_covariates()->add_calendar(v1::CALENDAR_HOUR_OF_DAY);
+  model.mutable_covariates()->add_static_features("cap");
+
+  v1::DataConfig data;
+  data.set_csv_path("stacked.csv");
+  data.set_timestamp_column("ts");
+  data.set_series_column("id");
+  const auto s = LoadSeries(data, model, tmp.path);
+  CAPTURE(s.status().ToString());
+  REQUIRE(s.ok());
+  // Calendar columns are not read: the dataset computes them from the times.
+  CHECK(s->column_names == std::vector<std::string>{"open", "close"});
+  CHECK(s->values == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(s->series_names == std::vector<std::string>{"a", "b"});
+  CHECK(s->series_ids == std::vector<int32_t>{0, 0, 1, 1});
+  CHECK(s->static_values == std::vector<float>{5, 9});
+  CHECK(s->unix_seconds == std::vector<int64_t>{1704067200, 1704070800, 1704067200, 1704070800});
+
+  v1::DataConfig no_times = data;
+  no_times.clear_timestamp_column();
+  RequireStatus(LoadSeries(no_times, model, tmp.path).status(), absl::StatusCode::kInvalidArgument,
+                "calendar features");
+  v1::DataConfig one_series = data;
+  one_series.clear_series_column();
+  RequireStatus(LoadSeries(one_series, model, tmp.path).status(),
+                absl::StatusCode::kInvalidArgument, "set data.series_column");
+
+  // Inline values hold one series without times.
+  v1::DataConfig inline_data;
+  inline_data.mutable_inline_series()->set_rows(1);
+  for (float v : {1.0f, 2.0f}) inline_data.mutable_inline_series()->add_values(v);
+  const ModelConfig plain = SmallModel(1, 1, {"open", "close"}, {"close"});
+  REQUIRE(LoadSeries(inline_data, plain, tmp.path).ok());
+  v1::DataConfig inline_series = inline_data;
+  inline_series.set_series_column("id");
+  RequireStatus(LoadSeries(inline_series, plain, tmp.path).status(),
+                absl::StatusCode::kInvalidArgument, "series_column applies to csv_path only");
+  ModelConfig calendar = plain;
+  calendar.mutable_covariates()->add_calendar(v1::CALENDAR_DAY_OF_WEEK);
+  RequireStatus(LoadSeries(inline_data, calendar, tmp.path).status(),
+                absl::StatusCode::kInvalidArgument, "calendar features");
+  ModelConfig statics = plain;
+  statics.mutable_covariates()->add_static_features("cap");
+  RequireStatus(LoadSeries(inline_data, statics, tmp.path).status(),
+                absl::StatusCode::kInvalidArgument, "static covariates");
+}
+
 TEST_CASE("SeriesFromInline checks the value count and finiteness", "[unit][dataset]") {
   const std::vector<std::string> features = {"a", "b"};
   v1::InlineSeries in;
