@@ -1,6 +1,8 @@
 #include "client/input_windows.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -69,8 +72,10 @@ bool LooksLikeJson(absl::string_view text) {
   return !stripped.empty() && (stripped.front() == '{' || stripped.front() == '[');
 }
 
-absl::StatusOr<Series> ParseCsvSeries(absl::string_view text,
-                                      const std::vector<std::string>& columns) {
+namespace {
+
+absl::StatusOr<Series> ReadCsvSeries(absl::string_view text,
+                                     const std::vector<std::string>& columns, bool gaps) {
   Series series;
   series.columns = columns;
   const int64_t F = static_cast<int64_t>(columns.size());
@@ -105,6 +110,10 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text,
     for (int64_t f = 0; f < F; ++f) {
       const std::string& cell = cells[index[f]];
       float value = 0.0f;
+      if (gaps && cell.empty()) {
+        series.values.push_back(std::numeric_limits<float>::quiet_NaN());
+        continue;
+      }
       if (!absl::SimpleAtof(cell, &value) || !std::isfinite(value)) {
         return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ", column '",
                                                        columns[f], "': '", cell,
@@ -116,6 +125,74 @@ absl::StatusOr<Series> ParseCsvSeries(absl::string_view text,
   }
   if (!have_header) return absl::InvalidArgumentError("the CSV is empty (no header line)");
   return series;
+}
+
+}  // namespace
+
+absl::StatusOr<Series> ParseCsvSeries(absl::string_view text,
+                                      const std::vector<std::string>& columns) {
+  return ReadCsvSeries(text, columns, /*gaps=*/false);
+}
+
+absl::StatusOr<Series> ParseCsvSeriesWithGaps(absl::string_view text,
+                                              const std::vector<std::string>& columns) {
+  return ReadCsvSeries(text, columns, /*gaps=*/true);
+}
+
+absl::StatusOr<std::vector<std::string>> ParseCsvColumn(absl::string_view text,
+                                                        absl::string_view column) {
+  std::vector<std::string> out;
+  size_t index = 0, header_cells = 0;
+  bool have_header = false;
+  int64_t line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    std::vector<std::string> cells = SplitCsvLine(line);
+    if (!have_header) {
+      have_header = true;
+      header_cells = cells.size();
+      index = static_cast<size_t>(std::find(cells.begin(), cells.end(), column) - cells.begin());
+      if (index == cells.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("the CSV header has no column '", column,
+                                                       "' (header: ", absl::StrJoin(cells, ","),
+                                                       ")"));
+      }
+      continue;
+    }
+    if (cells.size() != header_cells) {
+      return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ", cells.size(),
+                                                     " cells, but the header has ", header_cells));
+    }
+    out.push_back(std::move(cells[index]));
+  }
+  if (!have_header) return absl::InvalidArgumentError("the CSV is empty (no header line)");
+  return out;
+}
+
+absl::StatusOr<int64_t> ParseUnixSeconds(absl::string_view cell) {
+  int64_t seconds = 0;
+  if (absl::SimpleAtoi(cell, &seconds)) return seconds;
+  // A number with a fraction, as training's CSV reader takes it: cut to the second.
+  double number = 0;
+  if (absl::SimpleAtod(cell, &number) && std::isfinite(number) && std::fabs(number) < 0x1p62) {
+    return static_cast<int64_t>(std::floor(number));
+  }
+  const std::string text(cell);
+  std::string error;
+  absl::Time time;
+  // With an offset or "Z" (%Ez takes both), then without (UTC), date-times then a date.
+  for (const char* format :
+       {"%Y-%m-%d%ET%H:%M:%E*S%Ez", "%Y-%m-%d %H:%M:%E*S%Ez", "%Y-%m-%d%ET%H:%M%Ez",
+        "%Y-%m-%d %H:%M%Ez", "%Y-%m-%d%ET%H:%M:%E*S", "%Y-%m-%d %H:%M:%E*S", "%Y-%m-%d%ET%H:%M",
+        "%Y-%m-%d %H:%M", "%Y-%m-%d"}) {
+    if (absl::ParseTime(format, text, absl::UTCTimeZone(), &time, &error)) {
+      return absl::ToUnixSeconds(time);
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", cell, "' is neither Unix seconds nor an ISO 8601 date-time (2026-03-02T14:30:00Z)"));
 }
 
 absl::StatusOr<Windows> SlidingWindows(const Series& series, int64_t lookback, int64_t count) {

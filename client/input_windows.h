@@ -1,6 +1,7 @@
 // Predict inputs from the files operators have: a CSV series cut into sliding windows
-// `(B, T, F)` in a model's feature order, or windows written out as JSON. forecastctl's
-// `predict` and `train --inline-csv` use it. Stateless; thread-safe.
+// `(B, T, F)` in a model's feature order, or windows written out as JSON; and the CSV columns a
+// model with covariates or series needs beside them (timestamps, series labels). forecastctl's
+// `predict`, `stream` and `train --inline-csv` use it. Stateless; thread-safe.
 #ifndef FORECASTD_CLIENT_INPUT_WINDOWS_H_
 #define FORECASTD_CLIENT_INPUT_WINDOWS_H_
 
@@ -27,6 +28,21 @@ struct Series {
 // number of cells than the header, or a cell that is not a finite number.
 absl::StatusOr<Series> ParseCsvSeries(absl::string_view text,
                                       const std::vector<std::string>& columns);
+// The same, where an empty cell reads as NaN (the rows after a forecast's window, whose targets
+// are not known yet); every other cell must still be a finite number.
+absl::StatusOr<Series> ParseCsvSeriesWithGaps(absl::string_view text,
+                                              const std::vector<std::string>& columns);
+
+// The cells of the column `column`, one per data row in ParseCsvSeries' row order, as text.
+// INVALID_ARGUMENT when the header has no such column or a row has another number of cells.
+absl::StatusOr<std::vector<std::string>> ParseCsvColumn(absl::string_view text,
+                                                        absl::string_view column);
+
+// A timestamp cell as Unix seconds (UTC), as training's CSV reader takes it: a number is Unix
+// seconds; otherwise an ISO 8601 date ("2026-03-02") or date-time ("2026-03-02 14:30",
+// "2026-03-02T14:30:00", optionally with fractional seconds and "Z" or an offset "+01:00";
+// without one, UTC); cut to the second. INVALID_ARGUMENT for anything else.
+absl::StatusOr<int64_t> ParseUnixSeconds(absl::string_view cell);
 
 // `B` windows of `T` consecutive observations of `F` features.
 struct Windows {

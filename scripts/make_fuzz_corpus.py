@@ -181,8 +181,8 @@ def csv_seeds():
 
 # --- PredictRequest --------------------------------------------------------------------------
 # forecastd.v1.PredictRequest: model=1 (string), version=2 (int64), inputs=3 (Tensor),
-# priority=4 (uint32), timeout_us=5 (uint64); Tensor: shape=1 (packed int64), raw=2 (bytes),
-# values=3 (packed float).
+# priority=4 (uint32), timeout_us=5 (uint64), future=6 (Tensor), timestamps=7 (packed int64),
+# series=8 (strings); Tensor: shape=1 (packed int64), raw=2 (bytes), values=3 (packed float).
 
 
 def varint(n):
@@ -254,18 +254,42 @@ def predict_request_seeds():
     seeds["bad_empty.pb"] = request("lstm_uni_l1", tensor([0, T, F]))
     seeds["bad_over_server_rows.pb"] = request("transformer_quantile", tensor([2000, T, F]))
     seeds["bad_no_data_b1024.pb"] = request("transformer_quantile", tensor([1024, T, F]))
+    # "gru_covariates": lookback 5, horizon 3, 3 input columns, the future-known holiday, the
+    # hour of day, the series north and south.
+    CT, CP = 5, 3
+    windows = [10.0 + 0.25 * i for i in range(2 * CT * F)]
+    future = field(6, 2, tensor([2, CP, 1], values=[0.0, 1.0, 0.0, 1.0, 1.0, 0.0]))
+    times = field(7, 2, b"".join(varint(1772409600 + 3600 * (b * 10 + t))
+                                 for b in range(2) for t in range(CT + CP)))
+
+    def names(*series):
+        return b"".join(field(8, 2, name.encode()) for name in series)
+
+    covariates = request("gru_covariates", tensor([2, CT, F], values=windows))
+    seeds["covariates_b2.pb"] = covariates + future + times + names("north", "south")
+    seeds["covariates_one_series.pb"] = covariates + future + times + names("south")
+    seeds["covariates_unknown_series.pb"] = covariates + future + times + names("west")
+    seeds["covariates_no_future.pb"] = covariates + times + names("north")
+    seeds["lstm_extra_series.pb"] = request("lstm_uni_l1", tensor([1, T, F],
+                                                                  values=window)) + names("north")
     return seeds
 
 
 def stream_request_seeds():
-    # A StreamRequest with ticks: key (field 1), ticks (field 3: raw 1, values 2 packed). The
-    # fuzz target reads F = 1 + len(key) % 4 and allows non-finite values for keys "nan...".
-    def ticks(key, raw=None, values=None):
+    # A StreamRequest with ticks: key (field 1), ticks (field 3: raw 1, values 2 packed, future 3
+    # packed, timestamps 4 packed). The fuzz target reads F = 1 + len(key) % 4, P = 1 +
+    # len(key) % 3 forecast steps of len(key) / 4 % 3 future-known covariates, calendar features
+    # for keys holding "t", and allows non-finite values for keys "nan...".
+    def ticks(key, raw=None, values=None, future=None, timestamps=None):
         body = b""
         if raw is not None:
             body += field(1, 2, raw)
         if values is not None:
             body += field(2, 2, f32(*values))
+        if future is not None:
+            body += field(3, 2, f32(*future))
+        if timestamps is not None:
+            body += field(4, 2, b"".join(varint(t) for t in timestamps))
         return field(1, 2, key.encode()) + field(3, 2, body)
 
     seeds = {}
@@ -277,6 +301,12 @@ def stream_request_seeds():
     seeds["bad_raw_size.pb"] = ticks("k", raw=f32(1.0, 2.0)[:-1])
     seeds["bad_empty.pb"] = ticks("k")
     seeds["open.pb"] = field(1, 2, b"k") + field(2, 2, field(1, 2, b"m"))
+    # "tick": F = 1, P = 2 steps of 1 future-known covariate, calendar features.
+    seeds["covariates_rows2.pb"] = ticks("tick", values=[1.0, 2.0], future=[0.0, 1.0],
+                                         timestamps=[10, 20, 30, 40])
+    seeds["covariates_bad_times.pb"] = ticks("tick", values=[1.0, 2.0], future=[0.0, 1.0],
+                                             timestamps=[10, 20, 20, 40])
+    seeds["covariates_missing.pb"] = ticks("tick", values=[1.0])
     return seeds
 
 

@@ -61,6 +61,7 @@ v1::StreamInfo ToStreamInfoProto(const StreamInfo& info) {
   out.set_sequence(info.sequence);
   out.set_ticks_buffered(info.ticks_buffered);
   out.set_lookback(info.lookback);
+  out.set_series(info.series);
   out.set_connected(info.connected);
   out.set_idle_ms(absl::ToInt64Milliseconds(info.idle));
   return out;

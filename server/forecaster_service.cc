@@ -138,6 +138,20 @@ grpc::ServerUnaryReactor* ForecasterService::Predict(grpc::CallbackServerContext
   call.shape = inputs.shape();
   call.raw = inputs.raw();
   call.values = inputs.values();
+  if (request->has_future()) {
+    const v1::Tensor& future = request->future();
+    call.extras.future =
+        FloatTensorView{.shape = future.shape(),
+                        .raw = future.raw(),
+                        .values = absl::MakeConstSpan(future.values().data(),
+                                                      static_cast<size_t>(future.values_size()))};
+  }
+  if (request->timestamps_size() > 0) {
+    call.extras.timestamps.emplace(request->timestamps().begin(), request->timestamps().end());
+  }
+  if (request->series_size() > 0) {
+    call.extras.series.emplace(request->series().begin(), request->series().end());
+  }
   call.priority = request->priority();
   call.timeout_override = absl::Microseconds(static_cast<int64_t>(request->timeout_us()));
   call.deadline = EngineDeadline(*context, *clock);
@@ -311,16 +325,16 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
   }
   const uint32_t warmup = request->warmup_requests() == 0 ? 10 : request->warmup_requests();
 
-  // Synthetic windows: each feature at its training mean plus a small deterministic wiggle.
+  // Synthetic input records: each feature at its training mean (the first series' for a model
+  // with series) plus a small deterministic wiggle on the window's rows.
   const int64_t T = model.lookback(), F = model.num_features();
-  std::vector<float> row(static_cast<size_t>(T * F));
+  std::vector<float> row = model.NeutralWindows(1);
   const bool standardized = model.standardized();
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t f = 0; f < F; ++f) {
-      const float mean = standardized ? model.parameters().at("normalizer.mean")[f] : 0.0f;
       const float std = standardized ? model.parameters().at("normalizer.std")[f] : 1.0f;
-      row[static_cast<size_t>(t * F + f)] =
-          mean + 0.5f * std * std::sin(0.37f * static_cast<float>(t) + static_cast<float>(f));
+      row[static_cast<size_t>(t * F + f)] +=
+          0.5f * std * std::sin(0.37f * static_cast<float>(t) + static_cast<float>(f));
     }
   }
 
@@ -341,7 +355,7 @@ grpc::Status ForecasterService::Benchmark(grpc::ServerContext* context,
         auto task = std::make_unique<PredictTask>();
         task->rows = b;
         task->benchmark = true;
-        task->input.reserve(static_cast<size_t>(b * T * F));
+        task->input.reserve(static_cast<size_t>(b) * row.size());
         for (int64_t i = 0; i < b; ++i)
           task->input.insert(task->input.end(), row.begin(), row.end());
         absl::Notification finished;

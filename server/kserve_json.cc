@@ -290,8 +290,6 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> jso
   if (inputs == root.end() || !inputs->is_array()) {
     return Invalid(kWhat, "'inputs' must be an array of tensors");
   }
-  bool any_binary = false;
-  bool any_json = false;
   for (const json& tensor : *inputs) {
     const std::string position = absl::StrCat("input ", request->inputs_size());
     if (!tensor.is_object()) return Invalid(position, "must be a JSON object");
@@ -345,7 +343,6 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> jso
       }
       request->add_raw_input_contents(std::string(binary.substr(0, *binary_size)));
       binary.remove_prefix(*binary_size);
-      any_binary = true;
     } else if (data == tensor.end() && input->parameters().contains("shared_memory_region")) {
       // Its data is in a shared-memory region, which the service reads (or refuses) by name.
     } else {
@@ -354,12 +351,7 @@ absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> jso
             what, absl::StrCat("has neither 'data' nor the parameter '", kBinaryDataSize, "'"));
       }
       RETURN_IF_ERROR(ReadData(*data, what, input->datatype(), input->mutable_contents()));
-      any_json = true;
     }
-  }
-  if (any_binary && any_json) {
-    return Invalid(kWhat,
-                   "some inputs send JSON 'data' and others binary data; send all inputs one way");
   }
   if (!binary.empty()) {
     return Invalid(kWhat, absl::StrCat(binary.size(),

@@ -42,8 +42,9 @@ struct OutputEncoding {
 // by the caller) and `encoding`. `json_bytes` is the Inference-Header-Content-Length header:
 // nullopt when the whole body is JSON, else the length of the JSON part, the binary inputs
 // following it. JSON data becomes `contents` of the input's datatype; binary data becomes
-// raw_input_contents (so every input must then be binary: the protocol lets an input have one
-// or the other). INVALID_ARGUMENT naming the field or input at fault for anything malformed.
+// raw_input_contents, in input order (an input has one or the other; inputs of one request may
+// differ, as Triton's REST API allows: KServeService gives the raw entries to the inputs without
+// contents). INVALID_ARGUMENT naming the field or input at fault for anything malformed.
 absl::Status ParseInferRequest(absl::string_view body, std::optional<size_t> json_bytes,
                                inference::ModelInferRequest* request, OutputEncoding* encoding);
 

@@ -1,7 +1,13 @@
-// A forecaster as KServe's messages spell it: its tensor names, datatype and forecast shape,
-// its versions as text, and the parts of a ModelInferRequest that KServeService reads
-// (parameters, the one input, the requested outputs) before the admission step. Used by
-// KServeService and ToTritonModelConfig. Thread-safe: functions of their arguments only.
+// A forecaster as KServe's messages spell it: its tensor names, datatypes and shapes, its
+// versions as text, and the parts of a ModelInferRequest that KServeService reads (parameters,
+// the inputs, the requested outputs) before the admission step. Every forecaster takes the
+// input INPUT, FP32 [B, T, F] (F its feature_names); a model with covariates or series takes
+// more (InputSpecs): FUTURE, FP32 [B, P, covariates.future], the future-known covariates of
+// each window's P forecast steps; TIMESTAMPS, INT64 [B, T + P], each window's rows' and
+// forecast steps' times (Unix seconds) for calendar features; SERIES, BYTES [B, 1], each
+// window's series name (one name, [1, 1], for every window; [B] is taken too). Used by
+// KServeService, KServeSequences and ToTritonModelConfig. Thread-safe: functions of their
+// arguments only.
 #ifndef FORECASTD_SERVER_KSERVE_REQUEST_H_
 #define FORECASTD_SERVER_KSERVE_REQUEST_H_
 
@@ -24,10 +30,16 @@ namespace forecastd {
 // The tensor names every forecaster has under the KServe protocol.
 inline constexpr char kKServeInputName[] = "INPUT";
 inline constexpr char kKServeOutputName[] = "FORECAST";
+// The inputs of a model with future-known covariates, calendar features or several series.
+inline constexpr char kKServeFutureName[] = "FUTURE";
+inline constexpr char kKServeTimestampsName[] = "TIMESTAMPS";
+inline constexpr char kKServeSeriesName[] = "SERIES";
 // ModelMetadata's and ModelConfig's `platform` (and ModelConfig's `backend`).
 inline constexpr char kKServePlatform[] = "forecastd";
-// The datatype of both tensors.
+// The datatypes: of INPUT, FUTURE and FORECAST; of TIMESTAMPS; of SERIES.
 inline constexpr char kKServeFp32[] = "FP32";
+inline constexpr char kKServeInt64[] = "INT64";
+inline constexpr char kKServeBytes[] = "BYTES";
 
 namespace kserve {
 
@@ -36,6 +48,17 @@ namespace kserve {
 // INVALID_ARGUMENT.
 absl::StatusOr<int64_t> ParseVersion(const std::string& text);
 std::string VersionString(int64_t version);
+
+// One input of a model as its metadata and Triton config describe it.
+struct InputSpec {
+  std::string name;
+  std::string datatype;       // KServe's name: "FP32", "INT64", "BYTES"
+  std::vector<int64_t> dims;  // without the batch dimension
+};
+// The inputs `config` takes, in this order: INPUT [T, F]; FUTURE [P, covariates.future] with
+// future-known covariates; TIMESTAMPS [T + P] with calendar features; SERIES [1] with several
+// series.
+std::vector<InputSpec> InputSpecs(const ModelConfig& config);
 
 // (P, K) or (P, K, Q): a forecast of one window.
 std::vector<int64_t> ForecastDims(int64_t P, int64_t K, int64_t Q, bool quantiles);
@@ -85,11 +108,16 @@ absl::StatusOr<SharedMemoryTensors> ResolveSharedMemory(const inference::ModelIn
                                                         const SharedMemoryRegistry* registry,
                                                         const std::string& owner);
 
-// Points `call` at the (B, T, F) windows of the request's one input, after the checks only
-// KServe's message needs (names, datatype, where the values are); the admission step checks
-// the windows themselves against `model`. When `shared` has the input in a region, the input's
-// bytes are there (host bytes, or device memory for a CUDA region), and the request must carry
-// no data of its own for it.
+// Points `call` at the (B, T, F) windows of the request's INPUT, and `call.extras` at its
+// FUTURE, TIMESTAMPS and SERIES where the model takes them, after the checks only KServe's
+// message needs (names, datatypes, where the values are, TIMESTAMPS [B, n + P] and SERIES
+// [m, 1] or [m] beside an INPUT [B, n, F], value counts); the admission step checks the tensors
+// themselves against `model`. An input the model does not take is INVALID_ARGUMENT; one it
+// takes but the request lacks is left for the admission step to name. Raw contents belong, in
+// order, to the inputs that are neither in shared memory nor carry contents. When `shared` has
+// INPUT in a region, its bytes are there (host bytes, or device memory for a CUDA region), and
+// the request must carry no data of its own for it; the other inputs are read from the request
+// only.
 absl::Status ReadInput(const inference::ModelInferRequest& request, const Forecaster& model,
                        int64_t max_batch_rows, PredictCall& call,
                        const SharedMemoryTensors* shared = nullptr);

@@ -1,12 +1,17 @@
 #include "server/kserve_sequences.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "engine/models/input_record.h"
 #include "kernels/base/status.h"
 #include "server/kserve_request.h"
 #include "server/predict_call.h"
@@ -60,36 +65,97 @@ absl::StatusOr<SequenceParameters> ReadSequenceParameters(
   return out;
 }
 
-// The request's ticks: INPUT [1, n, F] float32.
-absl::StatusOr<std::vector<float>> ReadTicks(const inference::ModelInferRequest& request,
-                                             const Forecaster& model) {
+// A sequence request's tensors: INPUT [1, n, F], the n next observations; for a model with
+// future-known covariates FUTURE [1, P, Fk], their values for the P steps after the last
+// observation; with calendar features TIMESTAMPS [1, n + P]; with several series SERIES [1, 1],
+// the sequence's series (read when the request opens the sequence).
+struct SequenceTicks {
+  std::vector<float> values;
+  std::vector<float> future;
+  std::vector<int64_t> timestamps;
+  std::string series;
+};
+
+// Floats of a float32 tensor as ReadInput points at it, `n` of them (INVALID_ARGUMENT naming
+// `name` for another count).
+absl::StatusOr<std::vector<float>> TensorFloats(absl::string_view raw,
+                                                absl::Span<const float> values, int64_t n,
+                                                const std::string& name) {
+  std::vector<float> out(static_cast<size_t>(n));
+  if (!raw.empty()) {
+    if (static_cast<int64_t>(raw.size()) != n * 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " holds ", raw.size(), " bytes; its shape needs ", n * 4));
+    }
+    std::memcpy(out.data(), raw.data(), raw.size());
+  } else {
+    if (static_cast<int64_t>(values.size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " holds ", values.size(), " values; its shape needs ", n));
+    }
+    std::copy(values.begin(), values.end(), out.begin());
+  }
+  return out;
+}
+
+absl::StatusOr<SequenceTicks> ReadTicks(const inference::ModelInferRequest& request,
+                                        const Forecaster& model, bool opens) {
   PredictCall call;
   RETURN_IF_ERROR(kserve::ReadInput(request, model, /*max_batch_rows=*/1, call));
   RETURN_IF_ERROR(kserve::CheckRequestedOutputs(request));
-  const int64_t F = model.num_features();
+  const ModelConfig& config = model.config();
+  const int64_t F = NumInputColumns(config), P = model.horizon();
+  const int64_t FkIn = NumFutureInputColumns(config);
   if (call.shape.size() != 3 || call.shape[0] != 1 || call.shape[1] < 1 || call.shape[2] != F) {
     return absl::InvalidArgumentError(absl::StrCat("a sequence request's input '", kKServeInputName,
                                                    "' is FP32 [1, n, ", F,
                                                    "]: the sequence's n next observations"));
   }
-  const int64_t n = call.shape[1] * F;
-  std::vector<float> values(static_cast<size_t>(n));
-  if (!call.raw.empty()) {
-    if (static_cast<int64_t>(call.raw.size()) != n * 4) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", kKServeInputName, "' holds ",
-                                                     call.raw.size(), " bytes; its shape needs ",
-                                                     n * 4));
+  SequenceTicks ticks;
+  ASSIGN_OR_RETURN(ticks.values, TensorFloats(call.raw, call.values, call.shape[1] * F,
+                                              absl::StrCat("input '", kKServeInputName, "'")));
+  const RequestExtras& extras = call.extras;
+  if (FkIn > 0) {
+    if (!extras.future.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", kKServeFutureName, "' is missing: model '", config.name(),
+          "' has future-known covariates; send FP32 [1, ", P, ", ", FkIn,
+          "], their values for the ", P, " steps after the request's last observation"));
     }
-    std::memcpy(values.data(), call.raw.data(), call.raw.size());
-  } else {
-    if (static_cast<int64_t>(call.values.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat("input '", kKServeInputName, "' holds ",
-                                                     call.values.size(),
-                                                     " values; its shape needs ", n));
+    const FloatTensorView& future = *extras.future;
+    if (future.shape.size() != 3 || future.shape[0] != 1 || future.shape[1] != P ||
+        future.shape[2] != FkIn) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a sequence request's input '", kKServeFutureName, "' is FP32 [1, ", P, ", ",
+                       FkIn, "], not [", absl::StrJoin(future.shape, ", "), "]"));
     }
-    std::copy(call.values.begin(), call.values.end(), values.begin());
+    ASSIGN_OR_RETURN(ticks.future, TensorFloats(future.raw, future.values, P * FkIn,
+                                                absl::StrCat("input '", kKServeFutureName, "'")));
   }
-  return values;
+  if (NeedsTimestamps(config)) {
+    if (!extras.timestamps.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "input '", kKServeTimestampsName, "' is missing: model '", config.name(),
+          "' has calendar features; send INT64 [1, n + ", P,
+          "], the times of the request's n observations, then of the ", P, " steps after them"));
+    }
+    ticks.timestamps = *extras.timestamps;
+  }
+  if (extras.series.has_value()) {
+    if (extras.series->size() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a sequence request's input '", kKServeSeriesName, "' holds one name, the sequence's"));
+    }
+    RETURN_IF_ERROR(SeriesIndex(config, extras.series->front()).status());
+    ticks.series = extras.series->front();
+  } else if (NumSeries(config) > 0 && opens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input '", kKServeSeriesName, "' is missing: model '", config.name(),
+                     "' was trained on ", NumSeries(config),
+                     " series; the request that starts a sequence names its series, BYTES "
+                     "[1, 1]"));
+  }
+  return ticks;
 }
 
 }  // namespace
@@ -112,7 +178,7 @@ void KServeSequences::Infer(const inference::ModelInferRequest& request,
   absl::StatusOr<LoadedModel> pinned = registry_->GetLoadedModel(request.model_name(), *version);
   if (!pinned.ok()) return done(pinned.status());
   if (!pinned->model->config().has_streaming()) return done(kserve::NotASequenceModel(request));
-  absl::StatusOr<std::vector<float>> ticks = ReadTicks(request, *pinned->model);
+  absl::StatusOr<SequenceTicks> ticks = ReadTicks(request, *pinned->model, sequence->start);
   if (!ticks.ok()) return done(ticks.status());
 
   auto call = std::make_shared<SequenceCall>();
@@ -147,9 +213,10 @@ void KServeSequences::Infer(const inference::ModelInferRequest& request,
   } else if (!open) {
     // A new sequence replaces a kept one of that id; a continuing one resumes it.
     hub_->Open(connection_, key, request.model_name(), *version,
-               /*resume=*/!sequence->start);
+               /*resume=*/!sequence->start, ticks->series);
   }
-  hub_->Ticks(connection_, key, *ticks, /*tag=*/1);
+  hub_->Ticks(connection_, key, ticks->values, /*tag=*/1,
+              {.future = ticks->future, .timestamps = ticks->timestamps});
   if (sequence->end) hub_->Close(connection_, key);
 }
 

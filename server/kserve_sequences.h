@@ -2,14 +2,16 @@
 // ModelStreamInfer) that carries a `sequence_id` parameter (integer or string) for a model
 // configured for tick streams is one tick-stream request: its INPUT [1, n, F] holds the n next
 // observations of the sequence, and its FORECAST [1, P, targets(, Q)] is the forecast after the
-// last of them. `sequence_start` opens the sequence afresh (a kept one of that id is replaced),
-// `sequence_end` closes it after this request; a request of a sequence that is not open resumes
-// it when the server keeps it (after a restart or an import), else fails. In window mode, before
-// T ticks have arrived, FORECAST is NaN and the response parameter `ticks_needed` says how many
-// are still missing. All sequences share one StreamHub connection; the hub answers each key's
-// requests in order, and each answer goes to the request waiting for it.
-// Thread-safe: Infer may be called from any thread; the hub calls the sink from any thread, one
-// call at a time.
+// last of them. A model with future-known covariates also takes FUTURE [1, P, Fk], their values
+// for the P steps after the last observation; one with calendar features TIMESTAMPS
+// [1, n + P]; one trained on several series SERIES [1, 1] on the request that starts a sequence.
+// `sequence_start` opens the sequence afresh (a kept one of that id is replaced), `sequence_end`
+// closes it after this request; a request of a sequence that is not open resumes it when the server
+// keeps it (after a restart or an import), else fails. In window mode, before T ticks have arrived,
+// FORECAST is NaN and the response parameter `ticks_needed` says how many are still missing. All
+// sequences share one StreamHub connection; the hub answers each key's requests in order, and each
+// answer goes to the request waiting for it. Thread-safe: Infer may be called from any thread; the
+// hub calls the sink from any thread, one call at a time.
 #ifndef FORECASTD_SERVER_KSERVE_SEQUENCES_H_
 #define FORECASTD_SERVER_KSERVE_SEQUENCES_H_
 

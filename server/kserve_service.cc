@@ -195,12 +195,12 @@ absl::Status KServeService::DescribeModel(const inference::ModelMetadataRequest&
   response->set_name(request.name());
   response->add_versions(VersionString(loaded.version));
   response->set_platform(kKServePlatform);
-  auto* input = response->add_inputs();
-  input->set_name(kKServeInputName);
-  input->set_datatype(kKServeFp32);
-  for (const int64_t dim :
-       {int64_t{-1}, int64_t{model.lookback()}, int64_t{model.num_features()}}) {
-    input->add_shape(dim);
+  for (const kserve::InputSpec& spec : kserve::InputSpecs(model.config())) {
+    auto* input = response->add_inputs();
+    input->set_name(spec.name);
+    input->set_datatype(spec.datatype);
+    input->add_shape(-1);
+    for (const int64_t dim : spec.dims) input->add_shape(dim);
   }
   auto* output = response->add_outputs();
   output->set_name(kKServeOutputName);

@@ -28,12 +28,26 @@ absl::Status PredictAdmission::Admit(const LoadedModel& pinned, const PredictCal
     return absl::Status(status.code(), absl::StrCat(call.input_context, status.message()));
   };
   auto task = std::make_unique<PredictTask>();
+  const bool records = HasRecordExtras(model.config());
   if (call.device_input.empty()) {
     absl::StatusOr<absl::string_view> windows =
         CheckWindows(model, call.shape, call.raw, call.values, limits);
     if (!windows.ok()) return with_context(windows.status());
-    task->input_bytes = *windows;
+    if (records) {
+      ASSIGN_OR_RETURN(task->input, BuildRequestRecords(model, call.shape[0], *windows, call.extras,
+                                                        limits.allow_non_finite));
+    } else {
+      RETURN_IF_ERROR(CheckNoExtras(model, call.extras));
+      task->input_bytes = *windows;
+    }
   } else {
+    if (records) {
+      return with_context(absl::InvalidArgumentError(absl::StrCat(
+          "model '", model.config().name(),
+          "' has covariates or series, whose input records the server builds on the host: send "
+          "its windows in the request or in system shared memory, not in CUDA shared memory")));
+    }
+    RETURN_IF_ERROR(CheckNoExtras(model, call.extras));
     absl::StatusOr<int64_t> floats = CheckWindowShape(model, call.shape, limits);
     if (!floats.ok()) return with_context(floats.status());
     const int64_t bytes = *floats * int64_t{sizeof(float)};

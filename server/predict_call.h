@@ -22,13 +22,15 @@
 #include "engine/serving/model_registry.h"
 #include "engine/serving/predict_task.h"
 #include "grpcpp/server_context.h"
+#include "server/predict_input.h"
 
 namespace forecastd {
 
 // One prediction request as its front door decoded it. The spans and views point into the
 // request message, which must stay alive until the call's `done` has run.
 struct PredictCall {
-  // (B, T, F) windows: exactly one of `raw` (little-endian float32 bytes) and `values`.
+  // (B, T, F) windows, F the model's input columns (NumInputColumns): exactly one of `raw`
+  // (little-endian float32 bytes) and `values`.
   absl::Span<const int64_t> shape;
   absl::string_view raw;
   absl::Span<const float> values;
@@ -41,6 +43,11 @@ struct PredictCall {
   DeviceSpan device_output;
   // Put before messages about the windows ("input 'INPUT__0': "); may be empty.
   std::string input_context;
+  // What the request carries beside the windows, for a model with covariates or series: the
+  // admission step builds the model's input records from them (a copy, so a request to such a
+  // model does not stay in its message), and refuses them for a model that takes none. Windows
+  // in device memory are for models without them only.
+  RequestExtras extras;
   // Priority level, 1 the highest; 0: the model's default level.
   uint32_t priority = 0;
   // Queue timeout the client asks for (PredictTask::timeout_override); zero: none.

@@ -1,12 +1,16 @@
 #include "server/predict_input.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/base/config.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "engine/models/input_record.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -14,11 +18,73 @@ namespace {
 
 static_assert(ABSL_IS_LITTLE_ENDIAN, "raw tensors are little-endian float32");
 
+// Float32 bytes as floats: in place when they are aligned for float, else copied into `copy`.
+const float* AlignedFloats(absl::string_view bytes, std::vector<float>& copy) {
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    return reinterpret_cast<const float*>(bytes.data());
+  }
+  copy.resize(bytes.size() / sizeof(float));
+  std::memcpy(copy.data(), bytes.data(), copy.size() * sizeof(float));
+  return copy.data();
+}
+
+// The future-known covariates (B, P, FkIn) as float32 bytes, checked as CheckWindows checks
+// windows.
+absl::StatusOr<absl::string_view> CheckFuture(const Forecaster& model, int64_t B,
+                                              const FloatTensorView& future,
+                                              const std::string& name, bool allow_non_finite) {
+  const ModelConfig& config = model.config();
+  const int64_t P = model.horizon(), FkIn = NumFutureInputColumns(config);
+  if (future.shape.size() != 3 || future.shape[0] != B || future.shape[1] != P ||
+      future.shape[2] != FkIn) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " has shape [", absl::StrJoin(future.shape, ", "), "]; model '",
+                     config.name(), "' takes [", B, ", ", P, ", ", FkIn, "] (for each of the ", B,
+                     " windows, the ", P, " forecast steps' values of its future-known covariates ",
+                     absl::StrJoin(config.covariates().future(), ", "), ")"));
+  }
+  const int64_t n = B * P * FkIn;
+  if (!future.raw.empty() && !future.values.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("send ", name, " either as raw bytes or as values, not both"));
+  }
+  absl::string_view bytes = future.raw;
+  if (!future.raw.empty()) {
+    if (static_cast<int64_t>(future.raw.size()) != n * 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " holds ", future.raw.size(), " raw bytes; shape [",
+                       absl::StrJoin(future.shape, ", "), "] of float32 needs ", n * 4));
+    }
+  } else {
+    if (static_cast<int64_t>(future.values.size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " holds ", future.values.size(), " values; shape [",
+                       absl::StrJoin(future.shape, ", "), "] needs ", n));
+    }
+    bytes = absl::string_view(reinterpret_cast<const char*>(future.values.data()),
+                              future.values.size() * sizeof(float));
+  }
+  if (!allow_non_finite) {
+    for (int64_t i = 0; i < n; ++i) {
+      float x;
+      std::memcpy(&x, bytes.data() + i * 4, sizeof(x));
+      if (!std::isfinite(x)) {
+        const int64_t b = i / (P * FkIn), p = (i / FkIn) % P, k = i % FkIn;
+        return absl::InvalidArgumentError(
+            absl::StrCat(name, " [", b, ", ", p, ", ", k, "] (covariate '",
+                         config.covariates().future(static_cast<int>(k)), "') is ", x,
+                         "; only finite values are accepted"));
+      }
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 absl::StatusOr<int64_t> CheckWindowShape(const Forecaster& model, absl::Span<const int64_t> shape,
                                          const WindowLimits& limits) {
-  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t T = model.lookback(), F = NumInputColumns(model.config());
   const std::string expected =
       absl::StrCat("[B, ", T, ", ", F, "] (B windows of lookback ", T, " with ", F, " features)");
   if (shape.size() != 3 || shape[1] != T || shape[2] != F) {
@@ -64,7 +130,7 @@ absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
                                                absl::Span<const float> values,
                                                const WindowLimits& limits) {
   ASSIGN_OR_RETURN(const int64_t n, CheckWindowShape(model, shape, limits));
-  const int64_t T = model.lookback(), F = model.num_features();
+  const int64_t T = model.lookback(), F = NumInputColumns(model.config());
   if (!raw.empty() && !values.empty()) {
     return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
   }
@@ -111,9 +177,98 @@ absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
 }
 
 int64_t EstimatePredictBytes(const Forecaster& model, int64_t B) {
-  const int64_t T = model.lookback(), F = model.num_features();
-  const int64_t floats = B * T * F + B * model.num_outputs() + model.WorkspaceFloats(B);
+  const int64_t T = model.lookback(), F = NumInputColumns(model.config());
+  const int64_t records = HasRecordExtras(model.config()) ? B * model.input_floats() : 0;
+  const int64_t floats = B * T * F + records + B * model.num_outputs() + model.WorkspaceFloats(B);
   return floats * static_cast<int64_t>(sizeof(float));
+}
+
+absl::Status CheckNoExtras(const Forecaster& model, const RequestExtras& extras) {
+  const ModelConfig& config = model.config();
+  if (extras.future.has_value() && NumFutureInputColumns(config) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", config.name(),
+                                                   "' has no future-known covariates: send no ",
+                                                   extras.future_name));
+  }
+  if (extras.timestamps.has_value() && !NeedsTimestamps(config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name(), "' has no calendar features: send no ", extras.timestamps_name));
+  }
+  if (extras.series.has_value() && NumSeries(config) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model '", config.name(), "' was trained on one series: send no ", extras.series_name));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> BuildRequestRecords(const Forecaster& model, int64_t B,
+                                                       absl::string_view windows,
+                                                       const RequestExtras& extras,
+                                                       bool allow_non_finite) {
+  const ModelConfig& config = model.config();
+  const int64_t T = model.lookback(), P = model.horizon();
+  RETURN_IF_ERROR(CheckNoExtras(model, extras));
+  RequestWindows request;
+  request.batch = B;
+  std::vector<float> window_copy, future_copy;
+  request.window = AlignedFloats(windows, window_copy);
+  if (NumFutureInputColumns(config) > 0) {
+    if (!extras.future.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", config.name(), "' has future-known covariates (",
+                       absl::StrJoin(config.covariates().future(), ", "), "): send ",
+                       extras.future_name, " [", B, ", ", P, ", ", NumFutureInputColumns(config),
+                       "], their values for the ", P, " forecast steps of each window"));
+    }
+    ASSIGN_OR_RETURN(const absl::string_view future,
+                     CheckFuture(model, B, *extras.future, extras.future_name, allow_non_finite));
+    request.future = AlignedFloats(future, future_copy);
+  }
+  if (NeedsTimestamps(config)) {
+    if (!extras.timestamps.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", config.name(), "' has calendar features: send ", extras.timestamps_name, " [",
+          B, ", ", T + P, "], the times of each window's ", T, " rows and ", P,
+          " forecast steps (Unix seconds)"));
+    }
+    const int64_t n = static_cast<int64_t>(extras.timestamps->size());
+    if (n != B * (T + P)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(extras.timestamps_name, " holds ", n, " values; model '", config.name(),
+                       "' takes ", B * (T + P), " for ", B, " windows (", T, " rows and ", P,
+                       " forecast steps each, Unix seconds)"));
+    }
+    request.times = extras.timestamps->data();
+  }
+  std::vector<int32_t> series;
+  if (NumSeries(config) > 0) {
+    if (!extras.series.has_value() || extras.series->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model '", config.name(), "' was trained on ", NumSeries(config), " series: send ",
+          extras.series_name, ", the series of each window (", B, " names, or one for all)"));
+    }
+    const int64_t n = static_cast<int64_t>(extras.series->size());
+    if (n != 1 && n != B) {
+      return absl::InvalidArgumentError(absl::StrCat(extras.series_name, " holds ", n,
+                                                     " names for ", B,
+                                                     " windows: send one per window, or one "
+                                                     "for all"));
+    }
+    series.resize(static_cast<size_t>(B));
+    for (int64_t b = 0; b < n; ++b) {
+      ASSIGN_OR_RETURN(const int index,
+                       SeriesIndex(config, (*extras.series)[static_cast<size_t>(b)]));
+      series[static_cast<size_t>(b)] = index;
+    }
+    if (n == 1) std::fill(series.begin(), series.end(), series[0]);
+    request.series = series.data();
+  }
+  std::vector<float> records(static_cast<size_t>(B * model.input_floats()));
+  if (absl::Status built = BuildInputRecords(config, request, records.data()); !built.ok()) {
+    // What BuildInputRecords can still refuse here is a window's times.
+    return absl::Status(built.code(), absl::StrCat(extras.timestamps_name, ": ", built.message()));
+  }
+  return records;
 }
 
 std::string EncodeFloats(absl::Span<const float> values) {

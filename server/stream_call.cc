@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "server/grpc_status.h"
 #include "server/stream_input.h"
 
@@ -91,7 +92,7 @@ void StreamCall::Handle(const v1::StreamRequest& request) {
   switch (request.action_case()) {
     case v1::StreamRequest::kOpen:
       hub_->Open(connection_, key, request.open().model(), request.open().version(),
-                 request.open().resume());
+                 request.open().resume(), request.open().series());
       return;
     case v1::StreamRequest::kTicks: {
       bool raw = false;
@@ -103,7 +104,12 @@ void StreamCall::Handle(const v1::StreamRequest& request) {
         Push(ToStreamResponse(error));
         return;
       }
-      hub_->Ticks(connection_, key, values_, raw ? 1 : 0);
+      const v1::StreamTicks& ticks = request.ticks();
+      hub_->Ticks(connection_, key, values_, raw ? 1 : 0,
+                  {.future = absl::MakeConstSpan(ticks.future().data(),
+                                                 static_cast<size_t>(ticks.future_size())),
+                   .timestamps = absl::MakeConstSpan(
+                       ticks.timestamps().data(), static_cast<size_t>(ticks.timestamps_size()))});
       return;
     }
     case v1::StreamRequest::kReset:

@@ -46,11 +46,14 @@ absl::StatusOr<inference::ModelConfig> ToTritonModelConfig(const v1::ModelConfig
   }
   out.set_max_batch_size(static_cast<int32_t>(batching.max_batch_size));
 
-  inference::ModelInput* input = out.add_input();
-  input->set_name(kKServeInputName);
-  input->set_data_type(inference::TYPE_FP32);
-  input->add_dims(config.lookback());
-  input->add_dims(NumFeatures(config));
+  for (const kserve::InputSpec& spec : kserve::InputSpecs(config)) {
+    inference::ModelInput* input = out.add_input();
+    input->set_name(spec.name);
+    input->set_data_type(spec.datatype == kKServeInt64   ? inference::TYPE_INT64
+                         : spec.datatype == kKServeBytes ? inference::TYPE_STRING
+                                                         : inference::TYPE_FP32);
+    for (const int64_t dim : spec.dims) input->add_dims(dim);
+  }
   inference::ModelOutput* output = out.add_output();
   output->set_name(kKServeOutputName);
   output->set_data_type(inference::TYPE_FP32);

@@ -1,5 +1,8 @@
 // `forecastctl predict MODEL`: windows from a CSV series or a JSON array, one Predict call,
-// the forecasts as a table, CSV or JSON.
+// the forecasts as a table, CSV or JSON. For a model with future-known covariates or calendar
+// features each forecast reads T + P CSV rows: the window, then the P rows of its forecast
+// steps (their covariates and times); a model trained on several series is told each window's
+// series.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -16,6 +19,7 @@
 #include "client/forecastctl/command.h"
 #include "client/forecastctl/output.h"
 #include "client/input_windows.h"
+#include "kernels/base/status.h"
 
 namespace forecastd::ctl {
 namespace {
@@ -30,6 +34,17 @@ struct PredictArgs {
   uint32_t priority = 0;
   uint64_t timeout_us = 0;
   std::string output = "table";
+  std::string timestamp_column;  // calendar features: the CSV's time column
+  std::string series;            // several series: the windows' series
+  std::string series_column;     // ... or the CSV column naming each row's
+};
+
+// What the requests carry for the windows beside them, for a model with covariates or series;
+// each empty where the model takes none.
+struct Extras {
+  std::vector<float> future;        // (B, P, covariates.future)
+  std::vector<int64_t> timestamps;  // (B, T + P)
+  std::vector<std::string> series;  // B names, or one for every window
 };
 
 // Little-endian float32 bytes, whatever the host's byte order.
@@ -210,6 +225,108 @@ void PrintJsonForecasts(const v1::PredictResponse& response, const Forecasts& f,
   std::cout << out;
 }
 
+// "'a', 'b', 'c', ...": the first few of `names`.
+std::string FewNames(const google::protobuf::RepeatedPtrField<std::string>& names) {
+  std::vector<std::string> quoted;
+  for (int i = 0; i < std::min(names.size(), 5); ++i)
+    quoted.push_back(absl::StrCat("'", names[i], "'"));
+  if (names.size() > 5) quoted.push_back("...");
+  return absl::StrJoin(quoted, ", ");
+}
+
+// The windows and extras of a CSV for a model with future-known covariates, calendar features or
+// several series: every span of T rows (T + P with future-known values, the P rows after the
+// window giving its forecast steps' covariates and times), within one series where
+// --series-column names each row's; the last `count` of them (0: all).
+absl::StatusOr<Windows> CsvWindowsWithExtras(absl::string_view text, const v1::ModelConfig& config,
+                                             const PredictArgs& args, int64_t count,
+                                             Extras& extras) {
+  const std::vector<std::string> features(config.feature_names().begin(),
+                                          config.feature_names().end());
+  const int64_t T = config.lookback(), P = config.horizon(), F = features.size();
+  const bool calendar = config.covariates().calendar_size() > 0;
+  const bool ahead = config.covariates().future_size() > 0 || calendar;
+  const int64_t span = T + (ahead ? P : 0);
+  // The rows after a window may leave the columns that are not future-known empty.
+  ASSIGN_OR_RETURN(const Series series,
+                   ahead ? ParseCsvSeriesWithGaps(text, features) : ParseCsvSeries(text, features));
+  std::vector<int64_t> times;
+  if (calendar) {
+    ASSIGN_OR_RETURN(const std::vector<std::string> cells,
+                     ParseCsvColumn(text, args.timestamp_column));
+    for (size_t r = 0; r < cells.size(); ++r) {
+      absl::StatusOr<int64_t> t = ParseUnixSeconds(cells[r]);
+      if (!t.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data row ", r + 1, ", column '", args.timestamp_column, "': ", t.status().message()));
+      }
+      times.push_back(*t);
+    }
+  }
+  std::vector<std::string> labels;
+  if (!args.series_column.empty()) {
+    ASSIGN_OR_RETURN(labels, ParseCsvColumn(text, args.series_column));
+  }
+  // Every span of rows that lies within one series.
+  std::vector<int64_t> firsts;
+  for (int64_t first = 0; first + span <= series.rows; ++first) {
+    const bool one_series =
+        labels.empty() || std::all_of(labels.begin() + first, labels.begin() + first + span,
+                                      [&](const std::string& l) { return l == labels[first]; });
+    if (one_series) firsts.push_back(first);
+  }
+  if (firsts.empty() || static_cast<int64_t>(firsts.size()) < count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the series has ", series.rows, " rows; ", std::max<int64_t>(count, 1),
+                     " window", count > 1 ? "s" : "", " of ", span, " rows (lookback ", T,
+                     ahead ? absl::StrCat(", then the ", P, " forecast steps' covariates") : "",
+                     ")", labels.empty() ? "" : ", each within one series,", " need",
+                     count > 1 ? "" : "s", " more (", firsts.size(), " available)"));
+  }
+  if (count > 0) firsts.erase(firsts.begin(), firsts.end() - count);
+
+  std::vector<int64_t> future_columns;
+  for (const std::string& name : config.covariates().future()) {
+    future_columns.push_back(std::find(features.begin(), features.end(), name) - features.begin());
+  }
+  Windows windows;
+  windows.count = static_cast<int64_t>(firsts.size());
+  windows.lookback = T;
+  windows.features = F;
+  windows.first_rows = firsts;
+  for (const int64_t first : firsts) {
+    for (int64_t r = first; r < first + T; ++r) {
+      for (int64_t f = 0; f < F; ++f) {
+        const float x = series.values[static_cast<size_t>(r * F + f)];
+        if (std::isnan(x)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("data row ", r + 1, ", column '", features[static_cast<size_t>(f)],
+                           "' is empty; a window's rows need every feature"));
+        }
+        windows.values.push_back(x);
+      }
+    }
+    for (int64_t r = first + T; r < first + span && !future_columns.empty(); ++r) {
+      for (const int64_t f : future_columns) {
+        const float x = series.values[static_cast<size_t>(r * F + f)];
+        if (std::isnan(x)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "data row ", r + 1, ", column '", features[static_cast<size_t>(f)],
+              "' is empty; the future-known covariates of a forecast step are needed"));
+        }
+        extras.future.push_back(x);
+      }
+    }
+    if (calendar) {
+      extras.timestamps.insert(extras.timestamps.end(), times.begin() + first,
+                               times.begin() + first + span);
+    }
+    if (!labels.empty()) extras.series.push_back(labels[static_cast<size_t>(first)]);
+  }
+  if (!args.series.empty()) extras.series = {args.series};
+  return windows;
+}
+
 int RunPredict(Context& context, const PredictArgs& args) {
   if (args.csv.empty() == args.json_input.empty()) {
     return UsageError("give the input with --csv FILE or --json-input FILE ('-' reads stdin)");
@@ -230,8 +347,36 @@ int RunPredict(Context& context, const PredictArgs& args) {
   const std::vector<std::string> features(config.feature_names().begin(),
                                           config.feature_names().end());
   const std::string source = path == "-" ? "stdin" : path;
+  const bool ahead =
+      config.covariates().future_size() > 0 || config.covariates().calendar_size() > 0;
+  if (config.series_size() == 0 && (!args.series.empty() || !args.series_column.empty())) {
+    return UsageError(absl::StrCat("model '", args.model,
+                                   "' was trained on one series; drop --series and "
+                                   "--series-column"));
+  }
+  if (config.series_size() > 0 && args.series.empty() && args.series_column.empty()) {
+    return UsageError(
+        absl::StrCat("model '", args.model, "' was trained on ", config.series_size(), " series (",
+                     FewNames(config.series()),
+                     "): name the windows' series with --series NAME or --series-column COLUMN"));
+  }
+  if (json && (ahead || !args.series_column.empty())) {
+    return UsageError(absl::StrCat(
+        ahead ? absl::StrCat("model '", args.model,
+                             "' has future-known covariates or calendar features, which JSON "
+                             "windows do not carry: give --csv, ",
+                             config.lookback(), " + ", config.horizon(), " rows per forecast")
+              : "--series-column reads a CSV column; name the series of JSON windows with "
+                "--series"));
+  }
+  if (config.covariates().calendar_size() > 0 && args.timestamp_column.empty()) {
+    return UsageError(absl::StrCat("model '", args.model,
+                                   "' has calendar features: name the CSV's time column with "
+                                   "--timestamp-column"));
+  }
 
   absl::StatusOr<Windows> windows = absl::UnknownError("unset");
+  Extras extras;
   if (json) {
     windows = ParseJsonWindows(*text);
     if (!windows.ok()) return UsageError(absl::StrCat(source, ": ", windows.status().message()));
@@ -242,6 +387,11 @@ int RunPredict(Context& context, const PredictArgs& args) {
                                      "' takes ", config.lookback(), " steps x ", features.size(),
                                      " features (", absl::StrJoin(features, ", "), ")"));
     }
+    if (!args.series.empty()) extras.series = {args.series};
+  } else if (ahead || config.series_size() > 0) {
+    windows = CsvWindowsWithExtras(*text, config, args,
+                                   args.all ? 0 : (args.windows > 0 ? args.windows : 1), extras);
+    if (!windows.ok()) return UsageError(absl::StrCat(source, ": ", windows.status().message()));
   } else {
     absl::StatusOr<Series> series = ParseCsvSeries(*text, features);
     if (!series.ok()) return UsageError(absl::StrCat(source, ": ", series.status().message()));
@@ -271,6 +421,28 @@ int RunPredict(Context& context, const PredictArgs& args) {
     inputs->add_shape(windows->features);
     const auto first = windows->values.begin() + begin * window_values;
     inputs->set_raw(RawBytes(std::vector<float>(first, first + B * window_values)));
+    if (!extras.future.empty()) {
+      const int64_t per_window = static_cast<int64_t>(extras.future.size()) / windows->count;
+      v1::Tensor* future = request.mutable_future();
+      future->add_shape(B);
+      future->add_shape(config.horizon());
+      future->add_shape(config.covariates().future_size());
+      const auto from = extras.future.begin() + begin * per_window;
+      future->set_raw(RawBytes(std::vector<float>(from, from + B * per_window)));
+    }
+    if (!extras.timestamps.empty()) {
+      const int64_t per_window = static_cast<int64_t>(extras.timestamps.size()) / windows->count;
+      const auto from = extras.timestamps.begin() + begin * per_window;
+      request.mutable_timestamps()->Add(from, from + B * per_window);
+    }
+    if (extras.series.size() == 1) {
+      request.add_series(extras.series.front());
+    } else {
+      for (int64_t b = begin; b < begin + B && b < static_cast<int64_t>(extras.series.size());
+           ++b) {
+        request.add_series(extras.series[static_cast<size_t>(b)]);
+      }
+    }
     absl::StatusOr<v1::PredictResponse> response = (*client)->Predict(request);
     if (!response.ok()) return ServerError(response.status());
     absl::StatusOr<Forecasts> forecasts = ReadForecasts(*response);
@@ -314,8 +486,16 @@ void AddPredictCommand(CLI::App& app, Context& context) {
       "  forecastctl predict demo_lstm --csv series.csv --windows 24 --output csv > f.csv\n"
       "  forecastctl predict demo_lstm --json-input windows.json --output json\n"
       "  cat series.csv | forecastctl predict demo_lstm --csv -\n"
+      "  forecastctl predict events --csv events.csv --timestamp-column time --series AAPL\n"
       "CSV: a header naming the model's features (any order; other columns such as a timestamp\n"
-      "are ignored). JSON: {\"inputs\": [[[...]]]} or a bare array [window][step][feature].");
+      "are ignored). JSON: {\"inputs\": [[[...]]]} or a bare array [window][step][feature].\n"
+      "A model with future-known covariates or calendar features reads T + P rows per forecast:\n"
+      "the T rows of its window, then the P rows of the steps it forecasts, whose covariate\n"
+      "columns (and times) must be filled in and whose other cells may be empty; the last\n"
+      "forecast ends with the CSV's last row. Its calendar features come from the times in\n"
+      "--timestamp-column (Unix seconds or ISO 8601, UTC unless an offset is given). A model\n"
+      "trained on several series is told the windows' series with --series, or takes each\n"
+      "window's from --series-column (windows then never cross from one series to another).");
   predict->add_option("MODEL", args->model, "model name")->required();
   CLI::Option* csv = predict->add_option(
       "--csv", args->csv, "CSV series with the model's feature columns ('-': stdin)");
@@ -333,6 +513,14 @@ void AddPredictCommand(CLI::App& app, Context& context) {
                       "priority level, 1 the highest (default: the model's default)");
   predict->add_option("--timeout-us", args->timeout_us,
                       "queue timeout in microseconds, if the model's policy allows overrides");
+  predict->add_option("--timestamp-column", args->timestamp_column,
+                      "CSV: the rows' times, for a model with calendar features");
+  CLI::Option* series = predict->add_option("--series", args->series,
+                                            "the windows' series, for a model trained on several");
+  CLI::Option* series_column = predict->add_option(
+      "--series-column", args->series_column,
+      "CSV: the column naming each row's series, for a model trained on several");
+  series->excludes(series_column);
   predict->add_option("--output,-o", args->output, "table, csv or json (--json = -o json)")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "csv", "json"}));

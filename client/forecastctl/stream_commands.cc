@@ -1,7 +1,8 @@
 // `forecastctl stream MODEL --csv FILE`: replays a CSV series as one tick stream
 // (Forecaster.Stream), one row per tick and one tick in flight, printing each forecast and a
-// round-trip summary; `forecastctl streams [MODEL]`: the tick streams the server keeps
-// (Admin.ListStreams).
+// round-trip summary (for a model with future-known covariates or calendar features each tick
+// also carries the covariates and times of the P rows after it); `forecastctl streams [MODEL]`:
+// the tick streams the server keeps (Admin.ListStreams).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -38,6 +39,8 @@ struct StreamArgs {
   bool resume = false;
   bool keep = false;
   std::string output = "table";
+  std::string timestamp_column;  // calendar features: the CSV's time column
+  std::string series;            // several series: the stream's
 };
 
 enum class Format { kTable, kCsv, kJson };
@@ -196,11 +199,61 @@ int RunStream(Context& context, const StreamArgs& args) {
   const v1::ModelConfig& config = model->config();
   const std::vector<std::string> features(config.feature_names().begin(),
                                           config.feature_names().end());
-  absl::StatusOr<Series> series = ParseCsvSeries(*text, features);
+  // A model with future-known covariates or calendar features: each tick carries the
+  // covariates and times of the P rows after it, so the last P rows are not ticks themselves
+  // (their other cells may be empty).
+  const bool calendar = config.covariates().calendar_size() > 0;
+  const int64_t ahead =
+      config.covariates().future_size() > 0 || calendar ? int64_t{config.horizon()} : 0;
+  if (calendar && args.timestamp_column.empty()) {
+    return UsageError(absl::StrCat("model '", args.model,
+                                   "' has calendar features: name the CSV's time column with "
+                                   "--timestamp-column"));
+  }
+  if (config.series_size() > 0 && args.series.empty() && !args.resume) {
+    return UsageError(absl::StrCat("model '", args.model, "' was trained on ", config.series_size(),
+                                   " series: name the stream's series with --series"));
+  }
+  absl::StatusOr<Series> series =
+      ahead > 0 ? ParseCsvSeriesWithGaps(*text, features) : ParseCsvSeries(*text, features);
   const std::string source = args.csv == "-" ? "stdin" : args.csv;
   if (!series.ok()) return UsageError(absl::StrCat(source, ": ", series.status().message()));
-  if (series->rows == 0) return UsageError(absl::StrCat(source, ": no data rows"));
+  if (series->rows <= ahead) {
+    return UsageError(absl::StrCat(source, ": no data rows",
+                                   ahead > 0 ? absl::StrCat(" before the last ", ahead,
+                                                            " (the forecast steps of the last "
+                                                            "tick)")
+                                             : ""));
+  }
   const int64_t F = static_cast<int64_t>(features.size());
+  const int64_t ticks = series->rows - ahead;
+  std::vector<int64_t> future_columns;
+  for (const std::string& name : config.covariates().future()) {
+    future_columns.push_back(std::find(features.begin(), features.end(), name) - features.begin());
+  }
+  std::vector<int64_t> times;
+  if (calendar) {
+    absl::StatusOr<std::vector<std::string>> cells = ParseCsvColumn(*text, args.timestamp_column);
+    if (!cells.ok()) return UsageError(absl::StrCat(source, ": ", cells.status().message()));
+    for (size_t r = 0; r < cells->size(); ++r) {
+      absl::StatusOr<int64_t> t = ParseUnixSeconds((*cells)[r]);
+      if (!t.ok()) {
+        return UsageError(absl::StrCat(source, ": data row ", r + 1, ", column '",
+                                       args.timestamp_column, "': ", t.status().message()));
+      }
+      times.push_back(*t);
+    }
+  }
+  for (int64_t r = 0; r < series->rows; ++r) {
+    for (int64_t f = 0; f < F; ++f) {
+      const bool covariate =
+          std::find(future_columns.begin(), future_columns.end(), f) != future_columns.end();
+      if (std::isnan(series->values[static_cast<size_t>(r * F + f)]) && (r < ticks || covariate)) {
+        return UsageError(absl::StrCat(source, ": data row ", r + 1, ", column '",
+                                       features[static_cast<size_t>(f)], "' is empty"));
+      }
+    }
+  }
   const Format format = context.flags.json || args.output == "json" ? Format::kJson
                         : args.output == "csv"                      ? Format::kCsv
                                                                     : Format::kTable;
@@ -214,6 +267,7 @@ int RunStream(Context& context, const StreamArgs& args) {
   open->set_model(args.model);
   open->set_version(args.version);
   open->set_resume(args.resume);
+  open->set_series(args.series);
   if (!stream->Write(request) || !ReadReply(*stream, response)) {
     return ServerError(EndCall(*stream));
   }
@@ -235,11 +289,11 @@ int RunStream(Context& context, const StreamArgs& args) {
   printer.Header();
 
   std::vector<double> round_trip_us;
-  round_trip_us.reserve(static_cast<size_t>(series->rows));
+  round_trip_us.reserve(static_cast<size_t>(ticks));
   int64_t errors = 0, forecasts = 0;
   double server_total_us = 0;
   const auto start = SteadyClock::now();
-  for (int64_t r = 0; r < series->rows; ++r) {
+  for (int64_t r = 0; r < ticks; ++r) {
     if (args.rate_hz > 0) {
       std::this_thread::sleep_until(
           start + std::chrono::duration_cast<SteadyClock::duration>(
@@ -249,6 +303,15 @@ int RunStream(Context& context, const StreamArgs& args) {
     request.set_key(args.key);
     const float* row = series->values.data() + r * F;
     request.mutable_ticks()->mutable_values()->Add(row, row + F);
+    for (int64_t p = 1; p <= ahead && !future_columns.empty(); ++p) {
+      for (const int64_t f : future_columns) {
+        request.mutable_ticks()->add_future(series->values[static_cast<size_t>((r + p) * F + f)]);
+      }
+    }
+    if (calendar) {
+      request.mutable_ticks()->mutable_timestamps()->Add(times.begin() + r,
+                                                         times.begin() + r + 1 + ahead);
+    }
     const auto sent = SteadyClock::now();
     if (!stream->Write(request) || !ReadReply(*stream, response)) {
       return ServerError(EndCall(*stream));
@@ -268,7 +331,7 @@ int RunStream(Context& context, const StreamArgs& args) {
     server_total_us += static_cast<double>(response.forecast().timing().total_us());
     printer.Forecast(response.forecast(), us);
   }
-  PrintSummary(format, series->rows, errors, std::move(round_trip_us), server_total_us, forecasts);
+  PrintSummary(format, ticks, errors, std::move(round_trip_us), server_total_us, forecasts);
 
   if (!args.keep) {
     request.Clear();
@@ -297,6 +360,7 @@ absl::StatusOr<Listing> ListStreams(ForecastdClient& client, const std::string& 
                              {"TICKS"},
                              {"BUFFERED"},
                              {"LOOKBACK", true},
+                             {"SERIES", true},
                              {"CONNECTED"},
                              {"IDLE"}}),
                   model.empty() ? "no tick streams" : "no tick streams of model " + model};
@@ -314,8 +378,8 @@ absl::StatusOr<Listing> ListStreams(ForecastdClient& client, const std::string& 
          absl::StrCat(s.sequence()),
          ListCell(absl::StrCat(s.ticks_buffered(), "/", s.lookback()),
                   absl::StrCat(s.ticks_buffered())),
-         absl::StrCat(s.lookback()), s.connected() ? "yes" : "no",
-         ListCell(FormatSeconds(idle_s), absl::StrCat(idle_s))});
+         absl::StrCat(s.lookback()), s.series().empty() ? ListCell("-", "") : ListCell(s.series()),
+         s.connected() ? "yes" : "no", ListCell(FormatSeconds(idle_s), absl::StrCat(idle_s))});
   }
   listing.response = std::make_unique<v1::ListStreamsResponse>(std::move(list));
   return listing;
@@ -335,7 +399,11 @@ void AddStreamCommands(CLI::App& app, Context& context) {
       "CSV: a header naming the model's features (any order; other columns are ignored), as for\n"
       "'predict'. One tick is in flight at a time; --rate caps ticks per second. The key is\n"
       "closed at the end unless --keep (then 'forecastctl streams' lists it and --resume goes\n"
-      "on from it).");
+      "on from it). A model with future-known covariates or calendar features (window mode)\n"
+      "sends each tick with the covariates (and, from --timestamp-column, the times) of the P\n"
+      "rows after it: the last P rows of the CSV are those of the last tick's forecast steps,\n"
+      "and only their covariate and time cells need values. A model trained on several series\n"
+      "names the stream's with --series.");
   stream->add_option("MODEL", args->model, "model name")->required();
   stream->add_option("--csv", args->csv, "CSV series with the model's feature columns ('-': stdin)")
       ->required();
@@ -349,6 +417,10 @@ void AddStreamCommands(CLI::App& app, Context& context) {
   stream->add_flag("--resume", args->resume,
                    "continue the key's kept stream (its state and sequence numbers)");
   stream->add_flag("--keep", args->keep, "leave the key open at the end instead of closing it");
+  stream->add_option("--timestamp-column", args->timestamp_column,
+                     "the rows' times, for a model with calendar features");
+  stream->add_option("--series", args->series,
+                     "the stream's series, for a model trained on several");
   stream->add_option("--output,-o", args->output, "table, csv or json (--json = -o json)")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "csv", "json"}));

@@ -116,7 +116,8 @@ class Batcher {
     absl::Duration max_queue_delay = absl::ZeroDuration();
     // Levels and their policies (validated by PriorityQueue::Validate).
     PriorityQueue::Options queue;
-    // Floats of one input row (T * F) and of one output row (P * targets * Q), each >= 1.
+    // Floats of one input row (the model's input record, Forecaster::input_floats()) and of
+    // one output row (P * targets * Q), each >= 1.
     int64_t input_floats_per_row = 0;
     int64_t output_floats_per_row = 0;
     // Reported in every PredictResult.

@@ -256,7 +256,7 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
     CudaAllocator* allocator, const Options& options) {
   const Forecaster& m = *model;
   const int64_t B = options.max_batch_size;
-  const int64_t in_floats = int64_t{m.lookback()} * m.num_features();
+  const int64_t in_floats = m.input_floats();
   const int64_t out_floats = m.num_outputs();
   std::unique_ptr<CudaModelInstance> instance(
       new CudaModelInstance(std::move(model), std::move(weights), B));
@@ -487,8 +487,7 @@ absl::Status CudaModelInstance::QueueRun(const float* input, int64_t rows,
     return absl::InvalidArgumentError(
         absl::StrCat("batch of ", rows, " rows; this instance takes 1 to ", max_batch_size_));
   }
-  const int64_t in_bytes =
-      rows * model_->lookback() * model_->num_features() * int64_t{sizeof(float)};
+  const int64_t in_bytes = rows * model_->input_floats() * int64_t{sizeof(float)};
   const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
   const cudaStream_t stream = lease_->stream();
   const ScopedCudaDevice scoped(lease_->device());

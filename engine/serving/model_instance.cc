@@ -27,7 +27,7 @@ class CpuModelInstance final : public ModelInstance {
         max_batch_size_(max_batch_size),
         slab_(std::move(slab)),
         max_step_rows_(max_step_rows),
-        input_(static_cast<size_t>(max_batch_size * model_->lookback() * model_->num_features())),
+        input_(static_cast<size_t>(max_batch_size * model_->input_floats())),
         output_(static_cast<size_t>(max_batch_size * model_->num_outputs())) {}
 
   absl::Status Run(const float* input, int64_t rows, float* output) override {
@@ -97,7 +97,7 @@ class CpuModelInstance final : public ModelInstance {
   const std::shared_ptr<std::vector<float>> slab_;
   const int64_t max_step_rows_;
   Workspace workspace_;
-  std::vector<float> input_;   // (max_batch_size, T * F)
+  std::vector<float> input_;   // (max_batch_size, input_floats)
   std::vector<float> output_;  // (max_batch_size, num_outputs)
 };
 

@@ -28,9 +28,10 @@ namespace forecastd {
 class ModelInstance {
  public:
   virtual ~ModelInstance() = default;
-  // output (rows, num_outputs()) raw forecasts from input (rows, T * F) raw windows, both host
-  // memory; rows in [1, the max_batch_size the instance was made for] (INVALID_ARGUMENT
-  // otherwise). Returns once output is written.
+  // output (rows, num_outputs()) raw forecasts from input (rows, input_floats()) raw input
+  // records (the windows, for a model without covariates or series), both host memory; rows in
+  // [1, the max_batch_size the instance was made for] (INVALID_ARGUMENT otherwise). Returns once
+  // output is written.
   virtual absl::Status Run(const float* input, int64_t rows, float* output) = 0;
   // Run's work, started: calls `finish` exactly once with Run's status when `output` is
   // written, either before returning (this default, which is Run) or later on another thread
@@ -54,7 +55,7 @@ class ModelInstance {
   // Host buffers of max_batch_size rows that Run takes as input and output without copying
   // them (a GPU instance's pinned staging buffers, a CPU instance's own arrays): a batch
   // staged in them crosses host memory once each way (Batcher::Options::staging).
-  virtual float* input_staging() = 0;   // (max_batch_size, T * F)
+  virtual float* input_staging() = 0;   // (max_batch_size, input_floats)
   virtual float* output_staging() = 0;  // (max_batch_size, num_outputs)
   // The batch size the device actually computes for `rows` rows: rows itself, or the captured
   // size a GPU instance pads it to.

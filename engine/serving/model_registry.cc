@@ -22,11 +22,24 @@ namespace {
 // takes a load and a warm-up, so more than one during one Enqueue is already unlikely.
 constexpr int kMaxEnqueueAttempts = 4;
 
-// Whether a request validated against `a` can run on `b` and be answered as `a` describes.
+// Whether a request validated against `a` can run on `b` and be answered as `a` describes:
+// the same inputs, and input records that mean the same to both (the same future-known and
+// calendar features, and the same series at the same indices).
 bool SameInputsAndOutputs(const Forecaster& a, const Forecaster& b) {
-  return a.lookback() == b.lookback() && a.num_features() == b.num_features() &&
-         a.horizon() == b.horizon() && a.num_targets() == b.num_targets() &&
-         a.num_quantiles() == b.num_quantiles() && a.num_outputs() == b.num_outputs();
+  if (a.lookback() != b.lookback() || a.num_features() != b.num_features() ||
+      a.input_floats() != b.input_floats() || a.horizon() != b.horizon() ||
+      a.num_targets() != b.num_targets() || a.num_quantiles() != b.num_quantiles() ||
+      a.num_outputs() != b.num_outputs()) {
+    return false;
+  }
+  const ModelConfig& x = a.config();
+  const ModelConfig& y = b.config();
+  return NumInputColumns(x) == NumInputColumns(y) &&
+         std::equal(x.covariates().future().begin(), x.covariates().future().end(),
+                    y.covariates().future().begin(), y.covariates().future().end()) &&
+         std::equal(x.covariates().calendar().begin(), x.covariates().calendar().end(),
+                    y.covariates().calendar().begin(), y.covariates().calendar().end()) &&
+         std::equal(x.series().begin(), x.series().end(), y.series().begin(), y.series().end());
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
     tick_options.slots = instance_options.state_slots;
     tick_options.max_batch = streams.max_tick_batch;
     tick_options.tick_floats = m.num_features();
-    tick_options.window_floats = int64_t{m.lookback()} * m.num_features();
+    tick_options.window_floats = m.input_floats();
     tick_options.output_floats = m.num_outputs();
     tick_options.state_floats = m.StateFloats();
     tick_options.instances = &loaded->instances;
@@ -116,8 +116,7 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
   }
 
   const Forecaster& forecaster = *loaded->model;
-  batcher_options->input_floats_per_row =
-      int64_t{forecaster.lookback()} * forecaster.num_features();
+  batcher_options->input_floats_per_row = forecaster.input_floats();
   batcher_options->output_floats_per_row = forecaster.num_outputs();
   batcher_options->version = version;
   batcher_options->scheduler = &loaded->device->scheduler();

@@ -33,11 +33,13 @@ struct PredictResult {
 };
 
 struct PredictTask {
-  // (rows, T, F) raw windows, validated by the caller, as float32 bytes in host order. Not
-  // owned: they belong to the caller (the request message, or `input` below) and must stay
-  // valid until `done` has been called. Empty: the windows are `input`.
+  // (rows, input_floats) raw input records (Forecaster::input_floats(); for a model without
+  // covariates or series the (rows, T, F) windows themselves), validated by the caller, as
+  // float32 bytes in host order. Not owned: they belong to the caller (the request message, or
+  // `input` below) and must stay valid until `done` has been called. Empty: they are `input`.
   absl::string_view input_bytes;
-  // The windows, when the caller owns no message to point into (benchmarks, tests).
+  // The records, when the caller owns no message to point into (benchmarks, tests, and the
+  // records a front door builds for a model with covariates or series).
   std::vector<float> input;
   int64_t rows = 0;  // B of this request, >= 1
   // The windows in device memory, when set (`input_bytes` and `input` are then empty):

@@ -10,7 +10,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "engine/file_io.h"
+#include "engine/models/input_record.h"
 #include "engine/serving/batching_config.h"
 #include "engine/serving/tick_engine.h"
 #include "engine/serving/tick_rows.h"
@@ -23,8 +25,14 @@ namespace forecastd {
 struct StreamHub::Pending {
   enum class Kind { kOpen, kTicks, kReplay, kReset, kClose };
   Kind kind = Kind::kTicks;
-  // kTicks: rows * F raw values; kReplay: one row, already in the ring buffer.
+  // kTicks: rows * Fin raw values (the model's input columns); kReplay: one row, already in
+  // the ring buffer.
   std::vector<float> values;
+  // kTicks, a model with future-known covariates or calendar features: the raw future-known
+  // covariates of the P steps after the last row (P, covariates.future), and each row's time
+  // then the P steps' (rows + P).
+  std::vector<float> future;
+  std::vector<int64_t> timestamps;
   int64_t rows = 0;
   int64_t next_row = 0;  // kTicks: rows done (state mode: stepped)
   bool in_ring = false;  // window mode: its rows are in the ring buffer
@@ -53,16 +61,26 @@ struct StreamHub::Stream {
   std::optional<LoadedModel> pin;
   v1::StreamingConfig::Mode mode = v1::StreamingConfig::STREAM_MODE_WINDOW;
   StreamLimits limits;
-  int32_t slot = -1;            // state mode: its row of the pinned version's slab
-  bool zero_state = true;       // state mode: the next step starts from a zero state
-  int T = 0, F = 0;             // lookback and features of the model when opened
-  std::vector<int64_t> shape;   // of one forecast
-  int64_t bytes = 0;            // its ring buffer and (state mode) its state
-  std::vector<float> ring;      // (T, F): the last T ticks stepped, ring[(n % T) * F] the n-th
-  int64_t ring_count = 0;       // ticks ever put in the ring since the last reset
-  int64_t sequence = 0;         // ticks received
-  int64_t sequence_done = 0;    // ticks done: stepped (state mode) or buffered (window mode)
-  ConnectionId connection = 0;  // 0: detached
+  int32_t slot = -1;       // state mode: its row of the pinned version's slab
+  bool zero_state = true;  // state mode: the next step starts from a zero state
+  int T = 0, F = 0;        // lookback and features of the model when opened
+  int Fin = 0;             // a tick's input columns (F less the calendar columns)
+  int64_t R = 0;           // floats of one input record (Forecaster::input_floats())
+  // What each tick message carries beside its rows, and the future-known and calendar
+  // features the ring's rows were computed for (CovariateSignature), which a version the
+  // stream moves to must share.
+  TickCovariateSizes covariates;
+  std::string covariate_signature;
+  std::string series;                // a model trained on several series: the stream's
+  int32_t series_index = -1;         // its index in the pinned version's ModelConfig.series
+  std::optional<int64_t> last_time;  // calendar features: the time of the ring's last tick
+  std::vector<int64_t> shape;        // of one forecast
+  int64_t bytes = 0;                 // its ring buffer and (state mode) its state
+  std::vector<float> ring;           // (T, F): the last T ticks stepped, ring[(n % T) * F] the n-th
+  int64_t ring_count = 0;            // ticks ever put in the ring since the last reset
+  int64_t sequence = 0;              // ticks received
+  int64_t sequence_done = 0;         // ticks done: stepped (state mode) or buffered (window mode)
+  ConnectionId connection = 0;       // 0: detached
   absl::Time last_active;
   std::deque<Pending> pending;
   bool busy = false;   // a task of it is in an engine
@@ -71,6 +89,8 @@ struct StreamHub::Stream {
   bool resumed = false;
 
   int32_t buffered() const { return static_cast<int32_t>(std::min<int64_t>(ring_count, T)); }
+  // Takes the sizes of `model` (the version it is opened or imported on), with an empty ring.
+  void TakeShape(const Forecaster& model);
   // The last min(T, ring_count) ticks, oldest first.
   std::vector<float> Window(int64_t n) const {
     std::vector<float> window(static_cast<size_t>(n * F));
@@ -81,6 +101,35 @@ struct StreamHub::Stream {
     return window;
   }
 };
+
+namespace {
+
+// The future-known and calendar features of a config, in order: a stream's ring rows and
+// records mean the same to two versions whose signatures are equal.
+std::string CovariateSignature(const ModelConfig& config) {
+  std::string signature = absl::StrJoin(config.covariates().future(), ",");
+  for (int i = 0; i < config.covariates().calendar_size(); ++i) {
+    absl::StrAppend(&signature, "|", CalendarName(config.covariates().calendar(i)));
+  }
+  return signature;
+}
+
+}  // namespace
+
+void StreamHub::Stream::TakeShape(const Forecaster& model) {
+  const ModelConfig& config = model.config();
+  T = model.lookback();
+  F = model.num_features();
+  Fin = NumInputColumns(config);
+  R = model.input_floats();
+  covariates.horizon = model.horizon();
+  covariates.future_inputs = NumFutureInputColumns(config);
+  covariates.timestamps = NeedsTimestamps(config);
+  covariate_signature = CovariateSignature(config);
+  shape = {model.horizon(), model.num_targets()};
+  if (!config.quantiles().empty()) shape.push_back(model.num_quantiles());
+  ring.assign(static_cast<size_t>(T) * F, 0.0f);
+}
 
 // A task for an engine, with the pin that keeps the engine alive.
 struct StreamHub::Dispatch {
@@ -238,6 +287,7 @@ StreamInfo StreamHub::InfoLocked(const Stream& stream) const {
   info.sequence = stream.sequence;
   info.ticks_buffered = stream.buffered();
   info.lookback = stream.T;
+  info.series = stream.series;
   info.resumed = stream.resumed;
   info.closed = stream.ended;
   info.connected = stream.connection != 0;
@@ -271,13 +321,13 @@ void StreamHub::EndLocked(const std::shared_ptr<Stream>& stream, const char* rea
 }
 
 void StreamHub::Open(ConnectionId connection, const std::string& key, const std::string& model,
-                     int64_t version, bool resume) {
-  DoOpen(connection, key, model, version, resume);
+                     int64_t version, bool resume, const std::string& series) {
+  DoOpen(connection, key, model, version, resume, series);
   Flush();
 }
 
 void StreamHub::DoOpen(ConnectionId connection, const std::string& key, const std::string& model,
-                       int64_t version, bool resume) {
+                       int64_t version, bool resume, const std::string& series) {
   absl::MutexLock l(&mu_);
   StreamReply error;
   error.key = key;
@@ -322,7 +372,23 @@ void StreamHub::DoOpen(ConnectionId connection, const std::string& key, const st
   }
   absl::StatusOr<LoadedModel> pin = options_.registry->GetLoadedModel(model, version);
   if (!pin.ok()) return fail(pin.status());
-  const StreamLimits limits = StreamLimitsFor(pin->model->config(), pin->max_batch_size);
+  const ModelConfig& config = pin->model->config();
+  int32_t series_index = -1;
+  if (NumSeries(config) > 0) {
+    if (series.empty()) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("model '", model, "' was trained on ", NumSeries(config),
+                       " series: name the series of stream '", key, "' (StreamOpen.series)")));
+    }
+    absl::StatusOr<int> index = SeriesIndex(config, series);
+    if (!index.ok()) return fail(index.status());
+    series_index = *index;
+  } else if (!series.empty()) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("model '", model, "' was trained on one series; open stream '", key,
+                     "' without a series (it names '", series, "')")));
+  }
+  const StreamLimits limits = StreamLimitsFor(config, pin->max_batch_size);
   int64_t open = per_model_[model];
   if (existing != nullptr) {
     EndLocked(existing, "replaced");
@@ -347,12 +413,9 @@ void StreamHub::DoOpen(ConnectionId connection, const std::string& key, const st
   stream->requested_version = version;
   stream->mode = limits.mode;
   stream->limits = limits;
-  stream->T = pin->model->lookback();
-  stream->F = pin->model->num_features();
-  stream->ring.assign(static_cast<size_t>(stream->T) * stream->F, 0.0f);
-  stream->shape = {pin->model->horizon(), pin->model->num_targets()};
-  if (!pin->model->config().quantiles().empty())
-    stream->shape.push_back(pin->model->num_quantiles());
+  stream->TakeShape(*pin->model);
+  stream->series = series;
+  stream->series_index = series_index;
   stream->connection = connection;
   stream->last_active = clock_->Now();
   stream->pin = *std::move(pin);
@@ -382,10 +445,13 @@ std::shared_ptr<StreamHub::Stream> StreamHub::FindLocked(ConnectionId connection
 }
 
 void StreamHub::Ticks(ConnectionId connection, const std::string& key,
-                      absl::Span<const float> values, uint64_t tag) {
+                      absl::Span<const float> values, uint64_t tag,
+                      const TickCovariates& covariates) {
   Pending pending;
   pending.kind = Pending::Kind::kTicks;
   pending.values.assign(values.begin(), values.end());
+  pending.future.assign(covariates.future.begin(), covariates.future.end());
+  pending.timestamps.assign(covariates.timestamps.begin(), covariates.timestamps.end());
   pending.tag = tag;
   Submit(connection, key, std::move(pending));
 }
@@ -429,18 +495,28 @@ void StreamHub::DoSubmit(ConnectionId connection, const std::string& key, Pendin
     }
     pending.arrival = clock_->Now();
     stream->last_active = pending.arrival;
+    const int64_t request_bytes =
+        static_cast<int64_t>((pending.values.size() + pending.future.size()) * sizeof(float) +
+                             pending.timestamps.size() * sizeof(int64_t));
     if (pending.kind == Pending::Kind::kTicks && options_.max_request_bytes > 0 &&
-        static_cast<int64_t>(pending.values.size() * sizeof(float)) > options_.max_request_bytes) {
-      error.status = absl::ResourceExhaustedError(
-          absl::StrCat("ticks of ", pending.values.size() * sizeof(float), " bytes for key '", key,
-                       "'; one request may hold ", options_.max_request_bytes,
-                       " (--max-request-memory-bytes): send fewer rows at a time"));
+        request_bytes > options_.max_request_bytes) {
+      error.status = absl::ResourceExhaustedError(absl::StrCat(
+          "ticks of ", request_bytes, " bytes for key '", key, "'; one request may hold ",
+          options_.max_request_bytes, " (--max-request-memory-bytes): send fewer rows at a time"));
       SendLocked(*stream, std::move(error));
       return;
     }
     if (pending.kind == Pending::Kind::kTicks) {
       absl::StatusOr<int64_t> rows =
-          CheckTickRows(pending.values, stream->F, options_.allow_non_finite_inputs);
+          CheckTickRows(pending.values, stream->Fin, options_.allow_non_finite_inputs);
+      if (rows.ok()) {
+        if (absl::Status covariates =
+                CheckTickCovariates(*rows, pending.future, pending.timestamps, stream->covariates,
+                                    options_.allow_non_finite_inputs);
+            !covariates.ok()) {
+          rows = covariates;
+        }
+      }
       if (!rows.ok()) {
         error.status = absl::InvalidArgumentError(absl::StrCat(
             rows.status().message(), " (key '", key, "', model '", stream->model, "')"));
@@ -475,10 +551,23 @@ absl::Status StreamHub::EnsurePinnedLocked(Stream& stream) {
   }
   const Forecaster& model = *pin->model;
   if (model.lookback() != stream.T || model.num_features() != stream.F ||
+      NumInputColumns(model.config()) != stream.Fin || model.input_floats() != stream.R ||
+      CovariateSignature(model.config()) != stream.covariate_signature ||
       StreamMode(model.config()) != stream.mode) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "model '", stream.model, "' now serves version ", pin->version,
-        " with another lookback, feature count or stream mode; reopen stream '", stream.key, "'"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("model '", stream.model, "' now serves version ", pin->version,
+                     " with another lookback, feature count, covariates or stream mode; reopen "
+                     "stream '",
+                     stream.key, "'"));
+  }
+  if (!stream.series.empty()) {
+    absl::StatusOr<int> index = SeriesIndex(model.config(), stream.series);
+    if (!index.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model '", stream.model, "' now serves version ", pin->version, ": ",
+          index.status().message(), "; reopen stream '", stream.key, "' with one of its series"));
+    }
+    stream.series_index = *index;
   }
   if (stream.mode == v1::StreamingConfig::STREAM_MODE_STATE) {
     ASSIGN_OR_RETURN(stream.slot, ModelRegistry::Ticks(*pin).AllocateSlot());
@@ -510,6 +599,7 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
         EndLocked(stream, "closed");
       } else {
         s.ring_count = 0;
+        s.last_time.reset();
         s.zero_state = true;
       }
       StreamReply reply;
@@ -552,10 +642,10 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
     }
     // Window mode: every row joins the ring buffer at once; only the last one's window runs.
     if (!next.in_ring) {
-      for (int64_t r = 0; r < next.rows; ++r) {
-        std::copy_n(next.values.begin() + r * s.F, s.F,
-                    s.ring.begin() + (s.ring_count % s.T) * s.F);
-        ++s.ring_count;
+      if (absl::Status put = PutRowsLocked(s, next); !put.ok()) {
+        FailFrontLocked(s, absl::InvalidArgumentError(absl::StrCat(put.message(), " (key '", s.key,
+                                                                   "', model '", s.model, "')")));
+        continue;
       }
       s.sequence_done += next.rows;
       next.next_row = next.rows - 1;
@@ -570,11 +660,52 @@ void StreamHub::PumpLocked(const std::shared_ptr<Stream>& stream, std::vector<Di
     }
     auto task = std::make_unique<TickTask>();
     task->kind = TickTask::Kind::kWindow;
-    task->input = s.Window(s.T);
+    task->input = s.R == int64_t{s.T} * s.F ? s.Window(s.T) : WindowRecordLocked(s, next);
     s.busy = true;
     out.push_back(Dispatch{stream, *s.pin, std::move(task)});
     return;
   }
+}
+
+absl::Status StreamHub::PutRowsLocked(Stream& s, const Pending& pending) {
+  const int64_t calendar = s.F - s.Fin;  // calendar columns per row
+  if (calendar > 0 && s.last_time.has_value() && pending.timestamps.front() <= *s.last_time) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tick timestamps must increase: the first, ", pending.timestamps.front(),
+                     ", does not follow the last tick's, ", *s.last_time));
+  }
+  const ModelConfig& config = s.pin->model->config();
+  for (int64_t r = 0; r < pending.rows; ++r) {
+    float* row = s.ring.data() + (s.ring_count % s.T) * s.F;
+    std::copy_n(pending.values.begin() + r * s.Fin, s.Fin, row);
+    if (calendar > 0) {
+      CalendarValues(config, pending.timestamps[static_cast<size_t>(r)], row + s.Fin);
+    }
+    ++s.ring_count;
+  }
+  if (calendar > 0) s.last_time = pending.timestamps[static_cast<size_t>(pending.rows - 1)];
+  return absl::OkStatus();
+}
+
+std::vector<float> StreamHub::WindowRecordLocked(const Stream& s, const Pending& pending) const {
+  // The layout of BuildInputRecords (engine/models/input_record.h): the window's T rows of F,
+  // then per forecast step covariates.future and the calendar columns of the step's time, then
+  // the series index.
+  const int64_t T = s.T, F = s.F, P = s.covariates.horizon, FkIn = s.covariates.future_inputs;
+  const int64_t calendar = F - s.Fin, Fk = FkIn + calendar;
+  std::vector<float> record = s.Window(T);
+  record.resize(static_cast<size_t>(s.R), 0.0f);
+  const ModelConfig& config = s.pin->model->config();
+  for (int64_t p = 0; p < P && Fk > 0; ++p) {
+    float* step = record.data() + T * F + p * Fk;
+    std::copy_n(pending.future.begin() + p * FkIn, FkIn, step);
+    if (calendar > 0) {
+      CalendarValues(config, pending.timestamps[static_cast<size_t>(pending.rows + p)],
+                     step + FkIn);
+    }
+  }
+  if (s.series_index >= 0) record.back() = static_cast<float>(s.series_index);
+  return record;
 }
 
 void StreamHub::AnswerFrontLocked(Stream& s, StreamReply reply) {
@@ -769,6 +900,8 @@ v1::StreamRecord StreamHub::RecordLocked(const Stream& s) const {
   record.mutable_ring()->Add(window.begin(), window.end());
   record.set_ring_count(s.ring_count);
   record.set_zero_state(s.zero_state);
+  record.set_series(s.series);
+  if (s.last_time.has_value()) record.set_last_timestamp(*s.last_time);
   return record;
 }
 
@@ -931,6 +1064,23 @@ absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration ti
   if (record.ring_size() % F != 0 || n > T || n > record.ring_count() || record.sequence() < 0) {
     return absl::InvalidArgumentError(absl::StrCat(context, ": malformed ring buffer"));
   }
+  int32_t series_index = -1;
+  if (NumSeries(model.config()) > 0) {
+    if (record.series().empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(context, " was kept without a series; version ", pin.version,
+                       " was trained on ", NumSeries(model.config()), " series"));
+    }
+    absl::StatusOr<int> index = SeriesIndex(model.config(), record.series());
+    if (!index.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(context, ": ", index.status().message()));
+    }
+    series_index = *index;
+  } else if (!record.series().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(context, " was kept for series '",
+                                                      record.series(), "'; version ", pin.version,
+                                                      " was trained on one series"));
+  }
   const bool state = limits.mode == v1::StreamingConfig::STREAM_MODE_STATE;
   const bool same_version = record.version() == pin.version;
   if (state && same_version && !record.zero_state() && record.state_size() != model.StateFloats()) {
@@ -944,11 +1094,10 @@ absl::Status StreamHub::Import(const v1::StreamRecord& record, absl::Duration ti
   stream->requested_version = record.requested_version();
   stream->mode = limits.mode;
   stream->limits = limits;
-  stream->T = static_cast<int>(T);
-  stream->F = static_cast<int>(F);
-  stream->shape = {model.horizon(), model.num_targets()};
-  if (!model.config().quantiles().empty()) stream->shape.push_back(model.num_quantiles());
-  stream->ring.assign(static_cast<size_t>(T * F), 0.0f);
+  stream->TakeShape(model);
+  stream->series = record.series();
+  stream->series_index = series_index;
+  if (record.has_last_timestamp()) stream->last_time = record.last_timestamp();
   stream->ring_count = record.ring_count();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t t = (record.ring_count() - n + i) % T;

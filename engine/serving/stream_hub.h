@@ -1,7 +1,9 @@
 // Tick streams: the server keeps each stream's history so a new observation costs one step, not
 // a whole window. A stream is named by (model, key), the key chosen by the client (an instrument
 // id), and is attached to at most one connection at a time (a gRPC Stream call). The hub keeps,
-// per stream, a ring buffer of its last T ticks (both modes), its place in the version's state
+// per stream, a ring buffer of its last T ticks (both modes; each the model's F features, the
+// calendar columns of a model with calendar features computed from the tick's time), the series
+// it belongs to (a model trained on several series), its place in the version's state
 // slab (state mode), its sequence numbers and the requests still waiting for the one before them;
 // it hands each stream's next step to the version's TickEngine, at most one at a time, so a key's
 // ticks are computed and answered in order while the ticks of different keys share batches.
@@ -44,6 +46,7 @@ struct StreamInfo {
   int64_t sequence = 0;        // ticks received
   int32_t ticks_buffered = 0;  // in its ring buffer
   int32_t lookback = 0;        // T
+  std::string series;          // a model trained on several series: the stream's
   bool resumed = false;        // Open: a kept stream was continued
   bool closed = false;         // Close: the stream is gone
   bool connected = false;      // attached to a connection
@@ -129,12 +132,24 @@ class StreamHub {
   // With `resume` the stream kept under that key carries on (NOT_FOUND when there is none);
   // without, a kept stream of that key is replaced by a fresh one. FAILED_PRECONDITION when
   // the key is open on another connection (or already on this one); RESOURCE_EXHAUSTED at the
-  // model's streaming.max_streams.
+  // model's streaming.max_streams. `series` names the stream's series for a model trained on
+  // several (ModelConfig.series; INVALID_ARGUMENT when missing, NOT_FOUND when unknown) and
+  // must be empty for any other model (INVALID_ARGUMENT); a resumed stream keeps its own.
   void Open(ConnectionId connection, const std::string& key, const std::string& model,
-            int64_t version, bool resume);
-  // `values` holds n >= 1 rows of F raw features, the key's next n observations.
+            int64_t version, bool resume, const std::string& series = "");
+  // What a tick message of a model with future-known covariates or calendar features carries
+  // beside its rows (see StreamTicks in forecaster.proto): the raw future-known covariates of
+  // the P steps after its last row (P, covariates.future), and each row's time then the P
+  // steps' (rows + P, Unix seconds). Empty for any other model.
+  struct TickCovariates {
+    absl::Span<const float> future;
+    absl::Span<const int64_t> timestamps;
+  };
+  // `values` holds n >= 1 rows of the model's input columns (its feature_names), the key's next
+  // n observations; `covariates` what the model needs beside them (CheckTickCovariates: an
+  // INVALID_ARGUMENT on the key otherwise).
   void Ticks(ConnectionId connection, const std::string& key, absl::Span<const float> values,
-             uint64_t tag);
+             uint64_t tag, const TickCovariates& covariates = {});
   void Reset(ConnectionId connection, const std::string& key);
   void Close(ConnectionId connection, const std::string& key);
 
@@ -160,8 +175,9 @@ class StreamHub {
   // Re-creates a stream, detached, from its record (start-up restore, Admin import); it can be
   // resumed. When the record's version is the one the stream computes on now, its state comes
   // back bit for bit; otherwise the stream re-primes from its ring buffer at its next tick.
-  // FAILED_PRECONDITION when the key is open on a connection or the model's lookback, features
-  // or stream mode differ from the record's; NOT_FOUND / UNAVAILABLE as GetLoadedModel.
+  // FAILED_PRECONDITION when the key is open on a connection, the model's lookback, features
+  // or stream mode differ from the record's, or the record's series is not one of the model's
+  // (or missing for a model trained on several); NOT_FOUND / UNAVAILABLE as GetLoadedModel.
   absl::Status Import(const v1::StreamRecord& record, absl::Duration timeout);
   // Snapshot, written atomically to `path`.
   absl::Status SaveSnapshot(const std::string& path, bool clean, absl::Duration timeout);
@@ -223,7 +239,17 @@ class StreamHub {
   void DoSubmit(ConnectionId connection, const std::string& key, Pending pending)
       ABSL_LOCKS_EXCLUDED(mu_);
   void DoOpen(ConnectionId connection, const std::string& key, const std::string& model,
-              int64_t version, bool resume) ABSL_LOCKS_EXCLUDED(mu_);
+              int64_t version, bool resume, const std::string& series) ABSL_LOCKS_EXCLUDED(mu_);
+  // Puts the rows of the window-mode request at the front into the ring buffer (with their
+  // calendar columns); INVALID_ARGUMENT, with nothing put, when their times do not follow the
+  // ring buffer's last.
+  absl::Status PutRowsLocked(Stream& stream, const Pending& pending)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The input record of the stream's window forecast after `pending`'s last row: the last T
+  // rows of the ring buffer, then the future-known values of the P steps after it and the
+  // series index (Forecaster::input_floats()).
+  std::vector<float> WindowRecordLocked(const Stream& stream, const Pending& pending) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TaskDone(const std::shared_ptr<Stream>& stream, struct TickResult result)
       ABSL_LOCKS_EXCLUDED(mu_);
   void SweeperLoop();

@@ -40,7 +40,8 @@ struct TickResult {
 struct TickTask {
   enum class Kind {
     kStep,        // state mode: one time step of `input` (F raw values) at `slot`
-    kWindow,      // window mode: a forward over `input` (T * F raw values, oldest first)
+    kWindow,      // window mode: a forward over `input`, the input record (input_floats():
+                  // the last T rows oldest first, then any future-known values and series)
     kReadState,   // state mode: output = the state at `slot`
     kWriteState,  // state mode: the state at `slot` = `input` (StateFloats values; empty: zeros)
   };
@@ -65,7 +66,8 @@ class TickEngine {
     // Step or window tasks in one batch at most, >= 1: the instances' max_step_rows in state
     // mode, their max_batch_size in window mode.
     int64_t max_batch = 1;
-    // Floats of one input tick (F), of one window (T * F), of one forecast and of one state.
+    // Floats of one input tick (F), of one window's input record (Forecaster::input_floats():
+    // T * F for a model without covariates or series), of one forecast and of one state.
     int64_t tick_floats = 0;
     int64_t window_floats = 0;
     int64_t output_floats = 0;

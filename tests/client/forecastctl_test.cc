@@ -39,6 +39,7 @@
 #include "tests/testing/catch.h"
 #include "tests/testing/forecastd_daemon.h"
 #include "tests/testing/process.h"
+#include "tests/testing/test_models.h"
 
 namespace forecastd {
 namespace {
@@ -473,6 +474,150 @@ TEST_CASE("stream replays a CSV one tick per row, and streams lists a kept key",
   REQUIRE(absl::StartsWith(nothing.err, "error: NOT_FOUND: "));
   REQUIRE(Ctl(f, {"streams", "ghost"}).exit_code == 1);
   REQUIRE(Ctl(f, {"stream", "toy", "--key", "x"}).exit_code == 2);  // no --csv
+}
+
+// --- A model with covariates and series
+
+// `rows` hourly observations of price, volume and event for each of `series`, stacked, with an
+// ISO time column; the last kP rows of each series leave price and volume empty (the steps the
+// last forecast forecasts). Cells are written as they are read back (cells[r] per column).
+struct CovariateCsv {
+  std::string text = "time,series,volume,price,event\n";
+  std::vector<std::vector<float>> rows;  // price, volume, event per data row
+  std::vector<int64_t> times;
+  std::vector<std::string> series;
+};
+
+CovariateCsv MakeCovariateCsv(int rows, const std::vector<std::string>& series) {
+  CovariateCsv csv;
+  for (size_t s = 0; s < series.size(); ++s) {
+    for (int r = 0; r < rows; ++r) {
+      const bool ahead = r >= rows - kP;
+      float price = 0, volume = 0;
+      const std::string price_cell = absl::StrCat(10.0f + 2.0f * std::sin(0.3f * r + s));
+      const std::string volume_cell = absl::StrCat(100.0f + 25.0f * std::cos(0.2f * r));
+      REQUIRE(absl::SimpleAtof(price_cell, &price));
+      REQUIRE(absl::SimpleAtof(volume_cell, &volume));
+      const float event = r % 3 == 0 ? 1.0f : 0.0f;
+      absl::StrAppend(&csv.text, "2026-03-02T", 4 + r < 10 ? "0" : "", 4 + r, ":00:00Z,", series[s],
+                      ",", ahead ? "" : volume_cell, ",", ahead ? "" : price_cell, ",", event,
+                      "\n");
+      csv.rows.push_back({price, volume, event});
+      csv.times.push_back(1772409600 + (4 + r) * 3600);
+      csv.series.push_back(series[s]);
+    }
+  }
+  return csv;
+}
+
+// The Predict request for the window of data rows [first, first + kT) of `csv`, its forecast
+// steps the kP rows after it.
+v1::PredictRequest CovariatePredict(const CovariateCsv& csv, int first) {
+  v1::PredictRequest request;
+  request.set_model("cov");
+  for (const int64_t d : {1, kT, 3}) request.mutable_inputs()->add_shape(d);
+  for (const int64_t d : {1, kP, 1}) request.mutable_future()->add_shape(d);
+  for (int r = first; r < first + kT; ++r) {
+    for (const float v : csv.rows[r]) request.mutable_inputs()->add_values(v);
+  }
+  for (int r = first + kT; r < first + kT + kP; ++r) {
+    request.mutable_future()->add_values(csv.rows[r][2]);
+  }
+  for (int r = first; r < first + kT + kP; ++r) request.add_timestamps(csv.times[r]);
+  request.add_series(csv.series[first]);
+  return request;
+}
+
+void RequireForecastsClose(const std::vector<double>& printed, const std::vector<float>& want) {
+  REQUIRE(printed.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i, printed[i], want[i]);
+    REQUIRE(std::fabs(static_cast<float>(printed[i]) - want[i]) <=
+            1e-4f * std::fabs(want[i]) + 1e-4f);
+  }
+}
+
+TEST_CASE("predict and stream read a model's covariates, times and series from the CSV",
+          "[integration][forecastctl]") {
+  Fixture f;
+  ModelConfig config = testing::CovariateConfig("cov", kT, kP);
+  config.mutable_batching()->set_max_batch_size(8);
+  const std::unique_ptr<Forecaster> model = testing::RandomCovariateModel(config, 3);
+  REQUIRE(PublishVersion(*model, absl::StrCat(f.repository.path(), "/cov"), 1).ok());
+  f.Restart();
+  const auto rpc = [&](const v1::PredictRequest& request) {
+    grpc::ClientContext context;
+    v1::PredictResponse response;
+    const grpc::Status status = f.daemon->forecaster().Predict(&context, request, &response);
+    INFO(status.error_message());
+    REQUIRE(status.ok());
+    return Floats(response.forecasts());
+  };
+
+  constexpr int kRows = kT + kP + 2;  // three forecasts of kT + kP rows each
+  const CovariateCsv one = MakeCovariateCsv(kRows, {"MSFT"});
+  WriteFile(f.Path("msft.csv"), one.text);
+  const CtlResult json =
+      Ctl(f, {"predict", "cov", "--csv", f.Path("msft.csv"), "--timestamp-column", "time",
+              "--series", "MSFT", "--windows", "2", "--json"});
+  REQUIRE(json.exit_code == 0);
+  std::vector<double> printed, rows;
+  const auto parsed = ParseJson<google::protobuf::Value>(json.out);
+  Flatten(Field(parsed, "forecasts"), printed);
+  Flatten(Field(parsed, "inputRows"), rows);
+  // The last forecast's steps are the CSV's last kP rows.
+  REQUIRE(rows == std::vector<double>{1, kT, 2, kT + 1});
+  std::vector<float> want = rpc(CovariatePredict(one, 1));
+  const std::vector<float> second = rpc(CovariatePredict(one, 2));
+  want.insert(want.end(), second.begin(), second.end());
+  RequireForecastsClose(printed, want);
+
+  // Stacked series: every window within one series, each with its own name.
+  const CovariateCsv stacked = MakeCovariateCsv(kRows, {"AAPL", "MSFT"});
+  WriteFile(f.Path("stacked.csv"), stacked.text);
+  const CtlResult all =
+      Ctl(f, {"predict", "cov", "--csv", f.Path("stacked.csv"), "--timestamp-column", "time",
+              "--series-column", "series", "--all", "--json"});
+  REQUIRE(all.exit_code == 0);
+  printed.clear();
+  rows.clear();
+  const auto stacked_parsed = ParseJson<google::protobuf::Value>(all.out);
+  Flatten(Field(stacked_parsed, "forecasts"), printed);
+  Flatten(Field(stacked_parsed, "inputRows"), rows);
+  REQUIRE(rows.size() == 2 * 6);  // three windows per series
+  REQUIRE(rows[6] == kRows);      // MSFT's first window starts at its first row
+  want.clear();
+  for (const int first : {0, 1, 2, kRows, kRows + 1, kRows + 2}) {
+    const std::vector<float> f_window = rpc(CovariatePredict(stacked, first));
+    want.insert(want.end(), f_window.begin(), f_window.end());
+  }
+  RequireForecastsClose(printed, want);
+
+  // The stream sends each tick with the event and times of the kP rows after it.
+  const CtlResult streamed = Ctl(f, {"stream", "cov", "--csv", f.Path("msft.csv"),
+                                     "--timestamp-column", "time", "--series", "MSFT", "--json"});
+  REQUIRE(streamed.exit_code == 0);
+  const std::vector<std::string> lines = Lines(streamed.out);
+  REQUIRE(lines.size() == kRows - kP + 1);  // a line per tick, then the summary
+  std::vector<double> at_lookback;
+  Flatten(Field(ParseJson<google::protobuf::Value>(lines[kT - 1]), "forecast"), at_lookback);
+  RequireForecastsClose(at_lookback, rpc(CovariatePredict(one, 0)));
+
+  // What the model needs and a plain model refuses are usage errors.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"predict", "cov", "--csv", f.Path("msft.csv"), "--timestamp-column", "time"},
+           {"predict", "cov", "--csv", f.Path("msft.csv"), "--series", "MSFT"},
+           {"predict", "cov", "--csv", f.Path("msft.csv"), "--timestamp-column", "time", "--series",
+            "MSFT", "--windows", "4"},
+           {"predict", "toy", "--csv", f.Path("msft.csv"), "--series", "MSFT"},
+           {"stream", "cov", "--csv", f.Path("msft.csv"), "--series", "MSFT"}}) {
+    CAPTURE(absl::StrJoin(args, " "));
+    REQUIRE(Ctl(f, args).exit_code == 2);
+  }
+  const CtlResult unknown = Ctl(f, {"predict", "cov", "--csv", f.Path("msft.csv"),
+                                    "--timestamp-column", "time", "--series", "GOOG"});
+  REQUIRE(unknown.exit_code == 1);
+  REQUIRE(absl::StrContains(unknown.err, "NOT_FOUND"));
 }
 
 // --- Training and jobs
@@ -1285,6 +1430,32 @@ TEST_CASE("metrics shows forecastd_requests_total after traffic", "[integration]
 }
 
 // --- The client library's readers, on their own
+
+TEST_CASE("CSV gaps after a window, a column as text and timestamps as Unix seconds",
+          "[integration][forecastctl]") {
+  const absl::StatusOr<Series> gaps = ParseCsvSeriesWithGaps("a,b\n1,2\n,4\n", {"a", "b"});
+  REQUIRE(gaps.ok());
+  REQUIRE(gaps->values[0] == 1);
+  REQUIRE(std::isnan(gaps->values[2]));
+  REQUIRE(gaps->values[3] == 4);
+  REQUIRE_FALSE(ParseCsvSeries("a,b\n1,2\n,4\n", {"a", "b"}).ok());
+  REQUIRE_FALSE(ParseCsvSeriesWithGaps("a\nx\n", {"a"}).ok());
+  const absl::StatusOr<std::vector<std::string>> column =
+      ParseCsvColumn("time,series\n\n1,\"AAPL\"\r\n2,MSFT\n", "series");
+  REQUIRE(column.ok());
+  REQUIRE(*column == std::vector<std::string>{"AAPL", "MSFT"});
+  REQUIRE(ParseCsvColumn("a\n1\n", "series").status().code() == absl::StatusCode::kInvalidArgument);
+  const int64_t t = 1772461800;  // 2026-03-02T14:30:00Z
+  for (const char* cell : {"1772461800", "1772461800.9", "2026-03-02T14:30:00Z", "2026-03-02 14:30",
+                           "2026-03-02T14:30:00.25", "2026-03-02T15:30:00+01:00"}) {
+    CAPTURE(cell);
+    const absl::StatusOr<int64_t> seconds = ParseUnixSeconds(cell);
+    REQUIRE(seconds.ok());
+    REQUIRE(*seconds == t);
+  }
+  REQUIRE(*ParseUnixSeconds("2026-03-02") == t - 14 * 3600 - 1800);
+  REQUIRE(ParseUnixSeconds("monday").status().code() == absl::StatusCode::kInvalidArgument);
+}
 
 TEST_CASE("CSV series, sliding windows and JSON windows", "[integration][forecastctl]") {
   const absl::StatusOr<Series> series =

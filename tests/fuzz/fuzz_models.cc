@@ -51,6 +51,20 @@ const Forecaster& TransformerModel() {
   return *model;
 }
 
+const Forecaster& CovariateModel() {
+  static const Forecaster* const model = Build(R"json({
+    "name": "gru_covariates", "lookback": 5, "horizon": 3,
+    "featureNames": ["load", "temperature", "holiday"], "targetNames": ["load"],
+    "gru": {"hiddenSize": 4, "numLayers": 1},
+    "normalization": "NORMALIZATION_STANDARD",
+    "covariates": {"future": ["holiday"], "calendar": ["CALENDAR_HOUR_OF_DAY"]},
+    "series": ["north", "south"],
+    "batching": {"maxBatchSize": 8}
+  })json")
+                                             .release();
+  return *model;
+}
+
 int64_t MaxBatchRows(const Forecaster& model) {
   const int32_t configured = model.config().batching().max_batch_size();
   return configured == 0 ? 32 : configured;

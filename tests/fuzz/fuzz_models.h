@@ -20,6 +20,11 @@ const Forecaster& LstmModel();
 // batching.max_batch_size 1000000, so that the server's own limits are what bound a request.
 const Forecaster& TransformerModel();
 
+// "gru_covariates": 1-layer GRU (hidden 4), lookback 5, features (load, temperature, holiday),
+// horizon 3, target load, the future-known covariate holiday, the calendar feature hour of day
+// and the series (north, south); batching.max_batch_size 8.
+const Forecaster& CovariateModel();
+
 // The model's own bound on a request's windows: batching.max_batch_size, 0 meaning 32, as
 // engine/serving's BatcherOptionsFromConfig reads it.
 int64_t MaxBatchRows(const Forecaster& model);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -160,6 +161,217 @@ TEST_CASE("Admission checks the request against the pinned version's limits",
 
   REQUIRE(admission.Pin("nope", 0).status().code() == absl::StatusCode::kNotFound);
   REQUIRE(admission.Pin("m", 9).status().code() == absl::StatusCode::kNotFound);
+}
+
+// A registry serving "cov" (CovariateConfig, version 1) beside "m" (GruConfig, version 1).
+struct CovariateEnv {
+  CovariateEnv() {
+    root = dir.path() + "/models";
+    fs::create_directories(root);
+    ModelConfig config = testing::CovariateConfig("cov", T, 2);
+    config.mutable_batching()->set_max_batch_size(kMaxBatch);
+    model = testing::RandomCovariateModel(config, 31);
+    plain = testing::RandomModel(GruConfig(), 32);
+    REQUIRE(PublishVersion(*model, root + "/cov", 1).ok());
+    REQUIRE(PublishVersion(*plain, root + "/m", 1).ok());
+    ModelRegistry::Options registry_options;
+    registry_options.repository_path = root;
+    registry_options.drain_timeout = absl::Seconds(30);
+    registry = testing::StartCpuRegistry(registry_options, backend, scheduler);
+  }
+  ~CovariateEnv() { registry->Shutdown(absl::Seconds(30)); }
+
+  testing::TempDir dir;
+  std::string root;
+  std::unique_ptr<Forecaster> model, plain;
+  ReferenceBackend backend;
+  std::unique_ptr<DeviceScheduler> scheduler;
+  std::unique_ptr<ModelRegistry> registry;
+};
+
+// A call carrying `request`'s windows and extras (each dropped or replaced as the test asks).
+PredictCall CovariateCall(const testing::CovariateRequest& request, const int64_t (&shape)[3],
+                          const int64_t (&future_shape)[3]) {
+  PredictCall call;
+  call.shape = shape;
+  call.values = request.windows;
+  call.extras.future = FloatTensorView{.shape = future_shape, .raw = {}, .values = request.future};
+  call.extras.timestamps = request.timestamps;
+  call.extras.series = request.series;
+  return call;
+}
+
+absl::Status AdmitAndWait(const PredictAdmission& admission, const LoadedModel& pinned,
+                          const PredictCall& call, std::vector<float>* forecasts) {
+  std::string reply;
+  absl::Notification finished;
+  PredictResult result;
+  absl::Status status = admission.Admit(
+      pinned, call,
+      [&](int64_t n) {
+        reply.resize(static_cast<size_t>(n * pinned.model->num_outputs()) * sizeof(float));
+        return reply.data();
+      },
+      [&](PredictResult r) {
+        result = std::move(r);
+        finished.Notify();
+      });
+  if (!status.ok()) return status;
+  finished.WaitForNotification();
+  if (forecasts != nullptr) {
+    forecasts->resize(reply.size() / sizeof(float));
+    std::memcpy(forecasts->data(), reply.data(), reply.size());
+  }
+  return result.status;
+}
+
+TEST_CASE("Admission builds the input records of a model with covariates and series",
+          "[unit][predict_call][covariates]") {
+  CovariateEnv env;
+  const PredictAdmission admission({.registry = env.registry.get()});
+  const LoadedModel pinned = admission.Pin("cov", 0).value();
+  const Forecaster& model = *env.model;
+  const int64_t B = 3, P = model.horizon();
+  const testing::CovariateRequest request = testing::RandomCovariateRequest(model, B, 41);
+  const int64_t shape[] = {B, T, 3};
+  const int64_t future_shape[] = {B, P, 1};
+  const std::vector<float> expected =
+      testing::ReferenceForward(model, testing::CovariateRecords(model, request), B);
+
+  SECTION("values, and raw bytes: the forecast of BuildInputRecords' records") {
+    std::vector<float> got;
+    REQUIRE(
+        AdmitAndWait(admission, pinned, CovariateCall(request, shape, future_shape), &got).ok());
+    REQUIRE(got == expected);
+    PredictCall raw = CovariateCall(request, shape, future_shape);
+    const std::string window_bytes(reinterpret_cast<const char*>(request.windows.data()),
+                                   request.windows.size() * sizeof(float));
+    // One byte in: raw bytes need not be aligned for float.
+    const std::string future_bytes =
+        " " + std::string(reinterpret_cast<const char*>(request.future.data()),
+                          request.future.size() * sizeof(float));
+    raw.values = {};
+    raw.raw = window_bytes;
+    raw.extras.future->values = {};
+    raw.extras.future->raw = absl::string_view(future_bytes).substr(1);
+    REQUIRE(AdmitAndWait(admission, pinned, raw, &got).ok());
+    REQUIRE(got == expected);
+  }
+  SECTION("one series name stands for every window") {
+    testing::CovariateRequest one = request;
+    one.series = {"MSFT"};
+    testing::CovariateRequest all = request;
+    all.series.assign(B, "MSFT");
+    std::vector<float> got;
+    REQUIRE(AdmitAndWait(admission, pinned, CovariateCall(one, shape, future_shape), &got).ok());
+    REQUIRE(got == testing::ReferenceForward(model, testing::CovariateRecords(model, all), B));
+    REQUIRE(got != expected);  // the series matters
+  }
+  SECTION("a missing, malformed or unknown extra is refused, naming it") {
+    const auto refused = [&](const PredictCall& call, absl::StatusCode code,
+                             const std::string& phrase) {
+      const absl::Status status = AdmitAndWait(admission, pinned, call, nullptr);
+      CAPTURE(status.ToString());
+      REQUIRE(status.code() == code);
+      REQUIRE(status.message().find(phrase) != absl::string_view::npos);
+    };
+    PredictCall call = CovariateCall(request, shape, future_shape);
+    call.extras.future.reset();
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "has future-known covariates (event): send future [3, 2, 1]");
+    call = CovariateCall(request, shape, future_shape);
+    call.extras.timestamps.reset();
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "has calendar features: send timestamps [3, 6]");
+    call = CovariateCall(request, shape, future_shape);
+    call.extras.series.reset();
+    refused(call, absl::StatusCode::kInvalidArgument, "was trained on 2 series: send series");
+    call = CovariateCall(request, shape, future_shape);
+    call.extras.series = std::vector<std::string>{"AAPL", "GOOG", "MSFT"};
+    refused(call, absl::StatusCode::kNotFound, "knows no series 'GOOG'");
+    call.extras.series = std::vector<std::string>{"AAPL", "MSFT"};
+    refused(call, absl::StatusCode::kInvalidArgument, "series holds 2 names for 3 windows");
+    const int64_t wrong_future_shape[] = {B, P + 1, 1};
+    call = CovariateCall(request, shape, wrong_future_shape);
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "future has shape [3, 3, 1]; model 'cov' takes [3, 2, 1]");
+    call = CovariateCall(request, shape, future_shape);
+    const std::vector<float> short_future(request.future.begin(), request.future.end() - 1);
+    call.extras.future->values = short_future;
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "future holds 5 values; shape [3, 2, 1] needs 6");
+    std::vector<float> nan_future = request.future;
+    nan_future[3] = std::numeric_limits<float>::quiet_NaN();
+    call.extras.future->values = nan_future;
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "future [1, 1, 0] (covariate 'event') is nan");
+    call = CovariateCall(request, shape, future_shape);
+    call.extras.timestamps->pop_back();
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "timestamps holds 17 values; model 'cov' takes 18");
+    call = CovariateCall(request, shape, future_shape);
+    (*call.extras.timestamps)[2] = (*call.extras.timestamps)[1];
+    refused(call, absl::StatusCode::kInvalidArgument,
+            "timestamps: window 0: its times must increase");
+    // The windows carry the model's input columns: no calendar columns.
+    const int64_t calendar_shape[] = {B, T, 5};
+    call = CovariateCall(request, calendar_shape, future_shape);
+    refused(call, absl::StatusCode::kInvalidArgument, "takes [B, 4, 3]");
+  }
+  SECTION("extras for a model that takes none are refused") {
+    const LoadedModel plain = admission.Pin("m", 0).value();
+    const std::vector<float> windows = testing::RandomWindows(1, T, 5);
+    const int64_t plain_shape[] = {1, T, 2};
+    const int64_t plain_future[] = {1, 2, 1};
+    const std::vector<float> future = {1.0f, 0.0f};
+    PredictCall call;
+    call.shape = plain_shape;
+    call.values = windows;
+    std::vector<float> got;
+    REQUIRE(AdmitAndWait(admission, plain, call, &got).ok());
+    REQUIRE(got == testing::ReferenceForward(*env.plain, windows, 1));
+    call.extras.future = FloatTensorView{.shape = plain_future, .raw = {}, .values = future};
+    absl::Status status = AdmitAndWait(admission, plain, call, nullptr);
+    REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(status.message() == "model 'm' has no future-known covariates: send no future");
+    call.extras.future.reset();
+    call.extras.timestamps = std::vector<int64_t>{1, 2, 3, 4, 5, 6};
+    status = AdmitAndWait(admission, plain, call, nullptr);
+    REQUIRE(status.message() == "model 'm' has no calendar features: send no timestamps");
+    call.extras.timestamps.reset();
+    call.extras.series = std::vector<std::string>{"AAPL"};
+    status = AdmitAndWait(admission, plain, call, nullptr);
+    REQUIRE(status.code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(status.message() == "model 'm' was trained on one series: send no series");
+  }
+}
+
+TEST_CASE(
+    "A request pinned before a reload that reorders the series is not computed as the new "
+    "version reads it",
+    "[unit][predict_call][covariates]") {
+  CovariateEnv env;
+  const PredictAdmission admission({.registry = env.registry.get()});
+  const LoadedModel before = admission.Pin("cov", 0).value();
+  ModelConfig config = env.model->config();
+  config.clear_series();
+  config.add_series("MSFT");
+  config.add_series("AAPL");
+  REQUIRE(
+      WriteFileAtomically(env.root + "/cov/config.json", ModelConfigToJson(config).value()).ok());
+  REQUIRE(env.registry->Load("cov").ok());
+  const testing::CovariateRequest request = testing::RandomCovariateRequest(*env.model, 1, 43);
+  const int64_t shape[] = {1, T, 3};
+  const int64_t future_shape[] = {1, 2, 1};
+  const absl::Status status =
+      AdmitAndWait(admission, before, CovariateCall(request, shape, future_shape), nullptr);
+  CAPTURE(status.ToString());
+  REQUIRE(status.code() == absl::StatusCode::kUnavailable);
+  REQUIRE(status.message().find("with other inputs") != absl::string_view::npos);
+  // Pinned afresh, the request runs on the new version.
+  const LoadedModel after = admission.Pin("cov", 0).value();
+  REQUIRE(
+      AdmitAndWait(admission, after, CovariateCall(request, shape, future_shape), nullptr).ok());
 }
 
 TEST_CASE(

@@ -127,7 +127,7 @@ Backend& CpuBackend() {
 }  // namespace
 
 std::vector<float> Expected(const Forecaster& model, const std::vector<float>& x) {
-  const int64_t B = static_cast<int64_t>(x.size()) / (int64_t{model.lookback()} * kF);
+  const int64_t B = static_cast<int64_t>(x.size()) / model.input_floats();
   std::vector<float> out(static_cast<size_t>(B * model.num_outputs()));
   Workspace workspace;
   const absl::Status status = model.Forward(CpuBackend(), out.data(), x.data(), B, workspace);

@@ -67,7 +67,8 @@ struct Repository {
 
 // (B, T, F) raw windows around kMean, within 1.5 kStd.
 std::vector<float> Windows(int64_t B, int T, uint32_t seed);
-// What the engine computes in-process (oneDNN backend) for windows `x`.
+// What the engine computes in-process (oneDNN backend) for windows `x` (input records, for a
+// model with covariates or series).
 std::vector<float> Expected(const Forecaster& model, const std::vector<float>& x);
 // Equal within 1e-5 relative (plus 1e-5 absolute): the batch a request ran in may hold other
 // rows, which may change the last bits.

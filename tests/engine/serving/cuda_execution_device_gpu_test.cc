@@ -1,9 +1,9 @@
 // Needs a GPU. CudaExecutionDevice and its CUDA model instances: forecasts of every batch size
 // (graph replays of padded batches and eager runs) against the reference backend for an LSTM,
 // a GRU and a transformer; no device allocation on the predict path after the instances are
-// made; batches started on the GPU and completed by its completion thread; memory back to its
-// level over load/unload cycles; and a ModelRegistry serving a model
-// on the GPU under concurrent requests.
+// made; a model with covariates and series, whose batches are input records; batches started on
+// the GPU and completed by its completion thread; memory back to its level over load/unload
+// cycles; and a ModelRegistry serving a model on the GPU under concurrent requests.
 #include "engine/serving/cuda_execution_device.h"
 
 #include <cuda_runtime_api.h>
@@ -142,6 +142,33 @@ TEST_CASE("GPU instances forecast what the reference does at every batch size, p
             absl::StatusCode::kInvalidArgument);
       CHECK(instances[0]->Run(input.data(), 0, out.data()).code() ==
             absl::StatusCode::kInvalidArgument);
+    }
+  }
+}
+
+TEST_CASE("GPU instances forecast a model with covariates and series as the reference does",
+          "[gpu][serving]") {
+  ModelConfig config = testing::CovariateConfig("covariates", kLookback, 3);
+  config.mutable_batching()->set_max_batch_size(12);
+  const std::shared_ptr<const Forecaster> model = testing::RandomCovariateModel(config, 17);
+  for (const bool use_graphs : {true, false}) {
+    std::unique_ptr<CudaExecutionDevice> device = MakeDevice(use_graphs);
+    std::vector<std::unique_ptr<ModelInstance>> instances = MakeInstances(*device, model);
+    // Input records of both series; a padded batch's extra rows hold earlier records.
+    for (int64_t rows = 12; rows >= 1; --rows) {
+      const std::vector<float> records = testing::CovariateRecords(
+          *model, testing::RandomCovariateRequest(*model, rows, static_cast<uint32_t>(200 + rows)));
+      const std::vector<float> want = testing::ReferenceForward(*model, records, rows);
+      for (const std::unique_ptr<ModelInstance>& instance : instances) {
+        std::vector<float> got(want.size(), NAN);
+        const absl::Status status = instance->Run(records.data(), rows, got.data());
+        INFO("graphs=" << use_graphs << " rows=" << rows << ": " << status.ToString());
+        REQUIRE(status.ok());
+        const double worst = WorstError(got, want);
+        std::printf("covariates  graphs=%d rows=%2lld  max rel err %.2e\n", use_graphs,
+                    static_cast<long long>(rows), worst);
+        CHECK(worst < 1e-4);
+      }
     }
   }
 }
