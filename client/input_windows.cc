@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
+#include "kernels/base/status.h"
 
 namespace forecastd {
 namespace {
@@ -74,12 +76,13 @@ bool LooksLikeJson(absl::string_view text) {
 
 namespace {
 
-absl::StatusOr<Series> ReadCsvSeries(absl::string_view text,
-                                     const std::vector<std::string>& columns, bool gaps) {
-  Series series;
-  series.columns = columns;
-  const int64_t F = static_cast<int64_t>(columns.size());
-  std::vector<size_t> index;  // per wanted column, its position in the header
+// Walks a CSV's lines: `on_header` gets the first non-blank line's cells, `on_row` every later
+// non-blank line's cells (as many as the header's, else an error naming the line) and its
+// 1-based line number. INVALID_ARGUMENT for a CSV without a header line.
+absl::Status ForEachCsvRow(
+    absl::string_view text,
+    const std::function<absl::Status(const std::vector<std::string>& cells)>& on_header,
+    const std::function<absl::Status(std::vector<std::string>& cells, int64_t line)>& on_row) {
   size_t header_cells = 0;
   bool have_header = false;
   int64_t line_number = 0;
@@ -87,26 +90,43 @@ absl::StatusOr<Series> ReadCsvSeries(absl::string_view text,
     ++line_number;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (absl::StripAsciiWhitespace(line).empty()) continue;
-    const std::vector<std::string> cells = SplitCsvLine(line);
+    std::vector<std::string> cells = SplitCsvLine(line);
     if (!have_header) {
       have_header = true;
       header_cells = cells.size();
-      for (const std::string& name : columns) {
-        size_t at = 0;
-        while (at < cells.size() && cells[at] != name) ++at;
-        if (at == cells.size()) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "the CSV header has no column '", name, "' (header: ", absl::StrJoin(cells, ","),
-              "; needed: ", absl::StrJoin(columns, ","), ")"));
-        }
-        index.push_back(at);
-      }
+      RETURN_IF_ERROR(on_header(cells));
       continue;
     }
     if (cells.size() != header_cells) {
       return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ", cells.size(),
                                                      " cells, but the header has ", header_cells));
     }
+    RETURN_IF_ERROR(on_row(cells, line_number));
+  }
+  if (!have_header) return absl::InvalidArgumentError("the CSV is empty (no header line)");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Series> ReadCsvSeries(absl::string_view text,
+                                     const std::vector<std::string>& columns, bool gaps) {
+  Series series;
+  series.columns = columns;
+  const int64_t F = static_cast<int64_t>(columns.size());
+  std::vector<size_t> index;  // per wanted column, its position in the header
+  const auto on_header = [&](const std::vector<std::string>& cells) {
+    for (const std::string& name : columns) {
+      size_t at = 0;
+      while (at < cells.size() && cells[at] != name) ++at;
+      if (at == cells.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the CSV header has no column '", name, "' (header: ", absl::StrJoin(cells, ","),
+            "; needed: ", absl::StrJoin(columns, ","), ")"));
+      }
+      index.push_back(at);
+    }
+    return absl::OkStatus();
+  };
+  const auto on_row = [&](std::vector<std::string>& cells, int64_t line_number) {
     for (int64_t f = 0; f < F; ++f) {
       const std::string& cell = cells[index[f]];
       float value = 0.0f;
@@ -122,8 +142,9 @@ absl::StatusOr<Series> ReadCsvSeries(absl::string_view text,
       series.values.push_back(value);
     }
     ++series.rows;
-  }
-  if (!have_header) return absl::InvalidArgumentError("the CSV is empty (no header line)");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachCsvRow(text, on_header, on_row));
   return series;
 }
 
@@ -142,32 +163,20 @@ absl::StatusOr<Series> ParseCsvSeriesWithGaps(absl::string_view text,
 absl::StatusOr<std::vector<std::string>> ParseCsvColumn(absl::string_view text,
                                                         absl::string_view column) {
   std::vector<std::string> out;
-  size_t index = 0, header_cells = 0;
-  bool have_header = false;
-  int64_t line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    std::vector<std::string> cells = SplitCsvLine(line);
-    if (!have_header) {
-      have_header = true;
-      header_cells = cells.size();
-      index = static_cast<size_t>(std::find(cells.begin(), cells.end(), column) - cells.begin());
-      if (index == cells.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("the CSV header has no column '", column,
-                                                       "' (header: ", absl::StrJoin(cells, ","),
-                                                       ")"));
-      }
-      continue;
+  size_t index = 0;
+  const auto on_header = [&](const std::vector<std::string>& cells) {
+    index = static_cast<size_t>(std::find(cells.begin(), cells.end(), column) - cells.begin());
+    if (index == cells.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the CSV header has no column '", column, "' (header: ", absl::StrJoin(cells, ","), ")"));
     }
-    if (cells.size() != header_cells) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line_number, ": ", cells.size(),
-                                                     " cells, but the header has ", header_cells));
-    }
+    return absl::OkStatus();
+  };
+  const auto on_row = [&](std::vector<std::string>& cells, int64_t) {
     out.push_back(std::move(cells[index]));
-  }
-  if (!have_header) return absl::InvalidArgumentError("the CSV is empty (no header line)");
+    return absl::OkStatus();
+  };
+  RETURN_IF_ERROR(ForEachCsvRow(text, on_header, on_row));
   return out;
 }
 

@@ -161,7 +161,13 @@ absl::Status Forecaster::ScaleWindows(DataOps& data, const ParameterView& p, flo
       data.WindowStats(center, scale, xn, B, T, F, statistic, WindowScalingEps(config_)));
   const float* gamma = w.affine() ? p.at("window_scaling.weight") : nullptr;
   const float* beta = w.affine() ? p.at("window_scaling.bias") : nullptr;
-  return data.ScaleWindows(xw, z, xn, center, scale, gamma, beta, B, T, F);
+  RETURN_IF_ERROR(data.ScaleWindows(xw, z, xn, center, scale, gamma, beta, B, T, F));
+  // The future-known columns keep their values (forecaster_records.cc).
+  for (const int j : future_features_) {
+    RETURN_IF_ERROR(data.BlockCopy(xw + j, xn + j, 0.0f, ref::Block3{B * T, 1, 1},
+                                   ref::Strides3{F, 0, 0}, ref::Strides3{F, 0, 0}));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Forecaster::UnscaleForecasts(DataOps& data, const ParameterView& p, float* out,
@@ -255,16 +261,29 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
   tape.Reset();
   tape.batch = B;
   tape.window_scaling = {};
-  if (HasRecordExtras(config_)) return ForwardTrainRecords(backend, out, xn, B, tape);
-  if (!scales_windows()) return ForwardTrainBody(backend, out, xn, B, tape);
-  const int64_t T = lookback(), F = num_features_;
+  const bool records = HasRecordExtras(config_);
+  if (!records && !scales_windows()) return ForwardTrainBody(backend, out, xn, B, tape);
+  const int64_t T = lookback(), F = num_features_, P = horizon(), Fk = num_future_features(),
+                R = input_floats_;
   const ParameterView p = tape.weights(parameters_);
   DataOps& data = tape.data();
-  TrainingTape::WindowScaling& w = tape.window_scaling;
+  // A record's window and future-known values side by side (forecaster_records.cc).
+  const float* windows = xn;
+  float* fn = nullptr;
+  const float* idx = records && num_series_ > 0 ? xn + T * F + P * Fk : nullptr;
+  if (records) {
+    ASSIGN_OR_RETURN(float* const w, tape.Alloc(B * T * F));
+    RETURN_IF_ERROR(data.GatherRows(w, xn, B, R, T * F));
+    windows = w;
+    if (Fk > 0) {
+      ASSIGN_OR_RETURN(fn, tape.Alloc(B * P * Fk));
+      RETURN_IF_ERROR(data.GatherRows(fn, xn + T * F, B, R, P * Fk));
+    }
+  }
   float* center = nullptr;
   float* scale = nullptr;
   float* z = nullptr;
-  const float* xw = xn;
+  const float* xw = windows;
   if (window_statistics()) {
     ASSIGN_OR_RETURN(center, tape.Alloc(B * F));
     ASSIGN_OR_RETURN(scale, tape.Alloc(B * F));
@@ -272,20 +291,25 @@ absl::Status Forecaster::ForwardTrain(Backend& backend, float* out, const float*
       ASSIGN_OR_RETURN(z, tape.Alloc(B * T * F));
     }
     ASSIGN_OR_RETURN(float* const scaled, tape.Alloc(B * T * F));
-    RETURN_IF_ERROR(ScaleWindows(data, p, scaled, z, center, scale, xn, B));
+    RETURN_IF_ERROR(ScaleWindows(data, p, scaled, z, center, scale, windows, B));
     xw = scaled;
   }
+  const float* body_in = xw;
+  if (records) {
+    ASSIGN_OR_RETURN(float* const u, tape.Alloc(B * body_lookback_ * body_features_));
+    ASSIGN_OR_RETURN(float* const statics, tape.Alloc(std::max<int64_t>(B * num_static_, 1)));
+    RETURN_IF_ERROR(AssembleBodyInput(data, p, u, statics, xw, fn, idx, R, B));
+    body_in = u;
+  }
+  if (!scales_windows()) return ForwardTrainBody(backend, out, body_in, B, tape);
   ASSIGN_OR_RETURN(float* const d, tape.Alloc(B * num_outputs()));
-  RETURN_IF_ERROR(ForwardTrainBody(backend, d, xw, B, tape));
+  RETURN_IF_ERROR(ForwardTrainBody(backend, d, body_in, B, tape));
   float* v = nullptr;
   if (window_affine()) {
     ASSIGN_OR_RETURN(v, tape.Alloc(B * num_outputs()));
   }
   RETURN_IF_ERROR(UnscaleForecasts(data, p, out, v, d, xw, center, scale, B));
-  w.scale = scale;
-  w.z = z;
-  w.xw = xw;
-  w.v = v;
+  tape.window_scaling = {scale, z, xw, v};
   return absl::OkStatus();
 }
 

@@ -229,8 +229,9 @@ class Forecaster {
   }
   bool window_affine() const { return config_.window_scaling().affine(); }
   // The scaled windows xw (and z, before the affine map, where not nullptr) of xn (B, T, F),
-  // with each window's center and scale (B, F) computed into the given buffers; xw may be xn.
-  // For a model with window statistics (a kind other than NONE).
+  // with each window's center and scale (B, F) computed into the given buffers; the
+  // future-known columns of xw keep xn's values. xw may be xn for a model without future-known
+  // features. For a model with window statistics (a kind other than NONE).
   absl::Status ScaleWindows(DataOps& data, const ParameterView& p, float* xw, float* z,
                             float* center, float* scale, const float* xn, int64_t B) const;
   // out (B, P*targets*Q) in xn's units from d, the body's output, and the scaled windows xw
@@ -248,16 +249,10 @@ class Forecaster {
   absl::Status ForwardRecords(Backend& backend, const ParameterView& p, DataOps& data, float* out,
                               const float* inp, int64_t B, Workspace& workspace) const;
   int64_t RecordWorkspaceFloats(int64_t B) const;
-  // ForwardTrain from standardised records.
-  absl::Status ForwardTrainRecords(Backend& backend, float* out, const float* rec, int64_t B,
-                                   TrainingTape& tape) const;
   // The normaliser's statistics per window (B, F): each window's series' row (idx[b *
   // idx_stride]) with series, else the model's one row; 0 and 1 without a normaliser.
   absl::Status RecordStatistics(DataOps& data, const ParameterView& p, float* center, float* scale,
                                 const float* idx, int64_t idx_stride, int64_t B) const;
-  // ScaleWindows, then the future-known columns of xw set back to xn's.
-  absl::Status ScaleRecordWindows(DataOps& data, const ParameterView& p, float* xw, float* z,
-                                  float* center, float* scale, const float* xn, int64_t B) const;
   // The body's input u (B, body_lookback(), body_features()) from the (scaled) windows xw
   // (B, T, F), the standardised future-known values fn (B, P, Fk) and the series indices
   // (idx[b * idx_stride]); statics is scratch of B * static features floats.

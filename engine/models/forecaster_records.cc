@@ -97,17 +97,6 @@ absl::Status Forecaster::AssembleBodyInput(DataOps& data, const ParameterView& p
                         ref::Strides3{Tb * W, W, 0}, ref::Strides3{});
 }
 
-absl::Status Forecaster::ScaleRecordWindows(DataOps& data, const ParameterView& p, float* xw,
-                                            float* z, float* center, float* scale, const float* xn,
-                                            int64_t B) const {
-  const int64_t T = lookback(), F = num_features_;
-  RETURN_IF_ERROR(ScaleWindows(data, p, xw, z, center, scale, xn, B));
-  for (const int j : future_features_) {
-    RETURN_IF_ERROR(CopyColumn(data, xw + j, F, xn + j, F, B * T));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Forecaster::ForwardRecords(Backend& backend, const ParameterView& p, DataOps& data,
                                         float* out, const float* inp, int64_t B,
                                         Workspace& workspace) const {
@@ -143,7 +132,7 @@ absl::Status Forecaster::ForwardRecords(Backend& backend, const ParameterView& p
     float* scaled = workspace.Alloc(B * T * F);
     wc = workspace.Alloc(B * F);
     ws = workspace.Alloc(B * F);
-    RETURN_IF_ERROR(ScaleRecordWindows(data, p, scaled, nullptr, wc, ws, xn, B));
+    RETURN_IF_ERROR(ScaleWindows(data, p, scaled, nullptr, wc, ws, xn, B));
     xw = scaled;
   }
   float* u = workspace.Alloc(B * body_lookback_ * body_features_);
@@ -163,53 +152,6 @@ absl::Status Forecaster::ForwardRecords(Backend& backend, const ParameterView& p
     RETURN_IF_ERROR(data.UnscaleTarget(out, nullptr, y, nullptr, 0, center + f, scale + f, F,
                                        nullptr, nullptr, 0.0f, B, P, K * Q, k * Q, Q));
   }
-  return absl::OkStatus();
-}
-
-absl::Status Forecaster::ForwardTrainRecords(Backend& backend, float* out, const float* rec,
-                                             int64_t B, TrainingTape& tape) const {
-  const int64_t T = lookback(), F = num_features_, P = horizon(), Fk = num_future_features(),
-                R = input_floats_;
-  const ParameterView p = tape.weights(parameters_);
-  DataOps& data = tape.data();
-  const float* idx = num_series_ > 0 ? rec + T * F + P * Fk : nullptr;
-  ASSIGN_OR_RETURN(float* const xn, tape.Alloc(B * T * F));
-  RETURN_IF_ERROR(data.GatherRows(xn, rec, B, R, T * F));
-  float* fn = nullptr;
-  if (Fk > 0) {
-    ASSIGN_OR_RETURN(fn, tape.Alloc(B * P * Fk));
-    RETURN_IF_ERROR(data.GatherRows(fn, rec + T * F, B, R, P * Fk));
-  }
-  TrainingTape::WindowScaling& w = tape.window_scaling;
-  const float* xw = xn;
-  float* center = nullptr;
-  float* scale = nullptr;
-  float* z = nullptr;
-  if (window_statistics()) {
-    ASSIGN_OR_RETURN(center, tape.Alloc(B * F));
-    ASSIGN_OR_RETURN(scale, tape.Alloc(B * F));
-    if (window_affine()) {
-      ASSIGN_OR_RETURN(z, tape.Alloc(B * T * F));
-    }
-    ASSIGN_OR_RETURN(float* const scaled, tape.Alloc(B * T * F));
-    RETURN_IF_ERROR(ScaleRecordWindows(data, p, scaled, z, center, scale, xn, B));
-    xw = scaled;
-  }
-  ASSIGN_OR_RETURN(float* const u, tape.Alloc(B * body_lookback_ * body_features_));
-  ASSIGN_OR_RETURN(float* const statics, tape.Alloc(std::max<int64_t>(B * num_static_, 1)));
-  RETURN_IF_ERROR(AssembleBodyInput(data, p, u, statics, xw, fn, idx, R, B));
-  if (!scales_windows()) return ForwardTrainBody(backend, out, u, B, tape);
-  ASSIGN_OR_RETURN(float* const d, tape.Alloc(B * num_outputs()));
-  RETURN_IF_ERROR(ForwardTrainBody(backend, d, u, B, tape));
-  float* v = nullptr;
-  if (window_affine()) {
-    ASSIGN_OR_RETURN(v, tape.Alloc(B * num_outputs()));
-  }
-  RETURN_IF_ERROR(UnscaleForecasts(data, p, out, v, d, xw, center, scale, B));
-  w.scale = scale;
-  w.z = z;
-  w.xw = xw;
-  w.v = v;
   return absl::OkStatus();
 }
 

@@ -110,11 +110,11 @@ TEST_CASE("Config validation names what is wrong with covariates and series", "[
   c.mutable_covariates()->add_calendar(v1::CALENDAR_HOUR_OF_DAY);
   invalid(c, "both in feature_names and a calendar feature");
   c = Base();
-  c.add_series("a");
-  c.add_series("a");
+  c.add_series(std::string("a"));
+  c.add_series(std::string("a"));
   invalid(c, "series 'a' repeats");
   c = Base();
-  c.add_series("a");
+  c.add_series(std::string("a"));
   c.mutable_streaming()->set_mode(v1::StreamingConfig::STREAM_MODE_STATE);
   invalid(c, "STREAM_MODE_STATE is not available");
   // Static covariates without the series: a valid config to train, but no model yet.
