@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -67,25 +68,37 @@ def arch_block(arch):
     return {"hiddenSize": 32, "numLayers": 2}
 
 
-class Config:
-    """One model configuration: architecture, window scaling on or off, quantiles."""
+SERIES_CSV = "eu_stock_markets_series.csv"  # the long CSV of the "+series" configurations
 
-    def __init__(self, arch, ws, quantiles=()):
-        self.arch, self.ws, self.quantiles = arch, ws, list(quantiles)
+
+class Config:
+    """One model configuration: architecture, window scaling on or off, quantiles, and
+    covariates: None, "cal" (the series' calendar features from its timestamps) or "series"
+    (one global model over the wide CSV's columns as series of one feature)."""
+
+    def __init__(self, arch, ws, quantiles=(), cov=None):
+        self.arch, self.ws, self.quantiles, self.cov = arch, ws, list(quantiles), cov
 
     @property
     def key(self):
-        return self.arch + ("+ws" if self.ws else "") + ("+q" if self.quantiles else "")
+        return (self.arch + ("+ws" if self.ws else "") + ("+q" if self.quantiles else "") +
+                (f"+{self.cov}" if self.cov else ""))
 
     def model_name(self, series, seed):
         return (f"q_{series}_{self.arch}{'_ws' if self.ws else ''}"
-                f"{'_q' if self.quantiles else ''}_s{seed}")
+                f"{'_q' if self.quantiles else ''}{'_' + self.cov if self.cov else ''}_s{seed}")
+
+    def csv_name(self, ev):
+        return SERIES_CSV if self.cov == "series" else ev.csv_name
 
     def model_config(self, ev, name):
+        features, targets = ev.features, ev.targets
+        if self.cov == "series":
+            features = targets = ["close"]
         cfg = {"name": name,
-               "description": f"bench/quality.sh: {self.key} on {ev.csv_name}",
+               "description": f"bench/quality.sh: {self.key} on {self.csv_name(ev)}",
                "lookback": ev.T, "horizon": ev.P,
-               "featureNames": ev.features, "targetNames": ev.targets,
+               "featureNames": features, "targetNames": targets,
                self.arch: arch_block(self.arch),
                "normalization": "NORMALIZATION_STANDARD"}
         if self.quantiles:
@@ -93,16 +106,46 @@ class Config:
         if self.ws:
             cfg["windowScaling"] = dict(ev.quantile_window_scaling if self.quantiles
                                         else ev.window_scaling)
+        if self.cov == "cal":
+            cfg["covariates"] = {"calendar": list(ev.calendar)}
         return cfg
 
 
-def configs_for(archs, quantile):
+def configs_for(ev, archs, quantile, covariates=True, keys=()):
+    out = _configs(ev, archs, quantile, covariates)
+    return [c for c in out if not keys or c.key in keys]
+
+
+def _configs(ev, archs, quantile, covariates):
     out = []
     for a in archs:
         out += [Config(a, False), Config(a, True)]
     if quantile and "lstm" in archs:
         out.append(Config("lstm", True, QUANTILES))
+    if covariates and ev.calendar and ev.times is not None:
+        out += [Config(a, ws, cov="cal") for a in archs for ws in (False, True)]
+    if covariates and ev.many_series:
+        out += [Config(a, True, cov="series") for a in archs]
     return out
+
+
+def write_series_csv(ev, path):
+    """The wide CSV's columns stacked as series: time, series, close (one series after the
+    other, each in time order)."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("time,series,close\n")
+        for k, name in enumerate(ev.features):
+            for r in range(ev.rows):
+                f.write(f"{ev.stamps[r]},{name},{float(ev.data[r, k])!r}\n")
+
+
+def request_extras(ev, cfg):
+    """The extra KServe inputs of a covariate configuration's forecasts over ev.X: a list of
+    (name, datatype, array) for one request of all origins."""
+    if cfg.cov == "cal":
+        idx = np.arange(-ev.T, ev.P)[None, :] + ev.origins[:, None]
+        return [("TIMESTAMPS", "INT64", ev.times[idx])]
+    return []
 
 
 # ----------------------------------------------------------------------------------------------
@@ -178,12 +221,12 @@ class Daemon:
                 self.proc.wait()
         self.log_file.close()
 
-    def train(self, name, cfg_path, csv_name, epochs, seed):
+    def train(self, name, cfg_path, csv_name, epochs, seed, extra=()):
         """Runs forecastctl train; returns (job dict from `jobs show --json`, command wall s)."""
         cmd = ["train", name, "--config", cfg_path, "--csv", csv_name, "--timestamp-column",
                "time", "--epochs", str(epochs), "--batch-size", str(BATCH), "--lr", str(LR),
                "--patience", str(PATIENCE), "--validation-fraction",
-               str(qs.VALIDATION_FRACTION), "--seed", str(seed), "--promote"]
+               str(qs.VALIDATION_FRACTION), "--seed", str(seed), "--promote", *extra]
         t0 = time.perf_counter()
         r = self.ctl(*cmd)
         wall = time.perf_counter() - t0
@@ -196,17 +239,23 @@ class Daemon:
             raise RuntimeError(f"jobs show {m.group(1)}: {show.stderr[-500:]}")
         return json.loads(show.stdout), wall
 
-    def forecast(self, name, X, max_batch):
-        """X (N, T, F) raw -> the served forecast, (N, P, K) or (N, P, K, Q)."""
+    def forecast(self, name, X, max_batch, extras=()):
+        """X (N, T, F) raw -> the served forecast, (N, P, K) or (N, P, K, Q). extras: more
+        inputs, (name, datatype, array with N rows)."""
         base = f"http://{self.http}/v2/models/{name}"
         meta = http_json(base)
         input_name = meta["inputs"][0]["name"]
         parts = []
         for i in range(0, len(X), max_batch):
             chunk = np.asarray(X[i:i + max_batch], dtype=np.float32)
-            reply = http_json(base + "/infer", {"inputs": [
-                {"name": input_name, "shape": list(chunk.shape), "datatype": "FP32",
-                 "data": chunk.reshape(-1).tolist()}]})
+            inputs = [{"name": input_name, "shape": list(chunk.shape), "datatype": "FP32",
+                       "data": chunk.reshape(-1).tolist()}]
+            for extra_name, datatype, array in extras:
+                part = np.asarray(array[i:i + max_batch])
+                data = part.reshape(-1).tolist()
+                inputs.append({"name": extra_name, "shape": list(part.shape),
+                               "datatype": datatype, "data": data})
+            reply = http_json(base + "/infer", {"inputs": inputs})
             out = reply["outputs"][0]
             parts.append(np.asarray(out["data"], dtype=np.float64).reshape(out["shape"]))
         return np.concatenate(parts)
@@ -218,12 +267,20 @@ def run_forecastd(daemon, ev, cfg, seed, epochs, work):
     path = os.path.join(work, name + ".json")
     with open(path, "w") as f:
         json.dump(model_cfg, f, indent=2)
-    job, ctl_s = daemon.train(name, path, ev.csv_name, epochs, seed)
+    extra = ["--series-column", "series"] if cfg.cov == "series" else []
+    job, ctl_s = daemon.train(name, path, cfg.csv_name(ev), epochs, seed, extra)
     if job.get("state") != "TRAIN_JOB_SUCCEEDED":
         raise RuntimeError(f"job {job.get('jobId')}: {job.get('state')}: {job.get('error')}")
     train_s = (int(job["finishedUnixMs"]) - int(job["createdUnixMs"])) / 1000.0
     max_batch = int(model_cfg.get("batching", {}).get("maxBatchSize", 32) or 32)
-    fc = daemon.forecast(name, ev.X, max_batch)
+    if cfg.cov == "series":
+        # Each index as its own series: its column alone, named.
+        fc = np.concatenate([
+            daemon.forecast(name, ev.X[:, :, k:k + 1], max_batch,
+                            [("SERIES", "BYTES", np.array([f] * len(ev.X), dtype=object))])
+            for k, f in enumerate(ev.features)], axis=2)
+    else:
+        fc = daemon.forecast(name, ev.X, max_batch, request_extras(ev, cfg))
     return {"seed": seed, "model": name, "job": job.get("jobId"), "train_s": train_s,
             "forecastctl_s": ctl_s, "best_epoch": int(job.get("bestEpoch", 0)),
             "epochs_run": int(job.get("epochsRun", 0)),
@@ -248,22 +305,64 @@ def run_torch(ev, cfg, seed, epochs):
 
     model_cfg = cfg.model_config(ev, cfg.model_name(ev.name, seed))
     t0 = time.perf_counter()
+    if cfg.cov == "series":
+        model_cfg["series"] = list(ev.features)
     spec = ft.Spec(model_cfg)
     torch.manual_seed(seed)
     module = ft.build_module(spec)  # PyTorch's default initialisation
-    train_part = ev.data[:ev.n_train]
-    mean = train_part.mean(axis=0)
-    std = train_part.std(axis=0)  # population (ddof 0)
-    std[std < 1e-12] = 1.0
+    T, P = ev.T, ev.P
+    # Each series' rows (rows, F) with the calendar columns, and its target columns; the
+    # wide CSV is one series, or one per column with "+series".
+    if cfg.cov == "series":
+        parts = [(ev.data[:, k:k + 1], [0]) for k in range(len(ev.features))]
+    elif cfg.cov == "cal":
+        parts = [(np.concatenate([ev.data, qs.calendar_columns(ev.calendar, ev.times)], axis=1),
+                  ev.target_index)]
+    else:
+        parts = [(ev.data, ev.target_index)]
+    means, stds = [], []
+    for data, _ in parts:
+        mean = data[:ev.n_train].mean(axis=0)
+        std = data[:ev.n_train].std(axis=0)  # population (ddof 0)
+        std[std < 1e-12] = 1.0
+        means.append(mean)
+        stds.append(std)
     with torch.no_grad():
-        module.normalizer.mean.copy_(torch.from_numpy(mean))
-        module.normalizer.std.copy_(torch.from_numpy(std))
-    T, P, ti = ev.T, ev.P, ev.target_index
-    Xtr, Ytr = windows(ev.data, range(0, ev.n_train - T - P + 1), T, P, ti)
-    Xva, Yva = windows(ev.data, range(ev.n_train, ev.rows - T - P + 1), T, P, ti)
-    tm, ts = mean[ti], std[ti]
-    Xtr, Xva = (torch.from_numpy(a).float() for a in (Xtr, Xva))
-    Ytr, Yva = (torch.from_numpy((a - tm) / ts).float() for a in (Ytr, Yva))
+        shape = module.normalizer.mean.shape
+        module.normalizer.mean.copy_(torch.from_numpy(np.stack(means)).reshape(shape))
+        module.normalizer.std.copy_(torch.from_numpy(np.stack(stds)).reshape(shape))
+
+    def inputs(s, starts):
+        """Windows of series s starting at `starts`: (N, T, F), or records for a model that
+        reads them (future-known calendar values, the series index)."""
+        data = parts[s][0]
+        X = np.stack([data[o:o + T] for o in starts])
+        if not spec.records:
+            return X
+        recs = [X.reshape(len(X), -1)]
+        if spec.Fk:
+            recs.append(np.stack([data[o + T:o + T + P][:, spec.future_index]
+                                  for o in starts]).reshape(len(X), -1))
+        if spec.S:
+            recs.append(np.full((len(X), 1), float(s)))
+        return np.concatenate(recs, axis=1)
+
+    def targets(s, starts):
+        data, ti = parts[s]
+        return np.stack([data[o + T:o + T + P][:, ti] for o in starts])
+
+    def split(lo, hi):
+        X = np.concatenate([inputs(s, range(lo, hi)) for s in range(len(parts))])
+        Y = np.concatenate([targets(s, range(lo, hi)) for s in range(len(parts))])
+        X = torch.from_numpy(X).float()
+        if spec.records:  # each window's target statistics (its series')
+            c, d = (v.detach().double().numpy()[:, None, :] for v in module.target_stats(X))
+        else:
+            c, d = means[0][parts[0][1]], stds[0][parts[0][1]]
+        return X, torch.from_numpy((Y - c) / d).float()
+
+    Xtr, Ytr = split(0, ev.n_train - T - P + 1)
+    Xva, Yva = split(ev.n_train, ev.rows - T - P + 1)
     taus = torch.tensor(spec.quantiles, dtype=torch.float32) if spec.Q else None
 
     def loss_fn(pred, y):
@@ -299,7 +398,11 @@ def run_torch(ev, cfg, seed, epochs):
     train_s = time.perf_counter() - t0
     module.eval()
     with torch.no_grad():
-        fc = module(torch.from_numpy(ev.X).float()).double().numpy()
+        if cfg.cov == "series":
+            fc = np.concatenate([module(torch.from_numpy(inputs(s, ev.origins - T)).float())
+                                 .double().numpy() for s in range(len(parts))], axis=2)
+        else:
+            fc = module(torch.from_numpy(inputs(0, ev.origins - T)).float()).double().numpy()
     return {"seed": seed, "train_s": train_s, "best_epoch": best_epoch,
             "epochs_run": epochs_run, "best_validation_loss": best,
             "score": qs.score(fc, ev.Y, ev.targets, cfg.quantiles)}
@@ -486,6 +589,11 @@ def parse_args(argv):
     ap.add_argument("--skip-neuralforecast", action="store_true")
     ap.add_argument("--no-quantile", action="store_true",
                     help="leave out the lstm+ws+q configuration (quantiles 0.1, 0.5, 0.9)")
+    ap.add_argument("--no-covariates", action="store_true",
+                    help="leave out the +cal (calendar features) and +series configurations")
+    ap.add_argument("--configs", default="",
+                    help="comma-separated configuration keys to run (e.g. transformer+cal); "
+                    "default: all")
     ap.add_argument("--nf-max-steps", type=int, default=0,
                     help="NeuralForecast max_steps (default 0: the models' own default, 1000)")
     ap.add_argument("--build-dir", default="build")
@@ -596,16 +704,24 @@ def main(argv):
             [{"seed": None, "train_s": None,
               "score": qs.score(qs.seasonal_naive(ev), ev.Y, ev.targets)}])
 
-    configs = configs_for(args.archs, not args.no_quantile)
+    configs = {ev.name: configs_for(ev, args.archs, not args.no_quantile, not args.no_covariates,
+                                    [k for k in args.configs.split(",") if k]) for ev in evs}
     if not args.skip_forecastd:
         work = tempfile.mkdtemp(prefix="forecastd-quality-")
         daemon = None
         try:
-            daemon = Daemon(args.build_dir, args.data_dir, work)
+            # The daemon's data directory: the shipped CSVs and the stacked series.
+            data_dir = os.path.join(work, "data")
+            os.makedirs(data_dir)
+            for ev in evs:
+                shutil.copy(ev.csv_path, data_dir)
+                if ev.many_series:
+                    write_series_csv(ev, os.path.join(data_dir, SERIES_CSV))
+            daemon = Daemon(args.build_dir, data_dir, work)
             context["forecastd"] = daemon.version()
             log(f"forecastd: {context['forecastd']} (daemon log {daemon.log_path})")
             for ev in evs:
-                for cfg in configs:
+                for cfg in configs[ev.name]:
                     runs, err = [], None
                     for seed in args.seeds:
                         log(f"  forecastd {ev.name} {cfg.key} seed {seed} ...")
@@ -629,7 +745,7 @@ def main(argv):
 
     if not args.skip_torch:
         for ev in evs:
-            for cfg in configs:
+            for cfg in configs[ev.name]:
                 runs = []
                 for seed in args.seeds:
                     log(f"  torch {ev.name} {cfg.key} seed {seed} ...")

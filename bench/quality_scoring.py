@@ -10,6 +10,7 @@ bench/quality.py only. Pure functions on numpy arrays; no module-level state.
 """
 
 import csv
+import datetime
 import math
 import os
 
@@ -39,8 +40,13 @@ SERIES = {
         "P": 8,
         "season": 336,  # half-hours: one week
         "window_scaling": {"kind": "WINDOW_SCALING_MEAN_STD", "affine": True},
+        # The "+cal" configurations: calendar features computed from the timestamps.
+        "calendar": ["CALENDAR_HOUR_OF_DAY", "CALENDAR_DAY_OF_WEEK"],
     },
 }
+# eu_stock_markets' "+series" configurations: one global model over the four indices as four
+# series of one feature (a long CSV with a series column), each forecast naming its series.
+SERIES["eu_stock_markets"]["many_series"] = True
 
 VALIDATION_FRACTION = 0.2
 
@@ -66,10 +72,19 @@ class EvalSet:
         self.window_scaling = dict(s["window_scaling"])
         self.quantile_window_scaling = dict(s.get("quantile_window_scaling",
                                                   s["window_scaling"]))
+        self.calendar = list(s.get("calendar", []))
+        self.many_series = bool(s.get("many_series", False))
         with open(self.csv_path, newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
         self.data = np.array([[float(r[c]) for c in self.features] for r in rows],
                              dtype=np.float64)
+        self.stamps = [r["time"] for r in rows]
+        # Unix seconds (UTC) of ISO 8601 timestamps; None for other time columns.
+        try:
+            self.times = np.array([int(datetime.datetime.fromisoformat(t).replace(
+                tzinfo=datetime.timezone.utc).timestamp()) for t in self.stamps], dtype=np.int64)
+        except ValueError:
+            self.times = None
         self.rows = len(self.data)
         self.n_train = train_rows(self.rows)
         self.target_index = [self.features.index(t) for t in self.targets]
@@ -83,6 +98,26 @@ class EvalSet:
                 f"{len(self.origins)} origins {self.origins[0]}..{self.origins[-1]}, "
                 f"T={self.T} P={self.P} F={len(self.features)} K={len(self.targets)} "
                 f"season={self.season}")
+
+
+def calendar_phase(name, t):
+    """The phase in [0, 1) of Unix seconds t (int64 array) in a calendar feature's period, as
+    ModelConfig.covariates.calendar defines it."""
+    t = np.asarray(t, dtype=np.int64)
+    if name == "CALENDAR_HOUR_OF_DAY":
+        return (t % 86400) / 86400.0
+    if name in ("CALENDAR_DAY_OF_WEEK", "CALENDAR_HOUR_OF_WEEK"):
+        return ((t + 3 * 86400) % 604800) / 604800.0
+    raise ValueError(f"calendar feature {name} is not used here")
+
+
+def calendar_columns(names, t):
+    """(len(t), 2 * len(names)): sin and cos of each calendar feature's phase."""
+    cols = []
+    for name in names:
+        a = 2.0 * np.pi * calendar_phase(name, t)
+        cols += [np.sin(a), np.cos(a)]
+    return np.stack(cols, axis=1)
 
 
 def naive_last_value(ev):
