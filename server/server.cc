@@ -219,6 +219,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // the cores are saturated, admitting, refusing and health-checking requests goes first, so
   // overload is refused at once instead of every call waiting behind the compute.
   const int threads_per_worker = std::max(1, cores / workers);
+  s.cpu_threads_per_worker_ = threads_per_worker;
   constexpr int kWorkerNiceIncrement = 5;
   ASSIGN_OR_RETURN(
       s.scheduler_,
@@ -390,6 +391,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     return registry->OnVersionPublished(model, version, promote);
   };
   job_options.observer = s.serving_metrics_.get();
+  // A job's steps hold one CPU worker (DeviceScheduler::AcquireTrainingLease), so they fan out
+  // to that worker's threads, no more: a wider team would compete with the other workers, and
+  // once the process has more OpenMP threads than cores libgomp stops spinning at barriers,
+  // which made each step of a small model wait on the kernel (10x slower epochs) as soon as any
+  // other thread had started a team.
+  job_options.on_job_thread_start = [threads = s.cpu_threads_per_worker_] {
+    DnnlBackend::SetThreadsForCallingThread(threads);
+  };
   ASSIGN_OR_RETURN(s.jobs_, TrainJobManager::Create(std::move(job_options)));
 
   ServingMetrics::Probes probes;

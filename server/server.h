@@ -81,6 +81,7 @@ class Server {
   std::shared_ptr<prometheus::Collectable> state_metrics_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Backend> bf16_backend_;  // bf16 models' where the CPU runs bf16; else null
+  int cpu_threads_per_worker_ = 1;  // OpenMP threads of a CPU worker, and of a training job's steps
   std::unique_ptr<DeviceScheduler> scheduler_;
   // The devices models serve on, in --devices order; declared before registry_, so they
   // outlive its instances. The CPU's wraps backend_ and scheduler_.

@@ -331,7 +331,10 @@ absl::StatusOr<std::string> TrainJobManager::Launch(std::unique_ptr<Job> job, Tr
   // Under the lock, before the thread starts: the job's final record (RunJob) must come after
   // this one, and a job refused above must leave none.
   Record(SnapshotLocked(*raw));
-  raw->thread = std::thread([this, raw] { RunJob(raw); });
+  raw->thread = std::thread([this, raw] {
+    if (options_.on_job_thread_start) options_.on_job_thread_start();
+    RunJob(raw);
+  });
   return id;
 }
 

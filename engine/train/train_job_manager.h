@@ -104,6 +104,9 @@ class TrainJobManager {
     // the version stays published).
     std::function<absl::Status(const std::string& model, int64_t version, bool promote)>
         on_published;
+    // Runs first on each job's thread, before the job: per-thread setup such as how many
+    // OpenMP threads its steps fan out to. Empty: none.
+    std::function<void()> on_job_thread_start;
     TrainJobObserver* observer = nullptr;  // not owned; may be nullptr
     // Where every job's record is kept (engine/train/job_records.h: <jobs_dir>/<id>.json,
     // written when the job starts and when it ends), so that jobs outlive the daemon: Create
