@@ -121,9 +121,9 @@ absl::Status RecurrentForecaster::BackwardBody(Backend& backend, float* dparams,
     const std::vector<RecurrentDirectionWeights> weights = StackWeights(p);
     const std::vector<RecurrentDirectionGrads> grads = StackGrads(dparams);
     ASSIGN_OR_RETURN(float* const scratch, tape.Alloc((L + 1) * S));
-    return backend.RecurrentStackBackward(cell(), dxn, grads.data(), dtop, scratch, t->layer_in[0],
-                                          weights.data(),
-                                          RecurrentDims{B, T, body_features(), H, ND}, L, &t->stack);
+    return backend.RecurrentStackBackward(
+        cell(), dxn, grads.data(), dtop, scratch, t->layer_in[0], weights.data(),
+        RecurrentDims{B, T, body_features(), H, ND}, L, &t->stack);
   }
   for (int l = L - 1; l >= 0; --l) {
     const float* dl_out = dlayer[(L - 1 - l) % 2];

@@ -87,7 +87,8 @@ absl::Status TransformerForecaster::ActivationBackward(Backend& backend, float* 
 
 absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, const LayerTape& lt,
                                                       int64_t B, TrainingTape& tape) const {
-  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(),
+                FF = tf_.dim_feedforward();
   const int64_t N = B * T;
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
@@ -202,7 +203,8 @@ absl::Status TransformerForecaster::ForwardTrainBody(Backend& backend, float* ou
 absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const LayerTape& lt,
                                                   float* dx0, float* dx2, float* dparams, int64_t B,
                                                   TrainingTape& tape) const {
-  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(), FF = tf_.dim_feedforward();
+  const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(),
+                FF = tf_.dim_feedforward();
   const int64_t N = B * T;
   const ParameterView p = tape.weights(parameters());
   DataOps& data = tape.data();
