@@ -43,11 +43,11 @@ sys.path.insert(0, os.path.join(REPO, "bench"))
 
 import quality_scoring as qs  # noqa: E402
 
-ARCHS = ("lstm", "gru", "transformer")
+ARCHS = ("lstm", "gru", "transformer", "mlp")
 QUANTILES = [0.1, 0.5, 0.9]
-BATCH = 32
-LR = 1e-3
-PATIENCE = 5
+# Training settings of every forecastd and PyTorch-loop run; --batch-size, --lr and --patience
+# change them for a whole run.
+TRAIN = {"batch": 32, "lr": 1e-3, "patience": 5}
 
 
 def log(msg):
@@ -65,6 +65,8 @@ def arch_block(arch):
     if arch == "transformer":
         return {"dModel": 32, "numHeads": 4, "numLayers": 2, "dimFeedforward": 64,
                 "activation": "ACTIVATION_GELU", "normFirst": True}
+    if arch == "mlp":  # NHITS's default block width
+        return {"hiddenSize": 512, "numLayers": 2, "activation": "ACTIVATION_RELU"}
     return {"hiddenSize": 32, "numLayers": 2}
 
 
@@ -72,21 +74,24 @@ SERIES_CSV = "eu_stock_markets_series.csv"  # the long CSV of the "+series" conf
 
 
 class Config:
-    """One model configuration: architecture, window scaling on or off, quantiles, and
+    """One model configuration: architecture, window scaling on or off, quantiles,
     covariates: None, "cal" (the series' calendar features from its timestamps) or "series"
-    (one global model over the wide CSV's columns as series of one feature)."""
+    (one global model over the wide CSV's columns as series of one feature), and the training
+    loss: None (MSE, or the pinball loss with quantiles) or "mae" (NeuralForecast's default)."""
 
-    def __init__(self, arch, ws, quantiles=(), cov=None):
+    def __init__(self, arch, ws, quantiles=(), cov=None, loss=None):
         self.arch, self.ws, self.quantiles, self.cov = arch, ws, list(quantiles), cov
+        self.loss = loss
 
     @property
     def key(self):
         return (self.arch + ("+ws" if self.ws else "") + ("+q" if self.quantiles else "") +
-                (f"+{self.cov}" if self.cov else ""))
+                (f"+{self.cov}" if self.cov else "") + (f"+{self.loss}" if self.loss else ""))
 
     def model_name(self, series, seed):
         return (f"q_{series}_{self.arch}{'_ws' if self.ws else ''}"
-                f"{'_q' if self.quantiles else ''}{'_' + self.cov if self.cov else ''}_s{seed}")
+                f"{'_q' if self.quantiles else ''}{'_' + self.cov if self.cov else ''}"
+                f"{'_' + self.loss if self.loss else ''}_s{seed}")
 
     def csv_name(self, ev):
         return SERIES_CSV if self.cov == "series" else ev.csv_name
@@ -126,6 +131,7 @@ def _configs(ev, archs, quantile, covariates):
         out += [Config(a, ws, cov="cal") for a in archs for ws in (False, True)]
     if covariates and ev.many_series:
         out += [Config(a, True, cov="series") for a in archs]
+    out += [Config(a, True, loss="mae") for a in archs]
     return out
 
 
@@ -224,8 +230,8 @@ class Daemon:
     def train(self, name, cfg_path, csv_name, epochs, seed, extra=()):
         """Runs forecastctl train; returns (job dict from `jobs show --json`, command wall s)."""
         cmd = ["train", name, "--config", cfg_path, "--csv", csv_name, "--timestamp-column",
-               "time", "--epochs", str(epochs), "--batch-size", str(BATCH), "--lr", str(LR),
-               "--patience", str(PATIENCE), "--validation-fraction",
+               "time", "--epochs", str(epochs), "--batch-size", str(TRAIN["batch"]), "--lr",
+               str(TRAIN["lr"]), "--patience", str(TRAIN["patience"]), "--validation-fraction",
                str(qs.VALIDATION_FRACTION), "--seed", str(seed), "--promote", *extra]
         t0 = time.perf_counter()
         r = self.ctl(*cmd)
@@ -268,6 +274,8 @@ def run_forecastd(daemon, ev, cfg, seed, epochs, work):
     with open(path, "w") as f:
         json.dump(model_cfg, f, indent=2)
     extra = ["--series-column", "series"] if cfg.cov == "series" else []
+    if cfg.loss:
+        extra += ["--loss", cfg.loss]
     job, ctl_s = daemon.train(name, path, cfg.csv_name(ev), epochs, seed, extra)
     if job.get("state") != "TRAIN_JOB_SUCCEEDED":
         raise RuntimeError(f"job {job.get('jobId')}: {job.get('state')}: {job.get('error')}")
@@ -366,19 +374,21 @@ def run_torch(ev, cfg, seed, epochs):
     taus = torch.tensor(spec.quantiles, dtype=torch.float32) if spec.Q else None
 
     def loss_fn(pred, y):
+        if taus is None and cfg.loss == "mae":
+            return torch.mean(torch.abs(pred - y))
         if taus is None:
             return torch.mean((pred - y) ** 2)
         d = y[..., None] - pred  # pinball, mean over (n, q), as kernels/ref/loss.h
         return torch.mean(torch.maximum(taus * d, (taus - 1.0) * d))
 
-    opt = torch.optim.Adam(module.parameters(), lr=LR)
+    opt = torch.optim.Adam(module.parameters(), lr=TRAIN["lr"])
     gen = torch.Generator().manual_seed(seed)
     best, best_state, best_epoch, bad, epochs_run = math.inf, None, 0, 0, 0
     for epoch in range(1, epochs + 1):
         module.train()
         perm = torch.randperm(len(Xtr), generator=gen)
-        for i in range(0, len(perm), BATCH):
-            idx = perm[i:i + BATCH]
+        for i in range(0, len(perm), TRAIN["batch"]):
+            idx = perm[i:i + TRAIN["batch"]]
             opt.zero_grad(set_to_none=True)
             loss = loss_fn(module.forward_normalized(Xtr[idx]), Ytr[idx])
             loss.backward()
@@ -392,7 +402,7 @@ def run_torch(ev, cfg, seed, epochs):
             best_state = copy.deepcopy(module.state_dict())
         else:
             bad += 1
-            if bad >= PATIENCE:
+            if TRAIN["patience"] and bad >= TRAIN["patience"]:
                 break
     module.load_state_dict(best_state)
     train_s = time.perf_counter() - t0
@@ -581,9 +591,17 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--series", default=",".join(qs.SERIES),
                     help="comma-separated, of " + ", ".join(qs.SERIES))
-    ap.add_argument("--archs", default=",".join(ARCHS), help="comma-separated lstm,gru,transformer")
+    ap.add_argument("--archs", default=",".join(ARCHS),
+                    help="comma-separated, of " + ", ".join(ARCHS))
     ap.add_argument("--seeds", default="1,2,3", help="forecastd and PyTorch seeds (default 1,2,3)")
     ap.add_argument("--epochs", type=int, default=40, help="at most this many epochs (default 40)")
+    ap.add_argument("--batch-size", type=int, default=TRAIN["batch"],
+                    help=f"windows per training step (default {TRAIN['batch']})")
+    ap.add_argument("--lr", type=float, default=TRAIN["lr"],
+                    help=f"Adam's learning rate (default {TRAIN['lr']:g})")
+    ap.add_argument("--patience", type=int, default=TRAIN["patience"],
+                    help="early stopping: epochs without a better validation loss (default "
+                    f"{TRAIN['patience']}; 0: every epoch)")
     ap.add_argument("--skip-forecastd", action="store_true")
     ap.add_argument("--skip-torch", action="store_true")
     ap.add_argument("--skip-neuralforecast", action="store_true")
@@ -619,6 +637,9 @@ def parse_args(argv):
             ap.error(f"unknown arch {a}")
     if not args.seeds or args.epochs < 1:
         ap.error("need at least one seed and one epoch")
+    if args.batch_size < 1 or not args.lr > 0 or args.patience < 0:
+        ap.error("--batch-size must be >= 1, --lr > 0 and --patience >= 0")
+    TRAIN.update(batch=args.batch_size, lr=args.lr, patience=args.patience)
     args.build_dir = os.path.abspath(os.path.join(REPO, args.build_dir))
     args.data_dir = os.path.abspath(args.data_dir)
     return args
@@ -652,8 +673,8 @@ def main(argv):
         "machine": machine(), "commit": git_commit(),
         "python": sys.executable, "torch": torch.__version__, "torch_file": torch.__file__,
         "torch_threads": torch.get_num_threads(), "neuralforecast": nf_version,
-        "settings": {"seeds": args.seeds, "epochs": args.epochs, "batch_size": BATCH,
-                     "lr": LR, "patience": PATIENCE,
+        "settings": {"seeds": args.seeds, "epochs": args.epochs, "batch_size": TRAIN["batch"],
+                     "lr": TRAIN["lr"], "patience": TRAIN["patience"],
                      "validation_fraction": qs.VALIDATION_FRACTION,
                      "nf_max_steps": args.nf_max_steps or "default",
                      "archs": args.archs, "quantile_config": not args.no_quantile},
@@ -774,9 +795,9 @@ def main(argv):
     log(f"machine: {context['machine']['cpu']}, {threads} cores; forecastd {context['commit']}; "
         f"torch {torch.__version__} ({threads} threads); neuralforecast "
         f"{nf_version or 'not run: ' + nf_problem}")
-    log(f"seeds {args.seeds}, at most {args.epochs} epochs, batch {BATCH}, lr {LR}, patience "
-        f"{PATIENCE}; train s: forecastd = the job's own duration (created -> finished), torch "
-        f"= the loop, neuralforecast = cross_validation (fit + forecasts); ± = std over seeds")
+    log(f"seeds {args.seeds}, at most {args.epochs} epochs, batch {TRAIN['batch']}, lr "
+        f"{TRAIN['lr']}, patience {TRAIN['patience']}; train s: forecastd = the job's own "
+        f"duration (created -> finished), torch = the loop, neuralforecast = cross_validation (fit + forecasts); ± = std over seeds")
     for ev in evs:
         log("")
         log(table(results[ev.name]))

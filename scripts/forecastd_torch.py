@@ -199,9 +199,9 @@ class Spec:
          self.ws_forecast_change) = _window_scaling(
              _field(cfg, "windowScaling", "window_scaling"))
 
-        archs = [a for a in ("lstm", "gru", "transformer") if a in cfg]
+        archs = [a for a in ("lstm", "gru", "transformer", "mlp") if a in cfg]
         if len(archs) != 1:
-            raise ConfigError(f"exactly one of lstm, gru, transformer must be set; got {archs}")
+            raise ConfigError(f"exactly one of lstm, gru, transformer, mlp must be set; got {archs}")
         self.arch = archs[0]
         a = cfg[self.arch] or {}
         if self.arch in ("lstm", "gru"):
@@ -211,6 +211,16 @@ class Spec:
             self.dropout = float(a.get("dropout", 0.0))
             if self.H < 1 or self.L < 1:
                 raise ConfigError(f"{self.arch}: hiddenSize ({self.H}), numLayers ({self.L}) < 1")
+        elif self.arch == "mlp":
+            self.H = _int(_field(a, "hiddenSize", "hidden_size", 0), "hiddenSize")
+            self.L = _int(_field(a, "numLayers", "num_layers", 0), "numLayers")
+            self.activation = _enum(a.get("activation"), ACTIVATIONS, "mlp.activation")
+            if self.activation == "ACTIVATION_UNSPECIFIED":
+                self.activation = "ACTIVATION_GELU"
+            self.dropout = float(a.get("dropout", 0.0))
+            if self.L < 0 or (self.L > 0 and self.H < 1) or (self.L == 0 and self.H != 0):
+                raise ConfigError(f"mlp: hiddenSize ({self.H}) and numLayers ({self.L}): at "
+                                  "least one layer of at least one unit, or neither")
         else:
             self.D = _int(_field(a, "dModel", "d_model", 0), "dModel")
             self.NH = _int(_field(a, "numHeads", "num_heads", 0), "numHeads")
@@ -250,6 +260,8 @@ class Spec:
                     f"{'pre' if self.norm_first else 'post'}-LN {self.activation[11:].lower()}"
                     f"{' causal' if self.causal else ''}"
                     f"{f' eps={self.eps:g}' if self.eps != 1e-5 else ''}")
+        elif self.arch == "mlp":
+            body = f"mlp H={self.H} L={self.L} {self.activation[11:].lower()}"
         else:
             body = (f"{self.arch} H={self.H} L={self.L} "
                     f"{'bi' if self.bidirectional else 'uni'}")
@@ -564,9 +576,34 @@ class TransformerForecaster(Forecaster):
         return h[:, -1, :]
 
 
+class MlpForecaster(Forecaster):
+    """The body input (B, TB, W) flattened to (B, TB * W), L hidden layers Linear + activation
+    (+ dropout in training), then the head."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        inputs = spec.TB * spec.W
+        self.layers = nn.ModuleList()
+        for _ in range(spec.L):
+            self.layers.append(nn.Linear(inputs, spec.H))
+            inputs = spec.H
+        self.head = nn.Linear(inputs, spec.head_size)
+        self.drop = nn.Dropout(spec.dropout)
+        act = _activation(spec.activation)
+        self.act = {"relu": F.relu, "gelu": F.gelu}.get(act, act) if isinstance(act, str) else act
+
+    def body(self, xn):
+        x = xn.reshape(xn.shape[0], -1)
+        for layer in self.layers:
+            x = self.drop(self.act(layer(x)))
+        return x
+
+
 def build_module(spec):
     if spec.arch == "transformer":
         return TransformerForecaster(spec)
+    if spec.arch == "mlp":
+        return MlpForecaster(spec)
     return RecurrentForecaster(spec)
 
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -47,6 +48,15 @@ std::string Architecture(const v1::ModelConfig& c) {
       return absl::StrCat("transformer (d_model ", t.d_model(), ", ", t.num_heads(), " heads, ",
                           t.num_layers(), " layers, d_ff ", t.dim_feedforward(),
                           t.norm_first() ? ", pre-LN" : "", t.causal() ? ", causal" : "", ")");
+    }
+    case v1::ModelConfig::kMlp: {
+      const v1::MlpConfig& m = c.mlp();
+      if (m.num_layers() == 0) return "mlp (linear: no hidden layers)";
+      const v1::Activation act =
+          m.activation() == v1::ACTIVATION_UNSPECIFIED ? v1::ACTIVATION_GELU : m.activation();
+      return absl::StrCat("mlp (hidden ", m.hidden_size(), ", ", m.num_layers(), " layer",
+                          m.num_layers() == 1 ? "" : "s", ", ",
+                          absl::AsciiStrToLower(v1::Activation_Name(act).substr(11)), ")");
     }
     default:
       return "-";

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "engine/models/mlp_forecaster.h"
 #include "engine/models/recurrent_forecaster.h"
 #include "engine/models/transformer_forecaster.h"
 #include "kernels/base/status.h"
@@ -20,6 +21,9 @@ absl::StatusOr<std::unique_ptr<Forecaster>> Forecaster::Create(const ModelConfig
       break;
     case ModelConfig::kTransformer:
       model.reset(new TransformerForecaster(config));
+      break;
+    case ModelConfig::kMlp:
+      model.reset(new MlpForecaster(config));
       break;
     case ModelConfig::ARCHITECTURE_NOT_SET:
       return absl::InvalidArgumentError("no architecture");
@@ -249,6 +253,30 @@ absl::Status Forecaster::StepStandardized(Backend& /*backend*/, const ParameterV
                                           float* /*slab*/, const int32_t* /*slots*/, int64_t /*B*/,
                                           Workspace& /*workspace*/) const {
   return absl::UnimplementedError("no state mode");
+}
+
+absl::Status Forecaster::Activate(Backend& backend, v1::Activation act, float* out,
+                                  const float* inp, int64_t n) {
+  switch (act) {
+    case v1::ACTIVATION_RELU:
+      return backend.Relu(out, inp, n);
+    case v1::ACTIVATION_GELU_TANH:
+      return backend.Gelu(out, inp, n, GeluForm::kTanh);
+    default:
+      return backend.Gelu(out, inp, n, GeluForm::kErf);
+  }
+}
+
+absl::Status Forecaster::ActivateBackward(Backend& backend, v1::Activation act, float* dinp,
+                                          const float* dout, const float* inp, int64_t n) {
+  switch (act) {
+    case v1::ACTIVATION_RELU:
+      return backend.ReluBackward(dinp, dout, inp, n);
+    case v1::ACTIVATION_GELU_TANH:
+      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kTanh);
+    default:
+      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kErf);
+  }
 }
 
 bool Forecaster::IsTrainable(const ParameterSpec& spec) {

@@ -199,6 +199,12 @@ class Forecaster {
   virtual absl::Status ForwardTrainChunkBody(Backend& backend, float* out, float* state_n,
                                              const float* xn, const float* state_0, int64_t B,
                                              int64_t K, TrainingTape& tape) const;
+  // out = act(inp) over n values (out may be inp); ACTIVATION_UNSPECIFIED is GELU's erf form.
+  static absl::Status Activate(Backend& backend, v1::Activation act, float* out, const float* inp,
+                               int64_t n);
+  // dinp = dout * act'(inp) over n values (dinp may be dout).
+  static absl::Status ActivateBackward(Backend& backend, v1::Activation act, float* dinp,
+                                       const float* dout, const float* inp, int64_t n);
   // x (n) *= mask (n), in place; nothing when mask is nullptr (no dropout).
   static absl::Status ApplyDropout(DataOps& data, float* x, const float* mask, int64_t n) {
     if (mask == nullptr) return absl::OkStatus();

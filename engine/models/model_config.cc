@@ -83,6 +83,27 @@ absl::Status ValidateTransformer(const ModelConfig& config, const v1::Transforme
   return absl::OkStatus();
 }
 
+absl::Status ValidateMlp(const ModelConfig& config, const v1::MlpConfig& mlp) {
+  if (absl::Status s = CheckRange(config, "mlp.num_layers", mlp.num_layers(), 0, kMaxLayers);
+      !s.ok()) {
+    return s;
+  }
+  if (mlp.num_layers() > 0) {
+    if (absl::Status s = CheckRange(config, "mlp.hidden_size", mlp.hidden_size(), 1, kMaxWidth);
+        !s.ok()) {
+      return s;
+    }
+  } else if (mlp.hidden_size() != 0) {
+    return Invalid(config, absl::StrCat("mlp.hidden_size is ", mlp.hidden_size(),
+                                        " with num_layers 0: a model without hidden layers has "
+                                        "no hidden size (leave it 0)"));
+  }
+  if (!(mlp.dropout() >= 0.0f && mlp.dropout() < 1.0f)) {
+    return Invalid(config, "mlp.dropout must be in [0, 1)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ParseModelConfigJson(const std::string& json) {
@@ -300,10 +321,12 @@ absl::Status ValidateModelConfig(const ModelConfig& config) {
       return ValidateRecurrent(config, config.gru(), "gru");
     case ModelConfig::kTransformer:
       return ValidateTransformer(config, config.transformer());
+    case ModelConfig::kMlp:
+      return ValidateMlp(config, config.mlp());
     case ModelConfig::ARCHITECTURE_NOT_SET:
       break;
   }
-  return Invalid(config, "no architecture: set one of lstm, gru or transformer");
+  return Invalid(config, "no architecture: set one of lstm, gru, transformer or mlp");
 }
 
 bool HasWindowScaling(const ModelConfig& config) {

@@ -49,18 +49,6 @@ int64_t TransformerForecaster::BodyWorkspaceFloats(int64_t B) const {
   return 3 * (BT * D + pad) + (BT * 3 * D + pad) + (BT * FF + pad) + 6 * (B * D + pad);
 }
 
-absl::Status TransformerForecaster::Activation(Backend& backend, float* out, const float* inp,
-                                               int64_t n) const {
-  switch (tf_.activation()) {
-    case v1::ACTIVATION_RELU:
-      return backend.Relu(out, inp, n);
-    case v1::ACTIVATION_GELU_TANH:
-      return backend.Gelu(out, inp, n, GeluForm::kTanh);
-    default:
-      return backend.Gelu(out, inp, n, GeluForm::kErf);
-  }
-}
-
 absl::Status TransformerForecaster::FinishLayer(Backend& backend, const ParameterView& p, int k,
                                                 float* x, float* sa, float* tmp, float* ff,
                                                 int64_t N) const {
@@ -84,7 +72,7 @@ absl::Status TransformerForecaster::FinishLayer(Backend& backend, const Paramete
   }
   RETURN_IF_ERROR(backend.Linear(ff, ff_in, p.at(Layer(k, "linear1.weight")),
                                  p.at(Layer(k, "linear1.bias")), N, D, FF));
-  RETURN_IF_ERROR(Activation(backend, ff, ff, N * FF));
+  RETURN_IF_ERROR(Activate(backend, tf_.activation(), ff, ff, N * FF));
   RETURN_IF_ERROR(backend.Linear(sa, ff, p.at(Layer(k, "linear2.weight")),
                                  p.at(Layer(k, "linear2.bias")), N, FF, D));
   if (tf_.norm_first()) {

@@ -47,10 +47,6 @@ class TransformerForecaster final : public Forecaster {
   absl::Status LayerBackward(Backend& backend, int k, const LayerTape& lt, float* dx0, float* dx2,
                              float* dparams, int64_t B, TrainingTape& tape) const;
 
-  // out = act(inp), n elements; out may be inp.
-  absl::Status Activation(Backend& backend, float* out, const float* inp, int64_t n) const;
-  absl::Status ActivationBackward(Backend& backend, float* dinp, const float* dout,
-                                  const float* inp, int64_t n) const;
   // Encoder layer k (weights in `p`) after its self-attention, on N rows: x (N, D) holds the
   // layer's input rows and sa (N, D) their projected attention; x ends as the layer's output. tmp
   // (N, D) and ff (N, d_ff) are scratch; sa is overwritten.

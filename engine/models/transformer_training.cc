@@ -72,19 +72,6 @@ enum DropoutSite : uint64_t {
 
 }  // namespace
 
-absl::Status TransformerForecaster::ActivationBackward(Backend& backend, float* dinp,
-                                                       const float* dout, const float* inp,
-                                                       int64_t n) const {
-  switch (tf_.activation()) {
-    case v1::ACTIVATION_RELU:
-      return backend.ReluBackward(dinp, dout, inp, n);
-    case v1::ACTIVATION_GELU_TANH:
-      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kTanh);
-    default:
-      return backend.GeluBackward(dinp, dout, inp, n, GeluForm::kErf);
-  }
-}
-
 absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, const LayerTape& lt,
                                                       int64_t B, TrainingTape& tape) const {
   const int64_t T = body_lookback(), D = tf_.d_model(), NH = tf_.num_heads(),
@@ -119,7 +106,7 @@ absl::Status TransformerForecaster::LayerForwardTrain(Backend& backend, int k, c
   }
   RETURN_IF_ERROR(backend.LinearForTraining(lt.h, lt.s_ff1, lt.n2, p.at(Layer(k, "linear1.weight")),
                                             p.at(Layer(k, "linear1.bias")), N, D, FF));
-  RETURN_IF_ERROR(Activation(backend, lt.g, lt.h, N * FF));
+  RETURN_IF_ERROR(Activate(backend, tf_.activation(), lt.g, lt.h, N * FF));
   RETURN_IF_ERROR(ApplyDropout(data, lt.g, lt.m_ff, N * FF));
   RETURN_IF_ERROR(backend.LinearForTraining(scratch, lt.s_ff2, lt.g,
                                             p.at(Layer(k, "linear2.weight")),
@@ -237,7 +224,7 @@ absl::Status TransformerForecaster::LayerBackward(Backend& backend, int k, const
   RETURN_IF_ERROR(backend.LinearBackward(dg, dp("linear2.weight"), dp("linear2.bias"), df, lt.g,
                                          lt.s_ff2, p.at(Layer(k, "linear2.weight")), N, FF, D));
   RETURN_IF_ERROR(ApplyDropout(data, dg, lt.m_ff, N * FF));
-  RETURN_IF_ERROR(ActivationBackward(backend, dg, dg, lt.h, N * FF));
+  RETURN_IF_ERROR(ActivateBackward(backend, tf_.activation(), dg, dg, lt.h, N * FF));
   RETURN_IF_ERROR(backend.LinearBackward(dn, dp("linear1.weight"), dp("linear1.bias"), dg, lt.n2,
                                          lt.s_ff1, p.at(Layer(k, "linear1.weight")), N, D, FF));
   if (pre) {

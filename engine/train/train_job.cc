@@ -688,6 +688,7 @@ void TrainJob::Report(const TrainProgress& progress) const {
 int64_t EstimateTrainStepBytes(const Forecaster& model, int64_t batch) {
   const ModelConfig& c = model.config();
   const int64_t layers = c.has_transformer() ? c.transformer().num_layers()
+                         : c.has_mlp()       ? c.mlp().num_layers()
                          : c.has_gru()       ? c.gru().num_layers()
                                              : c.lstm().num_layers();
   int64_t floats = 4 * model.parameters().size() +

@@ -26,6 +26,9 @@ inline constexpr const char* kGoldenCases[] = {
     "lstm_covariates",
     "transformer_series",
     "gru_series",
+    "mlp_relu",
+    "mlp_linear_window_scaling",
+    "mlp_covariates",
 };
 
 }  // namespace forecastd

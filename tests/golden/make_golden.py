@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch golden files for forecastd's numerical parity tests.
 
-forecastd's C++ forecasters (LSTM, GRU, transformer) must reproduce PyTorch to 1e-5 relative
+forecastd's C++ forecasters (LSTM, GRU, transformer, MLP) must reproduce PyTorch to 1e-5 relative
 error in float32. This script takes the PyTorch reference modules of scripts/forecastd_torch.py,
 whose state_dict() names are exactly the weight names of proto/forecastd/v1/model_config.proto,
 fills them with seeded random weights, runs them, and writes one directory per case:
@@ -125,6 +125,14 @@ def _transformer(name, seed, norm_first, activation, causal, targets, eps=None, 
                 train=train or _train(), window=window, covariates=covariates)
 
 
+def _mlp(name, seed, hidden, layers, activation, targets, quantiles=None, train=None,
+         window=None, covariates=None):
+    return dict(name=name, seed=seed, arch="mlp", hidden=hidden, layers=layers,
+                activation=activation, targets=targets, dropout=0.1 if layers else 0.0,
+                quantiles=quantiles, train=train or _train(), window=window,
+                covariates=covariates)
+
+
 # Targets are deliberately not always in feature order, so the de-normalisation must look
 # each target's feature index up by name.
 # Training settings (`train`): Adam lr 1e-2 with MSE unless stated.
@@ -198,6 +206,18 @@ CASES = [
                window=_window("WINDOW_SCALING_LAST_VALUE", level_spread=0.0),
                covariates=_covariates(static=["size", "age"], series=["a", "b"]),
                train=_train(optimizer="sgd", lr=0.05, momentum=0.9)),
+    # The MLP: the body input flattened (T * F values per window), hidden layers, the head.
+    _mlp("mlp_relu", 1801, 6, 2, "ACTIVATION_RELU", ["price", "load"]),
+    # No hidden layers (a linear model of the window) under window scaling and forecastChange,
+    # trained with MAE and AdamW.
+    _mlp("mlp_linear_window_scaling", 1802, 0, 0, "ACTIVATION_UNSPECIFIED", ["load", "price"],
+         window=_window("WINDOW_SCALING_MEAN_STD", affine=True, forecast_change=True),
+         train=_train(loss="mae", optimizer="adamw", weight_decay=0.05)),
+    # Records flattened: the window's rows and the forecast steps' (a future-known feature and
+    # the flag column), static covariates of two series on every row; quantiles.
+    _mlp("mlp_covariates", 1803, 5, 1, "ACTIVATION_GELU_TANH", ["load", "price"],
+         quantiles=[0.1, 0.5, 0.9], train=_train(loss="quantile"),
+         covariates=_covariates(future=["temperature"], static=["size"], series=["a", "b"])),
 ]
 
 
@@ -224,6 +244,12 @@ def case_config(case):
             "bidirectional": case["bidirectional"],
             "dropout": case["dropout"],
         }
+    elif case["arch"] == "mlp":
+        m = {"numLayers": case["layers"], "activation": case["activation"],
+             "dropout": case["dropout"]}
+        if case["hidden"]:
+            m["hiddenSize"] = case["hidden"]
+        cfg["mlp"] = m
     else:
         tf = {
             "dModel": case["d_model"],
@@ -437,6 +463,11 @@ def numpy_body_head(spec, sd, xn):
                 outs.append(out)
             h_seq = np.concatenate(outs, axis=-1)
         last = h_seq[:, -1, :]
+    elif spec.arch == "mlp":
+        last = xn.reshape(B, -1)
+        for k in range(spec.L):
+            last = _act(last @ sd[f"layers.{k}.weight"].T + sd[f"layers.{k}.bias"],
+                        spec.activation)
     else:
         D, NH = spec.D, spec.NH
         hs = D // NH
@@ -890,6 +921,8 @@ def generate_case(case, out_root):
                              f"contract differ by {err_np:.3g}")
     # The features a case is meant to exercise must move the output past 10x the tolerance.
     checks = {}
+    if spec.arch == "mlp" and spec.activation == "ACTIVATION_GELU_TANH":
+        checks["gelu_tanh"] = numpy_variant(spec, sd64, x64, activation="ACTIVATION_GELU")
     if spec.arch == "transformer":
         if spec.causal:
             checks["causal"] = numpy_variant(spec, sd64, x64, causal=False)

@@ -81,6 +81,16 @@ TEST_CASE("Invalid configs name the offending field", "[unit][config]") {
          t->set_num_layers(1);
          t->set_dim_feedforward(8);
        }},
+      {"mlp.hidden_size is 0", [](ModelConfig& c) { c.mutable_mlp()->set_num_layers(2); }},
+      {"mlp.num_layers is -1", [](ModelConfig& c) { c.mutable_mlp()->set_num_layers(-1); }},
+      {"mlp.hidden_size is 8 with num_layers 0",
+       [](ModelConfig& c) { c.mutable_mlp()->set_hidden_size(8); }},
+      {"mlp.dropout must be in [0, 1)",
+       [](ModelConfig& c) {
+         c.mutable_mlp()->set_num_layers(1);
+         c.mutable_mlp()->set_hidden_size(8);
+         c.mutable_mlp()->set_dropout(1);
+       }},
   };
   for (const Case& k : cases) {
     ModelConfig c = ValidLstm();
@@ -90,6 +100,18 @@ TEST_CASE("Invalid configs name the offending field", "[unit][config]") {
     REQUIRE(s.code() == absl::StatusCode::kInvalidArgument);
     REQUIRE(std::string(s.message()).find(k.expected) != std::string::npos);
   }
+}
+
+TEST_CASE("An MLP config validates with hidden layers or none", "[unit][config]") {
+  ModelConfig c = ValidLstm();
+  c.mutable_mlp()->set_num_layers(2);
+  c.mutable_mlp()->set_hidden_size(64);
+  c.mutable_mlp()->set_activation(v1::ACTIVATION_RELU);
+  REQUIRE(ValidateModelConfig(c).ok());
+  REQUIRE(!SupportsStateMode(c));
+  c.mutable_mlp()->Clear();  // no hidden layers: a linear model of the window
+  REQUIRE(c.has_mlp());
+  REQUIRE(ValidateModelConfig(c).ok());
 }
 
 }  // namespace

@@ -121,7 +121,15 @@ std::vector<ModelConfig> Architectures() {
   ModelConfig last = pre;
   last.set_name("transformer_last_value");
   last.mutable_window_scaling()->set_kind(v1::WindowScaling::WINDOW_SCALING_LAST_VALUE);
-  return {lstm, gru, post, pre, quantile, revin, last};
+  ModelConfig mlp = Base("mlp");
+  mlp.mutable_mlp()->set_hidden_size(24);
+  mlp.mutable_mlp()->set_num_layers(2);
+  mlp.mutable_mlp()->set_activation(v1::ACTIVATION_RELU);
+  mlp.mutable_mlp()->set_dropout(0.2f);
+  ModelConfig linear = revin;  // an MLP without hidden layers, with RevIN
+  linear.set_name("mlp_linear_window_scaling");
+  linear.mutable_mlp()->Clear();
+  return {lstm, gru, post, pre, quantile, revin, last, mlp, linear};
 }
 
 double MaxAbsDiff(const float* a, const float* b, int64_t n) {
