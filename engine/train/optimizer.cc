@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/models/forecaster.h"
+#include "engine/train/optimizer_avx2.h"
 #include "kernels/ref/optimizer.h"
 
 namespace forecastd {
@@ -70,8 +71,12 @@ double Optimizer::Step(ParameterArena& params, float* grads, float lr) {
   // The norm runs over the trainable ranges only; the others' gradients are zero anyway.
   double sum_sq = 0.0;
   for (const auto& [offset, n] : ranges_) {
-    const double norm = ref::GradNorm(grads + offset, n);
-    sum_sq += norm * norm;
+    if (HasAvx2()) {
+      sum_sq += GradSquaredSumAvx2(grads + offset, n);
+    } else {
+      const double norm = ref::GradNorm(grads + offset, n);
+      sum_sq += norm * norm;
+    }
   }
   const double norm = std::sqrt(sum_sq);
   if (config_.clip_grad_norm() > 0.0f) {
@@ -95,9 +100,9 @@ double Optimizer::Step(ParameterArena& params, float* grads, float lr) {
                                config_.eps(),
                                config_.weight_decay(),
                                config_.kind() == v1::OPTIMIZER_ADAMW};
+    const auto update = HasAvx2() ? AdamUpdateAvx2 : ref::AdamUpdate;
     for (const auto& [offset, n] : ranges_) {
-      ref::AdamUpdate(p + offset, m_.data() + offset, v_.data() + offset, grads + offset, n, steps_,
-                      hyper);
+      update(p + offset, m_.data() + offset, v_.data() + offset, grads + offset, n, steps_, hyper);
     }
   }
   return norm;
