@@ -4,17 +4,10 @@
 // exits with 77, which ctest reports as skipped. (That DnnlBackend takes bf16 exactly where the
 // CPU runs it is backend_ops_test's.)
 // Catch2 first, with its runner: this binary has a main() of its own (below).
-#if __has_include(<catch2/catch_all.hpp>)
-#include <catch2/catch_all.hpp>
-#include <catch2/catch_session.hpp>
-#else
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-#endif
+#include "tests/testing/catch_session.h"
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -168,12 +161,9 @@ TEST_CASE("DnnlBackend's bf16 attention stays within bf16's error", "[bf16]") {
 }  // namespace forecastd
 
 int main(int argc, char* argv[]) {
-  if (!forecastd::DnnlBackend::CpuRunsBf16()) {
-    std::printf(
-        "SKIPPED: this CPU (%s) has neither AVX512-BF16 nor AMX; bf16 tests run only "
-        "where it has.\n",
-        forecastd::DnnlBackend::CpuIsa().c_str());
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
+  return forecastd::RunTestsWhere(forecastd::DnnlBackend::CpuRunsBf16(),
+                                  "this CPU (" + forecastd::DnnlBackend::CpuIsa() +
+                                      ") has neither AVX512-BF16 nor AMX; bf16 tests run only "
+                                      "where it has.",
+                                  argc, argv);
 }

@@ -1,18 +1,11 @@
 // The host optimiser's AVX2 loops against kernels/ref/optimizer. Runs only on a CPU with AVX2:
 // elsewhere main() says so and exits with 77, which ctest reports as skipped.
 // Catch2 first, with its runner: this binary has a main() of its own (below).
-#if __has_include(<catch2/catch_all.hpp>)
-#include <catch2/catch_all.hpp>
-#include <catch2/catch_session.hpp>
-#else
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-#endif
+#include "tests/testing/catch_session.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -86,9 +79,7 @@ TEST_CASE("GradSquaredSumAvx2 is the squared reference norm up to rounding", "[u
 }  // namespace forecastd
 
 int main(int argc, char* argv[]) {
-  if (!forecastd::HasAvx2()) {
-    std::printf("SKIPPED: this CPU has no AVX2; the AVX2 optimiser loops run only where it has.\n");
-    return 77;
-  }
-  return Catch::Session().run(argc, argv);
+  return forecastd::RunTestsWhere(
+      forecastd::HasAvx2(), "this CPU has no AVX2; the AVX2 optimiser loops run only where it has.",
+      argc, argv);
 }
