@@ -116,10 +116,6 @@ absl::Status MlpForecaster::BackwardBody(Backend& backend, float* dparams, float
   const int L = num_layers();
   const ParameterView p = tape.weights(parameters());
   const auto input = [&](int k) { return k == 0 ? t->xn : t->x[k - 1]; };
-  const auto report = [&](int k) -> absl::Status {
-    if (!tape.on_gradients_final) return absl::OkStatus();
-    return tape.on_gradients_final(weight_[k]);
-  };
   // dx: the gradient reaching the head's or layer k's input; two buffers, in turn.
   float* dx[2] = {nullptr, nullptr};
   if (L > 0) {
@@ -130,7 +126,7 @@ absl::Status MlpForecaster::BackwardBody(Backend& backend, float* dparams, float
   RETURN_IF_ERROR(backend.LinearBackward(d, dparams + weight_[L], dparams + bias_[L], dout,
                                          input(L), nullptr, p.AtOffset(weight_[L]), B,
                                          LayerInputs(L), num_outputs()));
-  RETURN_IF_ERROR(report(L));
+  RETURN_IF_ERROR(GradientsFinalFrom(tape, "head.weight"));
   for (int k = L - 1; k >= 0; --k) {
     RETURN_IF_ERROR(ApplyDropout(tape.data(), d, t->mask[k], B * H));
     RETURN_IF_ERROR(ActivateBackward(backend, mlp_.activation(), d, d, t->h[k], B * H));
@@ -138,7 +134,7 @@ absl::Status MlpForecaster::BackwardBody(Backend& backend, float* dparams, float
     RETURN_IF_ERROR(backend.LinearBackward(next, dparams + weight_[k], dparams + bias_[k], d,
                                            input(k), t->saved[k], p.AtOffset(weight_[k]), B,
                                            LayerInputs(k), H));
-    RETURN_IF_ERROR(report(k));
+    RETURN_IF_ERROR(GradientsFinalFrom(tape, Weight(k)));
     d = next;
   }
   return absl::OkStatus();

@@ -17,6 +17,7 @@ struct AdamConstants {
   double step_size, bias_correction2_sqrt;
 };
 
+// The first n - n % 4 elements; the caller leaves the rest to the reference.
 template <bool kDecoupled>
 FD_AVX2 void AdamLoop(float* param, float* m, float* v, const float* grad, int64_t n,
                       const AdamConstants& c) {
@@ -28,8 +29,7 @@ FD_AVX2 void AdamLoop(float* param, float* m, float* v, const float* grad, int64
   const __m256d decay_factor = _mm256_set1_pd(c.decay_factor);
   const __m256d step_size = _mm256_set1_pd(c.step_size);
   const __m256d bias_correction2_sqrt = _mm256_set1_pd(c.bias_correction2_sqrt);
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
+  for (int64_t i = 0; i + 4 <= n; i += 4) {
     __m256d p = _mm256_cvtps_pd(_mm_loadu_ps(param + i));
     __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(grad + i));
     if constexpr (kDecoupled) {
@@ -49,20 +49,6 @@ FD_AVX2 void AdamLoop(float* param, float* m, float* v, const float* grad, int64
         _mm256_div_pd(_mm256_sqrt_pd(_mm256_cvtps_pd(v_new)), bias_correction2_sqrt), eps);
     const __m256d update = _mm256_div_pd(_mm256_mul_pd(step_size, _mm256_cvtps_pd(m_new)), denom);
     _mm_storeu_ps(param + i, _mm256_cvtpd_ps(_mm256_sub_pd(p, update)));
-  }
-  // Three or fewer left: the same arithmetic one element at a time.
-  for (; i < n; ++i) {
-    double p = param[i];
-    double g = grad[i];
-    if constexpr (kDecoupled) {
-      p *= c.decay_factor;
-    } else {
-      g += c.weight_decay * p;
-    }
-    m[i] = static_cast<float>(c.beta1 * m[i] + c.one_minus_beta1 * g);
-    v[i] = static_cast<float>(c.beta2 * v[i] + c.one_minus_beta2 * g * g);
-    const double denom = std::sqrt(static_cast<double>(v[i])) / c.bias_correction2_sqrt + c.eps;
-    param[i] = static_cast<float>(p - c.step_size * m[i] / denom);
   }
 }
 
@@ -91,6 +77,9 @@ void AdamUpdateAvx2(float* param, float* m, float* v, const float* grad, int64_t
   } else {
     AdamLoop<false>(param, m, v, grad, n, c);
   }
+  // Three or fewer left: the reference itself, one element at a time.
+  const int64_t done = n - n % 4;
+  ref::AdamUpdate(param + done, m + done, v + done, grad + done, n - done, t, hyper);
 }
 
 FD_AVX2 double GradSquaredSumAvx2(const float* grad, int64_t n) {

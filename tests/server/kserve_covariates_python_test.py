@@ -20,25 +20,17 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
-import time
+
+import forecastd_process as fp
 
 T, P, H = 8, 3, 4
 FEATURES = ["price", "volume", "event"]
 SERIES = ["AAPL", "MSFT"]
 F = len(FEATURES) + 2  # and hour_of_day_sin, hour_of_day_cos
 START = 1772409600 + 7 * 3600  # 2026-03-02 07:00 UTC
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_safetensors(path, tensors):
@@ -118,25 +110,17 @@ def main():
     try:
         repository = os.path.join(work, "models")
         write_repository(repository, np)
-        grpc_port, metrics_port, http_port = free_port(), free_port(), free_port()
+        grpc_port, metrics_port, http_port = fp.free_port(), fp.free_port(), fp.free_port()
         log_path = os.path.join(work, "forecastd.log")
-        log = open(log_path, "w")
-        daemon = subprocess.Popen(
-            [args.binary, "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
+        daemon = fp.start(
+            args.binary,
+            ["--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
              f"127.0.0.1:{metrics_port}", "--http-address", f"127.0.0.1:{http_port}",
              "--model-repository", repository, "--devices", "cpu", "--cpu-workers", "2"],
-            stdout=log, stderr=subprocess.STDOUT)
+            log_path)
         client = httpclient.InferenceServerClient(url=f"127.0.0.1:{http_port}")
-        give_up = time.time() + 60
-        while True:
-            try:
-                if client.is_server_ready() and client.is_model_ready("cov"):
-                    break
-            except Exception:  # noqa: BLE001  (not listening yet)
-                pass
-            if daemon.poll() is not None or time.time() > give_up:
-                raise RuntimeError("forecastd did not serve the model:\n" + open(log_path).read())
-            time.sleep(0.2)
+        fp.wait_until(daemon, lambda: client.is_server_ready() and client.is_model_ready("cov"),
+                      log_path, "serve the model")
 
         meta = client.get_model_metadata("cov")
         described = [(i["name"], i["datatype"], i["shape"]) for i in meta["inputs"]]
@@ -218,15 +202,7 @@ def main():
             print("tritonclient.grpc infer on cov: equal to tritonclient.http's")
             grpc.close()
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                code = daemon.wait(timeout=60)
-                if code != 0:
-                    failures.append(f"forecastd exited {code} on SIGTERM")
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                failures.append("forecastd did not exit on SIGTERM")
+        fp.stop(daemon, failures)
         if failures and os.path.exists(os.path.join(work, "forecastd.log")):
             print(open(os.path.join(work, "forecastd.log")).read()[-4000:], file=sys.stderr)
         shutil.rmtree(work, ignore_errors=True)

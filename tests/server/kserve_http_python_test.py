@@ -19,18 +19,10 @@ import base64
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import forecastd_process as fp
 
 
 def read_windows(csv_path, features, T, count):
@@ -70,26 +62,16 @@ def main():
             failures.append(message)
 
     try:
-        grpc_port, metrics_port, http_port = free_port(), free_port(), free_port()
+        grpc_port, metrics_port, http_port = fp.free_port(), fp.free_port(), fp.free_port()
         log_path = os.path.join(work, "forecastd.log")
-        log = open(log_path, "w")
-        daemon = subprocess.Popen(
-            [args.binary, "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
+        daemon = fp.start(
+            args.binary,
+            ["--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
              f"127.0.0.1:{metrics_port}", "--http-address", f"127.0.0.1:{http_port}",
              "--model-repository", args.repository, "--devices", "cpu", "--cpu-workers", "2"],
-            stdout=log, stderr=subprocess.STDOUT)
+            log_path)
         client = httpclient.InferenceServerClient(url=f"127.0.0.1:{http_port}", concurrency=4)
-
-        give_up = time.time() + 60
-        while True:
-            try:
-                if client.is_server_ready():
-                    break
-            except Exception:  # noqa: BLE001  (not listening yet)
-                pass
-            if daemon.poll() is not None or time.time() > give_up:
-                raise RuntimeError("forecastd did not become ready:\n" + open(log_path).read())
-            time.sleep(0.2)
+        fp.wait_until(daemon, client.is_server_ready, log_path, "become ready")
 
         check(client.is_server_live(), "is_server_live is False")
         server = client.get_server_metadata()
@@ -224,15 +206,7 @@ def main():
               "the forecast after load_model differs")
         client.close()
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                code = daemon.wait(timeout=60)
-                if code != 0:
-                    failures.append(f"forecastd exited {code} on SIGTERM")
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                failures.append("forecastd did not exit on SIGTERM")
+        fp.stop(daemon, failures)
         shutil.rmtree(work, ignore_errors=True)
     for failure in failures:
         print("FAILED:", failure, file=sys.stderr)

@@ -17,19 +17,12 @@ Usage: kserve_python_test.py --binary BUILD/server/forecastd --proto-dir proto
 import argparse
 import os
 import shutil
-import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
-import time
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+import forecastd_process as fp
 
 
 def generate_stubs(proto_dir, out_dir):
@@ -195,27 +188,22 @@ def main():
         from forecastd.v1 import forecaster_pb2, forecaster_pb2_grpc
         from inference import grpc_service_pb2, grpc_service_pb2_grpc
 
-        grpc_port, metrics_port = free_port(), free_port()
-        log = open(os.path.join(work, "forecastd.log"), "w")
-        daemon = subprocess.Popen(
-            [args.binary, "--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
-             f"127.0.0.1:{metrics_port}", "--http-address", "", "--model-repository", args.repository,
-             "--load-model", args.model, "--devices", "cpu"], stdout=log, stderr=subprocess.STDOUT)
+        grpc_port, metrics_port = fp.free_port(), fp.free_port()
+        log_path = os.path.join(work, "forecastd.log")
+        daemon = fp.start(
+            args.binary,
+            ["--grpc-address", f"127.0.0.1:{grpc_port}", "--metrics-address",
+             f"127.0.0.1:{metrics_port}", "--http-address", "", "--model-repository",
+             args.repository, "--load-model", args.model, "--devices", "cpu"],
+            log_path)
         channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
         kserve = grpc_service_pb2_grpc.GRPCInferenceServiceStub(channel)
         forecaster = forecaster_pb2_grpc.ForecasterStub(channel)
 
-        give_up = time.time() + 60
-        while True:
-            try:
-                if kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=2).ready:
-                    break
-            except grpc.RpcError:
-                pass
-            if daemon.poll() is not None or time.time() > give_up:
-                raise RuntimeError("forecastd did not become ready:\n" +
-                                   open(os.path.join(work, "forecastd.log")).read())
-            time.sleep(0.2)
+        fp.wait_until(
+            daemon,
+            lambda: kserve.ServerReady(grpc_service_pb2.ServerReadyRequest(), timeout=2).ready,
+            log_path, "become ready")
 
         meta = kserve.ModelMetadata(grpc_service_pb2.ModelMetadataRequest(name=args.model))
         shape = list(meta.inputs[0].shape)
@@ -283,15 +271,7 @@ def main():
         check_tritonclient_stream(f"127.0.0.1:{grpc_port}", args.model, meta.inputs[0].name,
                                   window, failures)
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.send_signal(signal.SIGTERM)
-            try:
-                code = daemon.wait(timeout=60)
-                if code != 0:
-                    failures.append(f"forecastd exited {code} on SIGTERM")
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                failures.append("forecastd did not exit on SIGTERM")
+        fp.stop(daemon, failures)
         shutil.rmtree(work, ignore_errors=True)
     for failure in failures:
         print("FAILED:", failure, file=sys.stderr)
