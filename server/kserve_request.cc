@@ -143,23 +143,21 @@ std::string ModelTakes(const ModelConfig& config, const std::vector<InputSpec>& 
                       " and ", last);
 }
 
-bool HasContents(const inference::InferTensorContents& contents) {
+// The values in all of a tensor's contents fields together.
+int ContentCount(const inference::InferTensorContents& contents) {
   return contents.bool_contents_size() + contents.int_contents_size() +
-             contents.int64_contents_size() + contents.uint_contents_size() +
-             contents.uint64_contents_size() + contents.fp32_contents_size() +
-             contents.fp64_contents_size() + contents.bytes_contents_size() >
-         0;
+         contents.int64_contents_size() + contents.uint_contents_size() +
+         contents.uint64_contents_size() + contents.fp32_contents_size() +
+         contents.fp64_contents_size() + contents.bytes_contents_size();
+}
+
+bool HasContents(const inference::InferTensorContents& contents) {
+  return ContentCount(contents) > 0;
 }
 
 // Whether contents other than `kept` hold values (`kept`: the field the datatype uses).
 bool HasOtherContents(const inference::InferTensorContents& contents, int kept) {
-  const int counts[] = {contents.bool_contents_size(),   contents.int_contents_size(),
-                        contents.int64_contents_size(),  contents.uint_contents_size(),
-                        contents.uint64_contents_size(), contents.fp32_contents_size(),
-                        contents.fp64_contents_size(),   contents.bytes_contents_size()};
-  int total = 0;
-  for (const int n : counts) total += n;
-  return total > kept;
+  return ContentCount(contents) > kept;
 }
 
 bool NamesRegion(const inference::ModelInferRequest::InferInputTensor& input) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/base/config.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/models/input_record.h"
@@ -28,6 +29,55 @@ const float* AlignedFloats(absl::string_view bytes, std::vector<float>& copy) {
   return copy.data();
 }
 
+// How CheckFloatTensor names a tensor in its messages: the texts around the sizes, and what
+// element i is (its index and column).
+struct TensorWording {
+  absl::string_view both;        // the message for raw bytes and values sent together
+  absl::string_view raw_before;  // before the raw byte count
+  absl::string_view raw_after;   // after it
+  absl::string_view values_before;
+  absl::string_view values_after;
+  absl::FunctionRef<std::string(int64_t i)> element;
+};
+
+// The float32 bytes of a tensor of n values of `shape`, sent as `raw` bytes or as `values` (one
+// of the two): INVALID_ARGUMENT when both are sent, when their size is not n values, or, unless
+// allow_non_finite, naming the first value that is not finite.
+absl::StatusOr<absl::string_view> CheckFloatTensor(absl::Span<const int64_t> shape, int64_t n,
+                                                   absl::string_view raw,
+                                                   absl::Span<const float> values,
+                                                   bool allow_non_finite,
+                                                   const TensorWording& wording) {
+  if (!raw.empty() && !values.empty()) return absl::InvalidArgumentError(wording.both);
+  absl::string_view bytes = raw;
+  if (!raw.empty()) {
+    if (static_cast<int64_t>(raw.size()) != n * 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(wording.raw_before, raw.size(), wording.raw_after, "; shape [",
+                       absl::StrJoin(shape, ", "), "] of float32 needs ", n * 4));
+    }
+  } else {
+    if (static_cast<int64_t>(values.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat(wording.values_before, values.size(),
+                                                     wording.values_after, "; shape [",
+                                                     absl::StrJoin(shape, ", "), "] needs ", n));
+    }
+    bytes = absl::string_view(reinterpret_cast<const char*>(values.data()),
+                              values.size() * sizeof(float));
+  }
+  if (!allow_non_finite) {
+    for (int64_t i = 0; i < n; ++i) {
+      float x;  // raw bytes need not be aligned for float
+      std::memcpy(&x, bytes.data() + i * 4, sizeof(x));
+      if (!std::isfinite(x)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(wording.element(i), " is ", x, "; only finite values are accepted"));
+      }
+    }
+  }
+  return bytes;
+}
+
 // The future-known covariates (B, P, FkIn) as float32 bytes, checked as CheckWindows checks
 // windows.
 absl::StatusOr<absl::string_view> CheckFuture(const Forecaster& model, int64_t B,
@@ -43,41 +93,16 @@ absl::StatusOr<absl::string_view> CheckFuture(const Forecaster& model, int64_t B
                      " windows, the ", P, " forecast steps' values of its future-known covariates ",
                      absl::StrJoin(config.covariates().future(), ", "), ")"));
   }
-  const int64_t n = B * P * FkIn;
-  if (!future.raw.empty() && !future.values.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("send ", name, " either as raw bytes or as values, not both"));
-  }
-  absl::string_view bytes = future.raw;
-  if (!future.raw.empty()) {
-    if (static_cast<int64_t>(future.raw.size()) != n * 4) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " holds ", future.raw.size(), " raw bytes; shape [",
-                       absl::StrJoin(future.shape, ", "), "] of float32 needs ", n * 4));
-    }
-  } else {
-    if (static_cast<int64_t>(future.values.size()) != n) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, " holds ", future.values.size(), " values; shape [",
-                       absl::StrJoin(future.shape, ", "), "] needs ", n));
-    }
-    bytes = absl::string_view(reinterpret_cast<const char*>(future.values.data()),
-                              future.values.size() * sizeof(float));
-  }
-  if (!allow_non_finite) {
-    for (int64_t i = 0; i < n; ++i) {
-      float x;
-      std::memcpy(&x, bytes.data() + i * 4, sizeof(x));
-      if (!std::isfinite(x)) {
-        const int64_t b = i / (P * FkIn), p = (i / FkIn) % P, k = i % FkIn;
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, " [", b, ", ", p, ", ", k, "] (covariate '",
-                         config.covariates().future(static_cast<int>(k)), "') is ", x,
-                         "; only finite values are accepted"));
-      }
-    }
-  }
-  return bytes;
+  const std::string both =
+      absl::StrCat("send ", name, " either as raw bytes or as values, not both");
+  const std::string holds = absl::StrCat(name, " holds ");
+  const auto element = [&](int64_t i) {
+    const int64_t b = i / (P * FkIn), p = (i / FkIn) % P, k = i % FkIn;
+    return absl::StrCat(name, " [", b, ", ", p, ", ", k, "] (covariate '",
+                        config.covariates().future(static_cast<int>(k)), "')");
+  };
+  return CheckFloatTensor(future.shape, B * P * FkIn, future.raw, future.values, allow_non_finite,
+                          {both, holds, " raw bytes", holds, " values", element});
 }
 
 }  // namespace
@@ -131,38 +156,14 @@ absl::StatusOr<absl::string_view> CheckWindows(const Forecaster& model,
                                                const WindowLimits& limits) {
   ASSIGN_OR_RETURN(const int64_t n, CheckWindowShape(model, shape, limits));
   const int64_t T = model.lookback(), F = NumInputColumns(model.config());
-  if (!raw.empty() && !values.empty()) {
-    return absl::InvalidArgumentError("send the inputs either as raw bytes or as values, not both");
-  }
-  absl::string_view bytes = raw;
-  if (!raw.empty()) {
-    if (static_cast<int64_t>(raw.size()) != n * 4) {
-      return absl::InvalidArgumentError(absl::StrCat("raw inputs hold ", raw.size(),
-                                                     " bytes; shape [", absl::StrJoin(shape, ", "),
-                                                     "] of float32 needs ", n * 4));
-    }
-  } else {
-    if (static_cast<int64_t>(values.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat(values.size(), " input values; shape [",
-                                                     absl::StrJoin(shape, ", "), "] needs ", n));
-    }
-    bytes = absl::string_view(reinterpret_cast<const char*>(values.data()),
-                              values.size() * sizeof(float));
-  }
-  if (!limits.allow_non_finite) {
-    for (int64_t i = 0; i < n; ++i) {
-      float x;  // raw bytes need not be aligned for float
-      std::memcpy(&x, bytes.data() + i * 4, sizeof(x));
-      if (!std::isfinite(x)) {
-        const int64_t b = i / (T * F), t = (i / F) % T, f = i % F;
-        return absl::InvalidArgumentError(
-            absl::StrCat("input [", b, ", ", t, ", ", f, "] (feature '",
-                         model.config().feature_names(static_cast<int>(f)), "') is ", x,
-                         "; only finite values are accepted"));
-      }
-    }
-  }
-  return bytes;
+  const auto element = [&](int64_t i) {
+    const int64_t b = i / (T * F), t = (i / F) % T, f = i % F;
+    return absl::StrCat("input [", b, ", ", t, ", ", f, "] (feature '",
+                        model.config().feature_names(static_cast<int>(f)), "')");
+  };
+  return CheckFloatTensor(shape, n, raw, values, limits.allow_non_finite,
+                          {"send the inputs either as raw bytes or as values, not both",
+                           "raw inputs hold ", " bytes", "", " input values", element});
 }
 
 absl::StatusOr<std::vector<float>> DecodeWindows(const Forecaster& model,
