@@ -27,7 +27,10 @@
 //   "one_launch_device": the same on device buffers (no bus reads);
 //   "composed_graph": a captured graph of the copies in, RecurrentStep, the head's Linear and
 //     the copy out (each bias added by Linear; no normaliser), launched and synchronized;
-//   "one_launch_gpu": GPU time of the one-launch step in graph replays (as the main mode).
+//   "one_launch_gpu": GPU time of the one-launch step in graph replays (as the main mode);
+//   "resident_pinned": the step of one_launch_pinned posted to a resident kernel
+//     (backends/cuda/resident_step.h; up to kResidentStepMaxStreams streams): no launch, the
+//     host spinning on the kernel's answer in pinned memory.
 // --gap-us spaces the timed steps (busy waiting), as a server's ticks arrive.
 // One JSON line per B: {"B":...,"latency":true,"floor":{...},...}.
 // Exit codes: 0 success, 1 a failure, 2 bad arguments.
@@ -56,6 +59,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_graph.h"
 #include "backends/cuda/instance_streams.h"
+#include "backends/cuda/resident_step.h"
 #include "bench/bench_timing.h"
 #include "engine/models/cuda_data_ops.h"
 #include "kernels/base/status.h"
@@ -205,8 +209,10 @@ absl::Status RunLatency(const Flags& flags) {
   const int L = flags.layers;
   const int64_t S = L * (lstm ? 2 : 1) * H;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator, CudaAllocator::Create({}));
+  InstanceStreams::Options stream_options;
+  stream_options.num_streams = 2;
   ASSIGN_OR_RETURN(std::unique_ptr<InstanceStreams> streams,
-                   InstanceStreams::Create({}, allocator.get()));
+                   InstanceStreams::Create(stream_options, allocator.get()));
   std::vector<float> params;
   std::vector<int64_t> offsets;
   LayerParams(L, F, H, G, &params, &offsets);
@@ -217,6 +223,16 @@ absl::Status RunLatency(const Flags& flags) {
   ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> backend,
                    CudaBackend::Create(streams->Lease(), allocator.get(), options));
   const cudaStream_t stream = backend->stream();
+  // The resident kernel stays between the timed steps (limits far beyond their gaps).
+  ResidentStep::Turn turn;
+  ResidentStep::Options resident_options;
+  resident_options.turn = &turn;
+  resident_options.idle_us = 1'000'000;
+  resident_options.max_run_us = 60'000'000;
+  ASSIGN_OR_RETURN(std::unique_ptr<ResidentStep> resident, ResidentStep::Create(resident_options));
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaBackend> resident_backend,
+                   CudaBackend::Create(streams->Lease(), allocator.get(), options));
+  resident_backend->set_resident_step(resident.get());
   DeviceArena mem(allocator.get());
   ASSIGN_OR_RETURN(const float* w, mem.Upload(params));
   const std::vector<RecurrentDirectionWeights> weights = LayerWeightsAt(w, offsets, L);
@@ -278,13 +294,41 @@ absl::Status RunLatency(const Flags& flags) {
     RETURN_IF_ERROR(backend->Synchronize());
     ASSIGN_OR_RETURN(CudaGraph graph, CudaGraph::Capture(stream, composed));
     const StepFn composed_graph = [&]() { return graph.Launch(stream); };
+    const StepFn resident_step = [&, b = B]() {
+      return resident_backend->RecurrentStepForecast(cell, hy, slab, hslots, hx, weights.data(),
+                                                     {b, 1, F, H, 1}, L, spec);
+    };
     std::string line = absl::StrCat(R"({"B":)", B, R"(,"latency":true)");
     for (const auto& [name, fn] : {std::pair<const char*, const StepFn*>{"floor", &floor},
                                    {"one_launch_pinned", &pinned_step},
                                    {"one_launch_device", &device_step},
-                                   {"composed_graph", &composed_graph}}) {
-      ASSIGN_OR_RETURN(bench::Timing t, TimeWall(stream, *fn, flags.latency_steps, flags.gap_us));
-      absl::StrAppend(&line, R"(,")", name, R"(":{)", bench::TimingJson(t), "}");
+                                   {"composed_graph", &composed_graph},
+                                   {"resident_pinned", &resident_step}}) {
+      if (fn == &resident_step && B > cuda::kResidentStepMaxStreams) continue;
+      const cudaStream_t synced = fn == &resident_step ? resident_backend->stream() : stream;
+      const int64_t steps_before = resident->steps();
+      std::vector<double> step_us, kernel_us;
+      const StepFn timed = [&]() -> absl::Status {
+        RETURN_IF_ERROR((*fn)());
+        if (fn == &resident_step) {
+          const auto [step_ns, kernel_ns] = resident->last_kernel_ns();
+          step_us.push_back(1e-3 * static_cast<double>(step_ns));
+          kernel_us.push_back(1e-3 * static_cast<double>(kernel_ns));
+        }
+        return absl::OkStatus();
+      };
+      ASSIGN_OR_RETURN(bench::Timing t, TimeWall(synced, timed, flags.latency_steps, flags.gap_us));
+      absl::StrAppend(&line, R"(,")", name, R"(":{)", bench::TimingJson(t));
+      if (fn == &resident_step) {
+        // Steps the kernel took (all of them, unless another kernel held the GPU's turn), and
+        // their time in the kernel from its seeing the step: to the step's end ("step") and to
+        // the forecasts' write-out ("kernel").
+        absl::StrAppend(&line, R"(,"resident_steps":)", resident->steps() - steps_before,
+                        R"(,"launches":)", resident->launches(), R"(,"step":{)",
+                        bench::TimingJson(bench::Summarize(std::move(step_us))), R"(},"kernel":{)",
+                        bench::TimingJson(bench::Summarize(std::move(kernel_us))), "}");
+      }
+      absl::StrAppend(&line, "}");
     }
     ASSIGN_OR_RETURN(bench::Timing gpu,
                      TimeGraph(stream, device_step, flags.steps_per_graph, flags.replays));
@@ -305,8 +349,10 @@ absl::Status Run(const Flags& flags) {
   const int L = flags.layers;
   const int64_t SL = (lstm ? 2 : 1) * H, S = L * SL;
   ASSIGN_OR_RETURN(std::unique_ptr<CudaAllocator> allocator, CudaAllocator::Create({}));
+  InstanceStreams::Options stream_options;
+  stream_options.num_streams = 2;
   ASSIGN_OR_RETURN(std::unique_ptr<InstanceStreams> streams,
-                   InstanceStreams::Create({}, allocator.get()));
+                   InstanceStreams::Create(stream_options, allocator.get()));
 
   std::vector<float> params;
   std::vector<int64_t> offsets;

@@ -148,6 +148,13 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_flag("!--no-gpu-completion-thread", options.gpu_completion_thread,
                "a request that runs at once on a GPU waits for the GPU on its gRPC thread and "
                "replies from there, instead of a per-GPU thread replying when the batch ends");
+  app.add_option("--gpu-resident-step-idle-us", options.gpu_resident_step_idle_us,
+                 "on a GPU, a state-mode tick step of up to 8 streams runs on a kernel kept "
+                 "resident between steps (one model version per GPU at a time; it keeps a "
+                 "cluster of SMs polling), which leaves after this many microseconds without a "
+                 "step (0: launch every step)")
+      ->check(CLI::Range(int64_t{0}, int64_t{60'000'000}))
+      ->capture_default_str();
   app.add_option("--tick-batches-per-model", options.tick_batches_per_model,
                  "tick-stream batches of one model version computing at once, at most; ticks "
                  "arriving meanwhile wait and go out together in the next batch (0: one per "

@@ -267,6 +267,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
     gpu.instances_per_model = options.gpu_instances;
     gpu.use_graphs = options.gpu_graphs;
     gpu.completion_thread = options.gpu_completion_thread;
+    gpu.resident_step_idle_us = options.gpu_resident_step_idle_us;
     absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> cuda = CudaExecutionDevice::Create(gpu);
     if (!cuda.ok()) {
       return absl::Status(cuda.status().code(),

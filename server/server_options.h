@@ -96,6 +96,10 @@ struct ServerOptions {
   // GPU's completion thread writes the reply when the batch ends (--no-gpu-completion-thread:
   // the gRPC thread waits for the GPU and replies itself).
   bool gpu_completion_thread = true;
+  // Tick-stream steps of few streams on a GPU run on a resident kernel that leaves after this
+  // many microseconds without a step (CudaExecutionDevice::Options::resident_step_idle_us);
+  // 0: a launch per step.
+  int64_t gpu_resident_step_idle_us = 2000;
   // Tick-stream batches of one model version computing at once, at most; ticks arriving
   // meanwhile queue and go out together in the next batch. 0: one per worker slot; -1: one on
   // the CPU, one per instance on a GPU (ModelRegistry::Options::max_tick_batches).

@@ -39,6 +39,7 @@
 #include "backends/backend.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/instance_streams.h"
+#include "backends/cuda/resident_step.h"
 #include "kernels/cuda/convert.h"
 
 namespace forecastd {
@@ -190,7 +191,9 @@ class CudaBackend final : public Backend {
   // The whole step and its forecast in one launch of the cluster kernel (up to
   // kStepClusterMaxStreams streams, as kernels/cuda/recurrent_step.h's RecurrentStepForecast
   // takes them; not when Options::step_kernel forces kWarp or kTiled). x, slots and y may be
-  // pinned host memory. Allocates nothing: capturable at any time.
+  // pinned host memory. Allocates nothing: capturable at any time. With a ResidentStep set
+  // (set_resident_step), a step it takes runs on its resident kernel instead and is finished
+  // when the call returns (never while the stream is being captured).
   bool RecurrentStepForecastFits(const RecurrentDims& dims, int num_layers,
                                  const RecurrentStepForecastSpec& spec) const override;
   absl::Status RecurrentStepForecast(RecurrentCell cell, float* y, float* slab,
@@ -198,6 +201,14 @@ class CudaBackend final : public Backend {
                                      const RecurrentDirectionWeights* weights,
                                      const RecurrentDims& dims, int num_layers,
                                      const RecurrentStepForecastSpec& spec) override;
+  // The resident step that RecurrentStepForecast offers its steps to first (not owned; it
+  // outlives the calls), or nullptr (the default): each step one launch on the stream. While
+  // one is set, RecurrentStepForecast's x, slots and y must be host memory.
+  void set_resident_step(ResidentStep* resident);
+  // Whether the last RecurrentStepForecast ran on the resident step (so it had finished when it
+  // returned and queued nothing on the stream); clears it.
+  bool TakeStepFinished();
+
   // cuDNN's reserve space of the stack's training plan (0 when B or T is 0).
   absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
                                                int num_layers) override;
@@ -432,6 +443,8 @@ class CudaBackend final : public Backend {
   std::map<RnnKey, std::shared_ptr<RnnPlan>> plans_ ABSL_GUARDED_BY(mu_);
   uint64_t plan_clock_ ABSL_GUARDED_BY(mu_) = 0;  // stamps plans' last use, for eviction
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  ResidentStep* resident_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool step_finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace forecastd

@@ -729,12 +729,41 @@ absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, fl
         " ND=", dims.ND, ", ", num_layers, " layers, ", spec.outputs, " outputs and ",
         spec.target_features.size(), " targets are not what one launch takes"));
   }
+  const cuda::StepCell step_cell =
+      cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru;
   return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
-    return cuda::RecurrentStepForecast(
-        y, slab, slots, x, weights,
-        cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru, dims.B, dims.I,
-        dims.H, num_layers, forecast, context_.stream);
+    step_finished_ = false;
+    if (resident_ != nullptr && dims.B <= cuda::kResidentStepMaxStreams) {
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(context_.stream, &capture));
+      if (capture == cudaStreamCaptureStatusNone) {
+        ResidentStep::Model model;
+        model.slab = slab;
+        model.weights.assign(weights, weights + num_layers);
+        model.cell = step_cell;
+        model.I = dims.I;
+        model.H = dims.H;
+        model.forecast = forecast;
+        ASSIGN_OR_RETURN(const bool ran, resident_->TryRun(model, y, slots, x, dims.B));
+        if (ran) {
+          step_finished_ = true;
+          return absl::OkStatus();
+        }
+      }
+    }
+    return cuda::RecurrentStepForecast(y, slab, slots, x, weights, step_cell, dims.B, dims.I,
+                                       dims.H, num_layers, forecast, context_.stream);
   });
+}
+
+void CudaBackend::set_resident_step(ResidentStep* resident) {
+  absl::MutexLock lock(&mu_);
+  resident_ = resident;
+}
+
+bool CudaBackend::TakeStepFinished() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(step_finished_, false);
 }
 
 namespace {

@@ -143,6 +143,9 @@ class CudaModelInstance final : public ModelInstance {
     int64_t state_slots = 0;
     int64_t max_step_rows = 0;
     std::vector<int64_t> step_graph_sizes;
+    // The version's resident step on this GPU (shared by its instances), which takes the steps
+    // of few streams once the instance is made; nullptr: none.
+    std::shared_ptr<ResidentStep> resident;
     // Where Start's batches complete; nullptr: Start waits for the GPU itself (Run).
     CudaCompletionThread* completions = nullptr;
     // What compute() says.
@@ -249,6 +252,9 @@ class CudaModelInstance final : public ModelInstance {
   DeviceBuffer step_x_;       // (max_step_rows, F)
   DeviceBuffer step_output_;  // (max_step_rows, num_outputs)
   std::map<int64_t, CudaGraph> step_graphs_;
+  // Last, so destroyed first: its kernel (when this holds the last reference) stops before the
+  // buffers above go.
+  std::shared_ptr<ResidentStep> resident_;
 };
 
 absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
@@ -364,6 +370,8 @@ absl::StatusOr<std::unique_ptr<CudaModelInstance>> CudaModelInstance::Create(
   const int64_t S = m.StateFloats();
   CUDA_RETURN_IF_ERROR(
       cudaMemset(s.slab_->as<float>() + options.state_slots * S, 0, S * sizeof(float)));
+  s.resident_ = options.resident;
+  s.backend_->set_resident_step(s.resident_.get());
   return instance;
 }
 
@@ -426,11 +434,16 @@ absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, 
   }
   std::fill(staged_slots + rows, staged_slots + computed, static_cast<int32_t>(state_slots_));
   std::memcpy(staged_x, x, static_cast<size_t>(rows * F) * sizeof(float));
+  bool zeroed = false;
   for (int64_t r = 0; r < rows; ++r) {
     if (!zero[r]) continue;
     CUDA_RETURN_IF_ERROR(cudaMemsetAsync(slab_->as<float>() + int64_t{slots[r]} * S, 0,
                                          static_cast<size_t>(S) * sizeof(float), stream));
+    zeroed = true;
   }
+  // The resident kernel is not ordered after this stream's work: the new states must be there
+  // before it may read them.
+  if (zeroed && one_call && resident_ != nullptr) RETURN_IF_ERROR(lease_->Synchronize());
   const int64_t out_bytes = rows * model_->num_outputs() * int64_t{sizeof(float)};
   if (one_call) {
     const ForwardPlacement placement{weights_->as<const float>(), data_ops_.get()};
@@ -443,7 +456,8 @@ absl::Status CudaModelInstance::Step(const int32_t* slots, const uint8_t* zero, 
   } else {
     RETURN_IF_ERROR(QueueStepWithCopies(rows));
   }
-  RETURN_IF_ERROR(lease_->Synchronize());
+  // A step the resident kernel ran has finished and queued nothing.
+  if (!(one_call && backend_->TakeStepFinished())) RETURN_IF_ERROR(lease_->Synchronize());
   std::memcpy(output, staging_output_, static_cast<size_t>(out_bytes));
   return absl::OkStatus();
 }
@@ -628,6 +642,11 @@ absl::StatusOr<std::unique_ptr<CudaExecutionDevice>> CudaExecutionDevice::Create
   if (options.workspace_bytes_per_instance < 0 || options.memory_limit_bytes < 0) {
     return absl::InvalidArgumentError("CudaExecutionDevice: negative byte count");
   }
+  if (options.resident_step_idle_us < 0 || options.resident_step_max_run_us < 1) {
+    return absl::InvalidArgumentError(
+        "CudaExecutionDevice: resident_step_idle_us must be >= 0 and resident_step_max_run_us >= "
+        "1");
+  }
   CudaAllocator::Options allocator_options;
   allocator_options.device = options.device;
   allocator_options.limit_bytes = options.memory_limit_bytes;
@@ -688,6 +707,18 @@ absl::StatusOr<std::vector<std::unique_ptr<ModelInstance>>> CudaExecutionDevice:
     instance_options.slab = std::make_shared<DeviceBuffer>(std::move(slab));
     instance_options.state_slots = options.state_slots;
     instance_options.max_step_rows = options.max_step_rows;
+    if (options_.resident_step_idle_us > 0) {
+      ResidentStep::Options resident;
+      resident.device = options_.device;
+      resident.turn = resident_turn_.get();
+      resident.idle_us = options_.resident_step_idle_us;
+      resident.max_run_us = options_.resident_step_max_run_us;
+      resident.keep_alive = std::make_shared<
+          std::pair<std::shared_ptr<const DeviceBuffer>, std::shared_ptr<DeviceBuffer>>>(
+          shared_weights, instance_options.slab);
+      ASSIGN_OR_RETURN(std::unique_ptr<ResidentStep> step, ResidentStep::Create(resident));
+      instance_options.resident = std::move(step);
+    }
     if (options_.use_graphs) {
       ExecutionDevice::InstanceOptions step_sizes;
       step_sizes.max_batch_size = options.max_step_rows;

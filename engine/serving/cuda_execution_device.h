@@ -10,12 +10,13 @@
 // shared memory: ModelInstance::RunWithDeviceRows) are copied device to device instead, and
 // their windows checked for non-finite values on the GPU. A state-mode step of few streams,
 // where the model's step is one backend call (Forecaster::StepIsOneCall), is one kernel launch
-// that reads the staged ticks from the pinned buffer and writes the forecasts into it; larger
-// steps run a captured step graph with copies. A batch that runs inline on the thread that received
-// its request is started there (ModelInstance::Start) and completed by the GPU's completion thread,
-// which polls the batch's event and writes the replies. After an instance is made, its batches
-// allocate no device memory. Each model computes in the precision its config asks for
-// (CudaMathForPrecision). Built with CUDA only. Thread-safe.
+// that reads the staged ticks from the pinned buffer and writes the forecasts into it (or, up to
+// kResidentStepMaxStreams streams, a step posted to the version's resident kernel: no launch);
+// larger steps run a captured step graph with copies. A batch that runs inline on the thread that
+// received its request is started there (ModelInstance::Start) and completed by the GPU's
+// completion thread, which polls the batch's event and writes the replies. After an instance is
+// made, its batches allocate no device memory. Each model computes in the precision its config asks
+// for (CudaMathForPrecision). Built with CUDA only. Thread-safe.
 #ifndef FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
 #define FORECASTD_ENGINE_SERVING_CUDA_EXECUTION_DEVICE_H_
 
@@ -27,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "backends/cuda/cuda_allocator.h"
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/resident_step.h"
 #include "engine/serving/device_scheduler.h"
 #include "engine/serving/model_instance.h"
 
@@ -58,6 +60,12 @@ class CudaExecutionDevice final : public ExecutionDevice {
     // notices the batch's end and writes the replies. false: the receiving thread waits for
     // the GPU and replies itself.
     bool completion_thread = true;
+    // State-mode steps of up to kResidentStepMaxStreams streams run on a resident kernel
+    // (backends/cuda/resident_step.h), one model version's at a time on this GPU, which leaves
+    // after this long without a step (and relaunches at the next); 0: every step is a launch.
+    int64_t resident_step_idle_us = 2000;
+    // ... and at the latest this long after it started. >= 1.
+    int64_t resident_step_max_run_us = 20000;
   };
 
   // INVALID_ARGUMENT for bad options; the CUDA error when the GPU cannot be used.
@@ -87,6 +95,9 @@ class CudaExecutionDevice final : public ExecutionDevice {
   const std::string id_;
   const std::unique_ptr<CudaAllocator> allocator_;
   std::unique_ptr<CudaCompletionThread> completions_;  // nullptr: Options::completion_thread off
+  // Which version's resident step kernel may run on this GPU (every instance's ResidentStep
+  // refers to it, so it outlives them).
+  const std::unique_ptr<ResidentStep::Turn> resident_turn_ = std::make_unique<ResidentStep::Turn>();
   const std::unique_ptr<DeviceScheduler> scheduler_;
 };
 

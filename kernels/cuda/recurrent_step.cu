@@ -4,6 +4,7 @@
 #include <cuda_pipeline.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/base/status.h"
@@ -330,6 +331,11 @@ constexpr int kClusterKPL = 8;  // each layer's I + H <= 256
 constexpr int kClusterKp = 32 * kClusterKPL;
 constexpr int kClusterMaxLayers = 8;
 
+// Floats of StepClusterKernel's dynamic shared memory: staged inputs and states, and hbuf.
+__host__ __device__ constexpr int ClusterSmemFloats(int L, int UB) {
+  return L * kClusterStreams * kClusterKp + (L + 2) * kClusterStreams * UB;
+}
+
 struct StackWeights {
   Weights layer[kClusterMaxLayers];
 };
@@ -378,10 +384,18 @@ __device__ __forceinline__ void LoadRows(float (&wr)[kQuantities][kClusterKPL],
 // staged, and the top layer's h' goes through distributed shared memory like any layer's, so
 // that each block gathers all of it and its warps compute outputs of the head, de-standardised,
 // into `out` (B, O) instead of h'.
-template <bool kLstm, bool kForecast>
-__global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
-    StepClusterKernel(float* out, float* slab, const int32_t* slots, const float* inp,
-                      StackWeights weights, int B, int I0, int H, int L, int UB, StepForecast fc) {
+//
+// One step of stream tile `tile`, the body of StepClusterKernel and of each turn of
+// StepResidentKernel. kResident: the kernel outlives the step, so what an earlier step of this
+// SM may hold in L1 is stale: the states are read past L1 (ld.cg); the slots and ticks are
+// block 0's shared memory; and the forecasts go into block 0's shared memory (`ybuf`, after
+// hbuf), from where one warp writes them out, so that a single fence at system scope covers
+// them before the step is posted done.
+template <bool kLstm, bool kForecast, bool kResident>
+__device__ __forceinline__ void ClusterStep(float* out, float* slab, const int32_t* slots,
+                                            const float* inp, const StackWeights& weights, int B,
+                                            int I0, int H, int L, int UB, const StepForecast& fc,
+                                            int tile) {
   namespace cg = cooperative_groups;
   constexpr unsigned kAll = 0xffffffffu;
   const cg::cluster_group cluster = cg::this_cluster();
@@ -391,7 +405,7 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
   float* hbuf = cs + L * kClusterStreams * UB;        // (2, kClusterStreams, UB)
   __shared__ int64_t rows[kClusterStreams];
   const int64_t SL = (kLstm ? 2 : 1) * int64_t{H}, S = L * SL;
-  const int b0 = blockIdx.y * kClusterStreams, nb = min(kClusterStreams, B - b0);
+  const int b0 = tile * kClusterStreams, nb = min(kClusterStreams, B - b0);
   const int rank = static_cast<int>(cluster.block_rank()), j0 = rank * UB;
   const int lane = threadIdx.x % 32, w_local = threadIdx.x / 32, j = j0 + w_local;
   const int threads = blockDim.x;
@@ -426,8 +440,13 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
   if (h_first < h_per) {
     for (int lr = h_first; lr < L * nb; lr += h_per) {
       const int l = lr / nb, r = lr - l * nb;
-      __pipeline_memcpy_async(xh + (l * kClusterStreams + r) * kClusterKp + (l == 0 ? I0 : H) + hk,
-                              slab + rows[r] + l * SL + hk, sizeof(float));
+      float* dst = xh + (l * kClusterStreams + r) * kClusterKp + (l == 0 ? I0 : H) + hk;
+      const float* src = slab + rows[r] + l * SL + hk;
+      if (kResident) {
+        *dst = __ldcg(src);
+      } else {
+        __pipeline_memcpy_async(dst, src, sizeof(float));
+      }
     }
   }
   if (kLstm) {
@@ -435,8 +454,13 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
     if (j0 + cu < H) {
       for (int lr = threadIdx.x / UB; lr < L * nb; lr += threads / UB) {
         const int l = lr / nb, r = lr - l * nb;
-        __pipeline_memcpy_async(cs + (l * kClusterStreams + r) * UB + cu,
-                                slab + rows[r] + l * SL + H + j0 + cu, sizeof(float));
+        float* dst = cs + (l * kClusterStreams + r) * UB + cu;
+        const float* src = slab + rows[r] + l * SL + H + j0 + cu;
+        if (kResident) {
+          *dst = __ldcg(src);
+        } else {
+          __pipeline_memcpy_async(dst, src, sizeof(float));
+        }
       }
     }
   }
@@ -588,8 +612,13 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
         for (int offset = 16; offset > 0; offset /= 2) a += __shfl_xor_sync(kAll, a, offset);
         if (lane == 0) {
           const float v = a + b;
-          out[static_cast<int64_t>(b0 + r) * fc.outputs + o] =
-              fc.y_mean != nullptr ? __fadd_rn(__fmul_rn(v, s), m) : v;
+          const float y = fc.y_mean != nullptr ? __fadd_rn(__fmul_rn(v, s), m) : v;
+          if (kResident) {
+            // Into block 0's (kClusterStreams, outputs) forecasts, after hbuf.
+            cluster.map_shared_rank(hbuf + 2 * kClusterStreams * UB, 0)[r * fc.outputs + o] = y;
+          } else {
+            out[static_cast<int64_t>(b0 + r) * fc.outputs + o] = y;
+          }
         }
       }
     }
@@ -597,6 +626,149 @@ __global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
   flush_state();
   // No block leaves while another may still read its hbuf.
   if (kForecast || L > 1) ClusterWait();
+}
+
+template <bool kLstm, bool kForecast>
+__global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
+    StepClusterKernel(float* out, float* slab, const int32_t* slots, const float* inp,
+                      StackWeights weights, int B, int I0, int H, int L, int UB, StepForecast fc) {
+  ClusterStep<kLstm, kForecast, false>(out, slab, slots, inp, weights, B, I0, H, L, UB, fc,
+                                       static_cast<int>(blockIdx.y));
+}
+
+__device__ __forceinline__ long long GlobalNanoseconds() {
+  long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Reads past every cache, as a relaxed load at system scope (the host writes the mailbox):
+// one 16-byte access, or one word.
+__device__ __forceinline__ uint4 LoadChunk(const uint32_t* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned LoadWord(const uint32_t* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// The resident step: one cluster (one tile of up to kClusterStreams streams) that waits for
+// steps posted in `box` and runs each as StepClusterKernel would. Block 0's first warp polls
+// chunk 0 of the mailbox (each read crosses the bus: about a microsecond); once its tag changes
+// it reads the step's chunks, and again until every tag is the request, unpacks the slots and
+// ticks into block 0's shared memory (`payload`, after ybuf), and hands the request to the
+// cluster; every block reads the slots and ticks from there. After the step the same warp
+// writes the forecasts into the mailbox, fences them at system scope and sets box->done. The
+// kernel leaves when box->stop is set, after idle_ns without a step, or once run_ns have passed
+// since it started (so that a device-wide synchronisation elsewhere waits at most that long).
+template <bool kLstm>
+__global__ void __launch_bounds__(kClusterMaxUnits * 32, 1)
+    StepResidentKernel(ResidentStepMailbox* box, float* slab, StackWeights weights, int I0, int H,
+                       int L, int UB, StepForecast fc, unsigned seen, long long idle_ns,
+                       long long run_ns) {
+  namespace cg = cooperative_groups;
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kPayloadWords = kResidentChunkWords - 1;
+  const cg::cluster_group cluster = cg::this_cluster();
+  // What lives across steps stays in shared memory, not in registers: the step's code needs
+  // all 128 a thread has (any more would spill inside its loops).
+  __shared__ unsigned command;  // block 0's: the request taken, or 0 to leave
+  __shared__ unsigned seen_request;
+  __shared__ long long start, last, seen_at;
+  extern __shared__ float smem[];
+  float* const ybuf = smem + ClusterSmemFloats(L, UB);  // (kClusterStreams, outputs)
+  uint32_t* const payload =
+      reinterpret_cast<uint32_t*>(ybuf + kClusterStreams * fc.outputs);  // slots | ticks
+  const bool poller = cluster.block_rank() == 0 && threadIdx.x < 32;     // block 0's warp 0
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (threadIdx.x == 0) {
+    seen_request = seen;
+    start = last = GlobalNanoseconds();
+  }
+  __syncthreads();
+  const uint32_t* const chunks = &box->chunks[0][0];
+  for (;;) {
+    if (poller) {
+      unsigned taken = 0;
+      for (unsigned turn = 1;; ++turn) {
+        const unsigned tag = LoadWord(chunks);
+        if (tag != seen_request) {
+          // The step's chunks, a chunk a lane and up to eight in flight at once, until every
+          // tag is `tag` (the host may still be writing the later ones).
+          const int rows = static_cast<int>(tag % kResidentRequestRows);
+          const int words = rows * (1 + I0);
+          const int count = (words + kPayloadWords - 1) / kPayloadWords;
+          bool complete = true;
+          for (int base = 0; base < count; base += 8 * 32) {
+            uint4 v[8];
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+              const int c = base + u * 32 + lane;
+              v[u] = c < count ? LoadChunk(chunks + c * kResidentChunkWords)
+                               : make_uint4(tag, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; ++u) {
+              const int c = base + u * 32 + lane, p = c * kPayloadWords;
+              complete = complete && v[u].x == tag;
+              if (p < words) payload[p] = v[u].y;
+              if (p + 1 < words) payload[p + 1] = v[u].z;
+              if (p + 2 < words) payload[p + 2] = v[u].w;
+            }
+          }
+          if (__all_sync(kAll, complete)) {
+            if (lane == 0) seen_at = GlobalNanoseconds();
+            taken = tag;
+            break;
+          }
+          continue;
+        }
+        // The stop flag and the clock on every 32nd turn only.
+        if (turn % 32 != 0) continue;
+        if (LoadWord(&box->stop) != 0) break;
+        const long long now = GlobalNanoseconds();
+        if (now - last > idle_ns || now - start > run_ns) break;
+      }
+      if (lane == 0) command = taken;
+    }
+    cluster.sync();
+    const unsigned request = *cluster.map_shared_rank(&command, 0);
+    const int rows = static_cast<int>(request % kResidentRequestRows);
+    if (request == 0 || rows < 1 || rows > kClusterStreams) {
+      cluster.sync();  // block 0's shared memory stays until every block has read it
+      return;
+    }
+    if (threadIdx.x == 0) seen_request = request;
+    const uint32_t* const data = cluster.map_shared_rank(payload, 0);
+    ClusterStep<kLstm, true, true>(nullptr, slab, reinterpret_cast<const int32_t*>(data),
+                                   reinterpret_cast<const float*>(data + rows), weights, rows, I0,
+                                   H, L, UB, fc, 0);
+    if (cluster.block_rank() == 0 && threadIdx.x == 0) {
+      box->step_ns = GlobalNanoseconds() - seen_at;
+    }
+    // Every block's forecasts are in block 0's ybuf and its states in the slab; no block reads
+    // block 0's payload any more.
+    cluster.sync();
+    if (poller) {
+      // The request and its rows again from shared memory (fewer registers held over the step).
+      const unsigned done = seen_request;
+      const int n = static_cast<int>(done % kResidentRequestRows) * fc.outputs;
+      for (int i = lane; i < n; i += 32) box->y[i] = ybuf[i];
+      if (lane == 0) {
+        last = GlobalNanoseconds();
+        box->kernel_ns = last - seen_at;
+      }
+      // The warp's stores reach host memory before `done` does.
+      __threadfence_system();
+      if (lane == 0) *static_cast<volatile unsigned*>(&box->done) = done;
+    }
+  }
 }
 
 // --- launchers
@@ -649,8 +821,13 @@ ClusterShape ClusterShapeOf(int64_t H) {
 }
 
 size_t ClusterSmemBytes(int L, int UB) {
-  return sizeof(float) * (static_cast<size_t>(L) * kClusterStreams * kClusterKp +
-                          static_cast<size_t>(L + 2) * kClusterStreams * UB);
+  return sizeof(float) * static_cast<size_t>(ClusterSmemFloats(L, UB));
+}
+
+// The resident kernel's: ClusterSmemBytes, block 0's forecasts of a tile and its slots and ticks.
+size_t ResidentSmemBytes(int L, int UB, int outputs, int I) {
+  return ClusterSmemBytes(L, UB) +
+         sizeof(float) * kClusterStreams * (static_cast<size_t>(outputs) + 1 + I);
 }
 
 // Whether the whole stack fits StepClusterKernel: H within a cluster, every layer's I + H within
@@ -661,20 +838,22 @@ bool ClusterFits(int64_t I, int64_t H, int L) {
          ClusterSmemBytes(L, shape.UB) <= 48 * 1024;
 }
 
-template <bool kLstm, bool kForecast>
-absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const float* inp,
-                           const ref::RecurrentDirectionWeights* weights, int B, int I, int H,
-                           int L, const StepForecast& forecast, cudaStream_t stream) {
-  const ClusterShape shape = ClusterShapeOf(H);
+StackWeights StackOf(const ref::RecurrentDirectionWeights* weights, int L) {
   StackWeights stack{};
   for (int l = 0; l < L; ++l) {
     stack.layer[l] = {weights[l].w_ih, weights[l].w_hh, weights[l].b_ih, weights[l].b_hh};
   }
+  return stack;
+}
+
+// Launches `kernel` as `tiles` clusters (grid y) of shape.C blocks of shape.UB warps each.
+template <typename... Params, typename... Args>
+absl::Status LaunchClusters(void (*kernel)(Params...), ClusterShape shape, int tiles,
+                            size_t smem_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(shape.C),
-                        static_cast<unsigned>((B + kClusterStreams - 1) / kClusterStreams));
+  config.gridDim = dim3(static_cast<unsigned>(shape.C), static_cast<unsigned>(tiles));
   config.blockDim = dim3(static_cast<unsigned>(shape.UB * 32));
-  config.dynamicSmemBytes = ClusterSmemBytes(L, shape.UB);
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -683,12 +862,59 @@ absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const 
   attribute[0].val.clusterDim.z = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
-  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, StepClusterKernel<kLstm, kForecast>, out, slab,
-                                          slots, inp, stack, B, I, H, L, shape.UB, forecast));
+  CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+  return absl::OkStatus();
+}
+
+template <bool kLstm, bool kForecast>
+absl::Status LaunchCluster(float* out, float* slab, const int32_t* slots, const float* inp,
+                           const ref::RecurrentDirectionWeights* weights, int B, int I, int H,
+                           int L, const StepForecast& forecast, cudaStream_t stream) {
+  const ClusterShape shape = ClusterShapeOf(H);
+  return LaunchClusters(StepClusterKernel<kLstm, kForecast>, shape,
+                        (B + kClusterStreams - 1) / kClusterStreams, ClusterSmemBytes(L, shape.UB),
+                        stream, out, slab, slots, inp, StackOf(weights, L), B, I, H, L, shape.UB,
+                        forecast);
+}
+
+template <bool kLstm>
+absl::Status LaunchResident(ResidentStepMailbox* box, float* slab,
+                            const ref::RecurrentDirectionWeights* weights, int I, int H, int L,
+                            const StepForecast& forecast, unsigned seen, long long idle_ns,
+                            long long run_ns, cudaStream_t stream) {
+  const ClusterShape shape = ClusterShapeOf(H);
+  return LaunchClusters(StepResidentKernel<kLstm>, shape, 1,
+                        ResidentSmemBytes(L, shape.UB, forecast.outputs, I), stream, box, slab,
+                        StackOf(weights, L), I, H, L, shape.UB, forecast, seen, idle_ns, run_ns);
+}
+
+// A forecast step's weights: every layer's, the head's, and the standardisation's in pairs.
+absl::Status CheckForecastWeights(const char* who, const ref::RecurrentDirectionWeights* weights,
+                                  int L, const StepForecast& forecast) {
+  if (weights == nullptr || forecast.head_weight == nullptr || forecast.head_bias == nullptr ||
+      (forecast.x_mean == nullptr) != (forecast.x_std == nullptr) ||
+      (forecast.y_mean == nullptr) != (forecast.y_std == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": null pointer"));
+  }
+  for (int l = 0; l < L; ++l) {
+    const ref::RecurrentDirectionWeights& lw = weights[l];
+    if (lw.w_ih == nullptr || lw.w_hh == nullptr || lw.b_ih == nullptr || lw.b_hh == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(who, ": layer ", l, " has a null weight"));
+    }
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+static_assert(kResidentStepMaxStreams == kClusterStreams, "the resident step is one tile");
+
+bool ResidentStepFits(int64_t I, int64_t H, int L, const StepForecast& forecast) {
+  return I <= kResidentStepMaxFeatures && forecast.outputs <= kResidentStepMaxOutputs &&
+         RecurrentStepForecastFits(kResidentStepMaxStreams, I, H, L, forecast) &&
+         ResidentSmemBytes(L, ClusterShapeOf(H).UB, forecast.outputs, static_cast<int>(I)) <=
+             48 * 1024;
+}
 
 int64_t RecurrentStepCounterInts(int64_t B) {
   // One per stream tile of the smaller tile size (kWarp's).
@@ -777,24 +1003,44 @@ absl::Status RecurrentStepForecast(float* y, float* slab, const int32_t* slots, 
         " targets=", forecast.targets, " quantiles=", forecast.quantiles,
         " do not fit one cluster (RecurrentStepForecastFits)"));
   }
-  if (y == nullptr || slab == nullptr || slots == nullptr || x == nullptr || weights == nullptr ||
-      forecast.head_weight == nullptr || forecast.head_bias == nullptr ||
-      (forecast.x_mean == nullptr) != (forecast.x_std == nullptr) ||
-      (forecast.y_mean == nullptr) != (forecast.y_std == nullptr)) {
+  if (y == nullptr || slab == nullptr || slots == nullptr || x == nullptr) {
     return absl::InvalidArgumentError("RecurrentStepForecast: null pointer");
   }
-  for (int l = 0; l < L; ++l) {
-    const ref::RecurrentDirectionWeights& lw = weights[l];
-    if (lw.w_ih == nullptr || lw.w_hh == nullptr || lw.b_ih == nullptr || lw.b_hh == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("RecurrentStepForecast: layer ", l, " has a null weight"));
-    }
-  }
+  RETURN_IF_ERROR(CheckForecastWeights("RecurrentStepForecast", weights, L, forecast));
   const int b = static_cast<int>(B), i = static_cast<int>(I), h = static_cast<int>(H);
   const absl::Status launched =
       cell == StepCell::kLstm
           ? LaunchCluster<true, true>(y, slab, slots, x, weights, b, i, h, L, forecast, stream)
           : LaunchCluster<false, true>(y, slab, slots, x, weights, b, i, h, L, forecast, stream);
+  RETURN_IF_ERROR(launched);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
+absl::Status LaunchResidentStep(ResidentStepMailbox* box, float* slab,
+                                const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                int64_t I, int64_t H, int L, const StepForecast& forecast,
+                                uint32_t seen, int64_t idle_us, int64_t max_run_us,
+                                cudaStream_t stream) {
+  if (!ResidentStepFits(I, H, L, forecast)) {
+    return absl::InvalidArgumentError(absl::StrCat("LaunchResidentStep: I=", I, " H=", H, " L=", L,
+                                                   " outputs=", forecast.outputs,
+                                                   " do not fit one cluster (ResidentStepFits)"));
+  }
+  if (box == nullptr || slab == nullptr) {
+    return absl::InvalidArgumentError("LaunchResidentStep: null pointer");
+  }
+  if (idle_us < 1 || max_run_us < 1) {
+    return absl::InvalidArgumentError("LaunchResidentStep: idle_us and max_run_us must be >= 1");
+  }
+  RETURN_IF_ERROR(CheckForecastWeights("LaunchResidentStep", weights, L, forecast));
+  const int i = static_cast<int>(I), h = static_cast<int>(H);
+  const long long idle_ns = idle_us * 1000, run_ns = max_run_us * 1000;
+  const absl::Status launched = cell == StepCell::kLstm
+                                    ? LaunchResident<true>(box, slab, weights, i, h, L, forecast,
+                                                           seen, idle_ns, run_ns, stream)
+                                    : LaunchResident<false>(box, slab, weights, i, h, L, forecast,
+                                                            seen, idle_ns, run_ns, stream);
   RETURN_IF_ERROR(launched);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -97,6 +97,52 @@ absl::Status RecurrentStepForecast(float* y, float* slab, const int32_t* slots, 
                                    int64_t B, int64_t I, int64_t H, int L,
                                    const StepForecast& forecast, cudaStream_t stream);
 
+// A resident step: RecurrentStepForecast's step for up to kResidentStepMaxStreams streams, run
+// by one cluster kernel that stays on the GPU between steps and takes them from a mailbox in
+// pinned host memory, so that a step costs no launch and no synchronisation call. The host
+// writes a step as the mailbox's chunks of four words: chunk k is a tag, the step's request =
+// (step number) * kResidentRequestRows + rows (never 0), then words [3k, 3k + 3) of the payload
+// [slots (rows) | ticks (rows, I)], the tag stored last. The kernel reads a chunk in one 16-byte
+// access, so a chunk whose tag is the request holds that step's words: it polls chunk 0 and,
+// once its tag changes, reads the step's chunks until all tags agree, so the step's data arrive
+// with its notice. It runs the step, writes the forecasts into `y` and sets `done` to the
+// request. backends/cuda/resident_step.h drives it.
+inline constexpr int64_t kResidentStepMaxStreams = 8;
+inline constexpr int64_t kResidentStepMaxFeatures = 256;  // I (a layer's I + H is at most 256)
+inline constexpr int64_t kResidentStepMaxOutputs = 1024;  // O
+inline constexpr uint32_t kResidentRequestRows = 16;
+inline constexpr int kResidentChunkWords = 4;  // 16 bytes: a tag and 3 words of payload
+inline constexpr int kResidentChunks =
+    (kResidentStepMaxStreams * (1 + kResidentStepMaxFeatures) + kResidentChunkWords - 2) /
+    (kResidentChunkWords - 1);
+struct ResidentStepMailbox {
+  // Written by the host.
+  alignas(64) uint32_t chunks[kResidentChunks][kResidentChunkWords] = {};
+  alignas(64) uint32_t stop = 0;  // nonzero: the kernel leaves (between steps)
+  // Written by the kernel, on lines of their own.
+  alignas(128) uint32_t done = 0;  // the request finished last
+  // Its time on the GPU from seeing the request: to the end of the step's computation, and to
+  // just before the forecasts are written out (what follows is one fence and `done`).
+  int64_t step_ns = 0;
+  int64_t kernel_ns = 0;
+  alignas(128) float y[kResidentStepMaxStreams * kResidentStepMaxOutputs] = {};  // (rows, O)
+};
+
+// Whether the resident kernel takes these sizes (any B up to kResidentStepMaxStreams): as
+// RecurrentStepForecastFits, with room in shared memory for a tile's forecasts.
+bool ResidentStepFits(int64_t I, int64_t H, int L, const StepForecast& forecast);
+
+// Launches the resident kernel on `stream` (a stream of its own: the kernel occupies it until it
+// leaves) for these weights and sizes (as RecurrentStepForecast's; ResidentStepFits). It takes
+// the first step whose number differs from `seen`, and leaves when box->stop is set, after
+// idle_us without a step, or max_run_us after it started. box: pinned host memory (or any memory
+// the GPU reads and writes coherently).
+absl::Status LaunchResidentStep(ResidentStepMailbox* box, float* slab,
+                                const ref::RecurrentDirectionWeights* weights, StepCell cell,
+                                int64_t I, int64_t H, int L, const StepForecast& forecast,
+                                uint32_t seen, int64_t idle_us, int64_t max_run_us,
+                                cudaStream_t stream);
+
 }  // namespace forecastd::cuda
 
 #endif  // FORECASTD_KERNELS_CUDA_RECURRENT_STEP_H_

@@ -49,12 +49,15 @@ TEST_CASE("Every flag lands in the options", "[unit][flags]") {
   REQUIRE(defaults.options.inline_when_idle);
   REQUIRE(defaults.options.gpu_completion_thread);
   REQUIRE(defaults.options.tick_batches_per_model == -1);  // one on the CPU, none on a GPU
-  const CommandLine serving = Parse(
-      {"--no-inline-when-idle", "--no-gpu-completion-thread", "--tick-batches-per-model", "3"});
+  REQUIRE(defaults.options.gpu_resident_step_idle_us == 2000);
+  const CommandLine serving =
+      Parse({"--no-inline-when-idle", "--no-gpu-completion-thread", "--tick-batches-per-model", "3",
+             "--gpu-resident-step-idle-us", "0"});
   REQUIRE_FALSE(serving.should_exit);
   REQUIRE_FALSE(serving.options.inline_when_idle);
   REQUIRE_FALSE(serving.options.gpu_completion_thread);
   REQUIRE(serving.options.tick_batches_per_model == 3);
+  REQUIRE(serving.options.gpu_resident_step_idle_us == 0);
 }
 
 TEST_CASE("Security and limit flags land in the options, with sane defaults", "[unit][flags]") {
@@ -145,6 +148,7 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--max-train-series-rows", "0"}, "--max-train-series-rows must be >= 1"},
       {{"--max-queue-per-model", "-1"}, "--max-queue-per-model"},
       {{"--tick-batches-per-model", "-2"}, "--tick-batches-per-model"},
+      {{"--gpu-resident-step-idle-us", "-1"}, "--gpu-resident-step-idle-us"},
   };
   for (const Case& c : cases) {
     const CommandLine cl = Parse(c.flags);

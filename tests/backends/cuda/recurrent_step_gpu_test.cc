@@ -7,16 +7,20 @@
 // launch, RecurrentStepForecast); forecasts and states within 1e-5 (abs + rel). Then the step
 // captured in a CUDA graph and replayed, and the one-launch step reading its ticks and slots
 // from pinned host memory and writing its forecasts there, with quantiles and without a
-// normaliser.
+// normaliser. Last, the resident step (backends/cuda/resident_step.h): the same forecasts and
+// states as the one-launch step over consecutive steps of 1 to 8 streams, its kernel leaving
+// when idle and after its longest run, one kernel per GPU at a time, and a change of model.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -24,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_graph.h"
+#include "backends/cuda/resident_step.h"
 #include "backends/reference_backend.h"
 #include "engine/models/cuda_data_ops.h"
 #include "engine/models/forecaster.h"
@@ -362,6 +367,204 @@ TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles 
       }
     }
   }
+}
+
+// Pinned host memory for one step's slots, ticks and forecasts of up to B streams.
+class PinnedStep {
+ public:
+  PinnedStep(int64_t B, int64_t outs) {
+    Cuda(cudaHostAlloc(&memory_, static_cast<size_t>(B * (kF + 1 + outs)) * sizeof(float),
+                       cudaHostAllocDefault),
+         "cudaHostAlloc");
+    slots = static_cast<int32_t*>(memory_);
+    x = static_cast<float*>(memory_) + B;
+    out = x + B * kF;
+  }
+  ~PinnedStep() { cudaFreeHost(memory_); }
+  PinnedStep(const PinnedStep&) = delete;
+  PinnedStep& operator=(const PinnedStep&) = delete;
+
+  int32_t* slots = nullptr;
+  float* x = nullptr;
+  float* out = nullptr;
+
+ private:
+  void* memory_ = nullptr;
+};
+
+std::unique_ptr<ResidentStep> MakeResident(ResidentStep::Turn* turn, int64_t idle_us,
+                                           int64_t max_run_us) {
+  ResidentStep::Options options;
+  options.device = testing::SharedGpuEnv().allocator->device();
+  options.turn = turn;
+  options.idle_us = idle_us;
+  options.max_run_us = max_run_us;
+  absl::StatusOr<std::unique_ptr<ResidentStep>> resident = ResidentStep::Create(options);
+  if (!resident.ok()) FAIL("ResidentStep::Create: " << resident.status().ToString());
+  return std::move(*resident);
+}
+
+// One model's step on two copies of a slab: through `with` (a backend that may hand it to a
+// resident step) and through a plain backend's one launch; each step's forecasts compared.
+class TwinSteps {
+ public:
+  static constexpr int64_t kMaxStreams = 16;
+
+  TwinSteps(const Forecaster& model, CudaBackend* with, int64_t rows, uint32_t seed)
+      : model_(model),
+        with_(with),
+        plain_(MakeCuda(StepKernel::kAuto)),
+        rows_(rows),
+        S_(model.StateFloats()),
+        outs_(model.num_outputs()),
+        a_(kMaxStreams, outs_),
+        b_(kMaxStreams, outs_),
+        data_with_(with->stream()),
+        data_plain_(plain_->stream()) {
+    const ParameterArena& arena = model.parameters();
+    weights_ = mem_.Upload(std::vector<float>(arena.data(), arena.data() + arena.size()));
+    const std::vector<float> slab_0 = Normal(rows * S_, seed, 0.8f);
+    slab_a_ = mem_.Upload(slab_0);
+    slab_b_ = mem_.Upload(slab_0);
+  }
+
+  // Steps B (<= kMaxStreams) streams in random slots with random ticks on both and compares
+  // the forecasts.
+  void Step(int64_t B, uint32_t seed) {
+    REQUIRE(B <= kMaxStreams);
+    const std::vector<int32_t> slots = ScatteredSlots(B, rows_, seed);
+    const std::vector<float> x = Normal(B * kF, seed + 1000, 2.0f);
+    for (PinnedStep* p : {&a_, &b_}) {
+      std::copy(slots.begin(), slots.end(), p->slots);
+      std::copy(x.begin(), x.end(), p->x);
+      std::fill(p->out, p->out + B * outs_, -1.0f);
+    }
+    Ok(model_.Step(*with_, a_.out, a_.x, slab_a_, a_.slots, B, workspace_,
+                   ForwardPlacement{weights_, &data_with_}),
+       "Step through the resident step's backend");
+    Ok(with_->Synchronize(), "Synchronize");
+    Ok(model_.Step(*plain_, b_.out, b_.x, slab_b_, b_.slots, B, workspace_,
+                   ForwardPlacement{weights_, &data_plain_}),
+       "one-launch Step");
+    Ok(plain_->Synchronize(), "Synchronize");
+    const Mismatch forecast = Compare(std::vector<float>(a_.out, a_.out + B * outs_),
+                                      std::vector<float>(b_.out, b_.out + B * outs_));
+    INFO("B=" << B << " forecast: " << forecast.bad << " bad, worst " << forecast.where);
+    CHECK(forecast.bad == 0);
+  }
+
+  // The two slabs (every row: other rows must be untouched alike). Synchronises the device,
+  // so a resident kernel has left when it returns.
+  void CompareStates() {
+    const Mismatch state =
+        Compare(DeviceMemory::Get(slab_a_, rows_ * S_), DeviceMemory::Get(slab_b_, rows_ * S_));
+    INFO("states: " << state.bad << " bad, worst " << state.where);
+    CHECK(state.bad == 0);
+  }
+
+ private:
+  const Forecaster& model_;
+  CudaBackend* const with_;
+  std::unique_ptr<CudaBackend> plain_;
+  const int64_t rows_, S_, outs_;
+  DeviceMemory mem_;
+  PinnedStep a_, b_;
+  Workspace workspace_;  // the one-launch step takes none
+  CudaDataOps data_with_, data_plain_;
+  const float* weights_ = nullptr;
+  float* slab_a_ = nullptr;
+  float* slab_b_ = nullptr;
+};
+
+TEST_CASE("A resident step gives the one-launch step's forecasts and states, step after step",
+          "[gpu][model][stream]") {
+  ResidentStep::Turn turn;
+  for (const bool lstm : {true, false}) {
+    for (const int hidden : {128, 37}) {
+      CAPTURE(lstm, hidden);
+      ModelConfig config = Config(lstm, 2, hidden);
+      for (const float q : {0.1f, 0.5f, 0.9f}) config.add_quantiles(q);
+      const auto model = Build(config, hidden, lstm ? 41u : 42u);
+      // Idle and run limits far beyond the test's pauses, so that the kernel stays for all 24
+      // steps on any machine.
+      const std::unique_ptr<ResidentStep> resident = MakeResident(&turn, 200'000, 10'000'000);
+      std::unique_ptr<CudaBackend> with = MakeCuda(StepKernel::kAuto);
+      with->set_resident_step(resident.get());
+      TwinSteps twins(*model, with.get(), 40, 7);
+      for (int step = 0; step < 24; ++step) twins.Step(1 + step % 8, static_cast<uint32_t>(step));
+      // More streams than the kernel takes: a launch, as without it.
+      twins.Step(9, 99);
+      CHECK(resident->steps() == 24);
+      CHECK(resident->launches() == 1);
+      CHECK(resident->last_kernel_ns().second > 0);
+      CHECK(resident->kernel_running());
+      twins.CompareStates();
+      CHECK_FALSE(resident->kernel_running());
+      // After it left, the next step launches it again.
+      twins.Step(3, 100);
+      CHECK(resident->steps() == 25);
+      CHECK(resident->launches() == 2);
+      twins.CompareStates();
+    }
+  }
+}
+
+TEST_CASE("The resident kernel leaves when idle and after its longest run, one per GPU at a time",
+          "[gpu][model][stream]") {
+  const ModelConfig config = Config(true, 2, 64);
+  const auto model_1 = Build(config, 64, 51);
+  const auto model_2 = Build(config, 64, 52);
+  ResidentStep::Turn turn;
+  const std::unique_ptr<ResidentStep> resident_1 = MakeResident(&turn, 100'000, 10'000'000);
+  const std::unique_ptr<ResidentStep> resident_2 = MakeResident(&turn, 100'000, 10'000'000);
+  std::unique_ptr<CudaBackend> with_1 = MakeCuda(StepKernel::kAuto);
+  std::unique_ptr<CudaBackend> with_2 = MakeCuda(StepKernel::kAuto);
+  with_1->set_resident_step(resident_1.get());
+  with_2->set_resident_step(resident_2.get());
+  TwinSteps twins_1(*model_1, with_1.get(), 16, 3);
+  TwinSteps twins_2(*model_2, with_2.get(), 16, 4);
+  twins_1.Step(2, 1);
+  CHECK(resident_1->steps() == 1);
+  CHECK(resident_1->kernel_running());
+  // The GPU's turn is taken while resident_1's kernel runs: resident_2's steps launch.
+  twins_2.Step(2, 2);
+  CHECK(resident_2->steps() == 0);
+  CHECK(resident_2->launches() == 0);
+  // resident_1's kernel leaves after 100 ms without a step; then resident_2 may run its own.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  CHECK_FALSE(resident_1->kernel_running());
+  twins_2.Step(4, 3);
+  CHECK(resident_2->steps() == 1);
+  CHECK(resident_2->kernel_running());
+  twins_1.Step(1, 4);
+  CHECK(resident_1->steps() == 1);
+  twins_1.CompareStates();
+  twins_2.CompareStates();
+
+  // One resident step, two models in turn: each change stops the kernel and launches another.
+  ResidentStep::Turn own_turn;
+  const std::unique_ptr<ResidentStep> shared = MakeResident(&own_turn, 100'000, 10'000'000);
+  with_1->set_resident_step(shared.get());
+  with_2->set_resident_step(shared.get());
+  for (int round = 0; round < 3; ++round) {
+    twins_1.Step(5, static_cast<uint32_t>(10 + round));
+    twins_2.Step(6, static_cast<uint32_t>(20 + round));
+  }
+  CHECK(shared->steps() == 6);
+  CHECK(shared->launches() == 6);
+  twins_1.CompareStates();
+  twins_2.CompareStates();
+
+  // The longest run: a kernel with steps still coming leaves after max_run_us all the same.
+  ResidentStep::Turn short_turn;
+  const std::unique_ptr<ResidentStep> brief = MakeResident(&short_turn, 10'000'000, 100'000);
+  with_1->set_resident_step(brief.get());
+  twins_1.Step(1, 30);
+  CHECK(brief->kernel_running());
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  CHECK_FALSE(brief->kernel_running());
+  with_1->set_resident_step(nullptr);
+  with_2->set_resident_step(nullptr);
 }
 
 }  // namespace
