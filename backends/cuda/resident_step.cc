@@ -141,10 +141,19 @@ absl::StatusOr<bool> ResidentStep::LaunchLocked(const Model& model) {
   options_.turn->holder_ = this;
   const ScopedCudaDevice scoped(options_.device);
   RETURN_IF_ERROR(scoped.status());
-  RETURN_IF_ERROR(cuda::LaunchResidentStep(box_, model.slab, model.weights.data(), model.cell,
-                                           model.I, model.H, static_cast<int>(model.weights.size()),
-                                           model.forecast, posted_, options_.idle_us,
-                                           options_.max_run_us, stream_));
+  const absl::Status launched =
+      cuda::LaunchResidentStep(box_, model.slab, model.weights.data(), model.cell, model.I, model.H,
+                               static_cast<int>(model.weights.size()), model.forecast, posted_,
+                               options_.idle_us, options_.max_run_us, stream_);
+  if (!launched.ok()) {
+    // A GPU that cannot hold the cluster for good (a partition with too few SMs, say) still
+    // serves every step by a launch of its own: this ResidentStep stays off.
+    cudaGetLastError();  // a launch error is not sticky; clear it
+    spdlog::warn("cuda:{}: tick steps launch one by one, the resident step could not start: {}",
+                 options_.device, launched.ToString());
+    disabled_ = true;
+    return false;
+  }
   launched_ = true;
   running_ = model;
   launched_at_ns_ = last_step_ns_ = NowNs();
@@ -160,7 +169,7 @@ absl::StatusOr<bool> ResidentStep::TryRun(const Model& model, float* y, const in
     return false;
   }
   if (!mu_.TryLock()) return false;
-  absl::StatusOr<bool> ran = TryRunLocked(model, y, slots, x, B);
+  absl::StatusOr<bool> ran = disabled_ ? false : TryRunLocked(model, y, slots, x, B);
   mu_.Unlock();
   return ran;
 }

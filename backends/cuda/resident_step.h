@@ -78,8 +78,9 @@ class ResidentStep {
   // not running, and waits for it: true. y, slots and x as RecurrentStepForecast's, in host
   // memory (copied into and out of the mailbox). false, having computed nothing: B is outside [1,
   // kResidentStepMaxStreams], the sizes do not fit the kernel, another step is running on
-  // this ResidentStep, or another ResidentStep's kernel runs on this GPU; the caller then
-  // launches the step as usual. An error when the kernel failed (the GPU's sticky error).
+  // this ResidentStep, another ResidentStep's kernel runs on this GPU, or the kernel could not
+  // be launched at all (logged once; this ResidentStep stays off); the caller then launches the
+  // step as usual. An error when the kernel failed (the GPU's sticky error).
   absl::StatusOr<bool> TryRun(const Model& model, float* y, const int32_t* slots, const float* x,
                               int64_t B);
 
@@ -121,6 +122,8 @@ class ResidentStep {
   int64_t last_step_ns_gpu_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_kernel_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t steps_ ABSL_GUARDED_BY(mu_) = 0;
+  // The kernel could not be launched (logged once): every step is the caller's.
+  bool disabled_ ABSL_GUARDED_BY(mu_) = false;
   int64_t launches_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
