@@ -304,13 +304,15 @@ absl::Status RunLatency(const Flags& flags) {
                                    {"one_launch_device", &device_step},
                                    {"composed_graph", &composed_graph},
                                    {"resident_pinned", &resident_step}}) {
-      if (fn == &resident_step && B > cuda::kResidentStepMaxStreams) continue;
-      const cudaStream_t synced = fn == &resident_step ? resident_backend->stream() : stream;
+      const bool on_resident = fn == &resident_step;
+      if (on_resident && B > cuda::kResidentStepMaxStreams) continue;
+      const cudaStream_t synced = on_resident ? resident_backend->stream() : stream;
       const int64_t steps_before = resident->steps();
       std::vector<double> step_us, kernel_us;
+      const StepFn& step = *fn;  // a lambda may not capture a structured binding (C++17)
       const StepFn timed = [&]() -> absl::Status {
-        RETURN_IF_ERROR((*fn)());
-        if (fn == &resident_step) {
+        RETURN_IF_ERROR(step());
+        if (on_resident) {
           const auto [step_ns, kernel_ns] = resident->last_kernel_ns();
           step_us.push_back(1e-3 * static_cast<double>(step_ns));
           kernel_us.push_back(1e-3 * static_cast<double>(kernel_ns));
@@ -319,7 +321,7 @@ absl::Status RunLatency(const Flags& flags) {
       };
       ASSIGN_OR_RETURN(bench::Timing t, TimeWall(synced, timed, flags.latency_steps, flags.gap_us));
       absl::StrAppend(&line, R"(,")", name, R"(":{)", bench::TimingJson(t));
-      if (fn == &resident_step) {
+      if (on_resident) {
         // Steps the kernel took (all of them, unless another kernel held the GPU's turn), and
         // their time in the kernel from its seeing the step: to the step's end ("step") and to
         // the forecasts' write-out ("kernel").
