@@ -733,13 +733,15 @@ absl::Status CudaBackend::RecurrentStepForecast(RecurrentCell cell, float* y, fl
       cell == RecurrentCell::kLstm ? cuda::StepCell::kLstm : cuda::StepCell::kGru;
   return Run([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
     step_finished_ = false;
-    if (resident_ != nullptr && dims.B <= cuda::kResidentStepMaxStreams) {
+    if (resident_ != nullptr && dims.B <= cuda::kResidentStepMaxStreams &&
+        num_layers <= cuda::kResidentStepMaxLayers) {
       cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
       CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(context_.stream, &capture));
       if (capture == cudaStreamCaptureStatusNone) {
         ResidentStep::Model model;
         model.slab = slab;
-        model.weights.assign(weights, weights + num_layers);
+        std::copy(weights, weights + num_layers, model.weights.begin());
+        model.layers = num_layers;
         model.cell = step_cell;
         model.I = dims.I;
         model.H = dims.H;

@@ -41,11 +41,11 @@ bool SameForecast(const cuda::StepForecast& a, const cuda::StepForecast& b) {
 }
 
 bool SameModel(const ResidentStep::Model& a, const ResidentStep::Model& b) {
-  if (a.slab != b.slab || a.cell != b.cell || a.I != b.I || a.H != b.H ||
-      a.weights.size() != b.weights.size() || !SameForecast(a.forecast, b.forecast)) {
+  if (a.slab != b.slab || a.cell != b.cell || a.I != b.I || a.H != b.H || a.layers != b.layers ||
+      !SameForecast(a.forecast, b.forecast)) {
     return false;
   }
-  for (size_t l = 0; l < a.weights.size(); ++l) {
+  for (int l = 0; l < a.layers; ++l) {
     const ref::RecurrentDirectionWeights &x = a.weights[l], &y = b.weights[l];
     if (x.w_ih != y.w_ih || x.w_hh != y.w_hh || x.b_ih != y.b_ih || x.b_hh != y.b_hh) return false;
   }
@@ -141,10 +141,9 @@ absl::StatusOr<bool> ResidentStep::LaunchLocked(const Model& model) {
   options_.turn->holder_ = this;
   const ScopedCudaDevice scoped(options_.device);
   RETURN_IF_ERROR(scoped.status());
-  const absl::Status launched =
-      cuda::LaunchResidentStep(box_, model.slab, model.weights.data(), model.cell, model.I, model.H,
-                               static_cast<int>(model.weights.size()), model.forecast, posted_,
-                               options_.idle_us, options_.max_run_us, stream_);
+  const absl::Status launched = cuda::LaunchResidentStep(
+      box_, model.slab, model.weights.data(), model.cell, model.I, model.H, model.layers,
+      model.forecast, posted_, options_.idle_us, options_.max_run_us, stream_);
   if (!launched.ok()) {
     // A GPU that cannot hold the cluster for good (a partition with too few SMs, say) still
     // serves every step by a launch of its own: this ResidentStep stays off.
@@ -163,9 +162,9 @@ absl::StatusOr<bool> ResidentStep::LaunchLocked(const Model& model) {
 
 absl::StatusOr<bool> ResidentStep::TryRun(const Model& model, float* y, const int32_t* slots,
                                           const float* x, int64_t B) {
-  if (B < 1 || B > cuda::kResidentStepMaxStreams || model.weights.empty() ||
-      !cuda::ResidentStepFits(model.I, model.H, static_cast<int>(model.weights.size()),
-                              model.forecast)) {
+  if (B < 1 || B > cuda::kResidentStepMaxStreams || model.layers < 1 ||
+      model.layers > cuda::kResidentStepMaxLayers ||
+      !cuda::ResidentStepFits(model.I, model.H, model.layers, model.forecast)) {
     return false;
   }
   if (!mu_.TryLock()) return false;

@@ -22,10 +22,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <utility>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -61,7 +61,9 @@ class ResidentStep {
   // launches another): RecurrentStepForecast's arguments but the streams'.
   struct Model {
     float* slab = nullptr;
-    std::vector<ref::RecurrentDirectionWeights> weights;  // one per layer
+    // Layer l's in weights[l], l < layers (a fixed array: a step allocates nothing).
+    std::array<ref::RecurrentDirectionWeights, cuda::kResidentStepMaxLayers> weights = {};
+    int layers = 0;
     cuda::StepCell cell = cuda::StepCell::kLstm;
     int64_t I = 0;
     int64_t H = 0;

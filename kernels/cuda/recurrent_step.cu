@@ -908,6 +908,7 @@ absl::Status CheckForecastWeights(const char* who, const ref::RecurrentDirection
 }  // namespace
 
 static_assert(kResidentStepMaxStreams == kClusterStreams, "the resident step is one tile");
+static_assert(kResidentStepMaxLayers == kClusterMaxLayers, "the resident step is one cluster");
 
 bool ResidentStepFits(int64_t I, int64_t H, int L, const StepForecast& forecast) {
   return I <= kResidentStepMaxFeatures && forecast.outputs <= kResidentStepMaxOutputs &&

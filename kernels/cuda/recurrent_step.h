@@ -108,6 +108,7 @@ absl::Status RecurrentStepForecast(float* y, float* slab, const int32_t* slots, 
 // with its notice. It runs the step, writes the forecasts into `y` and sets `done` to the
 // request. backends/cuda/resident_step.h drives it.
 inline constexpr int64_t kResidentStepMaxStreams = 8;
+inline constexpr int kResidentStepMaxLayers = 8;
 inline constexpr int64_t kResidentStepMaxFeatures = 256;  // I (a layer's I + H is at most 256)
 inline constexpr int64_t kResidentStepMaxOutputs = 1024;  // O
 inline constexpr uint32_t kResidentRequestRows = 16;

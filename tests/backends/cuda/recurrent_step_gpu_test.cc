@@ -303,6 +303,29 @@ TEST_CASE("The fused step replays in a CUDA graph", "[gpu][model][stream]") {
   }
 }
 
+// Pinned host memory for one step's slots, ticks and forecasts of up to B streams.
+class PinnedStep {
+ public:
+  PinnedStep(int64_t B, int64_t outs) {
+    Cuda(cudaHostAlloc(&memory_, static_cast<size_t>(B * (kF + 1 + outs)) * sizeof(float),
+                       cudaHostAllocDefault),
+         "cudaHostAlloc");
+    slots = static_cast<int32_t*>(memory_);
+    x = static_cast<float*>(memory_) + B;
+    out = x + B * kF;
+  }
+  ~PinnedStep() { cudaFreeHost(memory_); }
+  PinnedStep(const PinnedStep&) = delete;
+  PinnedStep& operator=(const PinnedStep&) = delete;
+
+  int32_t* slots = nullptr;
+  float* x = nullptr;
+  float* out = nullptr;
+
+ private:
+  void* memory_ = nullptr;
+};
+
 TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles included",
           "[gpu][model][stream]") {
   ReferenceBackend reference;
@@ -341,12 +364,10 @@ TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles 
             mem.Upload(std::vector<float>(arena.data(), arena.data() + arena.size()));
         float* slab = mem.Upload(slab_0);
         // Pinned host memory for the ticks, the slots and the forecasts.
-        void* pinned = nullptr;
-        const size_t pinned_bytes = static_cast<size_t>(B * (kF + 1 + outs)) * sizeof(float);
-        Cuda(cudaHostAlloc(&pinned, pinned_bytes, cudaHostAllocDefault), "cudaHostAlloc");
-        auto* host_slots = static_cast<int32_t*>(pinned);
-        float* host_x = static_cast<float*>(pinned) + B;
-        float* host_out = host_x + B * kF;
+        PinnedStep pinned(B, outs);
+        int32_t* host_slots = pinned.slots;
+        float* host_x = pinned.x;
+        float* host_out = pinned.out;
         std::copy(slots.begin(), slots.end(), host_slots);
         std::copy(x.begin(), x.end(), host_x);
         std::fill(host_out, host_out + B * outs, -1.0f);
@@ -363,34 +384,10 @@ TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles 
         const Mismatch state = Compare(DeviceMemory::Get(slab, rows * S), ref_slab);
         INFO("states: " << state.bad << " bad, worst " << state.where);
         CHECK(state.bad == 0);
-        Cuda(cudaFreeHost(pinned), "cudaFreeHost");
       }
     }
   }
 }
-
-// Pinned host memory for one step's slots, ticks and forecasts of up to B streams.
-class PinnedStep {
- public:
-  PinnedStep(int64_t B, int64_t outs) {
-    Cuda(cudaHostAlloc(&memory_, static_cast<size_t>(B * (kF + 1 + outs)) * sizeof(float),
-                       cudaHostAllocDefault),
-         "cudaHostAlloc");
-    slots = static_cast<int32_t*>(memory_);
-    x = static_cast<float*>(memory_) + B;
-    out = x + B * kF;
-  }
-  ~PinnedStep() { cudaFreeHost(memory_); }
-  PinnedStep(const PinnedStep&) = delete;
-  PinnedStep& operator=(const PinnedStep&) = delete;
-
-  int32_t* slots = nullptr;
-  float* x = nullptr;
-  float* out = nullptr;
-
- private:
-  void* memory_ = nullptr;
-};
 
 std::unique_ptr<ResidentStep> MakeResident(ResidentStep::Turn* turn, int64_t idle_us,
                                            int64_t max_run_us) {

@@ -12,16 +12,15 @@
 
 #include "engine/train/optimizer_avx2.h"
 #include "kernels/ref/optimizer.h"
+#include "tests/backends/op_test_util.h"
 
 namespace forecastd {
 namespace {
 
+// n uniform draws from [lo, hi) of a generator seeded with `seed`.
 std::vector<float> Random(int64_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = dist(gen);
-  return v;
+  return op_test::Uniform(gen, n, lo, hi);
 }
 
 bool BitsEqual(const std::vector<float>& a, const std::vector<float>& b) {
