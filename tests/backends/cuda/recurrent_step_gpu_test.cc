@@ -314,9 +314,17 @@ class PinnedStep {
     x = static_cast<float*>(memory_) + B;
     out = x + B * kF;
   }
-  ~PinnedStep() { cudaFreeHost(memory_); }
+  ~PinnedStep() {
+    if (memory_ != nullptr) cudaFreeHost(memory_);
+  }
   PinnedStep(const PinnedStep&) = delete;
   PinnedStep& operator=(const PinnedStep&) = delete;
+
+  // Frees the memory now, requiring that it succeeds.
+  void Free() {
+    Cuda(cudaFreeHost(memory_), "cudaFreeHost");
+    memory_ = nullptr;
+  }
 
   int32_t* slots = nullptr;
   float* x = nullptr;
@@ -384,6 +392,7 @@ TEST_CASE("A step of few streams is one launch on pinned host memory, quantiles 
         const Mismatch state = Compare(DeviceMemory::Get(slab, rows * S), ref_slab);
         INFO("states: " << state.bad << " bad, worst " << state.where);
         CHECK(state.bad == 0);
+        pinned.Free();
       }
     }
   }
