@@ -210,6 +210,8 @@ def load_point(args, label, port, concurrency, model, T, F):
            "--lookback", str(T), "--features", str(F), "--input-csv", args.input_csv,
            "--concurrency", str(concurrency), "--warmup-s", str(args.warmup_s),
            "--duration-s", str(args.duration_s), "--channels", str(args.channels)]
+    if args.client_poll:
+        cmd.append("--poll")
     timeout = 60 + 3 * (args.warmup_s + args.duration_s)
     return run_json(cmd, timeout, "load_gen")[-1]
 
@@ -338,7 +340,8 @@ def record(env, head, body, lines, path):
         f"- forecastd `{env['git']}`; batching off `{{\"maxBatchSize\":1}}`, on `{on}`",
         f"- {env['warmup_s']} s warm-up + {env['duration_s']} s per point, "
         f"median of {env['rounds']} round(s), "
-        f"{env['channels']} gRPC channel(s); forecastd --devices {env['devices']} "
+        f"{env['channels']} gRPC channel(s), the client {env['client']}; "
+        f"forecastd --devices {env['devices']} "
         f"--cpu-workers {env['cpu_workers']}, "
         f"OMP_NUM_THREADS {env['omp_num_threads']}; load average before the run "
         f"{env['loadavg']}",
@@ -379,6 +382,10 @@ def main(argv=None):
     ap.add_argument("--duration-s", type=float, default=2.0, help="measured s per point (2)")
     ap.add_argument("--warmup-s", type=float, default=0.5, help="untimed s per point (0.5)")
     ap.add_argument("--channels", type=int, default=1, help="load_gen gRPC channels (1)")
+    ap.add_argument("--client-poll", action="store_true",
+                    help="load_gen --poll: the client polls its completion queue without "
+                         "sleeping (takes a core), so an answer's latency does not include "
+                         "waking the client's thread")
     ap.add_argument("--rounds", type=int, default=1,
                     help="sweeps over every level and target; each figure reported is its "
                          "median over the rounds (default: 1)")
@@ -451,6 +458,7 @@ def main(argv=None):
            "cores": os.cpu_count(), "git": git_describe(), "command": command_line(),
            "model": model, "T": T, "F": F, "batching": configs, "warmup_s": args.warmup_s,
            "duration_s": args.duration_s, "channels": args.channels,
+           "client": "polling (load_gen --poll)" if args.client_poll else "on gRPC's callbacks",
            "cpu_workers": args.cpu_workers, "rounds": args.rounds,
            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     if args.omp_threads > 0:

@@ -15,12 +15,17 @@
 // Clients are slots on gRPC's callback API, not threads: a completion callback (on one of
 // gRPC's own threads) records the answer and starts the slot's next call, so 64 clients cost
 // 64 pending calls, not 64 threads, and the generator's CPU use stays small next to the
-// server's on a 2-core machine (client_cpu_cores reports it).
+// server's on a 2-core machine (client_cpu_cores reports it). Those threads sleep in the kernel
+// between answers, so an answer that comes later also waits longer for its thread to wake.
+// With `--poll` the slots' calls go on one completion queue that a thread of the generator
+// polls without ever sleeping (as a client that cannot afford a wake-up does): the latency is
+// then the same whether an answer comes at once or later; that thread takes a whole core.
 //
 // The request is one (1, T, F) window sent as `raw` float32: the first T rows of
 // `--input-csv` (header line skipped, first F columns), or synthetic finite values.
 // Exit codes: 0 success (even with failed calls: they are counted in "errors"), 1 no answer
 // before `--ready-timeout-s` or a bad input file, 2 bad arguments.
+#include <grpc/support/time.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
 
@@ -68,6 +73,7 @@ struct Flags {
   int channels = 1;
   double call_timeout_s = 30.0;
   double ready_timeout_s = 30.0;
+  bool poll = false;
 };
 
 // (T, F) floats, row-major: the first T data rows of a CSV with a header line.
@@ -133,9 +139,11 @@ struct Sample {
 // atomics and what `mu_` guards.
 class ClosedLoop {
  public:
+  // poll: the calls go on one completion queue that Run's polling thread spins on.
   ClosedLoop(const std::vector<std::unique_ptr<v1::Forecaster::Stub>>& stubs,
-             const v1::PredictRequest& request, int concurrency, double call_timeout_s)
+             const v1::PredictRequest& request, int concurrency, double call_timeout_s, bool poll)
       : request_(request), call_timeout_(std::chrono::duration<double>(call_timeout_s)) {
+    if (poll) cq_ = std::make_unique<grpc::CompletionQueue>();
     slots_.resize(concurrency);
     for (int i = 0; i < concurrency; ++i) slots_[i].stub = stubs[i % stubs.size()].get();
   }
@@ -149,6 +157,8 @@ class ClosedLoop {
                                         std::chrono::duration<double>(flags.duration_s));
     outstanding_ = static_cast<int64_t>(slots_.size());
     for (Slot& slot : slots_) Issue(slot);
+    std::thread poller;
+    if (cq_ != nullptr) poller = std::thread([this] { Poll(); });
     std::this_thread::sleep_until(measure_begin_);
     const double cpu_begin = CpuSeconds();
     std::this_thread::sleep_until(measure_end_);
@@ -158,6 +168,7 @@ class ClosedLoop {
       std::unique_lock<std::mutex> lock(mu_);
       all_done_.wait(lock, [this] { return outstanding_ == 0; });
     }
+    if (poller.joinable()) poller.join();
     return Report(label, static_cast<int>(slots_.size()), flags.duration_s,
                   (cpu_end - cpu_begin) / flags.duration_s);
   }
@@ -172,7 +183,31 @@ class ClosedLoop {
     int64_t errors = 0;
     std::string first_error;
     size_t response_bytes = 0;
+    // --poll: the call's reader and its status.
+    std::unique_ptr<grpc::ClientAsyncResponseReader<v1::PredictResponse>> reader;
+    grpc::Status status;
   };
+
+  // --poll: takes completions without a deadline (never blocking) until every slot's last call
+  // has completed, then shuts the queue down and drains it.
+  void Poll() {
+    int64_t live = static_cast<int64_t>(slots_.size());
+    while (live > 0) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (cq_->AsyncNext(&tag, &ok, gpr_time_0(GPR_CLOCK_MONOTONIC)) !=
+          grpc::CompletionQueue::GOT_EVENT) {
+        continue;
+      }
+      Slot& slot = *static_cast<Slot*>(tag);
+      if (!OnDone(slot, slot.status)) --live;
+    }
+    cq_->Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_->Next(&tag, &ok)) {
+    }
+  }
 
   void Issue(Slot& slot) {
     slot.context = std::make_unique<grpc::ClientContext>();
@@ -182,11 +217,18 @@ class ClosedLoop {
     slot.context->set_deadline(
         std::chrono::system_clock::now() +
         std::chrono::duration_cast<std::chrono::system_clock::duration>(call_timeout_));
+    if (cq_ != nullptr) {
+      slot.reader = slot.stub->PrepareAsyncPredict(slot.context.get(), request_, cq_.get());
+      slot.reader->StartCall();
+      slot.reader->Finish(&slot.response, &slot.status, &slot);
+      return;
+    }
     slot.stub->async()->Predict(slot.context.get(), &request_, &slot.response,
                                 [this, &slot](grpc::Status status) { OnDone(slot, status); });
   }
 
-  void OnDone(Slot& slot, const grpc::Status& status) {
+  // Records the answer and starts the slot's next call; false once stopping (no next call).
+  bool OnDone(Slot& slot, const grpc::Status& status) {
     const auto now = SteadyClock::now();
     if (now >= measure_begin_ && now < measure_end_) {
       if (status.ok()) {
@@ -207,9 +249,10 @@ class ClosedLoop {
       // Notified under the lock, so Run cannot return (and destroy this) before we are done.
       std::lock_guard<std::mutex> lock(mu_);
       if (--outstanding_ == 0) all_done_.notify_all();
-      return;
+      return false;
     }
     Issue(slot);
+    return true;
   }
 
   std::string Report(const std::string& label, int concurrency, double duration_s,
@@ -268,6 +311,7 @@ class ClosedLoop {
 
   const v1::PredictRequest& request_;
   const std::chrono::duration<double> call_timeout_;
+  std::unique_ptr<grpc::CompletionQueue> cq_;  // --poll
   // Constant once Run has started the first call.
   SteadyClock::time_point measure_begin_, measure_end_;
   std::vector<Slot> slots_;
@@ -332,7 +376,7 @@ absl::Status Run(const Flags& flags) {
   }
   const std::string label = flags.label.empty() ? flags.target : flags.label;
   for (int concurrency : flags.concurrency) {
-    ClosedLoop loop(stubs, request, concurrency, flags.call_timeout_s);
+    ClosedLoop loop(stubs, request, concurrency, flags.call_timeout_s, flags.poll);
     std::printf("%s\n", loop.Run(flags, label).c_str());
     std::fflush(stdout);
   }
@@ -367,6 +411,9 @@ int main(int argc, char** argv) {
   app.add_option("--ready-timeout-s", flags.ready_timeout_s,
                  "how long to retry the first call while the server starts")
       ->check(CLI::PositiveNumber);
+  app.add_flag("--poll", flags.poll,
+               "one thread polls the calls' completion queue without sleeping, instead of "
+               "gRPC's callback threads (takes a core)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
