@@ -183,6 +183,13 @@ class DnnlBackend final : public Backend {
                                        const float* inp, const float* h_0, const float* c_0,
                                        const RecurrentDirectionWeights* weights,
                                        const RecurrentDims& dims);
+  // LstmLayerBackward the same way: per direction the input projection as one matmul, the
+  // forward again and the walk back through time in recurrent_avx2.h (LstmBackwardThroughTime),
+  // then the weight and input gradients as matmuls over all steps at once.
+  absl::Status ProjectedLstmBackward(float* dinp, const RecurrentDirectionGrads* dweights,
+                                     const float* dout, const float* inp, const float* h_0,
+                                     const float* c_0, const RecurrentDirectionWeights* weights,
+                                     const RecurrentDims& dims);
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
                                   dnnl::algorithm algorithm);
   // The backward counterparts; kind is kLstmBackward or kGruBackward. The first is in

@@ -15,6 +15,7 @@
 #include "backends/cpu/dnnl_memory.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
+#include "backends/cpu/recurrent_avx2.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -224,6 +225,10 @@ absl::Status DnnlBackend::LstmLayerBackward(float* dinp, const RecurrentDirectio
                                             const float* c_0,
                                             const RecurrentDirectionWeights* weights,
                                             const RecurrentDims& dims) {
+  if (!bf16() && cpu::HasAvx2Fma() && dims.B > 0 && dims.T > 0 && dims.I > 0 && dims.H > 0 &&
+      (dims.ND == 1 || dims.ND == 2)) {
+    return ProjectedLstmBackward(dinp, dweights, dout, inp, h_0, c_0, weights, dims);
+  }
   ASSIGN_OR_RETURN(const bool native,
                    TryRecurrentLayerBackward(PrimitiveKind::kLstmBackward, dinp, dweights, dout,
                                              inp, h_0, c_0, weights, dims));

@@ -141,6 +141,68 @@ absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out
   return absl::OkStatus();
 }
 
+absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
+                                                const RecurrentDirectionGrads* dweights,
+                                                const float* dout, const float* inp,
+                                                const float* h_0, const float* c_0,
+                                                const RecurrentDirectionWeights* weights,
+                                                const RecurrentDims& dims) {
+  const auto [B, T, I, H, ND] = dims;
+  const int64_t GH = 4 * H, N = B * T;
+  // Per direction: the projected inputs and dG (N, 4H), the states read and c (N, H); then the
+  // second direction's dinp before it is added to the first's. Per thread, grown only.
+  const int64_t per_direction = 2 * N * GH + 2 * N * H;
+  thread_local std::vector<float> buffers;
+  const size_t floats = static_cast<size_t>(ND * per_direction + (ND > 1 ? N * I : 0));
+  if (buffers.size() < floats) buffers.resize(floats);
+  std::vector<float> bias(GH);
+  cpu::LstmBackwardArgs args[2];
+  for (int64_t d = 0; d < ND; ++d) {
+    const RecurrentDirectionWeights& w = weights[d];
+    for (int64_t j = 0; j < GH; ++j) bias[j] = BiasAt(w.b_ih, j) + BiasAt(w.b_hh, j);
+    float* gx = buffers.data() + d * per_direction;
+    RETURN_IF_ERROR(Linear(gx, inp, w.w_ih, bias.data(), N, I, GH));
+    args[d] = cpu::LstmBackwardArgs{
+        .B = B,
+        .T = T,
+        .H = H,
+        .reverse = d == 1,
+        .gates_x = gx,
+        .w_hh = w.w_hh,
+        .h_0 = h_0 != nullptr ? h_0 + d * B * H : nullptr,
+        .c_0 = c_0 != nullptr ? c_0 + d * B * H : nullptr,
+        .dout = dout + d * H,
+        .dout_stride = ND * H,
+        .dgates = gx + N * GH,
+        .h_prev = gx + 2 * N * GH,
+        .c = gx + 2 * N * GH + N * H,
+    };
+  }
+  cpu::LstmBackwardThroughTime(args, static_cast<int>(ND));
+  float* const second_dinp = buffers.data() + ND * per_direction;
+  for (int64_t d = 0; d < ND; ++d) {
+    const RecurrentDirectionWeights& w = weights[d];
+    const cpu::LstmBackwardArgs& a = args[d];
+    const RecurrentDirectionGrads* g = dweights != nullptr ? &dweights[d] : nullptr;
+    float* dx = dinp == nullptr ? nullptr : d == 0 ? dinp : second_dinp;
+    // dx = dG W_ih, dW_ih = dG^T x, db_ih = the sum of dG over every row and step.
+    RETURN_IF_ERROR(LinearBackward(dx, g != nullptr ? g->dw_ih : nullptr,
+                                   g != nullptr ? g->db_ih : nullptr, a.dgates, inp, nullptr,
+                                   w.w_ih, N, I, GH));
+    if (g != nullptr && (g->dw_hh != nullptr || g->db_hh != nullptr)) {
+      // dW_hh = dG^T h_prev; b_hh adds where b_ih does, so its gradient is db_ih's.
+      const bool copy_bias = g->db_ih != nullptr;
+      RETURN_IF_ERROR(LinearBackward(nullptr, g->dw_hh, copy_bias ? nullptr : g->db_hh, a.dgates,
+                                     a.h_prev, nullptr, w.w_hh, N, H, GH));
+      if (copy_bias && g->db_hh != nullptr) std::copy(g->db_ih, g->db_ih + GH, g->db_hh);
+    }
+    if (d == 1 && dinp != nullptr) {
+      for (int64_t k = 0; k < N * I; ++k) dinp[k] += second_dinp[k];
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* out, float* h_n,
                                                     float* c_n, const float* inp, const float* h_0,
                                                     const float* c_0,

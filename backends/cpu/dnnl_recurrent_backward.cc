@@ -1,4 +1,5 @@
-// DnnlBackend's LSTM and GRU backward passes: lstm_backward and lbr_gru_backward, both
+// DnnlBackend's LSTM and GRU backward passes on oneDNN (an LSTM's on a CPU with AVX2 runs
+// ProjectedLstmBackward instead): lstm_backward and lbr_gru_backward, both
 // directions in one primitive with bidirectional_concat (direction 1 runs right to left, as
 // PyTorch's reverse direction). Each call first reruns the layer's forward as forward_training,
 // which writes the workspace the backward reads, then the backward. Layouts and gate orders as

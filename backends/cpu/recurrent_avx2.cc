@@ -472,6 +472,105 @@ void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
           sync);
 }
 
+// ---- Backpropagation through time of one LSTM direction (LstmBackwardThroughTime), rows
+// [b0, b1) of it. wp: W_hh packed (PackPanels), wtp: W_hh^T (H x 4H) packed; scratch: gh
+// (nb x GHp), dh_next (nb x Hp), dc_next (nb x H) and the row pointers.
+struct BpttScratch {
+  float* gh;       // (nb, GHp)
+  float* dh_next;  // (nb, Hp)
+  float* dc_next;  // (nb, H)
+  const float** in_rows;
+  float** out_rows;
+  const float* zeros;  // (H)
+};
+
+FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, const float* wp, const float* wtp, int64_t b0,
+                          int64_t b1, const BpttScratch& s) {
+  const int64_t H = a.H, T = a.T, GH = 4 * H, GHp = NumPanels(GH) * kPanel,
+                Hp = NumPanels(H) * kPanel;
+  const int64_t nb = b1 - b0;
+  const auto step_t = [&](int64_t step) { return a.reverse ? T - 1 - step : step; };
+  const auto at = [&](int64_t b, int64_t t) { return b * T + t; };
+  // Forward: each step's input state into h_prev, its activated gates into dgates, c_t into c.
+  for (int64_t i = 0; i < nb; ++i) {
+    const int64_t b = b0 + i;
+    const float* h0 = a.h_0 != nullptr ? a.h_0 + b * H : s.zeros;
+    std::copy(h0, h0 + H, a.h_prev + at(b, step_t(0)) * H);
+  }
+  for (int64_t step = 0; step < T; ++step) {
+    const int64_t t = step_t(step);
+    for (int64_t i = 0; i < nb; ++i) {
+      s.in_rows[i] = a.h_prev + at(b0 + i, t) * H;
+      s.out_rows[i] = s.gh + i * GHp;
+    }
+    PanelMatVec(wp, NumPanels(GH), H, s.in_rows, s.out_rows, nb);
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t b = b0 + i;
+      const float* gx = a.gates_x + at(b, t) * GH;
+      const float* gh = s.gh + i * GHp;
+      float* act = a.dgates + at(b, t) * GH;
+      const float* c_prev = step > 0           ? a.c + at(b, step_t(step - 1)) * H
+                            : a.c_0 != nullptr ? a.c_0 + b * H
+                                               : s.zeros;
+      float* c = a.c + at(b, t) * H;
+      float* h_next = step + 1 < T ? a.h_prev + at(b, step_t(step + 1)) * H : nullptr;
+      for (int64_t j = 0; j < H; j += 8) {
+        const Lanes l{TailMask(H - j), j + 8 <= H};
+        const __m256 ig = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
+        const __m256 fg = Sigmoid(_mm256_add_ps(Load(gx + H + j, l), Load(gh + H + j, l)));
+        const __m256 gg = Tanh(_mm256_add_ps(Load(gx + 2 * H + j, l), Load(gh + 2 * H + j, l)));
+        const __m256 og = Sigmoid(_mm256_add_ps(Load(gx + 3 * H + j, l), Load(gh + 3 * H + j, l)));
+        const __m256 cn = _mm256_fmadd_ps(fg, Load(c_prev + j, l), _mm256_mul_ps(ig, gg));
+        Store(act + j, ig, l);
+        Store(act + H + j, fg, l);
+        Store(act + 2 * H + j, gg, l);
+        Store(act + 3 * H + j, og, l);
+        Store(c + j, cn, l);
+        if (h_next != nullptr) Store(h_next + j, _mm256_mul_ps(og, Tanh(cn)), l);
+      }
+    }
+  }
+  // Backward, from the last step: dG_t in place of the gates, dh_next = W_hh^T dG_t.
+  std::fill(s.dh_next, s.dh_next + nb * Hp, 0.0f);
+  std::fill(s.dc_next, s.dc_next + nb * H, 0.0f);
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t step = T - 1; step >= 0; --step) {
+    const int64_t t = step_t(step);
+    for (int64_t i = 0; i < nb; ++i) {
+      const int64_t b = b0 + i;
+      const float* dout = a.dout + at(b, t) * a.dout_stride;
+      float* g = a.dgates + at(b, t) * GH;
+      const float* c = a.c + at(b, t) * H;
+      const float* c_prev = step > 0           ? a.c + at(b, step_t(step - 1)) * H
+                            : a.c_0 != nullptr ? a.c_0 + b * H
+                                               : s.zeros;
+      float* dh_next = s.dh_next + i * Hp;
+      float* dc_next = s.dc_next + i * H;
+      for (int64_t j = 0; j < H; j += 8) {
+        const Lanes l{TailMask(H - j), j + 8 <= H};
+        const __m256 ig = Load(g + j, l), fg = Load(g + H + j, l), gg = Load(g + 2 * H + j, l),
+                     og = Load(g + 3 * H + j, l);
+        const __m256 dh = _mm256_add_ps(Load(dout + j, l), Load(dh_next + j, l));
+        const __m256 tc = Tanh(Load(c + j, l));
+        const __m256 d_o = _mm256_mul_ps(dh, tc);
+        const __m256 dc = _mm256_fmadd_ps(_mm256_mul_ps(dh, og), _mm256_fnmadd_ps(tc, tc, one),
+                                          Load(dc_next + j, l));
+        const __m256 di = _mm256_mul_ps(dc, gg), df = _mm256_mul_ps(dc, Load(c_prev + j, l)),
+                     dg = _mm256_mul_ps(dc, ig);
+        Store(dc_next + j, _mm256_mul_ps(dc, fg), l);
+        // x (1 - x) for the sigmoids, 1 - x^2 for tanh.
+        Store(g + j, _mm256_mul_ps(di, _mm256_mul_ps(ig, _mm256_sub_ps(one, ig))), l);
+        Store(g + H + j, _mm256_mul_ps(df, _mm256_mul_ps(fg, _mm256_sub_ps(one, fg))), l);
+        Store(g + 2 * H + j, _mm256_mul_ps(dg, _mm256_fnmadd_ps(gg, gg, one)), l);
+        Store(g + 3 * H + j, _mm256_mul_ps(d_o, _mm256_mul_ps(og, _mm256_sub_ps(one, og))), l);
+      }
+      s.in_rows[i] = g;
+      s.out_rows[i] = dh_next;
+    }
+    if (step > 0) PanelMatVec(wtp, NumPanels(H), GH, s.in_rows, s.out_rows, nb);
+  }
+}
+
 // ---- One step of a slab's streams: rows [b0, b1), at most kStepTile of them.
 constexpr int64_t kStepTile = 4;
 // From this many streams a step packs each layer's weights into panels first (G*H*(I+H) floats
@@ -741,6 +840,58 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
     num_threads(std::min(threads, num_tasks)) if (num_tasks > 1)
   for (int i = 0; i < num_tasks; ++i) {
     RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*sync=*/false);
+  }
+}
+
+void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n) {
+  if (n <= 0) return;
+  const int64_t B = args[0].B, H = args[0].H, GH = 4 * H;
+  const int64_t GHp = NumPanels(GH) * kPanel, Hp = NumPanels(H) * kPanel;
+  // Each direction's W_hh packed, and its transpose (H x 4H) packed, once per call.
+  const int64_t wp_floats = GHp * H, wtp_floats = Hp * GH;
+  thread_local std::vector<float> packed, transposed;
+  if (packed.size() < static_cast<size_t>(n * (wp_floats + wtp_floats))) {
+    packed.resize(static_cast<size_t>(n * (wp_floats + wtp_floats)));
+  }
+  if (transposed.size() < static_cast<size_t>(GH * H))
+    transposed.resize(static_cast<size_t>(GH * H));
+  for (int d = 0; d < n; ++d) {
+    float* wp = packed.data() + d * (wp_floats + wtp_floats);
+    PackPanels(args[d].w_hh, GH, H, wp);
+    for (int64_t r = 0; r < GH; ++r) {
+      for (int64_t k = 0; k < H; ++k) transposed[k * GH + r] = args[d].w_hh[r * H + k];
+    }
+    PackPanels(transposed.data(), H, GH, wp + wp_floats);
+  }
+  // Directions first, then batch rows in pieces of at least one 4-row tile, a piece per task.
+  const int threads = std::max(1, omp_get_max_threads());
+  const int64_t splits =
+      std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+  struct Piece {
+    int d;
+    int64_t b0, b1;
+  };
+  std::vector<Piece> pieces;
+  for (int d = 0; d < n; ++d) {
+    for (int64_t p = 0; p < splits; ++p) {
+      const int64_t b0 = B * p / splits, b1 = B * (p + 1) / splits;
+      if (b1 > b0) pieces.push_back({d, b0, b1});
+    }
+  }
+  const int num = static_cast<int>(pieces.size());
+  const float* const all_packed = packed.data();  // thread_local: this thread's, for every task
+#pragma omp parallel for schedule(static) num_threads(std::min(threads, num)) if (num > 1)
+  for (int i = 0; i < num; ++i) {
+    const Piece& piece = pieces[static_cast<size_t>(i)];
+    const int64_t nb = piece.b1 - piece.b0;
+    std::vector<float> scratch(static_cast<size_t>(nb * (GHp + Hp + H) + H), 0.0f);
+    std::vector<const float*> in_rows(static_cast<size_t>(nb));
+    std::vector<float*> out_rows(static_cast<size_t>(nb));
+    float* base = scratch.data();
+    const BpttScratch s{base,           base + nb * GHp, base + nb * (GHp + Hp),
+                        in_rows.data(), out_rows.data(), base + nb * (GHp + Hp + H)};
+    const float* wp = all_packed + piece.d * (wp_floats + wtp_floats);
+    LstmBpttRows(args[piece.d], wp, wp + wp_floats, piece.b0, piece.b1, s);
   }
 }
 

@@ -70,6 +70,33 @@ struct StepArgs {
 };
 void RunStep(const StepArgs& args);
 
+// Backpropagation through time of one LSTM direction, after its input projection, for a
+// training step's backward: the forward is run again over the rows' T steps, keeping each step's
+// activated gates, cell state and input state, then walked back from the last step, turning the
+// gates into the gradients of their pre-activations:
+//   dh = dout_t + dh_next;  tc = tanh(c_t);  do = dh tc;  dc = dc_next + dh o (1 - tc^2)
+//   di = dc g;  df = dc c_{t-1};  dg = dc i;  dc_next = dc f
+//   dG_t = [di i(1-i), df f(1-f), dg (1-g^2), do o(1-o)];  dh_next = W_hh^T dG_t
+// What is left is products over all steps at once, the caller's: dW_ih = dG^T x, dW_hh = dG^T
+// h_prev, db_ih = db_hh = sum of dG, dx = dG W_ih. Batch rows (and directions) are shared out
+// over the OpenMP threads, as RunRecurrences does.
+struct LstmBackwardArgs {
+  int64_t B, T, H;
+  bool reverse;  // the direction runs t = T-1 .. 0
+  // (B, T, 4H): W_ih x_t + b_ih + b_hh, PyTorch's gate order.
+  const float* gates_x;
+  const float* w_hh;  // (4H, H)
+  const float* h_0;   // (B, H) or nullptr for zeros
+  const float* c_0;   // (B, H) or nullptr for zeros
+  // d(loss)/d(h_t) of row b at dout + (b * T + t) * dout_stride (the layer output's gradient).
+  const float* dout;
+  int64_t dout_stride;
+  float* dgates;  // (B, T, 4H): receives dG
+  float* h_prev;  // (B, T, H): receives the state each step read, h_{t-1} in the direction's order
+  float* c;       // (B, T, H): scratch, each step's c_t
+};
+void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n);
+
 // out (N, OUT) = inp (N, IN) W^T + bias for W (OUT, IN) row-major (bias may be nullptr), by
 // dot products along W's rows, four input rows at a time: for the few rows of a forecast's
 // head, where a GEMM library's per-call set-up costs more than the product.
