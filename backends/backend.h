@@ -273,9 +273,10 @@ class Backend {
                                                        const RecurrentDims& dims, int num_layers);
   // RecurrentStack for a training step. With `saved` (nullptr: nothing is saved; its state
   // RecurrentSavedFloats floats), a backend with HasFastPath(kRecurrentStackBackward) fills
-  // saved->state with what the RecurrentStackBackward of the same cell, inp, weights and dims
-  // needs besides `out`, and sets saved->out and saved->filled. The default calls RecurrentStack
-  // and leaves saved->filled false.
+  // saved->state, where RecurrentSavedFloats is not 0 for the cell and sizes, with what the
+  // RecurrentStackBackward of the same cell, inp, weights and dims needs besides `out`, and sets
+  // saved->out and saved->filled. The default calls RecurrentStack and leaves saved->filled
+  // false.
   virtual absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
                                                  const float* inp,
                                                  const RecurrentDirectionWeights* weights,

@@ -67,13 +67,27 @@ class DnnlBackend final : public Backend {
 
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;
-  // Two FastPaths, kRecurrentStep and kRecurrentStepForecast, on a CPU with AVX2 and FMA (the
-  // tick streams' one step straight from the slab, and the same with the forecast's
-  // standardising, head and de-standardising in the same pass over each tile of streams:
-  // backends/cpu/recurrent_avx2.h). Otherwise a recurrent stack runs
-  // layer by layer, each layer on its oneDNN primitive, and training keeps each layer's input
-  // for the layer backwards.
+  // Three FastPaths on a CPU with AVX2 and FMA (backends/cpu/recurrent_avx2.h):
+  // kRecurrentStep and kRecurrentStepForecast (the tick streams' one step straight from the
+  // slab, and the same with the forecast's standardising, head and de-standardising in the same
+  // pass over each tile of streams), and kRecurrentStackBackward: an LSTM stack's training
+  // forward keeps every layer's gates, states and output (RecurrentSaved), which its backward
+  // walks back without running any layer again (a GRU stack's pair runs the default, layer by
+  // layer). Otherwise a recurrent stack runs layer by layer, each layer on its oneDNN
+  // primitive, and training keeps each layer's input for the layer backwards.
   bool HasFastPath(FastPath path) const override;
+  absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
+                                               int num_layers) override;
+  absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                         const float* inp, const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims, int num_layers,
+                                         RecurrentSaved* saved) override;
+  absl::Status RecurrentStackBackward(RecurrentCell cell, float* dinp,
+                                      const RecurrentDirectionGrads* dweights, const float* dout,
+                                      float* scratch, const float* inp,
+                                      const RecurrentDirectionWeights* weights,
+                                      const RecurrentDims& dims, int num_layers,
+                                      RecurrentSaved* saved) override;
   absl::Status RecurrentStep(RecurrentCell cell, float* out, float* scratch, float* slab,
                              const int32_t* slots, const float* inp,
                              const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
@@ -190,6 +204,16 @@ class DnnlBackend final : public Backend {
                                      const float* dout, const float* inp, const float* h_0,
                                      const float* c_0, const RecurrentDirectionWeights* weights,
                                      const RecurrentDims& dims);
+  // Its pieces. gx (N, 4H) = x (N, I) W_ih^T + b_ih + b_hh.
+  absl::Status LstmProjection(float* gx, const float* x, const RecurrentDirectionWeights& w,
+                              int64_t N, int64_t I, int64_t H);
+  // After the walk back: dx (N, I; nullptr: not wanted) = dG W_ih, and g's gradients (g may be
+  // nullptr, its entries too): dW_ih = dG^T x, dW_hh = dG^T h_prev, db_ih = db_hh = sum of dG.
+  absl::Status LstmGradients(float* dx, const RecurrentDirectionGrads* g, const float* dgates,
+                             const float* x, const float* h_prev,
+                             const RecurrentDirectionWeights& w, int64_t N, int64_t I, int64_t H);
+  // Whether an LSTM stack's training pair runs on the AVX2 time loops.
+  bool StackedLstm(RecurrentCell cell, const RecurrentDims& dims) const;
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
                                   dnnl::algorithm algorithm);
   // The backward counterparts; kind is kLstmBackward or kGruBackward. The first is in

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backends/cpu/bf16.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_compat.h"
@@ -141,6 +142,32 @@ absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out
   return absl::OkStatus();
 }
 
+absl::Status DnnlBackend::LstmProjection(float* gx, const float* x,
+                                         const RecurrentDirectionWeights& w, int64_t N, int64_t I,
+                                         int64_t H) {
+  const int64_t GH = 4 * H;
+  std::vector<float> bias(GH);
+  for (int64_t j = 0; j < GH; ++j) bias[j] = BiasAt(w.b_ih, j) + BiasAt(w.b_hh, j);
+  return Linear(gx, x, w.w_ih, bias.data(), N, I, GH);
+}
+
+absl::Status DnnlBackend::LstmGradients(float* dx, const RecurrentDirectionGrads* g,
+                                        const float* dgates, const float* x, const float* h_prev,
+                                        const RecurrentDirectionWeights& w, int64_t N, int64_t I,
+                                        int64_t H) {
+  const int64_t GH = 4 * H;
+  RETURN_IF_ERROR(LinearBackward(dx, g != nullptr ? g->dw_ih : nullptr,
+                                 g != nullptr ? g->db_ih : nullptr, dgates, x, nullptr, w.w_ih, N,
+                                 I, GH));
+  if (g == nullptr || (g->dw_hh == nullptr && g->db_hh == nullptr)) return absl::OkStatus();
+  // b_hh adds where b_ih does, so its gradient is db_ih's.
+  const bool copy_bias = g->db_ih != nullptr;
+  RETURN_IF_ERROR(LinearBackward(nullptr, g->dw_hh, copy_bias ? nullptr : g->db_hh, dgates, h_prev,
+                                 nullptr, w.w_hh, N, H, GH));
+  if (copy_bias && g->db_hh != nullptr) std::copy(g->db_ih, g->db_ih + GH, g->db_hh);
+  return absl::OkStatus();
+}
+
 absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
                                                 const RecurrentDirectionGrads* dweights,
                                                 const float* dout, const float* inp,
@@ -155,20 +182,17 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
   thread_local std::vector<float> buffers;
   const size_t floats = static_cast<size_t>(ND * per_direction + (ND > 1 ? N * I : 0));
   if (buffers.size() < floats) buffers.resize(floats);
-  std::vector<float> bias(GH);
   cpu::LstmBackwardArgs args[2];
   for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& w = weights[d];
-    for (int64_t j = 0; j < GH; ++j) bias[j] = BiasAt(w.b_ih, j) + BiasAt(w.b_hh, j);
     float* gx = buffers.data() + d * per_direction;
-    RETURN_IF_ERROR(Linear(gx, inp, w.w_ih, bias.data(), N, I, GH));
+    RETURN_IF_ERROR(LstmProjection(gx, inp, weights[d], N, I, H));
     args[d] = cpu::LstmBackwardArgs{
         .B = B,
         .T = T,
         .H = H,
         .reverse = d == 1,
         .gates_x = gx,
-        .w_hh = w.w_hh,
+        .w_hh = weights[d].w_hh,
         .h_0 = h_0 != nullptr ? h_0 + d * B * H : nullptr,
         .c_0 = c_0 != nullptr ? c_0 + d * B * H : nullptr,
         .dout = dout + d * H,
@@ -181,24 +205,149 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
   cpu::LstmBackwardThroughTime(args, static_cast<int>(ND));
   float* const second_dinp = buffers.data() + ND * per_direction;
   for (int64_t d = 0; d < ND; ++d) {
-    const RecurrentDirectionWeights& w = weights[d];
-    const cpu::LstmBackwardArgs& a = args[d];
-    const RecurrentDirectionGrads* g = dweights != nullptr ? &dweights[d] : nullptr;
     float* dx = dinp == nullptr ? nullptr : d == 0 ? dinp : second_dinp;
-    // dx = dG W_ih, dW_ih = dG^T x, db_ih = the sum of dG over every row and step.
-    RETURN_IF_ERROR(LinearBackward(dx, g != nullptr ? g->dw_ih : nullptr,
-                                   g != nullptr ? g->db_ih : nullptr, a.dgates, inp, nullptr,
-                                   w.w_ih, N, I, GH));
-    if (g != nullptr && (g->dw_hh != nullptr || g->db_hh != nullptr)) {
-      // dW_hh = dG^T h_prev; b_hh adds where b_ih does, so its gradient is db_ih's.
-      const bool copy_bias = g->db_ih != nullptr;
-      RETURN_IF_ERROR(LinearBackward(nullptr, g->dw_hh, copy_bias ? nullptr : g->db_hh, a.dgates,
-                                     a.h_prev, nullptr, w.w_hh, N, H, GH));
-      if (copy_bias && g->db_hh != nullptr) std::copy(g->db_ih, g->db_ih + GH, g->db_hh);
-    }
+    RETURN_IF_ERROR(LstmGradients(dx, dweights != nullptr ? &dweights[d] : nullptr, args[d].dgates,
+                                  inp, args[d].h_prev, weights[d], N, I, H));
     if (d == 1 && dinp != nullptr) {
       for (int64_t k = 0; k < N * I; ++k) dinp[k] += second_dinp[k];
     }
+  }
+  return absl::OkStatus();
+}
+
+bool DnnlBackend::StackedLstm(RecurrentCell cell, const RecurrentDims& dims) const {
+  return cell == RecurrentCell::kLstm && !bf16() && cpu::HasAvx2Fma() && dims.B > 0 && dims.T > 0 &&
+         dims.I > 0 && dims.H > 0 && (dims.ND == 1 || dims.ND == 2);
+}
+
+namespace {
+
+// RecurrentSaved::state of an LSTM stack on the AVX2 time loops: for layer l and direction d
+// (block l * ND + d), its gates then dG (N, 4H), the states its steps read (N, H) and c (N, H);
+// after all blocks, the outputs of the layers below the top (N, ND*H each), the inputs of the
+// layers above them.
+struct SavedLstmStack {
+  int64_t N, H, ND, L;
+  float* state;
+  int64_t Block() const { return N * 4 * H + 2 * N * H; }
+  int64_t Floats() const { return L * ND * Block() + (L - 1) * N * ND * H; }
+  float* Gates(int64_t l, int64_t d) const { return state + (l * ND + d) * Block(); }
+  float* HPrev(int64_t l, int64_t d) const { return Gates(l, d) + N * 4 * H; }
+  float* C(int64_t l, int64_t d) const { return HPrev(l, d) + N * H; }
+  float* Output(int64_t l) const { return state + L * ND * Block() + l * N * ND * H; }
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> DnnlBackend::RecurrentSavedFloats(RecurrentCell cell,
+                                                          const RecurrentDims& dims,
+                                                          int num_layers) {
+  if (!StackedLstm(cell, dims) || num_layers < 1) {
+    return Backend::RecurrentSavedFloats(cell, dims, num_layers);
+  }
+  return SavedLstmStack{dims.B * dims.T, dims.H, dims.ND, num_layers, nullptr}.Floats();
+}
+
+absl::Status DnnlBackend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
+                                                    const float* inp,
+                                                    const RecurrentDirectionWeights* weights,
+                                                    const RecurrentDims& dims, int num_layers,
+                                                    RecurrentSaved* saved) {
+  if (!StackedLstm(cell, dims) || num_layers < 1 || saved == nullptr || saved->state == nullptr) {
+    return Backend::RecurrentStackForTraining(cell, out, scratch, inp, weights, dims, num_layers,
+                                              saved);
+  }
+  const auto [B, T, I, H, ND] = dims;
+  const int64_t N = B * T, L = num_layers;
+  const SavedLstmStack s{N, H, ND, L, saved->state};
+  if (saved->state_floats < s.Floats()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RecurrentStackForTraining: the saved state holds ", saved->state_floats,
+                     " floats; this stack needs ", s.Floats()));
+  }
+  thread_local std::vector<float> gates_x;
+  if (gates_x.size() < static_cast<size_t>(ND * N * 4 * H)) gates_x.resize(ND * N * 4 * H);
+  for (int64_t l = 0; l < L; ++l) {
+    const float* x = l == 0 ? inp : s.Output(l - 1);
+    float* y = l + 1 == L ? out : s.Output(l);
+    cpu::LstmBackwardArgs args[2];
+    for (int64_t d = 0; d < ND; ++d) {
+      const RecurrentDirectionWeights& w = weights[l * ND + d];
+      float* gx = gates_x.data() + d * N * 4 * H;
+      RETURN_IF_ERROR(LstmProjection(gx, x, w, N, l == 0 ? I : ND * H, H));
+      args[d] = cpu::LstmBackwardArgs{.B = B,
+                                      .T = T,
+                                      .H = H,
+                                      .reverse = d == 1,
+                                      .gates_x = gx,
+                                      .w_hh = w.w_hh,
+                                      .h_0 = nullptr,
+                                      .c_0 = nullptr,
+                                      .dout = nullptr,
+                                      .dout_stride = 0,
+                                      .dgates = s.Gates(l, d),
+                                      .h_prev = s.HPrev(l, d),
+                                      .c = s.C(l, d),
+                                      .out = y + d * H,
+                                      .out_stride = ND * H};
+    }
+    cpu::LstmBackwardThroughTime(args, static_cast<int>(ND), cpu::LstmPass::kForward);
+  }
+  saved->out = out;
+  saved->filled = true;
+  return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::RecurrentStackBackward(
+    RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
+    float* scratch, const float* inp, const RecurrentDirectionWeights* weights,
+    const RecurrentDims& dims, int num_layers, RecurrentSaved* saved) {
+  if (!StackedLstm(cell, dims) || num_layers < 1 || saved == nullptr || !saved->filled ||
+      saved->state == nullptr) {
+    return Backend::RecurrentStackBackward(cell, dinp, dweights, dout, scratch, inp, weights, dims,
+                                           num_layers, saved);
+  }
+  if (scratch == nullptr) return absl::InvalidArgumentError("RecurrentStackBackward: no scratch");
+  const auto [B, T, I, H, ND] = dims;
+  const int64_t N = B * T, L = num_layers, S = N * ND * H;
+  const SavedLstmStack s{N, H, ND, L, saved->state};
+  // The state serves this one backward: dG replaces the gates.
+  saved->filled = false;
+  float* const dlayer[2] = {scratch + (L - 1) * S, scratch + L * S};
+  thread_local std::vector<float> second_dx;
+  const float* dl_out = dout;
+  for (int64_t l = L - 1; l >= 0; --l) {
+    cpu::LstmBackwardArgs args[2];
+    for (int64_t d = 0; d < ND; ++d) {
+      args[d] = cpu::LstmBackwardArgs{.B = B,
+                                      .T = T,
+                                      .H = H,
+                                      .reverse = d == 1,
+                                      .gates_x = nullptr,
+                                      .w_hh = weights[l * ND + d].w_hh,
+                                      .h_0 = nullptr,
+                                      .c_0 = nullptr,
+                                      .dout = dl_out + d * H,
+                                      .dout_stride = ND * H,
+                                      .dgates = s.Gates(l, d),
+                                      .h_prev = s.HPrev(l, d),
+                                      .c = s.C(l, d)};
+    }
+    cpu::LstmBackwardThroughTime(args, static_cast<int>(ND), cpu::LstmPass::kBackward);
+    const int64_t I_l = l == 0 ? I : ND * H;
+    const float* x = l == 0 ? inp : s.Output(l - 1);
+    float* dl_in = l > 0 ? dlayer[(L - 1 - l) % 2] : dinp;
+    if (ND > 1 && second_dx.size() < static_cast<size_t>(N * I_l)) second_dx.resize(N * I_l);
+    for (int64_t d = 0; d < ND; ++d) {
+      float* dx = dl_in == nullptr ? nullptr : d == 0 ? dl_in : second_dx.data();
+      const RecurrentDirectionGrads* g = dweights != nullptr ? &dweights[l * ND + d] : nullptr;
+      RETURN_IF_ERROR(
+          LstmGradients(dx, g, s.Gates(l, d), x, s.HPrev(l, d), weights[l * ND + d], N, I_l, H));
+      if (d == 1 && dl_in != nullptr) {
+        for (int64_t k = 0; k < N * I_l; ++k) dl_in[k] += second_dx[static_cast<size_t>(k)];
+      }
+    }
+    dl_out = dl_in;
   }
   return absl::OkStatus();
 }
@@ -289,7 +438,8 @@ absl::StatusOr<bool> DnnlBackend::TryRecurrentLayer(PrimitiveKind kind, float* o
 }
 
 bool DnnlBackend::HasFastPath(FastPath path) const {
-  return (path == FastPath::kRecurrentStep || path == FastPath::kRecurrentStepForecast) &&
+  return (path == FastPath::kRecurrentStep || path == FastPath::kRecurrentStepForecast ||
+          path == FastPath::kRecurrentStackBackward) &&
          !bf16() && cpu::HasAvx2Fma();
 }
 

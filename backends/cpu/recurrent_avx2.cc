@@ -484,20 +484,20 @@ struct BpttScratch {
   const float* zeros;  // (H)
 };
 
-FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, const float* wp, const float* wtp, int64_t b0,
-                          int64_t b1, const BpttScratch& s) {
+FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, LstmPass pass, const float* wp,
+                          const float* wtp, int64_t b0, int64_t b1, const BpttScratch& s) {
   const int64_t H = a.H, T = a.T, GH = 4 * H, GHp = NumPanels(GH) * kPanel,
                 Hp = NumPanels(H) * kPanel;
   const int64_t nb = b1 - b0;
   const auto step_t = [&](int64_t step) { return a.reverse ? T - 1 - step : step; };
   const auto at = [&](int64_t b, int64_t t) { return b * T + t; };
   // Forward: each step's input state into h_prev, its activated gates into dgates, c_t into c.
-  for (int64_t i = 0; i < nb; ++i) {
+  for (int64_t i = 0; pass != LstmPass::kBackward && i < nb; ++i) {
     const int64_t b = b0 + i;
     const float* h0 = a.h_0 != nullptr ? a.h_0 + b * H : s.zeros;
     std::copy(h0, h0 + H, a.h_prev + at(b, step_t(0)) * H);
   }
-  for (int64_t step = 0; step < T; ++step) {
+  for (int64_t step = 0; pass != LstmPass::kBackward && step < T; ++step) {
     const int64_t t = step_t(step);
     for (int64_t i = 0; i < nb; ++i) {
       s.in_rows[i] = a.h_prev + at(b0 + i, t) * H;
@@ -514,6 +514,7 @@ FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, const float* wp, const floa
                                                : s.zeros;
       float* c = a.c + at(b, t) * H;
       float* h_next = step + 1 < T ? a.h_prev + at(b, step_t(step + 1)) * H : nullptr;
+      float* out = a.out != nullptr ? a.out + at(b, t) * a.out_stride : nullptr;
       for (int64_t j = 0; j < H; j += 8) {
         const Lanes l{TailMask(H - j), j + 8 <= H};
         const __m256 ig = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
@@ -526,10 +527,13 @@ FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, const float* wp, const floa
         Store(act + 2 * H + j, gg, l);
         Store(act + 3 * H + j, og, l);
         Store(c + j, cn, l);
-        if (h_next != nullptr) Store(h_next + j, _mm256_mul_ps(og, Tanh(cn)), l);
+        const __m256 h = _mm256_mul_ps(og, Tanh(cn));
+        if (h_next != nullptr) Store(h_next + j, h, l);
+        if (out != nullptr) Store(out + j, h, l);
       }
     }
   }
+  if (pass == LstmPass::kForward) return;
   // Backward, from the last step: dG_t in place of the gates, dh_next = W_hh^T dG_t.
   std::fill(s.dh_next, s.dh_next + nb * Hp, 0.0f);
   std::fill(s.dc_next, s.dc_next + nb * H, 0.0f);
@@ -843,21 +847,24 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   }
 }
 
-void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n) {
+void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n, LstmPass pass) {
   if (n <= 0) return;
   const int64_t B = args[0].B, H = args[0].H, GH = 4 * H;
   const int64_t GHp = NumPanels(GH) * kPanel, Hp = NumPanels(H) * kPanel;
-  // Each direction's W_hh packed, and its transpose (H x 4H) packed, once per call.
+  // Each direction's W_hh packed (the forward half's), and its transpose (H x 4H) packed (the
+  // backward half's), once per call.
   const int64_t wp_floats = GHp * H, wtp_floats = Hp * GH;
   thread_local std::vector<float> packed, transposed;
   if (packed.size() < static_cast<size_t>(n * (wp_floats + wtp_floats))) {
     packed.resize(static_cast<size_t>(n * (wp_floats + wtp_floats)));
   }
-  if (transposed.size() < static_cast<size_t>(GH * H))
+  if (transposed.size() < static_cast<size_t>(GH * H)) {
     transposed.resize(static_cast<size_t>(GH * H));
+  }
   for (int d = 0; d < n; ++d) {
     float* wp = packed.data() + d * (wp_floats + wtp_floats);
-    PackPanels(args[d].w_hh, GH, H, wp);
+    if (pass != LstmPass::kBackward) PackPanels(args[d].w_hh, GH, H, wp);
+    if (pass == LstmPass::kForward) continue;
     for (int64_t r = 0; r < GH; ++r) {
       for (int64_t k = 0; k < H; ++k) transposed[k * GH + r] = args[d].w_hh[r * H + k];
     }
@@ -891,7 +898,7 @@ void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n) {
     const BpttScratch s{base,           base + nb * GHp, base + nb * (GHp + Hp),
                         in_rows.data(), out_rows.data(), base + nb * (GHp + Hp + H)};
     const float* wp = all_packed + piece.d * (wp_floats + wtp_floats);
-    LstmBpttRows(args[piece.d], wp, wp + wp_floats, piece.b0, piece.b1, s);
+    LstmBpttRows(args[piece.d], pass, wp, wp + wp_floats, piece.b0, piece.b1, s);
   }
 }
 

@@ -79,7 +79,8 @@ void RunStep(const StepArgs& args);
 //   dG_t = [di i(1-i), df f(1-f), dg (1-g^2), do o(1-o)];  dh_next = W_hh^T dG_t
 // What is left is products over all steps at once, the caller's: dW_ih = dG^T x, dW_hh = dG^T
 // h_prev, db_ih = db_hh = sum of dG, dx = dG W_ih. Batch rows (and directions) are shared out
-// over the OpenMP threads, as RunRecurrences does.
+// over the OpenMP threads, as RunRecurrences does. The two halves can run apart (LstmPass): the
+// forward of a training step keeping what the backward needs, and later that backward.
 struct LstmBackwardArgs {
   int64_t B, T, H;
   bool reverse;  // the direction runs t = T-1 .. 0
@@ -91,11 +92,18 @@ struct LstmBackwardArgs {
   // d(loss)/d(h_t) of row b at dout + (b * T + t) * dout_stride (the layer output's gradient).
   const float* dout;
   int64_t dout_stride;
-  float* dgates;  // (B, T, 4H): receives dG
-  float* h_prev;  // (B, T, H): receives the state each step read, h_{t-1} in the direction's order
-  float* c;       // (B, T, H): scratch, each step's c_t
+  // (B, T, 4H): the activated gates (the forward half), then dG in their place (the backward).
+  float* dgates;
+  float* h_prev;  // (B, T, H): the state each step read, h_{t-1} in the direction's order
+  float* c;       // (B, T, H): each step's c_t
+  // The forward half also writes h_t of row b at out + (b * T + t) * out_stride, when not nullptr.
+  float* out = nullptr;
+  int64_t out_stride = 0;
 };
-void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n);
+enum class LstmPass { kForward, kBackward, kBoth };
+// The backward half reads gates_x (kBoth only), dout, dgates, h_prev and c; the forward half
+// does not read dout.
+void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n, LstmPass pass = LstmPass::kBoth);
 
 // out (N, OUT) = inp (N, IN) W^T + bias for W (OUT, IN) row-major (bias may be nullptr), by
 // dot products along W's rows, four input rows at a time: for the few rows of a forecast's
