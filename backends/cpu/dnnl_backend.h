@@ -72,9 +72,9 @@ class DnnlBackend final : public Backend {
   // slab, and the same with the forecast's standardising, head and de-standardising in the same
   // pass over each tile of streams), and kRecurrentStackBackward: an LSTM stack's training
   // forward keeps every layer's gates, states and output (RecurrentSaved), which its backward
-  // walks back without running any layer again (a GRU stack's pair runs the default, layer by
-  // layer). Otherwise a recurrent stack runs layer by layer, each layer on its oneDNN
-  // primitive, and training keeps each layer's input for the layer backwards.
+  // walks back without running any layer again (a GRU stack's keeps its lower layers' outputs
+  // for the layer backwards). Otherwise a recurrent stack runs layer by layer, each layer on its
+  // oneDNN primitive, and training keeps each layer's input for the layer backwards.
   bool HasFastPath(FastPath path) const override;
   absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
                                                int num_layers) override;
@@ -212,8 +212,8 @@ class DnnlBackend final : public Backend {
   absl::Status LstmGradients(float* dx, const RecurrentDirectionGrads* g, const float* dgates,
                              const float* x, const float* h_prev,
                              const RecurrentDirectionWeights& w, int64_t N, int64_t I, int64_t H);
-  // Whether an LSTM stack's training pair runs on the AVX2 time loops.
-  bool StackedLstm(RecurrentCell cell, const RecurrentDims& dims) const;
+  // Whether a stack's training pair runs as the fast path (an LSTM's on the AVX2 time loops).
+  bool StackedTraining(const RecurrentDims& dims) const;
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,
                                   dnnl::algorithm algorithm);
   // The backward counterparts; kind is kLstmBackward or kGruBackward. The first is in

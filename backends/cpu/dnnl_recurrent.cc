@@ -215,21 +215,22 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
   return absl::OkStatus();
 }
 
-bool DnnlBackend::StackedLstm(RecurrentCell cell, const RecurrentDims& dims) const {
-  return cell == RecurrentCell::kLstm && !bf16() && cpu::HasAvx2Fma() && dims.B > 0 && dims.T > 0 &&
-         dims.I > 0 && dims.H > 0 && (dims.ND == 1 || dims.ND == 2);
+bool DnnlBackend::StackedTraining(const RecurrentDims& dims) const {
+  return !bf16() && cpu::HasAvx2Fma() && dims.B > 0 && dims.T > 0 && dims.I > 0 && dims.H > 0 &&
+         (dims.ND == 1 || dims.ND == 2);
 }
 
 namespace {
 
-// RecurrentSaved::state of an LSTM stack on the AVX2 time loops: for layer l and direction d
-// (block l * ND + d), its gates then dG (N, 4H), the states its steps read (N, H) and c (N, H);
-// after all blocks, the outputs of the layers below the top (N, ND*H each), the inputs of the
-// layers above them.
-struct SavedLstmStack {
+// RecurrentSaved::state of a stack's training pair. An LSTM's, on the AVX2 time loops: for layer
+// l and direction d (block l * ND + d), its gates then dG (N, 4H), the states its steps read
+// (N, H) and c (N, H). After those blocks (none for a GRU), the outputs of the layers below the
+// top (N, ND*H each), the inputs of the layers above them, so that no layer runs again.
+struct SavedStack {
+  bool lstm;
   int64_t N, H, ND, L;
   float* state;
-  int64_t Block() const { return N * 4 * H + 2 * N * H; }
+  int64_t Block() const { return lstm ? N * 4 * H + 2 * N * H : 0; }
   int64_t Floats() const { return L * ND * Block() + (L - 1) * N * ND * H; }
   float* Gates(int64_t l, int64_t d) const { return state + (l * ND + d) * Block(); }
   float* HPrev(int64_t l, int64_t d) const { return Gates(l, d) + N * 4 * H; }
@@ -242,10 +243,12 @@ struct SavedLstmStack {
 absl::StatusOr<int64_t> DnnlBackend::RecurrentSavedFloats(RecurrentCell cell,
                                                           const RecurrentDims& dims,
                                                           int num_layers) {
-  if (!StackedLstm(cell, dims) || num_layers < 1) {
+  if (!StackedTraining(dims) || num_layers < 1) {
     return Backend::RecurrentSavedFloats(cell, dims, num_layers);
   }
-  return SavedLstmStack{dims.B * dims.T, dims.H, dims.ND, num_layers, nullptr}.Floats();
+  return SavedStack{
+      cell == RecurrentCell::kLstm, dims.B * dims.T, dims.H, dims.ND, num_layers, nullptr}
+      .Floats();
 }
 
 absl::Status DnnlBackend::RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,
@@ -253,17 +256,29 @@ absl::Status DnnlBackend::RecurrentStackForTraining(RecurrentCell cell, float* o
                                                     const RecurrentDirectionWeights* weights,
                                                     const RecurrentDims& dims, int num_layers,
                                                     RecurrentSaved* saved) {
-  if (!StackedLstm(cell, dims) || num_layers < 1 || saved == nullptr || saved->state == nullptr) {
+  if (!StackedTraining(dims) || num_layers < 1 || saved == nullptr || saved->state == nullptr) {
     return Backend::RecurrentStackForTraining(cell, out, scratch, inp, weights, dims, num_layers,
                                               saved);
   }
   const auto [B, T, I, H, ND] = dims;
   const int64_t N = B * T, L = num_layers;
-  const SavedLstmStack s{N, H, ND, L, saved->state};
+  const bool lstm = cell == RecurrentCell::kLstm;
+  const SavedStack s{lstm, N, H, ND, L, saved->state};
   if (saved->state_floats < s.Floats()) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackForTraining: the saved state holds ", saved->state_floats,
                      " floats; this stack needs ", s.Floats()));
+  }
+  if (!lstm) {
+    // A GRU's layers as they run for a forecast, each lower one's output kept.
+    for (int64_t l = 0; l < L; ++l) {
+      RETURN_IF_ERROR(GruLayer(l + 1 == L ? out : s.Output(l), nullptr,
+                               l == 0 ? inp : s.Output(l - 1), nullptr, weights + l * ND,
+                               RecurrentDims{B, T, l == 0 ? I : ND * H, H, ND}));
+    }
+    saved->out = out;
+    saved->filled = true;
+    return absl::OkStatus();
   }
   thread_local std::vector<float> gates_x;
   if (gates_x.size() < static_cast<size_t>(ND * N * 4 * H)) gates_x.resize(ND * N * 4 * H);
@@ -302,7 +317,7 @@ absl::Status DnnlBackend::RecurrentStackBackward(
     RecurrentCell cell, float* dinp, const RecurrentDirectionGrads* dweights, const float* dout,
     float* scratch, const float* inp, const RecurrentDirectionWeights* weights,
     const RecurrentDims& dims, int num_layers, RecurrentSaved* saved) {
-  if (!StackedLstm(cell, dims) || num_layers < 1 || saved == nullptr || !saved->filled ||
+  if (!StackedTraining(dims) || num_layers < 1 || saved == nullptr || !saved->filled ||
       saved->state == nullptr) {
     return Backend::RecurrentStackBackward(cell, dinp, dweights, dout, scratch, inp, weights, dims,
                                            num_layers, saved);
@@ -310,13 +325,23 @@ absl::Status DnnlBackend::RecurrentStackBackward(
   if (scratch == nullptr) return absl::InvalidArgumentError("RecurrentStackBackward: no scratch");
   const auto [B, T, I, H, ND] = dims;
   const int64_t N = B * T, L = num_layers, S = N * ND * H;
-  const SavedLstmStack s{N, H, ND, L, saved->state};
+  const bool lstm = cell == RecurrentCell::kLstm;
+  const SavedStack s{lstm, N, H, ND, L, saved->state};
   // The state serves this one backward: dG replaces the gates.
   saved->filled = false;
   float* const dlayer[2] = {scratch + (L - 1) * S, scratch + L * S};
   thread_local std::vector<float> second_dx;
   const float* dl_out = dout;
-  for (int64_t l = L - 1; l >= 0; --l) {
+  for (int64_t l = L - 1; l >= 0 && !lstm; --l) {
+    // A GRU's layer backwards top down, on the kept inputs.
+    float* dl_in = l > 0 ? dlayer[(L - 1 - l) % 2] : dinp;
+    RETURN_IF_ERROR(GruLayerBackward(dl_in, dweights != nullptr ? dweights + l * ND : nullptr,
+                                     dl_out, l == 0 ? inp : s.Output(l - 1), nullptr,
+                                     weights + l * ND,
+                                     RecurrentDims{B, T, l == 0 ? I : ND * H, H, ND}));
+    dl_out = dl_in;
+  }
+  for (int64_t l = L - 1; l >= 0 && lstm; --l) {
     cpu::LstmBackwardArgs args[2];
     for (int64_t d = 0; d < ND; ++d) {
       args[d] = cpu::LstmBackwardArgs{.B = B,
