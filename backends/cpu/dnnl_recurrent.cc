@@ -177,11 +177,10 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
   const auto [B, T, I, H, ND] = dims;
   const int64_t GH = 4 * H, N = B * T;
   // Per direction: the projected inputs and dG (N, 4H), the states read and c (N, H); then the
-  // second direction's dinp before it is added to the first's. Per thread, grown only.
+  // second direction's dinp before it is added to the first's. Per call: a training step's
+  // layers can be hundreds of megabytes, which a thread would otherwise keep after the job.
   const int64_t per_direction = 2 * N * GH + 2 * N * H;
-  thread_local std::vector<float> buffers;
-  const size_t floats = static_cast<size_t>(ND * per_direction + (ND > 1 ? N * I : 0));
-  if (buffers.size() < floats) buffers.resize(floats);
+  std::vector<float> buffers(static_cast<size_t>(ND * per_direction + (ND > 1 ? N * I : 0)));
   cpu::LstmBackwardArgs args[2];
   for (int64_t d = 0; d < ND; ++d) {
     float* gx = buffers.data() + d * per_direction;
@@ -225,13 +224,18 @@ namespace {
 // RecurrentSaved::state of a stack's training pair. An LSTM's, on the AVX2 time loops: for layer
 // l and direction d (block l * ND + d), its gates then dG (N, 4H), the states its steps read
 // (N, H) and c (N, H). After those blocks (none for a GRU), the outputs of the layers below the
-// top (N, ND*H each), the inputs of the layers above them, so that no layer runs again.
+// top (N, ND*H each), the inputs of the layers above them, so that no layer runs again. Last,
+// for an LSTM, room for a layer's projected inputs (ND, N, 4H) during the forward and the
+// second direction's dx (N, max(I, ND*H)) during the backward: the tape's memory, given back
+// with it, rather than a thread's.
 struct SavedStack {
   bool lstm;
-  int64_t N, H, ND, L;
+  int64_t N, I, H, ND, L;
   float* state;
   int64_t Block() const { return lstm ? N * 4 * H + 2 * N * H : 0; }
-  int64_t Floats() const { return L * ND * Block() + (L - 1) * N * ND * H; }
+  int64_t Work() const { return lstm ? std::max(ND * N * 4 * H, N * std::max(I, ND * H)) : 0; }
+  int64_t Floats() const { return L * ND * Block() + (L - 1) * N * ND * H + Work(); }
+  float* WorkArea() const { return state + L * ND * Block() + (L - 1) * N * ND * H; }
   float* Gates(int64_t l, int64_t d) const { return state + (l * ND + d) * Block(); }
   float* HPrev(int64_t l, int64_t d) const { return Gates(l, d) + N * 4 * H; }
   float* C(int64_t l, int64_t d) const { return HPrev(l, d) + N * H; }
@@ -247,7 +251,7 @@ absl::StatusOr<int64_t> DnnlBackend::RecurrentSavedFloats(RecurrentCell cell,
     return Backend::RecurrentSavedFloats(cell, dims, num_layers);
   }
   return SavedStack{
-      cell == RecurrentCell::kLstm, dims.B * dims.T, dims.H, dims.ND, num_layers, nullptr}
+      cell == RecurrentCell::kLstm, dims.B * dims.T, dims.I, dims.H, dims.ND, num_layers, nullptr}
       .Floats();
 }
 
@@ -263,7 +267,7 @@ absl::Status DnnlBackend::RecurrentStackForTraining(RecurrentCell cell, float* o
   const auto [B, T, I, H, ND] = dims;
   const int64_t N = B * T, L = num_layers;
   const bool lstm = cell == RecurrentCell::kLstm;
-  const SavedStack s{lstm, N, H, ND, L, saved->state};
+  const SavedStack s{lstm, N, I, H, ND, L, saved->state};
   if (saved->state_floats < s.Floats()) {
     return absl::InvalidArgumentError(
         absl::StrCat("RecurrentStackForTraining: the saved state holds ", saved->state_floats,
@@ -280,15 +284,13 @@ absl::Status DnnlBackend::RecurrentStackForTraining(RecurrentCell cell, float* o
     saved->filled = true;
     return absl::OkStatus();
   }
-  thread_local std::vector<float> gates_x;
-  if (gates_x.size() < static_cast<size_t>(ND * N * 4 * H)) gates_x.resize(ND * N * 4 * H);
   for (int64_t l = 0; l < L; ++l) {
     const float* x = l == 0 ? inp : s.Output(l - 1);
     float* y = l + 1 == L ? out : s.Output(l);
     cpu::LstmBackwardArgs args[2];
     for (int64_t d = 0; d < ND; ++d) {
       const RecurrentDirectionWeights& w = weights[l * ND + d];
-      float* gx = gates_x.data() + d * N * 4 * H;
+      float* gx = s.WorkArea() + d * N * 4 * H;
       RETURN_IF_ERROR(LstmProjection(gx, x, w, N, l == 0 ? I : ND * H, H));
       args[d] = cpu::LstmBackwardArgs{.B = B,
                                       .T = T,
@@ -326,11 +328,10 @@ absl::Status DnnlBackend::RecurrentStackBackward(
   const auto [B, T, I, H, ND] = dims;
   const int64_t N = B * T, L = num_layers, S = N * ND * H;
   const bool lstm = cell == RecurrentCell::kLstm;
-  const SavedStack s{lstm, N, H, ND, L, saved->state};
+  const SavedStack s{lstm, N, I, H, ND, L, saved->state};
   // The state serves this one backward: dG replaces the gates.
   saved->filled = false;
   float* const dlayer[2] = {scratch + (L - 1) * S, scratch + L * S};
-  thread_local std::vector<float> second_dx;
   const float* dl_out = dout;
   for (int64_t l = L - 1; l >= 0 && !lstm; --l) {
     // A GRU's layer backwards top down, on the kept inputs.
@@ -362,14 +363,13 @@ absl::Status DnnlBackend::RecurrentStackBackward(
     const int64_t I_l = l == 0 ? I : ND * H;
     const float* x = l == 0 ? inp : s.Output(l - 1);
     float* dl_in = l > 0 ? dlayer[(L - 1 - l) % 2] : dinp;
-    if (ND > 1 && second_dx.size() < static_cast<size_t>(N * I_l)) second_dx.resize(N * I_l);
     for (int64_t d = 0; d < ND; ++d) {
-      float* dx = dl_in == nullptr ? nullptr : d == 0 ? dl_in : second_dx.data();
+      float* dx = dl_in == nullptr ? nullptr : d == 0 ? dl_in : s.WorkArea();
       const RecurrentDirectionGrads* g = dweights != nullptr ? &dweights[l * ND + d] : nullptr;
       RETURN_IF_ERROR(
           LstmGradients(dx, g, s.Gates(l, d), x, s.HPrev(l, d), weights[l * ND + d], N, I_l, H));
       if (d == 1 && dl_in != nullptr) {
-        for (int64_t k = 0; k < N * I_l; ++k) dl_in[k] += second_dx[static_cast<size_t>(k)];
+        for (int64_t k = 0; k < N * I_l; ++k) dl_in[k] += s.WorkArea()[k];
       }
     }
     dl_out = dl_in;
