@@ -4,6 +4,7 @@
 // weights are copied into ldgoi and reordered to whatever layout the primitive asks for, on
 // every call.
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -180,10 +181,11 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
   // second direction's dinp before it is added to the first's. Per call: a training step's
   // layers can be hundreds of megabytes, which a thread would otherwise keep after the job.
   const int64_t per_direction = 2 * N * GH + 2 * N * H;
-  std::vector<float> buffers(static_cast<size_t>(ND * per_direction + (ND > 1 ? N * I : 0)));
+  // Every float is written before it is read: no zeroing pass.
+  const std::unique_ptr<float[]> buffers(new float[ND * per_direction + (ND > 1 ? N * I : 0)]);
   cpu::LstmBackwardArgs args[2];
   for (int64_t d = 0; d < ND; ++d) {
-    float* gx = buffers.data() + d * per_direction;
+    float* gx = buffers.get() + d * per_direction;
     RETURN_IF_ERROR(LstmProjection(gx, inp, weights[d], N, I, H));
     args[d] = cpu::LstmBackwardArgs{
         .B = B,
@@ -202,7 +204,7 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
     };
   }
   cpu::LstmBackwardThroughTime(args, static_cast<int>(ND));
-  float* const second_dinp = buffers.data() + ND * per_direction;
+  float* const second_dinp = buffers.get() + ND * per_direction;
   for (int64_t d = 0; d < ND; ++d) {
     float* dx = dinp == nullptr ? nullptr : d == 0 ? dinp : second_dinp;
     RETURN_IF_ERROR(LstmGradients(dx, dweights != nullptr ? &dweights[d] : nullptr, args[d].dgates,
