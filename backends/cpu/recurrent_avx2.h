@@ -101,8 +101,8 @@ struct LstmBackwardArgs {
   int64_t out_stride = 0;
 };
 enum class LstmPass { kForward, kBackward, kBoth };
-// The backward half reads gates_x (kBoth only), dout, dgates, h_prev and c; the forward half
-// does not read dout.
+// The forward half reads gates_x, h_0 and c_0 and writes the gates into dgates, h_prev, c and
+// out; the backward half reads dout, those gates, h_prev, c and c_0, and writes dG.
 void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n, LstmPass pass = LstmPass::kBoth);
 
 // out (N, OUT) = inp (N, IN) W^T + bias for W (OUT, IN) row-major (bias may be nullptr), by
