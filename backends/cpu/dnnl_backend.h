@@ -28,6 +28,10 @@
 
 namespace forecastd {
 
+namespace cpu {
+struct LstmBackwardArgs;  // recurrent_avx2.h
+}  // namespace cpu
+
 class DnnlBackend final : public Backend {
  public:
   struct Options {
@@ -207,11 +211,15 @@ class DnnlBackend final : public Backend {
   // Its pieces. gx (N, 4H) = x (N, I) W_ih^T + b_ih + b_hh.
   absl::Status LstmProjection(float* gx, const float* x, const RecurrentDirectionWeights& w,
                               int64_t N, int64_t I, int64_t H);
-  // After the walk back: dx (N, I; nullptr: not wanted) = dG W_ih, and g's gradients (g may be
-  // nullptr, its entries too): dW_ih = dG^T x, dW_hh = dG^T h_prev, db_ih = db_hh = sum of dG.
-  absl::Status LstmGradients(float* dx, const RecurrentDirectionGrads* g, const float* dgates,
-                             const float* x, const float* h_prev,
-                             const RecurrentDirectionWeights& w, int64_t N, int64_t I, int64_t H);
+  // After the walk back of a layer's ND directions (args: their dG and h_prev): dx (N, I;
+  // nullptr: not wanted) = the sum over directions of dG W_ih (dx_scratch, N * I floats, holds
+  // the second's), and each direction's gradients (grads may be nullptr, its entries too):
+  // dW_ih = dG^T x, dW_hh = dG^T h_prev, db_ih = db_hh = the sum of dG.
+  absl::Status LstmLayerGradients(float* dx, float* dx_scratch,
+                                  const RecurrentDirectionGrads* grads,
+                                  const cpu::LstmBackwardArgs* args,
+                                  const RecurrentDirectionWeights* weights, const float* x,
+                                  int64_t ND, int64_t I);
   // Whether a stack's training pair runs as the fast path (an LSTM's on the AVX2 time loops).
   bool StackedTraining(const RecurrentDims& dims) const;
   absl::StatusOr<bool> TryEltwise(float* out, const float* inp, int64_t n,

@@ -152,20 +152,30 @@ absl::Status DnnlBackend::LstmProjection(float* gx, const float* x,
   return Linear(gx, x, w.w_ih, bias.data(), N, I, GH);
 }
 
-absl::Status DnnlBackend::LstmGradients(float* dx, const RecurrentDirectionGrads* g,
-                                        const float* dgates, const float* x, const float* h_prev,
-                                        const RecurrentDirectionWeights& w, int64_t N, int64_t I,
-                                        int64_t H) {
-  const int64_t GH = 4 * H;
-  RETURN_IF_ERROR(LinearBackward(dx, g != nullptr ? g->dw_ih : nullptr,
-                                 g != nullptr ? g->db_ih : nullptr, dgates, x, nullptr, w.w_ih, N,
-                                 I, GH));
-  if (g == nullptr || (g->dw_hh == nullptr && g->db_hh == nullptr)) return absl::OkStatus();
-  // b_hh adds where b_ih does, so its gradient is db_ih's.
-  const bool copy_bias = g->db_ih != nullptr;
-  RETURN_IF_ERROR(LinearBackward(nullptr, g->dw_hh, copy_bias ? nullptr : g->db_hh, dgates, h_prev,
-                                 nullptr, w.w_hh, N, H, GH));
-  if (copy_bias && g->db_hh != nullptr) std::copy(g->db_ih, g->db_ih + GH, g->db_hh);
+absl::Status DnnlBackend::LstmLayerGradients(float* dx, float* dx_scratch,
+                                             const RecurrentDirectionGrads* grads,
+                                             const cpu::LstmBackwardArgs* args,
+                                             const RecurrentDirectionWeights* weights,
+                                             const float* x, int64_t ND, int64_t I) {
+  const int64_t N = args[0].B * args[0].T, GH = 4 * args[0].H;
+  for (int64_t d = 0; d < ND; ++d) {
+    const RecurrentDirectionWeights& w = weights[d];
+    const RecurrentDirectionGrads* g = grads != nullptr ? &grads[d] : nullptr;
+    const float* dgates = args[d].dgates;
+    float* dx_d = dx == nullptr ? nullptr : d == 0 ? dx : dx_scratch;
+    RETURN_IF_ERROR(LinearBackward(dx_d, g != nullptr ? g->dw_ih : nullptr,
+                                   g != nullptr ? g->db_ih : nullptr, dgates, x, nullptr, w.w_ih, N,
+                                   I, GH));
+    if (d > 0 && dx != nullptr) {
+      for (int64_t k = 0; k < N * I; ++k) dx[k] += dx_scratch[k];
+    }
+    if (g == nullptr || (g->dw_hh == nullptr && g->db_hh == nullptr)) continue;
+    // b_hh adds where b_ih does, so its gradient is db_ih's.
+    const bool copy_bias = g->db_ih != nullptr;
+    RETURN_IF_ERROR(LinearBackward(nullptr, g->dw_hh, copy_bias ? nullptr : g->db_hh, dgates,
+                                   args[d].h_prev, nullptr, w.w_hh, N, args[d].H, GH));
+    if (copy_bias && g->db_hh != nullptr) std::copy(g->db_ih, g->db_ih + GH, g->db_hh);
+  }
   return absl::OkStatus();
 }
 
@@ -204,16 +214,8 @@ absl::Status DnnlBackend::ProjectedLstmBackward(float* dinp,
     };
   }
   cpu::LstmBackwardThroughTime(args, static_cast<int>(ND));
-  float* const second_dinp = buffers.get() + ND * per_direction;
-  for (int64_t d = 0; d < ND; ++d) {
-    float* dx = dinp == nullptr ? nullptr : d == 0 ? dinp : second_dinp;
-    RETURN_IF_ERROR(LstmGradients(dx, dweights != nullptr ? &dweights[d] : nullptr, args[d].dgates,
-                                  inp, args[d].h_prev, weights[d], N, I, H));
-    if (d == 1 && dinp != nullptr) {
-      for (int64_t k = 0; k < N * I; ++k) dinp[k] += second_dinp[k];
-    }
-  }
-  return absl::OkStatus();
+  return LstmLayerGradients(dinp, buffers.get() + ND * per_direction, dweights, args, weights, inp,
+                            ND, I);
 }
 
 bool DnnlBackend::StackedTraining(const RecurrentDims& dims) const {
@@ -362,18 +364,10 @@ absl::Status DnnlBackend::RecurrentStackBackward(
                                       .c = s.C(l, d)};
     }
     cpu::LstmBackwardThroughTime(args, static_cast<int>(ND), cpu::LstmPass::kBackward);
-    const int64_t I_l = l == 0 ? I : ND * H;
-    const float* x = l == 0 ? inp : s.Output(l - 1);
     float* dl_in = l > 0 ? dlayer[(L - 1 - l) % 2] : dinp;
-    for (int64_t d = 0; d < ND; ++d) {
-      float* dx = dl_in == nullptr ? nullptr : d == 0 ? dl_in : s.WorkArea();
-      const RecurrentDirectionGrads* g = dweights != nullptr ? &dweights[l * ND + d] : nullptr;
-      RETURN_IF_ERROR(
-          LstmGradients(dx, g, s.Gates(l, d), x, s.HPrev(l, d), weights[l * ND + d], N, I_l, H));
-      if (d == 1 && dl_in != nullptr) {
-        for (int64_t k = 0; k < N * I_l; ++k) dl_in[k] += s.WorkArea()[k];
-      }
-    }
+    RETURN_IF_ERROR(LstmLayerGradients(
+        dl_in, s.WorkArea(), dweights != nullptr ? dweights + l * ND : nullptr, args,
+        weights + l * ND, l == 0 ? inp : s.Output(l - 1), ND, l == 0 ? I : ND * H));
     dl_out = dl_in;
   }
   return absl::OkStatus();

@@ -331,9 +331,11 @@ FD_AVX2 inline void Store(float* p, __m256 v, const Lanes& l) {
   }
 }
 
-// LSTM gates i, f, g, o; c updated in place; h written.
+// LSTM gates i, f, g, o; c' from c_in into c_out (the same memory: in place); h written. With
+// kKeep, the activated gates also go to act (4 rows of n, n apart), for a training backward.
+template <bool kKeep = false>
 FD_AVX2 void LstmCell(const float* gx, int64_t gx_stride, const float* gh, int64_t gh_stride,
-                      float* c, float* h, int64_t n) {
+                      const float* c_in, float* c_out, float* h, int64_t n, float* act = nullptr) {
   for (int64_t j = 0; j < n; j += 8) {
     const Lanes l{TailMask(n - j), j + 8 <= n};
     const __m256 i = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
@@ -343,9 +345,15 @@ FD_AVX2 void LstmCell(const float* gx, int64_t gx_stride, const float* gh, int64
         Tanh(_mm256_add_ps(Load(gx + 2 * gx_stride + j, l), Load(gh + 2 * gh_stride + j, l)));
     const __m256 o =
         Sigmoid(_mm256_add_ps(Load(gx + 3 * gx_stride + j, l), Load(gh + 3 * gh_stride + j, l)));
-    const __m256 c_new = _mm256_fmadd_ps(f, Load(c + j, l), _mm256_mul_ps(i, g));
-    Store(c + j, c_new, l);
+    const __m256 c_new = _mm256_fmadd_ps(f, Load(c_in + j, l), _mm256_mul_ps(i, g));
+    Store(c_out + j, c_new, l);
     Store(h + j, _mm256_mul_ps(o, Tanh(c_new)), l);
+    if constexpr (kKeep) {
+      Store(act + j, i, l);
+      Store(act + n + j, f, l);
+      Store(act + 2 * n + j, g, l);
+      Store(act + 3 * n + j, o, l);
+    }
   }
 }
 
@@ -421,7 +429,7 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
         const float* gh = s.gates_h + i * row_floats;
         float* h = a.out + (b * a.T + t) * a.out_stride;
         if (a.cell == Cell::kLstm) {
-          LstmCell(gx, H, gh, H, s.c + i * H, h, H);
+          LstmCell(gx, H, gh, H, s.c + i * H, s.c + i * H, h, H);
         } else {
           GruCell(gx, H, gh, H, a.b_hn, s.h_prev[i], h, H);
         }
@@ -437,7 +445,7 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
         const float* gh = s.gates_h + i * G * units;
         float* h = a.out + (b * a.T + t) * a.out_stride + j0;
         if (a.cell == Cell::kLstm) {
-          LstmCell(gx, H, gh, units, s.c + i * units, h, units);
+          LstmCell(gx, H, gh, units, s.c + i * units, s.c + i * units, h, units);
         } else {
           GruCell(gx, H, gh, units, a.b_hn + j0, s.h_prev[i] + j0, h, units);
         }
@@ -482,6 +490,7 @@ struct BpttScratch {
   const float** in_rows;
   float** out_rows;
   const float* zeros;  // (H)
+  float* h_last;       // (H): the last step's h when no out takes it
 };
 
 FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, LstmPass pass, const float* wp,
@@ -512,25 +521,14 @@ FD_AVX2 void LstmBpttRows(const LstmBackwardArgs& a, LstmPass pass, const float*
       const float* c_prev = step > 0           ? a.c + at(b, step_t(step - 1)) * H
                             : a.c_0 != nullptr ? a.c_0 + b * H
                                                : s.zeros;
-      float* c = a.c + at(b, t) * H;
       float* h_next = step + 1 < T ? a.h_prev + at(b, step_t(step + 1)) * H : nullptr;
       float* out = a.out != nullptr ? a.out + at(b, t) * a.out_stride : nullptr;
-      for (int64_t j = 0; j < H; j += 8) {
-        const Lanes l{TailMask(H - j), j + 8 <= H};
-        const __m256 ig = Sigmoid(_mm256_add_ps(Load(gx + j, l), Load(gh + j, l)));
-        const __m256 fg = Sigmoid(_mm256_add_ps(Load(gx + H + j, l), Load(gh + H + j, l)));
-        const __m256 gg = Tanh(_mm256_add_ps(Load(gx + 2 * H + j, l), Load(gh + 2 * H + j, l)));
-        const __m256 og = Sigmoid(_mm256_add_ps(Load(gx + 3 * H + j, l), Load(gh + 3 * H + j, l)));
-        const __m256 cn = _mm256_fmadd_ps(fg, Load(c_prev + j, l), _mm256_mul_ps(ig, gg));
-        Store(act + j, ig, l);
-        Store(act + H + j, fg, l);
-        Store(act + 2 * H + j, gg, l);
-        Store(act + 3 * H + j, og, l);
-        Store(c + j, cn, l);
-        const __m256 h = _mm256_mul_ps(og, Tanh(cn));
-        if (h_next != nullptr) Store(h_next + j, h, l);
-        if (out != nullptr) Store(out + j, h, l);
-      }
+      // h_t goes to the next step's input state, and to out (copied) when asked; the last
+      // step's only to out.
+      float* h = h_next != nullptr ? h_next : out;
+      if (h == nullptr) h = s.h_last;
+      LstmCell<true>(gx, H, gh, H, c_prev, a.c + at(b, t) * H, h, H, act);
+      if (out != nullptr && h != out) std::copy(h, h + H, out);
     }
   }
   if (pass == LstmPass::kForward) return;
@@ -636,7 +634,7 @@ FD_AVX2 void StepRows(const StepArgs& a, const StepPanels& panels, int64_t b0, i
       }
       float* h = state[i] + l * SL;
       if (lstm) {
-        LstmCell(gxi, H, ghi, H, h + H, h, H);
+        LstmCell(gxi, H, ghi, H, h + H, h + H, h, H);
       } else {
         GruCell(gxi, H, ghi, H, w.b_hh + 2 * H, h, h, H);
       }
@@ -780,6 +778,12 @@ void PanelLinear(float* out, const float* inp, const float* weight, const float*
   }
 }
 
+// Into how many pieces of batch rows each of n directions is shared out over `threads`: as
+// many as give each thread a piece of its own, each with at least one 4-row tile.
+int64_t RowSplits(int threads, int n, int64_t B) {
+  return std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+}
+
 bool HasAvx2Fma() {
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
@@ -810,8 +814,7 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   // kMinPackedBatch rows on, W_hh is packed into panels first (G*H*H floats, a fraction 1/(B*T)
   // of the work that follows), for the broadcast kernel that needs no horizontal sums.
   constexpr int64_t kMinPackedBatch = 2;
-  const int64_t splits =
-      std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+  const int64_t splits = RowSplits(threads, n, B);
   // Panels of 16 columns for AVX-512's vectors where the CPU has it, else of 8.
   const int64_t panel = HasAvx512() ? kPanel16 : kPanel;
   const int64_t G = args[0].cell == Cell::kLstm ? 4 : 3,
@@ -872,8 +875,7 @@ void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n, LstmPass pass)
   }
   // Directions first, then batch rows in pieces of at least one 4-row tile, a piece per task.
   const int threads = std::max(1, omp_get_max_threads());
-  const int64_t splits =
-      std::max<int64_t>(1, std::min<int64_t>((threads + n - 1) / n, (B + 3) / 4));
+  const int64_t splits = RowSplits(threads, n, B);
   struct Piece {
     int d;
     int64_t b0, b1;
@@ -891,12 +893,17 @@ void LstmBackwardThroughTime(const LstmBackwardArgs* args, int n, LstmPass pass)
   for (int i = 0; i < num; ++i) {
     const Piece& piece = pieces[static_cast<size_t>(i)];
     const int64_t nb = piece.b1 - piece.b0;
-    std::vector<float> scratch(static_cast<size_t>(nb * (GHp + Hp + H) + H), 0.0f);
+    std::vector<float> scratch(static_cast<size_t>(nb * (GHp + Hp + H) + 2 * H), 0.0f);
     std::vector<const float*> in_rows(static_cast<size_t>(nb));
     std::vector<float*> out_rows(static_cast<size_t>(nb));
     float* base = scratch.data();
-    const BpttScratch s{base,           base + nb * GHp, base + nb * (GHp + Hp),
-                        in_rows.data(), out_rows.data(), base + nb * (GHp + Hp + H)};
+    const BpttScratch s{base,
+                        base + nb * GHp,
+                        base + nb * (GHp + Hp),
+                        in_rows.data(),
+                        out_rows.data(),
+                        base + nb * (GHp + Hp + H),
+                        base + nb * (GHp + Hp + H) + H};
     const float* wp = all_packed + piece.d * (wp_floats + wtp_floats);
     LstmBpttRows(args[piece.d], pass, wp, wp + wp_floats, piece.b0, piece.b1, s);
   }
