@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "backends/cpu_topology.h"
 #include "backends/device_memory.h"
 #include "spdlog/spdlog.h"
 
@@ -58,15 +59,7 @@ absl::StatusOr<std::vector<DeviceSpec>> ParseDeviceList(absl::string_view text) 
   return specs;
 }
 
-int UsableCpuCores() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  if (sched_getaffinity(0, sizeof(mask), &mask) == 0) {
-    const int count = CPU_COUNT(&mask);
-    if (count > 0) return count;
-  }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
+int UsableCpuCores() { return static_cast<int>(AllowedCpus().size()); }
 
 DeviceRegistry::DeviceRegistry(std::vector<Device> devices) : devices_(std::move(devices)) {}
 

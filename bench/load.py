@@ -74,6 +74,15 @@ def _die_with_parent():
         pass
 
 
+def child_setup(cpus=None):
+    """The child's set-up: _die_with_parent, then, with `cpus`, its affinity (as taskset -c)."""
+    def setup():
+        _die_with_parent()
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return setup
+
+
 class Servers:
     """The processes this run started; stop_all() ends each of them, by its own pid."""
 
@@ -81,14 +90,15 @@ class Servers:
         self.log_dir = log_dir
         self.procs = []  # (name, Popen, log path)
 
-    def start(self, name, cmd, port_pattern, timeout_s):
-        """Starts cmd with stdout and stderr in a log file; returns the port it reports."""
+    def start(self, name, cmd, port_pattern, timeout_s, cpus=None):
+        """Starts cmd with stdout and stderr in a log file (on `cpus` when given); returns the
+        port it reports."""
         log_path = os.path.join(self.log_dir, name + ".log")
         log = open(log_path, "wb")
         try:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, cwd=REPO,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=child_setup(cpus))
         finally:
             log.close()
         self.procs.append((name, proc, log_path))
@@ -189,11 +199,11 @@ def write_io(path, rows):
 # ----------------------------------------------------------------------------------------------
 
 
-def run_json(cmd, timeout_s, what):
-    """Runs cmd; returns the JSON objects of its stdout lines."""
+def run_json(cmd, timeout_s, what, cpus=None):
+    """Runs cmd (on `cpus` when given); returns the JSON objects of its stdout lines."""
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
-                           preexec_fn=_die_with_parent)
+                           preexec_fn=child_setup(cpus))
     except subprocess.TimeoutExpired:
         raise LoadError(f"{what} timed out after {timeout_s:.0f} s: {shlex.join(cmd)}")
     if p.returncode != 0:
@@ -205,7 +215,7 @@ def run_json(cmd, timeout_s, what):
         raise LoadError(f"{what}: expected JSON lines, got {p.stdout!r}: {shlex.join(cmd)}")
 
 
-def load_point(args, label, port, concurrency, model, T, F):
+def load_point(args, label, port, concurrency, model, T, F, cpus=None):
     cmd = [args.load_gen, "--target", f"127.0.0.1:{port}", "--label", label, "--model", model,
            "--lookback", str(T), "--features", str(F), "--input-csv", args.input_csv,
            "--concurrency", str(concurrency), "--warmup-s", str(args.warmup_s),
@@ -213,19 +223,20 @@ def load_point(args, label, port, concurrency, model, T, F):
     if args.client_poll:
         cmd.append("--poll")
     timeout = 60 + 3 * (args.warmup_s + args.duration_s)
-    return run_json(cmd, timeout, "load_gen")[-1]
+    return run_json(cmd, timeout, "load_gen", cpus)[-1]
 
 
-def forward_b1(args, model_dir, io_path, out_dir):
-    """forecast_bench at B=1: a probe, then about --compute-s seconds of calls."""
+def forward_b1(args, model_dir, io_path, out_dir, cpus=None):
+    """forecast_bench at B=1 (on `cpus` when given): a probe, then about --compute-s seconds of
+    calls."""
     def cmd(warmup, iters):
         return [args.forecast_bench, "--model", model_dir, "--version", str(args.version),
                 "--io", io_path, "--batch", "1", "--warmup", str(warmup), "--iters", str(iters),
                 "--backend", "dnnl", "--output", os.path.join(out_dir, "forward.safetensors")]
-    probe = run_json(cmd(5, 20), 300, "forecast_bench")[-1]
+    probe = run_json(cmd(5, 20), 300, "forecast_bench", cpus)[-1]
     iters = int(min(100000, max(100, args.compute_s * 1e6 / max(probe["median_us"], 1.0))))
     c = cmd(50, iters)
-    result = run_json(c, 300 + 10 * args.compute_s, "forecast_bench")[-1]
+    result = run_json(c, 300 + 10 * args.compute_s, "forecast_bench", cpus)[-1]
     result["command"] = shlex.join(c)
     return result
 

@@ -6,6 +6,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "backends/cpu_topology.h"
 #include "backends/device.h"
 #include "kernels/base/version.h"
 
@@ -117,7 +118,12 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option(
          "--cpu-workers", options.cpu_workers,
          "CPU worker threads running batches, each on cores / workers OpenMP threads (0: one "
-         "per core this process may use; fewer: faster single requests, fewer per second)")
+         "per physical core this process may use; fewer: faster single requests, fewer per "
+         "second)")
+      ->capture_default_str();
+  app.add_option("--cpu-pinning", options.cpu_pinning,
+                 "which CPUs each CPU worker runs on: auto (per NUMA node when the cores span "
+                 "several, else unpinned), none, node, or core (each worker its own cores)")
       ->capture_default_str();
   app.add_option("--gpu-instances", options.gpu_instances,
                  "instances of every model per GPU, each on its own stream")
@@ -269,6 +275,10 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");
+  }
+  if (const absl::StatusOr<CpuPinning> pinning = ParseCpuPinning(options.cpu_pinning);
+      !pinning.ok()) {
+    return UsageError(absl::StrCat("--cpu-pinning: ", pinning.status().message()));
   }
   if (options.gpu_instances < 1 || options.gpu_instances > 64) {
     return UsageError("--gpu-instances must be between 1 and 64");

@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "backends/cpu/dnnl_backend.h"
+#include "backends/cpu_topology.h"
 #include "backends/device.h"
 #if FORECASTD_WITH_CUDA
 #include "backends/cuda/nccl_communicator.h"
@@ -211,14 +212,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   }
   spdlog::info("cpu: oneDNN on {}; bf16 models compute {}", DnnlBackend::CpuIsa(),
                s.bf16_backend_ != nullptr ? "bf16" : "fp32 (no AVX512-BF16 or AMX)");
-  // The cores this process may use (its affinity mask: taskset, a container's cpuset).
-  const int cores = UsableCpuCores();
-  const int workers = options.cpu_workers > 0 ? options.cpu_workers : cores;
+  // The cores this process may use (its affinity mask: taskset, a container's cpuset), and
+  // the workers planned from them (backends/cpu_topology.h).
+  const CpuTopology topology = ThisProcessCpuTopology();
+  ASSIGN_OR_RETURN(const CpuPinning pinning, ParseCpuPinning(options.cpu_pinning));
+  ASSIGN_OR_RETURN(const CpuWorkerPlan plan,
+                   PlanCpuWorkers(topology, options.cpu_workers, pinning));
+  spdlog::info("cpu: {}; {}", topology.Describe(), plan.Describe());
+  const int workers = plan.workers;
   // Cores shared out between the workers, so that a worker's OpenMP threads never compete
   // with another worker's. Workers also run a few nice levels below the gRPC threads: when
   // the cores are saturated, admitting, refusing and health-checking requests goes first, so
   // overload is refused at once instead of every call waiting behind the compute.
-  const int threads_per_worker = std::max(1, cores / workers);
+  const int threads_per_worker = plan.threads_per_worker;
   s.cpu_threads_per_worker_ = threads_per_worker;
   constexpr int kWorkerNiceIncrement = 5;
   ASSIGN_OR_RETURN(
@@ -227,6 +233,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
           {.num_workers = workers,
            .on_worker_start =
                [=](int worker) {
+                 if (!plan.worker_cpus.empty()) {
+                   if (absl::Status pinned =
+                           PinCallingThread(plan.worker_cpus[static_cast<size_t>(worker)]);
+                       !pinned.ok()) {
+                     spdlog::warn("worker {}: {}", worker, std::string(pinned.message()));
+                   }
+                 }
                  DnnlBackend::SetThreadsForCallingThread(threads_per_worker);
                  // Linux: the nice value is per thread (a tid names the
                  // thread).

@@ -81,8 +81,11 @@ struct ServerOptions {
   std::string train_worker_cert_file;
   std::string train_worker_key_file;
 
-  // CPU worker slots running batches; 0: one per core.
+  // CPU worker slots running batches; 0: one per physical core (backends/cpu_topology.h).
   int cpu_workers = 0;
+  // Which CPUs each worker may run on: "auto" (per NUMA node where there are several),
+  // "none", "node" or "core" (backends/cpu_topology.h).
+  std::string cpu_pinning = "auto";
   // Instances of every model on each GPU of `devices` (each with its own stream), >= 1.
   int gpu_instances = 2;
   // Capture a CUDA graph of each GPU instance's forward pass per batch size at load (batches

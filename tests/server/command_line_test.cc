@@ -58,6 +58,13 @@ TEST_CASE("Every flag lands in the options", "[unit][flags]") {
   REQUIRE_FALSE(serving.options.gpu_completion_thread);
   REQUIRE(serving.options.tick_batches_per_model == 3);
   REQUIRE(serving.options.gpu_resident_step_idle_us == 0);
+  // CPU workers: planned from the machine unless given.
+  REQUIRE(defaults.options.cpu_workers == 0);
+  REQUIRE(defaults.options.cpu_pinning == "auto");
+  const CommandLine cpu = Parse({"--cpu-workers", "4", "--cpu-pinning", "core"});
+  REQUIRE_FALSE(cpu.should_exit);
+  REQUIRE(cpu.options.cpu_workers == 4);
+  REQUIRE(cpu.options.cpu_pinning == "core");
 }
 
 TEST_CASE("Security and limit flags land in the options, with sane defaults", "[unit][flags]") {
@@ -149,6 +156,9 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--max-queue-per-model", "-1"}, "--max-queue-per-model"},
       {{"--tick-batches-per-model", "-2"}, "--tick-batches-per-model"},
       {{"--gpu-resident-step-idle-us", "-1"}, "--gpu-resident-step-idle-us"},
+      {{"--cpu-workers", "-1"}, "--cpu-workers must be between 0 and 1024"},
+      {{"--cpu-pinning", "socket"},
+       "--cpu-pinning: bad CPU pinning 'socket': expected auto, none, node or core"},
   };
   for (const Case& c : cases) {
     const CommandLine cl = Parse(c.flags);
