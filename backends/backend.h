@@ -128,6 +128,9 @@ class Backend {
   virtual absl::string_view name() const = 0;
   // How its products compute, for operators ("fp32 on avx2", "bf16 on avx512_core_amx").
   virtual std::string compute() const { return "fp32"; }
+  // The batch rows from which this backend's recurrent time loop computes a row at about its
+  // lowest cost (its kernels' tile of rows); 1 where more rows cost about as much each.
+  virtual int64_t recurrent_row_tile() const { return 1; }
   // True when `op` runs on this backend's own primitive rather than the reference.
   virtual bool SupportsOp(Op op) const = 0;
   // True when the backend runs `path` as its own primitive; false by default (the default

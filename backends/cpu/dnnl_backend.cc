@@ -321,6 +321,8 @@ std::string DnnlBackend::CpuIsa() {
   }
 }
 
+int64_t DnnlBackend::recurrent_row_tile() const { return !bf16() && cpu::HasAvx2Fma() ? 4 : 1; }
+
 bool DnnlBackend::CpuRunsBf16() {
   // oneDNN's ISA values are sets of feature bits, each containing the ones below it.
   const auto bits = static_cast<unsigned>(dnnl::get_effective_cpu_isa());

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "oneapi/dnnl/dnnl.hpp"
+
 // Only the functions marked FD_AVX2 use AVX2 / FMA; the rest of the file (and every inline
 // function of the headers it includes) is built for the baseline CPU, so nothing here can
 // leak AVX2 code into a caller on a CPU without it.
@@ -308,7 +310,14 @@ FD_AVX512 __attribute__((noinline)) void PanelMatVec16(const float* wp, int64_t 
 }
 
 bool HasAvx512() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+  // The CPU has it, and oneDNN may use it: ONEDNN_MAX_CPU_ISA=AVX2 caps these loops as it caps
+  // oneDNN's own kernels. (oneDNN's ISA values are sets of feature bits.)
+  static const bool has = [] {
+    const auto bits = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           (bits & avx512) == avx512;
+  }();
   return has;
 }
 
@@ -815,8 +824,11 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   // of the work that follows), for the broadcast kernel that needs no horizontal sums.
   constexpr int64_t kMinPackedBatch = 2;
   const int64_t splits = RowSplits(threads, n, B);
-  // Panels of 16 columns for AVX-512's vectors where the CPU has it, else of 8.
-  const int64_t panel = HasAvx512() ? kPanel16 : kPanel;
+  // Panels of 16 columns for AVX-512's vectors where the CPU has it and a task has whole tiles
+  // of 4 rows, else of 8: the 16-column tiles of 2 and 3 rows ran slower. (One thread of a
+  // 16-core Xeon, lstm_h128_l2, us a row, panels of 16 / of 8, three rounds taking turns:
+  // B=3 738 / 663, 1,091 / 846, 913 / 660; B=2 1,078 / 1,093, 1,252 / 1,258, 1,282 / 961.)
+  const int64_t panel = HasAvx512() && B >= 4 ? kPanel16 : kPanel;
   const int64_t G = args[0].cell == Cell::kLstm ? 4 : 3,
                 panel_floats = PackedRowFloats(G * H, panel) * H;
   thread_local std::vector<float> panels;

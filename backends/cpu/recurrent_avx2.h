@@ -3,7 +3,8 @@
 // caller before the loop; what remains per step is h @ W_hh^T and the gate nonlinearities on
 // vectorised exp. One row reads PyTorch's (G*H, H) row-major weights as they are; several rows
 // read them packed into panels once per call (8 columns; 16, with AVX-512 vectors, on a CPU that
-// has AVX-512), so weights may change between calls. Directions and batch rows are
+// has AVX-512 where ONEDNN_MAX_CPU_ISA does not cap oneDNN below it), so weights may change
+// between calls. Directions and batch rows are
 // independent, so they run on separate OpenMP threads without any per-step synchronisation; a
 // single direction of a few rows is shared out by hidden units with a barrier per step.
 // Used by DnnlBackend only; the functions that use AVX2 (or AVX-512) are compiled for it and

@@ -204,7 +204,7 @@ class Batcher::Impl : public std::enable_shared_from_this<Batcher::Impl> {
       rows += task.rows;
       return ++seen < count;
     });
-    const int64_t share = (rows + free - 1) / free;
+    const int64_t share = std::max((rows + free - 1) / free, options_.min_spread_rows);
     int64_t taken = 0, taken_rows = 0;
     queue_.ForEachInOrder([&](const PredictTask& task) {
       taken_rows += task.rows;
@@ -584,6 +584,10 @@ absl::StatusOr<std::unique_ptr<Batcher>> Batcher::Create(Options options) {
     return absl::InvalidArgumentError(
         absl::StrCat("input_floats_per_row and output_floats_per_row must be >= 1, got ",
                      options.input_floats_per_row, " and ", options.output_floats_per_row));
+  }
+  if (options.min_spread_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_spread_rows must be >= 1, got ", options.min_spread_rows));
   }
   if (options.max_enqueued_batches < 0) {
     return absl::InvalidArgumentError(

@@ -61,11 +61,12 @@ class BatcherObserver {
 // With max_enqueued_batches set, no batch is taken while that many of this batcher's batches
 // wait for a worker; the queue then grows and the next batch is larger.
 // With spread_over_idle_workers, a batch taken by rules 1-4 is then cut to its first tasks
-// whose rows reach ceil(its rows / free workers), where free workers are the scheduler's
-// workers less those running an item and the items waiting for one (at least 1): a queue that
-// idle workers could share is shared, its rest forming the next batches at once (a CPU's
-// workers each compute one batch on one core, so 8 rows on 4 idle workers run as 4 batches
-// of 2, not one of 8 beside 3 idle cores).
+// whose rows reach max(min_spread_rows, ceil(its rows / free workers)), where free workers are
+// the scheduler's workers less those running an item and the items waiting for one (at least
+// 1): a queue that idle workers could share is shared, its rest forming the next batches at
+// once (a CPU's workers each compute one batch on one core, so 8 rows on 4 idle workers run as
+// 4 batches of 2, not one of 8 beside 3 idle cores; with min_spread_rows 4, as 2 batches of 4,
+// where the kernels compute 4 rows at about the cost of 2).
 //
 // Invariants: every accepted task is in exactly one place: the PriorityQueue, a batch handed
 // to the DeviceScheduler, or completing; its `done` is called exactly once; in_flight_tasks()
@@ -147,6 +148,10 @@ class Batcher {
     // above). For devices whose workers add compute (CPU cores), not for ones that run a
     // larger batch at about the cost of a smaller (a GPU).
     bool spread_over_idle_workers = false;
+    // With spread_over_idle_workers, the fewest rows a cut leaves in a batch (>= 1): the rows
+    // from which the device's kernels compute a row at about their lowest cost. A batch of
+    // fewer rows than this is never cut.
+    int64_t min_spread_rows = 1;
     // A task that finds this batcher idle (nothing queued, no batch waiting or computing; a
     // batch whose replies are still going out counts as done) runs at once on Enqueue's
     // thread when the scheduler has an idle worker slot and nothing queued

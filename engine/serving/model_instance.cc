@@ -40,6 +40,11 @@ class CpuModelInstance final : public ModelInstance {
   float* input_staging() override { return input_.data(); }
   float* output_staging() override { return output_.data(); }
   std::string compute() const override { return compute_; }
+  // A recurrent model's rows go through the backend's time loop, whose tile of rows sets it.
+  int64_t efficient_batch_rows() const override {
+    const auto& config = model_->config();
+    return config.has_lstm() || config.has_gru() ? backend_->recurrent_row_tile() : 1;
+  }
 
   absl::Status Step(const int32_t* slots, const uint8_t* zero, const float* x, int64_t rows,
                     float* output) override {

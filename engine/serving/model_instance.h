@@ -60,6 +60,9 @@ class ModelInstance {
   // The batch size the device actually computes for `rows` rows: rows itself, or the captured
   // size a GPU instance pads it to.
   virtual int64_t ComputedRows(int64_t rows) const { return rows; }
+  // The batch rows from which a row costs about the least (Batcher::Options::min_spread_rows);
+  // 1 where more rows cost about as much each.
+  virtual int64_t efficient_batch_rows() const { return 1; }
 
   // --- State mode (InstanceOptions::state_slots > 0): the version's tick streams keep their
   // recurrent states in one state slab on the device, shared by all its instances, one row of

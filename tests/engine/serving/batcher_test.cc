@@ -323,6 +323,7 @@ TEST_CASE("Batcher::Create rejects bad options", "[unit][batcher]") {
   REQUIRE(rejects([](Batcher::Options& o) { o.input_floats_per_row = 0; }));
   REQUIRE(rejects([](Batcher::Options& o) { o.output_floats_per_row = 0; }));
   REQUIRE(rejects([](Batcher::Options& o) { o.max_enqueued_batches = -1; }));
+  REQUIRE(rejects([](Batcher::Options& o) { o.min_spread_rows = 0; }));
   REQUIRE(rejects([](Batcher::Options& o) { o.run_batch = nullptr; }));
   REQUIRE(rejects([](Batcher::Options& o) { o.scheduler = nullptr; }));
   REQUIRE(rejects([](Batcher::Options& o) { o.queue.default_level = 2; }));
@@ -1025,6 +1026,29 @@ TEST_CASE("With spread_over_idle_workers the free workers share what is queued",
   std::vector<std::vector<int64_t>> batches = h.model.batch_ids();
   std::sort(batches.begin(), batches.end());
   REQUIRE(batches == Ids{{1, 2}, {3, 4}, {5, 6}, {7, 8}});
+  model_gate.Open();
+  REQUIRE(h.completions.WaitFor(8));
+  for (int64_t id = 1; id <= 8; ++id) h.CheckComputed(id, 1);
+}
+
+TEST_CASE("With min_spread_rows a cut batch keeps at least that many rows", "[unit][batcher]") {
+  Harness h(/*num_workers=*/4);
+  h.options.max_batch_size = 16;
+  h.options.max_queue_delay = 10 * kMs;
+  h.options.spread_over_idle_workers = true;
+  h.options.min_spread_rows = 3;
+  Gate model_gate;
+  h.model.set_gate(&model_gate);
+  h.Start();
+  for (int64_t id = 1; id <= 8; ++id) h.EnqueueOk({.id = id});
+  h.batcher->WaitUntilIdleForTesting();
+  h.clock.Advance(10 * kMs);
+  // 8 rows on 4 free workers would be 4 batches of 2; at least 3 rows each: 3, 3, then the 2
+  // that are left (fewer than 3 queued are never held back).
+  REQUIRE(model_gate.WaitForWaiting(3));
+  std::vector<std::vector<int64_t>> batches = h.model.batch_ids();
+  std::sort(batches.begin(), batches.end());
+  REQUIRE(batches == Ids{{1, 2, 3}, {4, 5, 6}, {7, 8}});
   model_gate.Open();
   REQUIRE(h.completions.WaitFor(8));
   for (int64_t id = 1; id <= 8; ++id) h.CheckComputed(id, 1);
