@@ -4,6 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "oneapi/dnnl/dnnl.hpp"
@@ -403,10 +406,44 @@ struct TaskScratch {
   const float* zeros;    // (H)
 };
 
-// All T steps of one task. With `sync`, the task shares its batch rows with the other threads
-// of the parallel region (each owning other units), and every step ends at a barrier, after
-// which the whole h_t is written.
-FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratch& s, bool sync) {
+// The barrier that the threads sharing one direction's units wait at after every time step: a
+// count of arrivals, and a generation that the last to arrive advances and the others spin on
+// (two atomic operations a thread a step), yielding the core after a while so that a thread
+// whose core was taken is not waited for by threads spinning on the others.
+class StepBarrier {
+ public:
+  // Before any Wait: the threads that will wait, >= 1.
+  void set_threads(int threads) { threads_ = threads; }
+
+  void Wait() {
+    const uint32_t generation = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == threads_ - 1) {
+      // The last to arrive: the count starts over before the others are let go.
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.store(generation + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; generation_.load(std::memory_order_acquire) == generation; ++spins) {
+      if (spins < kSpinsBeforeYield) {
+        _mm_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
+ private:
+  static constexpr int kSpinsBeforeYield = 1 << 14;
+  int threads_ = 1;
+  alignas(64) std::atomic<int> arrived_{0};
+  alignas(64) std::atomic<uint32_t> generation_{0};
+};
+
+// All T steps of one task. With `barrier`, the task shares its batch rows with the other
+// threads waiting at it (each owning other units), and every step ends there, after which the
+// whole h_t is written.
+FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratch& s,
+                     StepBarrier* barrier) {
   const int64_t H = a.H, G = a.cell == Cell::kLstm ? 4 : 3, GH = G * H;
   const int64_t b0 = task.b0, nb = task.b1 - task.b0, j0 = task.j0, units = task.j1 - task.j0;
   for (int64_t i = 0; i < nb; ++i) {
@@ -460,9 +497,7 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
         }
       }
     }
-    if (sync) {
-#pragma omp barrier
-    }
+    if (barrier != nullptr) barrier->Wait();
     t_prev = t;
   }
   for (int64_t i = 0; i < nb; ++i) {
@@ -476,7 +511,7 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
 }
 
 // Runs `task` with scratch of its own.
-void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
+void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, StepBarrier* barrier) {
   const int64_t nb = task.b1 - task.b0, units = task.j1 - task.j0;
   const int64_t G = a.cell == Cell::kLstm ? 4 : 3;
   const int64_t row_floats =
@@ -486,7 +521,7 @@ void RunTaskWithScratch(const RecurrenceArgs& a, const Task& task, bool sync) {
   std::vector<float*> gates_h_rows(nb);
   RunTask(a, task,
           TaskScratch{gates_h.data(), c.data(), h_prev.data(), gates_h_rows.data(), zeros.data()},
-          sync);
+          barrier);
 }
 
 // ---- Backpropagation through time of one LSTM direction (LstmBackwardThroughTime), rows
@@ -802,19 +837,25 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   if (n <= 0) return;
   const int threads = std::max(1, omp_get_max_threads());
   const int64_t B = args[0].B, H = args[0].H;
-  // A single direction whose rows, in 4-row tiles, would keep fewer threads busy than its
-  // hidden units can is shared out by hidden units instead, in 16-float (cache line) pieces,
-  // with a barrier per step; a unit block smaller than 32 is not worth the barrier. (Sharing
-  // by units whenever some thread would go without a tile made 32 rows of lstm_h128_l2 slower
-  // on 16 threads than on 4, 8.3-9.4 ms against 5.3-6.2 on a 16-core Xeon: 4 unit blocks with
-  // a barrier per step instead of 8 row tiles without.)
-  const int unit_threads = static_cast<int>(std::min<int64_t>(threads, H / 32));
-  if (n == 1 && unit_threads > 1 && (B + 3) / 4 < unit_threads) {
+  // A single direction whose rows, in 4-row tiles, would keep fewer threads busy than blocks
+  // of 32 of its hidden units could is shared out by hidden units instead, in blocks of whole
+  // 16-float cache lines (16 units at least), with a StepBarrier per step. (lstm_h128_l2 at
+  // B=1 on 16 threads of a 16-core Xeon: 784 and 679 us in blocks of 16 on 8 threads, against
+  // 972 and 996 in blocks of 32 on 4 threads with OpenMP's barrier, two rounds. Sharing by
+  // units whenever some thread would go without a tile made 32 rows slower on 16 threads than
+  // on 4, 8.3-9.4 ms against 5.3-6.2 there: 4 unit blocks with a barrier per step instead of
+  // 8 row tiles without.)
+  const int64_t blocks_of_32 = std::min<int64_t>(threads, H / 32);
+  if (n == 1 && blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
+    const int unit_threads = static_cast<int>(std::min<int64_t>(threads, H / 16));
+    StepBarrier barrier;
 #pragma omp parallel num_threads(unit_threads)
     {
       const int64_t q = omp_get_thread_num(), m = omp_get_num_threads();
+#pragma omp single
+      barrier.set_threads(static_cast<int>(m));  // (single ends at OpenMP's barrier)
       const auto split = [&](int64_t p) { return p == m ? H : (H * p / m) / 16 * 16; };
-      RunTaskWithScratch(args[0], Task{0, 0, B, split(q), split(q + 1)}, /*sync=*/true);
+      RunTaskWithScratch(args[0], Task{0, 0, B, split(q), split(q + 1)}, &barrier);
     }
     return;
   }
@@ -858,7 +899,7 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
 #pragma omp parallel for schedule(static) \
     num_threads(std::min(threads, num_tasks)) if (num_tasks > 1)
   for (int i = 0; i < num_tasks; ++i) {
-    RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*sync=*/false);
+    RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*barrier=*/nullptr);
   }
 }
 

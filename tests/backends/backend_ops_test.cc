@@ -189,6 +189,10 @@ const std::vector<RecurrentDims>& RecurrentShapes() {
       {5, 3, 4, 40, 1},
       {6, 2, 3, 41, 2},
       {7, 2, 3, 33, 1},
+      // One direction of a row or two and H >= 64: with 2 or more threads its hidden units
+      // are shared out between them, with a barrier per step.
+      {1, 7, 5, 67, 1},
+      {2, 5, 3, 130, 1},
   };
   return *shapes;
 }
