@@ -328,6 +328,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   // without the batching delay: nothing to batch it with, and no thread hand-off.
   registry_options.run_inline_when_idle = options.inline_when_idle;
   registry_options.max_tick_batches = options.tick_batches_per_model;
+  registry_options.cpu_min_batch_rows = options.cpu_min_batch_rows;
   registry_options.max_queue_size = options.max_queue_per_model;
   registry_options.observer = s.registry_metrics_.get();
   ASSIGN_OR_RETURN(s.registry_, ModelRegistry::Create(registry_options));

@@ -107,6 +107,10 @@ struct ServerOptions {
   // meanwhile queue and go out together in the next batch. 0: one per worker slot; -1: one on
   // the CPU, one per instance on a GPU (ModelRegistry::Options::max_tick_batches).
   int64_t tick_batches_per_model = -1;
+  // The fewest rows a CPU batch is cut to when idle workers share what is queued
+  // (ModelRegistry::Options::cpu_min_batch_rows); 0: what the model's kernels compute a row
+  // cheapest from (4 for an LSTM or GRU on a CPU with AVX2, else 1).
+  int64_t cpu_min_batch_rows = 0;
   // Largest gRPC message accepted or sent, in bytes.
   int max_message_bytes = 64 << 20;
   // Accept NaN and Inf in Predict inputs (refused by default).

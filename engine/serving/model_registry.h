@@ -149,6 +149,9 @@ class ModelRegistry {
     // another's kernels).
     static constexpr int64_t kTickBatchesByDevice = -1;
     int64_t max_tick_batches = kTickBatchesByDevice;
+    // Batcher::Options::min_spread_rows of every version on the CPU (>= 0); 0: the rows its
+    // instances compute a row cheapest from (ModelInstance::efficient_batch_rows).
+    int64_t cpu_min_batch_rows = 0;
     // Caps the max_queue_size of every priority level's queue policy of every version (a
     // config's own smaller, nonzero size stays; 0 in a config becomes this). 0: no cap.
     uint32_t max_queue_size = 0;

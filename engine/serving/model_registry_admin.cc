@@ -124,8 +124,10 @@ absl::StatusOr<std::shared_ptr<registry_internal::LoadedVersion>> ModelRegistry:
   batcher_options->max_enqueued_batches = options_.max_enqueued_batches;
   // A CPU's workers each add a core: what is queued is shared between the idle ones.
   batcher_options->spread_over_idle_workers = loaded->device->id() == "cpu";
-  // ... in batches of at least the rows the kernels compute a row cheapest from.
-  if (!loaded->instances.empty()) {
+  // ... in batches of at least the rows the kernels compute a row cheapest from, or as told.
+  if (options_.cpu_min_batch_rows > 0) {
+    batcher_options->min_spread_rows = options_.cpu_min_batch_rows;
+  } else if (!loaded->instances.empty()) {
     batcher_options->min_spread_rows = loaded->instances.front()->efficient_batch_rows();
   }
   batcher_options->run_inline_when_idle = options_.run_inline_when_idle;

@@ -787,6 +787,28 @@ TEST_CASE("FixedBatchSizes: powers of two below the maximum, the preferred sizes
   REQUIRE(FixedBatchSizes(o) == std::vector<int64_t>{1, 2, 4, 8, 16, 24, 32, 48});
 }
 
+TEST_CASE("A CPU instance of a recurrent model batches from its backend's row tile",
+          "[unit][registry]") {
+  Env env;
+  std::unique_ptr<DnnlBackend> dnnl = DnnlBackend::Create({}).value();
+  const bool avx2_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  REQUIRE(dnnl->recurrent_row_tile() == (avx2_fma ? 4 : 1));
+  REQUIRE(env.backend.recurrent_row_tile() == 1);
+  ExecutionDevice::InstanceOptions o;
+  o.max_batch_size = 4;
+  const std::shared_ptr<const Forecaster> gru = testing::RandomModel(SmallConfig("gru"), 33);
+  ModelConfig mlp_config = SmallConfig("mlp");
+  mlp_config.mutable_mlp()->set_hidden_size(4);
+  mlp_config.mutable_mlp()->set_num_layers(1);
+  const std::shared_ptr<const Forecaster> mlp = testing::RandomModel(mlp_config, 34);
+  CpuExecutionDevice on_dnnl(dnnl.get(), env.scheduler.get(), 1);
+  REQUIRE(on_dnnl.CreateInstances(gru, o).value().front()->efficient_batch_rows() ==
+          dnnl->recurrent_row_tile());
+  REQUIRE(on_dnnl.CreateInstances(mlp, o).value().front()->efficient_batch_rows() == 1);
+  CpuExecutionDevice on_reference(&env.backend, env.scheduler.get(), 1);
+  REQUIRE(on_reference.CreateInstances(gru, o).value().front()->efficient_batch_rows() == 1);
+}
+
 TEST_CASE("A CPU instance refuses batches outside [1, max_batch_size]", "[unit][registry]") {
   Env env;
   CpuExecutionDevice cpu(&env.backend, env.scheduler.get(), 3);
