@@ -55,8 +55,9 @@ def main(argv=None):
     ap.add_argument("--version", type=int, default=1, help="its version folder (1)")
     ap.add_argument("--input-csv", default="models/sample_input.csv",
                     help="the window load_gen sends (models/sample_input.csv)")
-    ap.add_argument("--cores", type=load.parse_levels, default=[1, 2],
-                    help="server CPU counts, comma-separated (1,2)")
+    ap.add_argument("--cores", type=load.parse_levels, default=None,
+                    help="server CPU counts, comma-separated (default: 1 and every CPU the "
+                         "client leaves)")
     ap.add_argument("--client-cpus", type=int, default=1,
                     help="CPUs at the end of the mask kept for load_gen (1)")
     ap.add_argument("--concurrency", type=int, default=64, help="requests in flight (64)")
@@ -77,6 +78,8 @@ def main(argv=None):
     args.on_preferred, args.client_poll = [], False
 
     mask = sorted(os.sched_getaffinity(0))
+    if args.cores is None:
+        args.cores = sorted({1, max(1, len(mask) - args.client_cpus)})
     if args.client_cpus < 1 or any(k < 1 for k in args.cores) or \
             max(args.cores) + args.client_cpus > len(mask):
         ap.error(f"--cores up to {len(mask) - max(args.client_cpus, 1)} with --client-cpus "
