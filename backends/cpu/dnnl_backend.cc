@@ -281,6 +281,8 @@ void DnnlBackend::SetThreadsForCallingThread(int threads) {
   omp_set_num_threads(std::max(1, threads));
 }
 
+int DnnlBackend::ThreadsForCallingThread() { return std::max(1, omp_get_max_threads()); }
+
 absl::StatusOr<std::unique_ptr<DnnlBackend>> DnnlBackend::Create(const Options& options) {
   if (options.primitive_cache_capacity == 0) {
     return absl::InvalidArgumentError("DnnlBackend: primitive_cache_capacity must be > 0");

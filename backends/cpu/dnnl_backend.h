@@ -71,6 +71,7 @@ class DnnlBackend final : public Backend {
   // per-thread setting, which oneDNN follows too); at least 1. A server with one worker
   // thread per core gives each worker 1, so that workers never compete for cores.
   static void SetThreadsForCallingThread(int threads);
+  static int ThreadsForCallingThread();
 
   absl::string_view name() const override { return "onednn"; }
   bool SupportsOp(Op op) const override;

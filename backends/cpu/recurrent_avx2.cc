@@ -399,7 +399,7 @@ int64_t PackedRowFloats(int64_t rows, int64_t panel) { return (rows + panel - 1)
 
 // Scratch of one task, allocated by the caller (outside any AVX2 code).
 struct TaskScratch {
-  float* gates_h;        // (nb, G, units); packed: (nb, 8 * NumPanels(G * H))
+  float* gates_h;        // (nb, G, units); packed over every unit: (nb, panel * NumPanels(G * H))
   float* c;              // (nb, units), LSTM
   const float** h_prev;  // (nb)
   float** gates_h_rows;  // (nb)
@@ -461,7 +461,7 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
                     : a.h_0 != nullptr ? a.h_0 + b * H
                                        : s.zeros;
     }
-    if (task.w_panels != nullptr) {
+    if (task.w_panels != nullptr && units == H) {
       const int64_t row_floats = PackedRowFloats(GH, task.panel), panels = row_floats / task.panel;
       for (int64_t i = 0; i < nb; ++i) s.gates_h_rows[i] = s.gates_h + i * row_floats;
       if (task.panel == kPanel16) {
@@ -481,9 +481,19 @@ FD_AVX2 void RunTask(const RecurrenceArgs& a, const Task& task, const TaskScratc
         }
       }
     } else if (units > 0) {
+      // Units [j0, j1) of each gate, into gates laid out as (nb, G, units): from packed panels
+      // (H, j0 and the units then whole panels), or from W_hh's rows as they are.
       for (int64_t g = 0; g < G; ++g) {
         for (int64_t i = 0; i < nb; ++i) s.gates_h_rows[i] = s.gates_h + (i * G + g) * units;
-        MatVec(a.w_hh + (g * H + j0) * H, units, H, s.h_prev, s.gates_h_rows, nb);
+        if (task.w_panels == nullptr) {
+          MatVec(a.w_hh + (g * H + j0) * H, units, H, s.h_prev, s.gates_h_rows, nb);
+        } else if (task.panel == kPanel16) {  // panel (g*H + j0) / 16 on
+          PanelMatVec16(task.w_panels + (g * H + j0) * H, units / kPanel16, H, s.h_prev,
+                        s.gates_h_rows, nb);
+        } else {
+          PanelMatVec(task.w_panels + (g * H + j0) * H, units / kPanel, H, s.h_prev, s.gates_h_rows,
+                      nb);
+        }
       }
       for (int64_t i = 0; i < nb; ++i) {
         const int64_t b = b0 + i;
@@ -896,6 +906,36 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
     }
   }
   const int num_tasks = static_cast<int>(tasks.size());
+  // Threads left over once every piece of rows has one share each piece's hidden units, in
+  // blocks of 32 or more whole panels, with a StepBarrier a piece (32 rows of lstm_h128_l2 on
+  // 16 threads: 8 pieces of 4 rows, each on 2 threads of 64 units).
+  const int groups =
+      packed && H % panel == 0
+          ? static_cast<int>(std::min<int64_t>(threads / std::max(1, num_tasks), H / 32))
+          : 1;
+  if (groups > 1) {
+    std::vector<StepBarrier> barriers(static_cast<size_t>(num_tasks));
+    for (StepBarrier& barrier : barriers) barrier.set_threads(groups);
+    const int team = num_tasks * groups;
+#pragma omp parallel num_threads(team)
+    {
+      if (omp_get_num_threads() == team) {
+        const int q = omp_get_thread_num(), i = q / groups, k = q % groups;
+        const auto split = [&](int64_t p) { return (H * p / groups) / panel * panel; };
+        Task task = tasks[static_cast<size_t>(i)];
+        task.j0 = split(k);
+        task.j1 = k + 1 == groups ? H : split(k + 1);
+        RunTaskWithScratch(args[task.direction], task, &barriers[static_cast<size_t>(i)]);
+      } else {
+        // Fewer threads than asked for (a nested region, a thread limit): whole pieces.
+#pragma omp for schedule(static)
+        for (int i = 0; i < num_tasks; ++i) {
+          RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*barrier=*/nullptr);
+        }
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static) \
     num_threads(std::min(threads, num_tasks)) if (num_tasks > 1)
   for (int i = 0; i < num_tasks; ++i) {

@@ -285,6 +285,28 @@ TEST_CASE("GruLayer matches the reference on every backend") {
   }
 }
 
+TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece's units") {
+  // 8 threads: 8 or 12 rows make 2 or 3 pieces of 4 rows, and the threads left over share each
+  // piece's hidden units (H a multiple of every panel width) with a barrier per step.
+  const int saved = DnnlBackend::ThreadsForCallingThread();
+  struct Restore {
+    int threads;
+    ~Restore() { DnnlBackend::SetThreadsForCallingThread(threads); }
+  } restore{saved};
+  DnnlBackend::SetThreadsForCallingThread(8);
+  for (const BackendUnderTest& under_test : Backends()) {
+    std::unique_ptr<Backend> backend = Make(under_test);
+    for (const RecurrentDims& dims : {RecurrentDims{8, 5, 3, 64, 1}, RecurrentDims{12, 4, 5, 96, 1},
+                                      RecurrentDims{8, 3, 4, 128, 1}}) {
+      for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+        CheckRecurrent(under_test, *backend, cell, dims, /*with_h_0=*/true,
+                       /*with_c_0=*/cell == Cell::kLstm, /*want_h_n=*/true,
+                       /*want_c_n=*/cell == Cell::kLstm);
+      }
+    }
+  }
+}
+
 // RecurrentStack: L layers against the reference run layer by layer (layer l > 0 reads the
 // previous layer's ND*H outputs), zero initial states. A backend's native stack (cuDNN with
 // numLayers = L) and the default per-layer loop both meet the layers' tolerance.
