@@ -64,7 +64,7 @@ class DnnlBackend final : public Backend {
   // How this backend computes, for operators: "fp32 on avx2", "bf16 on avx512_core_amx".
   std::string compute() const override;
   // 4 where the fp32 time loops of recurrent_avx2.h run (AVX2 and FMA): they compute four rows
-  // a tile, at 0.35-0.6 of one row's time each (recorded in bench/RESULTS.md); else 1.
+  // a tile, at 0.35-0.8 of one row's time each (recorded in bench/RESULTS.md); else 1.
   int64_t recurrent_row_tile() const override;
 
   // How many threads the calls made from the calling thread may fan out to (OpenMP's
