@@ -285,6 +285,8 @@ TEST_CASE("GruLayer matches the reference on every backend") {
   }
 }
 
+#if !FORECASTD_BACKEND_OPS_CUDA
+// The CPU backend's OpenMP threads.
 TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece's units") {
   // 8 threads: 8 or 12 rows make 2 or 3 pieces of 4 rows, and the threads left over share each
   // piece's hidden units (H a multiple of every panel width) with a barrier per step.
@@ -306,6 +308,7 @@ TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece
     }
   }
 }
+#endif
 
 // RecurrentStack: L layers against the reference run layer by layer (layer l > 0 reads the
 // previous layer's ND*H outputs), zero initial states. A backend's native stack (cuDNN with
