@@ -235,40 +235,28 @@ absl::StatusOr<CpuWorkerPlan> PlanCpuWorkers(const CpuTopology& topology, int wo
   }
   if (plan.pinning == CpuPinning::kNone) return plan;
 
-  plan.worker_cpus.resize(static_cast<size_t>(plan.workers));
-  if (plan.pinning == CpuPinning::kNode) {
-    // Workers dealt out to the nodes in proportion to their cores: worker w goes to the node
-    // holding core floor(w * cores / workers) in (node, core) order.
-    std::vector<std::pair<int, int>> core_nodes;  // (node, core) of each core, once
-    std::set<int> seen;
-    for (const CpuTopology::Cpu& cpu : topology.cpus) {
-      if (seen.insert(cpu.core).second) core_nodes.emplace_back(cpu.node, cpu.core);
-    }
-    std::sort(core_nodes.begin(), core_nodes.end());
-    for (int w = 0; w < plan.workers; ++w) {
-      const size_t at = static_cast<size_t>(int64_t{w} * cores / plan.workers);
-      plan.worker_cpus[static_cast<size_t>(w)] =
-          topology.CpusOfNode(core_nodes[std::min(at, core_nodes.size() - 1)].first);
-    }
-    return plan;
-  }
-  // kCore: each worker threads_per_worker cores of its own (in node order), all their
-  // hardware threads; with more workers than cores they wrap around.
+  // The cores in (node, core) order, each with its node and its hardware threads.
   std::vector<std::vector<int>> by_core(static_cast<size_t>(cores));
-  std::vector<int> core_order;
-  {
-    std::vector<std::pair<int, int>> order;
-    for (const CpuTopology::Cpu& cpu : topology.cpus) {
-      if (by_core[static_cast<size_t>(cpu.core)].empty()) order.emplace_back(cpu.node, cpu.core);
-      by_core[static_cast<size_t>(cpu.core)].push_back(cpu.id);
-    }
-    std::sort(order.begin(), order.end());
-    for (const auto& [node, core] : order) core_order.push_back(core);
+  std::vector<std::pair<int, int>> order;  // (node, core)
+  for (const CpuTopology::Cpu& cpu : topology.cpus) {
+    if (by_core[static_cast<size_t>(cpu.core)].empty()) order.emplace_back(cpu.node, cpu.core);
+    by_core[static_cast<size_t>(cpu.core)].push_back(cpu.id);
   }
+  std::sort(order.begin(), order.end());
+  plan.worker_cpus.resize(static_cast<size_t>(plan.workers));
   for (int w = 0; w < plan.workers; ++w) {
     std::vector<int>& mine = plan.worker_cpus[static_cast<size_t>(w)];
+    if (plan.pinning == CpuPinning::kNode) {
+      // Workers dealt out to the nodes in proportion to their cores: worker w goes to the
+      // node of core floor(w * cores / workers) in that order.
+      const size_t at = static_cast<size_t>(int64_t{w} * cores / plan.workers);
+      mine = topology.CpusOfNode(order[std::min(at, order.size() - 1)].first);
+      continue;
+    }
+    // kCore: threads_per_worker cores of its own, all their hardware threads; with more
+    // workers than cores they wrap around.
     for (int t = 0; t < plan.threads_per_worker; ++t) {
-      const int core = core_order[static_cast<size_t>((w * plan.threads_per_worker + t) % cores)];
+      const int core = order[static_cast<size_t>((w * plan.threads_per_worker + t) % cores)].second;
       const std::vector<int>& ids = by_core[static_cast<size_t>(core)];
       mine.insert(mine.end(), ids.begin(), ids.end());
     }

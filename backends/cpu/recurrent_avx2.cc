@@ -843,6 +843,35 @@ bool HasAvx2Fma() {
   return has;
 }
 
+// Runs each of `tasks` on `groups` threads that share its hidden units, in blocks of whole
+// multiples of `align` units (the last block takes the rest), with a StepBarrier a task. With
+// fewer threads than asked for (a nested region, a thread limit), each task whole on one.
+void RunTasksSharedByUnits(const RecurrenceArgs* args, const std::vector<Task>& tasks, int groups,
+                           int64_t align) {
+  const int num_tasks = static_cast<int>(tasks.size()), team = num_tasks * groups;
+  std::vector<StepBarrier> barriers(static_cast<size_t>(num_tasks));
+  for (StepBarrier& barrier : barriers) barrier.set_threads(groups);
+#pragma omp parallel num_threads(team)
+  {
+    if (omp_get_num_threads() == team) {
+      const int q = omp_get_thread_num(), i = q / groups, k = q % groups;
+      Task task = tasks[static_cast<size_t>(i)];
+      const int64_t H = args[task.direction].H;
+      const auto split = [&](int64_t p) {
+        return p == groups ? H : (H * p / groups) / align * align;
+      };
+      task.j0 = split(k);
+      task.j1 = split(k + 1);
+      RunTaskWithScratch(args[task.direction], task, &barriers[static_cast<size_t>(i)]);
+    } else {
+#pragma omp for schedule(static)
+      for (int i = 0; i < num_tasks; ++i) {
+        RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*barrier=*/nullptr);
+      }
+    }
+  }
+}
+
 void RunRecurrences(const RecurrenceArgs* args, int n) {
   if (n <= 0) return;
   const int threads = std::max(1, omp_get_max_threads());
@@ -857,16 +886,8 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   // 8 row tiles without.)
   const int64_t blocks_of_32 = std::min<int64_t>(threads, H / 32);
   if (n == 1 && blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
-    const int unit_threads = static_cast<int>(std::min<int64_t>(threads, H / 16));
-    StepBarrier barrier;
-#pragma omp parallel num_threads(unit_threads)
-    {
-      const int64_t q = omp_get_thread_num(), m = omp_get_num_threads();
-#pragma omp single
-      barrier.set_threads(static_cast<int>(m));  // (single ends at OpenMP's barrier)
-      const auto split = [&](int64_t p) { return p == m ? H : (H * p / m) / 16 * 16; };
-      RunTaskWithScratch(args[0], Task{0, 0, B, split(q), split(q + 1)}, &barrier);
-    }
+    RunTasksSharedByUnits(args, {Task{0, 0, B, 0, H}},
+                          static_cast<int>(std::min<int64_t>(threads, H / 16)), /*align=*/16);
     return;
   }
   // Otherwise directions first, then batch rows, so that each thread gets one piece of its
@@ -914,26 +935,7 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
           ? static_cast<int>(std::min<int64_t>(threads / std::max(1, num_tasks), H / 32))
           : 1;
   if (groups > 1) {
-    std::vector<StepBarrier> barriers(static_cast<size_t>(num_tasks));
-    for (StepBarrier& barrier : barriers) barrier.set_threads(groups);
-    const int team = num_tasks * groups;
-#pragma omp parallel num_threads(team)
-    {
-      if (omp_get_num_threads() == team) {
-        const int q = omp_get_thread_num(), i = q / groups, k = q % groups;
-        const auto split = [&](int64_t p) { return (H * p / groups) / panel * panel; };
-        Task task = tasks[static_cast<size_t>(i)];
-        task.j0 = split(k);
-        task.j1 = k + 1 == groups ? H : split(k + 1);
-        RunTaskWithScratch(args[task.direction], task, &barriers[static_cast<size_t>(i)]);
-      } else {
-        // Fewer threads than asked for (a nested region, a thread limit): whole pieces.
-#pragma omp for schedule(static)
-        for (int i = 0; i < num_tasks; ++i) {
-          RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*barrier=*/nullptr);
-        }
-      }
-    }
+    RunTasksSharedByUnits(args, tasks, groups, panel);
     return;
   }
 #pragma omp parallel for schedule(static) \
