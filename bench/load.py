@@ -353,7 +353,7 @@ def record(env, head, body, lines, path):
         f"median of {env['rounds']} round(s), "
         f"{env['channels']} gRPC channel(s), the client {env['client']}; "
         f"forecastd --devices {env['devices']} "
-        f"--cpu-workers {env['cpu_workers']}, "
+        f"--cpu-workers {env['cpu_workers']}{env['forecastd_args']}, "
         f"OMP_NUM_THREADS {env['omp_num_threads']}; load average before the run "
         f"{env['loadavg']}",
         f"- command: `{env['command']}`",
@@ -419,6 +419,9 @@ def main(argv=None):
                          "(default: BUILD_DIR/bench)")
     ap.add_argument("--cpu-workers", type=int, default=0,
                     help="forecastd --cpu-workers (default 0: one per core)")
+    ap.add_argument("--forecastd-arg", action="append", default=[], metavar="ARG",
+                    help="one more forecastd argument, e.g. --forecastd-arg=--cpu-helpers=0 "
+                         "(repeatable)")
     ap.add_argument("--omp-threads", type=int, default=0,
                     help="OMP_NUM_THREADS for forecastd and forecast_bench alike (default 0: "
                          "leave the environment's)")
@@ -471,6 +474,7 @@ def main(argv=None):
            "duration_s": args.duration_s, "channels": args.channels,
            "client": "polling (load_gen --poll)" if args.client_poll else "on gRPC's callbacks",
            "cpu_workers": args.cpu_workers, "rounds": args.rounds,
+           "forecastd_args": "".join(f" {a}" for a in args.forecastd_arg),
            "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg())}
     if args.omp_threads > 0:
         os.environ["OMP_NUM_THREADS"] = str(args.omp_threads)  # inherited by every child
@@ -498,7 +502,7 @@ def main(argv=None):
                 name, [args.forecastd, "--model-repository", repo, "--load-model", model,
                        "--devices", args.devices, "--grpc-address", "127.0.0.1:0",
                        "--metrics-address", "127.0.0.1:0", "--http-address", "", "--cpu-workers",
-                       str(args.cpu_workers), "--log-level", "info"],
+                       str(args.cpu_workers), "--log-level", "info", *args.forecastd_arg],
                 r"serving gRPC on \S+ \(port (\d+)\)", args.start_timeout_s)
         io_path = os.path.join(root, "window.io.safetensors")
         write_io(io_path, window)

@@ -121,6 +121,11 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
          "per physical core this process may use; fewer: faster single requests, fewer per "
          "second)")
       ->capture_default_str();
+  app.add_option("--cpu-helpers", options.cpu_helpers,
+                 "idle CPU workers whose threads one forecast may borrow for its recurrent "
+                 "layers, while at least half of the workers stay idle (workers of one thread "
+                 "each; 0: none)")
+      ->capture_default_str();
   app.add_option("--cpu-min-batch-rows", options.cpu_min_batch_rows,
                  "the fewest rows a CPU batch is cut to when idle workers share what is queued "
                  "(0: what the model's kernels compute a row cheapest from: 4 for an LSTM or GRU "
@@ -280,6 +285,9 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (options.max_training_jobs < 1) return UsageError("--max-training-jobs must be >= 1");
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");
+  }
+  if (options.cpu_helpers < 0 || options.cpu_helpers > 1023) {
+    return UsageError("--cpu-helpers must be between 0 and 1023");
   }
   if (options.cpu_min_batch_rows < 0 || options.cpu_min_batch_rows > 1 << 20) {
     return UsageError("--cpu-min-batch-rows must be between 0 and 1048576");

@@ -218,7 +218,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   ASSIGN_OR_RETURN(const CpuPinning pinning, ParseCpuPinning(options.cpu_pinning));
   ASSIGN_OR_RETURN(const CpuWorkerPlan plan,
                    PlanCpuWorkers(topology, options.cpu_workers, pinning));
-  spdlog::info("cpu: {}; {}", topology.Describe(), plan.Describe());
+  spdlog::info("cpu: {}; {}{}", topology.Describe(), plan.Describe(),
+               plan.threads_per_worker == 1 && options.cpu_helpers > 0
+                   ? absl::StrCat("; a forecast may borrow up to ", options.cpu_helpers,
+                                  " idle workers' threads")
+                   : std::string());
   const int workers = plan.workers;
   // Cores shared out between the workers, so that a worker's OpenMP threads never compete
   // with another worker's. Workers also run a few nice levels below the gRPC threads: when
@@ -256,7 +260,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
                [=](int /*worker*/) { DnnlBackend::SetThreadsForCallingThread(threads_per_worker); },
            // Several OpenMP threads a worker: their teams stay on the
            // workers (see DeviceScheduler::Options::allow_inline).
-           .allow_inline = threads_per_worker == 1}));
+           .allow_inline = threads_per_worker == 1,
+           // One thread a worker: idle workers lend theirs to a quiet server's forecasts.
+           .max_helpers = threads_per_worker == 1 ? options.cpu_helpers : 0}));
   // This thread loads and warms up the models (ModelRegistry::Start) on the CPU backend: one
   // OpenMP thread, so that it keeps no team of its own beside the workers' (which would make
   // libgomp count more threads than cores and stop spinning at the workers' barriers).

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <thread>
 #include <vector>
 
+#include "backends/cpu/cpu_helpers.h"
 #include "oneapi/dnnl/dnnl.hpp"
 
 // Only the functions marked FD_AVX2 use AVX2 / FMA; the rest of the file (and every inline
@@ -844,25 +846,36 @@ bool HasAvx2Fma() {
 }
 
 // Runs each of `tasks` on `groups` threads that share its hidden units, in blocks of whole
-// multiples of `align` units (the last block takes the rest), with a StepBarrier a task. With
-// fewer threads than asked for (a nested region, a thread limit), each task whole on one.
+// multiples of `align` units (the last block takes the rest), with a StepBarrier a task: on
+// `team` when there is one (it has at least tasks * groups members), else on OpenMP's threads.
+// With fewer OpenMP threads than asked for (a nested region, a thread limit), each task whole
+// on one.
 void RunTasksSharedByUnits(const RecurrenceArgs* args, const std::vector<Task>& tasks, int groups,
-                           int64_t align) {
-  const int num_tasks = static_cast<int>(tasks.size()), team = num_tasks * groups;
+                           int64_t align, CpuTeam* team) {
+  const int num_tasks = static_cast<int>(tasks.size()), size = num_tasks * groups;
   std::vector<StepBarrier> barriers(static_cast<size_t>(num_tasks));
   for (StepBarrier& barrier : barriers) barrier.set_threads(groups);
-#pragma omp parallel num_threads(team)
+  const auto run_share = [&](int q) {
+    const int i = q / groups, k = q % groups;
+    Task task = tasks[static_cast<size_t>(i)];
+    const int64_t H = args[task.direction].H;
+    const auto split = [&](int64_t p) {
+      return p == groups ? H : (H * p / groups) / align * align;
+    };
+    task.j0 = split(k);
+    task.j1 = split(k + 1);
+    RunTaskWithScratch(args[task.direction], task, &barriers[static_cast<size_t>(i)]);
+  };
+  if (team != nullptr) {
+    team->Run([&](int q) {
+      if (q < size) run_share(q);
+    });
+    return;
+  }
+#pragma omp parallel num_threads(size)
   {
-    if (omp_get_num_threads() == team) {
-      const int q = omp_get_thread_num(), i = q / groups, k = q % groups;
-      Task task = tasks[static_cast<size_t>(i)];
-      const int64_t H = args[task.direction].H;
-      const auto split = [&](int64_t p) {
-        return p == groups ? H : (H * p / groups) / align * align;
-      };
-      task.j0 = split(k);
-      task.j1 = split(k + 1);
-      RunTaskWithScratch(args[task.direction], task, &barriers[static_cast<size_t>(i)]);
+    if (omp_get_num_threads() == size) {
+      run_share(omp_get_thread_num());
     } else {
 #pragma omp for schedule(static)
       for (int i = 0; i < num_tasks; ++i) {
@@ -872,10 +885,28 @@ void RunTasksSharedByUnits(const RecurrenceArgs* args, const std::vector<Task>& 
   }
 }
 
+// The threads RunRecurrences' plan would keep busy with no limit on them: a lone direction of
+// few rows shared by blocks of 16 units; else a piece of at least 4 rows per thread, each
+// piece's units shared by blocks of 32 where the rows are packed.
+int UsefulRecurrenceThreads(int n, int64_t B, int64_t H) {
+  constexpr int64_t kMost = 64;
+  const int64_t pieces = n * ((B + 3) / 4);
+  if (n == 1 && H / 32 > 1 && pieces < H / 32) return static_cast<int>(std::min(kMost, H / 16));
+  const int64_t groups = B >= 2 ? std::max<int64_t>(1, H / 32) : 1;
+  return static_cast<int>(std::min(kMost, pieces * groups));
+}
+
 void RunRecurrences(const RecurrenceArgs* args, int n) {
   if (n <= 0) return;
-  const int threads = std::max(1, omp_get_max_threads());
+  int threads = std::max(1, omp_get_max_threads());
   const int64_t B = args[0].B, H = args[0].H;
+  // On one OpenMP thread, the threads of idle workers where the server lends them
+  // (cpu_helpers.h), as many as the plan below can keep busy.
+  std::unique_ptr<CpuTeam> team;
+  if (threads == 1) {
+    team = BorrowCpuTeam(UsefulRecurrenceThreads(n, B, H));
+    if (team != nullptr) threads = team->size();
+  }
   // A single direction whose rows, in 4-row tiles, would keep fewer threads busy than blocks
   // of 32 of its hidden units could is shared out by hidden units instead, in blocks of whole
   // 16-float cache lines (16 units at least), with a StepBarrier per step. (lstm_h128_l2 at
@@ -887,7 +918,8 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
   const int64_t blocks_of_32 = std::min<int64_t>(threads, H / 32);
   if (n == 1 && blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
     RunTasksSharedByUnits(args, {Task{0, 0, B, 0, H}},
-                          static_cast<int>(std::min<int64_t>(threads, H / 16)), /*align=*/16);
+                          static_cast<int>(std::min<int64_t>(threads, H / 16)), /*align=*/16,
+                          team.get());
     return;
   }
   // Otherwise directions first, then batch rows, so that each thread gets one piece of its
@@ -935,7 +967,16 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
           ? static_cast<int>(std::min<int64_t>(threads / std::max(1, num_tasks), H / 32))
           : 1;
   if (groups > 1) {
-    RunTasksSharedByUnits(args, tasks, groups, panel);
+    RunTasksSharedByUnits(args, tasks, groups, panel, team.get());
+    return;
+  }
+  if (team != nullptr) {
+    const int size = team->size();
+    team->Run([&](int q) {
+      for (int i = q; i < num_tasks; i += size) {
+        RunTaskWithScratch(args[tasks[i].direction], tasks[i], /*barrier=*/nullptr);
+      }
+    });
     return;
   }
 #pragma omp parallel for schedule(static) \

@@ -43,6 +43,13 @@ class DeviceScheduler {
     // once the process has more OpenMP threads than cores, libgomp stops spinning at barriers
     // and sleeps (a B=1 LSTM forward with a barrier per time step then takes 10x as long).
     bool allow_inline = true;
+    // CPU workers of one thread each: the most idle workers whose threads a running item may
+    // borrow for a parallel region of a CPU kernel (backends/cpu/cpu_helpers.h), installed on
+    // every thread that runs an item. A team is lent only while nothing is queued, and only
+    // as long as busy, leased and lent workers together stay within half of the workers: on
+    // a quiet server a forecast spreads over idle cores, under load each keeps to its own. A
+    // lent worker takes no item until the region ends. 0: none lent.
+    int max_helpers = 0;
   };
 
   // INVALID_ARGUMENT for bad options. Starts the workers.
@@ -126,6 +133,7 @@ class DeviceScheduler {
   int64_t queued() const;        // inference items waiting
   int64_t busy_workers() const;  // running an item
   int64_t leased_workers() const;
+  int64_t lent_workers() const;  // lent to a running item's team (Options::max_helpers)
 
  private:
   explicit DeviceScheduler(std::unique_ptr<Impl> impl);

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "backends/backend.h"
 #if !FORECASTD_BACKEND_OPS_CUDA
+#include "backends/cpu/cpu_helpers.h"
 #include "backends/cpu/dnnl_backend.h"
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/recurrent_avx2.h"
@@ -306,6 +308,73 @@ TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece
                        /*want_c_n=*/cell == Cell::kLstm);
       }
     }
+  }
+}
+
+// Lends teams of up to `most` members, each helper a thread of its own for one Run; counts the
+// members the teams that ran had.
+class ThreadHelpers final : public cpu::CpuHelpers {
+ public:
+  explicit ThreadHelpers(int most) : most_(most) {}
+
+  std::unique_ptr<cpu::CpuTeam> Borrow(int threads) override {
+    const int size = std::min(threads, most_);
+    if (size <= 1) return nullptr;
+    return std::make_unique<Team>(this, size);
+  }
+  int members_run() const { return members_run_.load(); }
+
+ private:
+  class Team final : public cpu::CpuTeam {
+   public:
+    Team(ThreadHelpers* helpers, int size) : helpers_(helpers), size_(size) {}
+    int size() const override { return size_; }
+    void Run(absl::FunctionRef<void(int member)> fn) override {
+      std::vector<std::thread> threads;
+      for (int q = 1; q < size_; ++q) threads.emplace_back([&fn, q] { fn(q); });
+      fn(0);
+      for (std::thread& thread : threads) thread.join();
+      helpers_->members_run_.fetch_add(size_);
+    }
+
+   private:
+    ThreadHelpers* const helpers_;
+    const int size_;
+  };
+
+  const int most_;
+  std::atomic<int> members_run_{0};
+};
+
+TEST_CASE("Recurrent layers on one OpenMP thread spread over the threads CpuHelpers lend") {
+  // One OpenMP thread and helpers installed: a single direction of a row or two shares its
+  // units, two directions take one each, 8 rows make pieces whose units the rest share.
+  const int saved = DnnlBackend::ThreadsForCallingThread();
+  struct Restore {
+    int threads;
+    ~Restore() {
+      DnnlBackend::SetThreadsForCallingThread(threads);
+      cpu::SetThisThreadCpuHelpers(nullptr);
+    }
+  } restore{saved};
+  DnnlBackend::SetThreadsForCallingThread(1);
+  for (const int most : {2, 4, 8}) {
+    ThreadHelpers helpers(most);
+    cpu::SetThisThreadCpuHelpers(&helpers);
+    const BackendUnderTest& onednn = Backends().back();
+    REQUIRE(std::string(onednn.name) == "onednn");
+    std::unique_ptr<Backend> backend = Make(onednn);
+    for (const RecurrentDims& dims :
+         {RecurrentDims{1, 6, 3, 128, 1}, RecurrentDims{2, 5, 4, 67, 1},
+          RecurrentDims{1, 4, 3, 64, 2}, RecurrentDims{8, 3, 4, 96, 1}}) {
+      for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+        CheckRecurrent(onednn, *backend, cell, dims, /*with_h_0=*/true,
+                       /*with_c_0=*/cell == Cell::kLstm, /*want_h_n=*/true,
+                       /*want_c_n=*/cell == Cell::kLstm);
+      }
+    }
+    cpu::SetThisThreadCpuHelpers(nullptr);
+    if (cpu::HasAvx2Fma()) REQUIRE(helpers.members_run() > 0);
   }
 }
 #endif

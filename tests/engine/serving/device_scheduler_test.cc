@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "backends/cpu/cpu_helpers.h"
 #include "tests/testing/catch.h"
 
 namespace forecastd {
@@ -517,6 +519,120 @@ TEST_CASE("Submit from many threads runs every item exactly once", "[unit][devic
   for (const std::atomic<int>& count : runs) REQUIRE(count.load() == 1);
   REQUIRE(training_steps.load() == 50);
   REQUIRE(lease_failures.load() == 0);
+}
+
+// Waits (spinning, bounded by kSafety) until `count` reaches `n`.
+bool SpinUntil(const std::atomic<int>& count, int n) {
+  const absl::Time give_up = absl::Now() + kSafety;
+  while (count.load() < n) {
+    if (absl::Now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceScheduler>> MakeLendingScheduler(int workers, int helpers) {
+  DeviceScheduler::Options options;
+  options.num_workers = workers;
+  options.max_helpers = helpers;
+  return DeviceScheduler::Create(options);
+}
+
+TEST_CASE("Running work borrows idle workers' threads as a team that runs its members at once",
+          "[unit][device_scheduler]") {
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> created = MakeLendingScheduler(8, 3);
+  REQUIRE(created.ok());
+  DeviceScheduler& scheduler = **created;
+  std::promise<void> done;
+  int team_size = 0;
+  int64_t lent_inside = -1, lent_after = -1;
+  std::thread::id item_thread;
+  std::vector<std::thread::id> member_threads(4);
+  std::atomic<int> arrived{0};
+  bool all_arrived = true;
+  scheduler.Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    item_thread = std::this_thread::get_id();
+    {
+      // 1 + min(7 asked, 3 helpers at most, 8 / 2 - 1 busy).
+      std::unique_ptr<cpu::CpuTeam> team = cpu::BorrowCpuTeam(8);
+      REQUIRE(team != nullptr);
+      team_size = team->size();
+      lent_inside = scheduler.lent_workers();
+      team->Run([&](int member) {
+        member_threads[static_cast<size_t>(member)] = std::this_thread::get_id();
+        // Every member waits for all the others: they run at once, or this gives up.
+        arrived.fetch_add(1);
+        if (!SpinUntil(arrived, 4)) all_arrived = false;
+      });
+    }
+    lent_after = scheduler.lent_workers();
+    done.set_value();
+  });
+  REQUIRE(done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(team_size == 4);
+  REQUIRE(all_arrived);
+  REQUIRE(lent_inside == 3);
+  REQUIRE(lent_after == 0);
+  REQUIRE(member_threads[0] == item_thread);
+  std::vector<std::thread::id> helpers(member_threads.begin() + 1, member_threads.end());
+  std::sort(helpers.begin(), helpers.end());
+  REQUIRE(std::unique(helpers.begin(), helpers.end()) == helpers.end());
+  REQUIRE(std::find(helpers.begin(), helpers.end(), item_thread) == helpers.end());
+}
+
+TEST_CASE("A team is lent only while busy and lent workers stay within half of the workers",
+          "[unit][device_scheduler]") {
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> created = MakeLendingScheduler(8, 3);
+  REQUIRE(created.ok());
+  DeviceScheduler& scheduler = **created;
+  // Item A holds a team of 4 (A's worker and 3 helpers: half of 8) while item B, on a fifth
+  // worker, asks for one.
+  std::atomic<int> stage{0};
+  bool b_got_team = true;
+  int a_size = 0;
+  std::promise<void> a_done, b_done;
+  scheduler.Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    std::unique_ptr<cpu::CpuTeam> team = cpu::BorrowCpuTeam(4);
+    a_size = team != nullptr ? team->size() : 1;
+    stage.store(1);
+    SpinUntil(stage, 2);  // until B has asked
+    a_done.set_value();
+  });
+  REQUIRE(SpinUntil(stage, 1));
+  scheduler.Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    b_got_team = cpu::BorrowCpuTeam(4) != nullptr;
+    stage.store(2);
+    b_done.set_value();
+  });
+  REQUIRE(b_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(a_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE(a_size == 4);
+  REQUIRE_FALSE(b_got_team);
+}
+
+TEST_CASE("Work run inline borrows helpers too - none without max_helpers",
+          "[unit][device_scheduler]") {
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> lending = MakeLendingScheduler(4, 3);
+  REQUIRE(lending.ok());
+  int size = 0;
+  REQUIRE((*lending)->TryRunInline([&](int, bool) {
+    std::unique_ptr<cpu::CpuTeam> team = cpu::BorrowCpuTeam(4);
+    size = team != nullptr ? team->size() : 1;  // 1 + min(3, 3, 4 / 2 - 1)
+  }));
+  REQUIRE(size == 2);
+  REQUIRE(cpu::ThisThreadCpuHelpers() == nullptr);  // installed for the work only
+
+  absl::StatusOr<std::unique_ptr<DeviceScheduler>> plain = MakeLendingScheduler(4, 0);
+  REQUIRE(plain.ok());
+  bool installed = true;
+  std::promise<void> done;
+  (*plain)->Submit(1, absl::InfiniteFuture(), [&](int, bool) {
+    installed = cpu::ThisThreadCpuHelpers() != nullptr;
+    done.set_value();
+  });
+  REQUIRE(done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  REQUIRE_FALSE(installed);
+  REQUIRE(MakeLendingScheduler(2, -1).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
