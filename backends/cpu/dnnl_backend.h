@@ -84,6 +84,12 @@ class DnnlBackend final : public Backend {
   // for the layer backwards). Otherwise a recurrent stack runs layer by layer, each layer on its
   // oneDNN primitive, and training keeps each layer's input for the layer backwards.
   bool HasFastPath(FastPath path) const override;
+  // A unidirectional stack of a few rows runs as one wavefront over the layers where the
+  // calling thread has 2 * num_layers threads or more, OpenMP's or lent (recurrent_avx2.h's
+  // RunStackWavefront); otherwise, as the default, layer by layer.
+  absl::Status RecurrentStack(RecurrentCell cell, float* out, float* scratch, const float* inp,
+                              const RecurrentDirectionWeights* weights, const RecurrentDims& dims,
+                              int num_layers) override;
   absl::StatusOr<int64_t> RecurrentSavedFloats(RecurrentCell cell, const RecurrentDims& dims,
                                                int num_layers) override;
   absl::Status RecurrentStackForTraining(RecurrentCell cell, float* out, float* scratch,

@@ -39,6 +39,16 @@ using dnnl_internal::ToOneDnnWeights;
 using dnnl_internal::UserScratchpadAttr;
 using dnnl_internal::Wrap;
 
+// The biases a layer's input projection adds (the time loops' gates_x): LSTM b_ih + b_hh; GRU
+// r and z rows b_ih + b_hh, n rows b_in only (b_hn is applied inside r * (...)).
+void ProjectionBias(bool lstm, const RecurrentDirectionWeights& w, int64_t H, float* bias) {
+  const int64_t GH = (lstm ? 4 : 3) * H;
+  for (int64_t j = 0; j < GH; ++j) {
+    const bool n_row = !lstm && j >= 2 * H;
+    bias[j] = BiasAt(w.b_ih, j) + (n_row ? 0.0f : BiasAt(w.b_hh, j));
+  }
+}
+
 // Everything a recurrent layer of one shape builds once.
 struct RecurrentPrimitive {
   DnnlPrimitive rnn;
@@ -107,10 +117,7 @@ absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out
   cpu::RecurrenceArgs args[2];
   for (int64_t d = 0; d < ND; ++d) {
     const RecurrentDirectionWeights& w = weights[d];
-    for (int64_t j = 0; j < GH; ++j) {
-      const bool n_row = !lstm && j >= 2 * H;  // GRU: b_hn is applied inside r * (...)
-      bias[j] = BiasAt(w.b_ih, j) + (n_row ? 0.0f : BiasAt(w.b_hh, j));
-    }
+    ProjectionBias(lstm, w, H, bias.data());
     float* gx = gates_x.data() + d * N * GH;
     RETURN_IF_ERROR(Linear(gx, inp, w.w_ih, bias.data(), N, I, GH));
     args[d] = cpu::RecurrenceArgs{
@@ -141,6 +148,49 @@ absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out
   }
   cpu::RunRecurrences(args, static_cast<int>(ND));
   return absl::OkStatus();
+}
+
+absl::Status DnnlBackend::RecurrentStack(RecurrentCell cell, float* out, float* scratch,
+                                         const float* inp, const RecurrentDirectionWeights* weights,
+                                         const RecurrentDims& dims, int num_layers) {
+  const auto [B, T, I, H, ND] = dims;
+  if (!bf16() && cpu::HasAvx2Fma() && ND == 1 && num_layers >= 2 && B >= 1 && T >= 1 && I >= 1 &&
+      H >= 1) {
+    // A few rows of a unidirectional stack: the layers as one wavefront where there are threads
+    // for it (recurrent_avx2.h), the first layer's input projection made once they are there.
+    const bool lstm = cell == RecurrentCell::kLstm;
+    const int64_t GH = (lstm ? 4 : 3) * H, L = num_layers;
+    thread_local std::vector<float> gates_x;
+    std::vector<float> biases(L * GH), zero_b_hn;
+    std::vector<cpu::StackLayer> layers(static_cast<size_t>(L));
+    for (int64_t l = 0; l < L; ++l) {
+      const RecurrentDirectionWeights& w = weights[l];
+      ProjectionBias(lstm, w, H, biases.data() + l * GH);
+      const float* b_hn = nullptr;
+      if (!lstm) {
+        if (w.b_hh == nullptr) zero_b_hn.assign(H, 0.0f);
+        b_hn = w.b_hh != nullptr ? w.b_hh + 2 * H : zero_b_hn.data();
+      }
+      layers[l] = {w.w_ih, w.w_hh, biases.data() + l * GH, b_hn};
+    }
+    cpu::StackArgs args{.cell = lstm ? cpu::Cell::kLstm : cpu::Cell::kGru,
+                        .B = B,
+                        .T = T,
+                        .H = H,
+                        .L = L,
+                        .gates_x = nullptr,
+                        .layers = layers.data(),
+                        .out = out};
+    ASSIGN_OR_RETURN(const bool ran, cpu::RunStackWavefront(args, [&]() -> absl::Status {
+                       if (gates_x.size() < static_cast<size_t>(B * T * GH))
+                         gates_x.resize(B * T * GH);
+                       args.gates_x = gates_x.data();
+                       return Linear(gates_x.data(), inp, weights[0].w_ih, biases.data(), B * T, I,
+                                     GH);
+                     }));
+    if (ran) return absl::OkStatus();
+  }
+  return Backend::RecurrentStack(cell, out, scratch, inp, weights, dims, num_layers);
 }
 
 absl::Status DnnlBackend::LstmProjection(float* gx, const float* x,

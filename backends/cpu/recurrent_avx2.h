@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
 #include "backends/backend.h"
 #include "kernels/ref/recurrent.h"
 
@@ -45,6 +47,38 @@ struct RecurrenceArgs {
 // Runs the recurrences of `n` independent directions (typically the two of a bidirectional
 // layer), spreading directions and batch rows over the OpenMP threads.
 void RunRecurrences(const RecurrenceArgs* args, int n);
+
+// A stack of L >= 2 unidirectional layers of one row, from zero states, as a wavefront: in
+// interval k, layer l runs its step t = k - l, so the stack takes T + L - 1 intervals (one
+// barrier each) instead of L * T steps. Each layer's hidden units are shared out in blocks of 16
+// over threads of its own, as many as its work per step asks (a layer above the first also
+// multiplies its input, W_ih h_{l-1,t}, in the step: twice the first layer's work); layer l's
+// new h goes through a pair of buffers alternating by step, so that the layer above reads step
+// t while step t + 1 is written. Runs on the calling thread's OpenMP threads or, with one, on
+// threads CpuHelpers lend (cpu_helpers.h). `project` fills gates_x once the threads are there.
+// false, having run nothing (not even `project`), where it does not pay: more than one row,
+// fewer than 2 * L threads, or a layer above the first with more than 32 units a thread (on a
+// 16-core Xeon, lstm_h128_l2 at B=1: 374-481 us on 16 threads against 681-696 layer by layer;
+// bench/RESULTS.md). The caller then runs the layers one by one. An error of `project` is
+// returned as is.
+struct StackLayer {
+  const float* w_ih;  // (G*H, H), layers above the first
+  const float* w_hh;  // (G*H, H)
+  // (G*H), layers above the first: the biases added before the nonlinearity, as RecurrenceArgs'
+  // gates_x holds them (LSTM b_ih + b_hh; GRU r and z rows b_ih + b_hh, n rows b_in).
+  const float* bias;
+  const float* b_hn;  // GRU: (H), the hidden bias of the n rows (scaled by r); else unused
+};
+struct StackArgs {
+  Cell cell;
+  int64_t B, T, H, L;
+  // (B, T, G*H): the first layer's W_ih x_t plus its biases, as RecurrenceArgs' gates_x.
+  const float* gates_x;
+  const StackLayer* layers;  // (L)
+  float* out;                // (B, T, H): the top layer's h_t
+};
+absl::StatusOr<bool> RunStackWavefront(const StackArgs& args,
+                                       absl::FunctionRef<absl::Status()> project);
 
 // One time step of a stack of unidirectional layers whose states stay in a slab (the tick
 // streams' state mode): stream b's state is slab[slots[b] * S, + S), layer l's h at l * SL and

@@ -380,8 +380,72 @@ TEST_CASE("Recurrent layers on one OpenMP thread spread over the threads CpuHelp
 #endif
 
 // RecurrentStack: L layers against the reference run layer by layer (layer l > 0 reads the
-// previous layer's ND*H outputs), zero initial states. A backend's native stack (cuDNN with
-// numLayers = L) and the default per-layer loop both meet the layers' tolerance.
+// previous layer's ND*H outputs), zero initial states; and RecurrentStackLast where the backend
+// has it.
+void CheckRecurrentStack(const BackendUnderTest& under_test, Backend& backend, Cell cell,
+                         const RecurrentDims& dims, int L) {
+  const auto [B, T, I, H, ND] = dims;
+  std::mt19937 rng(static_cast<uint32_t>(7000 + L * 100 + B * 10 + H + ND));
+  std::vector<RecurrentWeightsHost> layers;
+  for (int l = 0; l < L; ++l) {
+    RecurrentDims layer_dims = dims;
+    if (l > 0) layer_dims.I = ND * H;
+    layers.emplace_back(rng, cell, layer_dims);
+  }
+  const std::vector<float> inp = Uniform(rng, B * T * I);
+  const int64_t out_n = B * T * ND * H;
+
+  std::vector<float> want(inp), next(out_n);
+  std::vector<RecurrentDirectionWeights> host_weights, dev_weights;
+  std::unique_ptr<TestMemory> mem = under_test.memory();
+  for (int l = 0; l < L; ++l) {
+    RecurrentDims layer_dims = dims;
+    if (l > 0) layer_dims.I = ND * H;
+    const std::vector<RecurrentDirectionWeights> h = layers[l].Host();
+    if (cell == Cell::kLstm) {
+      ref::LstmLayerForward(next.data(), nullptr, nullptr, want.data(), nullptr, nullptr, h.data(),
+                            layer_dims);
+    } else {
+      ref::GruLayerForward(next.data(), nullptr, want.data(), nullptr, h.data(), layer_dims);
+    }
+    want = next;
+    for (const RecurrentDirectionWeights& w : layers[l].Upload(*mem)) {
+      dev_weights.push_back(w);
+    }
+  }
+  float* out = mem->Output(out_n);
+  float* scratch = mem->Output(out_n);
+  const absl::Status status =
+      backend.RecurrentStack(cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, out,
+                             scratch, mem->Upload(inp), dev_weights.data(), dims, L);
+  const std::string what =
+      Describe(under_test, cell == Cell::kLstm ? "RecurrentStack LSTM" : "RecurrentStack GRU",
+               DimsString(dims) + " L=" + std::to_string(L));
+  INFO(what << ": " << status.ToString());
+  REQUIRE(status.ok());
+  ExpectAllClose(what, mem->Download(out, out_n), want, kRecurrentAtol, kRecurrentRtol);
+  // RecurrentStackLast, where the backend has it: out[:, T-1, :] alone.
+  const int64_t C = ND * H;
+  float* last = mem->Output(B * C);
+  const absl::Status last_status = backend.RecurrentStackLast(
+      cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last, mem->Output(out_n),
+      mem->Upload(inp), dev_weights.data(), dims, L);
+  if (!backend.HasFastPath(FastPath::kRecurrentStackLast)) {
+    CHECK(last_status.code() == absl::StatusCode::kUnimplemented);
+    return;
+  }
+  INFO(what << " RecurrentStackLast: " << last_status.ToString());
+  REQUIRE(last_status.ok());
+  std::vector<float> want_last(B * C);
+  for (int64_t b = 0; b < B; ++b) {
+    std::copy_n(want.begin() + (b * T + T - 1) * C, C, want_last.begin() + b * C);
+  }
+  ExpectAllClose(what + " RecurrentStackLast", mem->Download(last, B * C), want_last,
+                 kRecurrentAtol, kRecurrentRtol);
+}
+
+// A backend's native stack (cuDNN with numLayers = L) and the default per-layer loop both meet
+// the layers' tolerance.
 TEST_CASE("RecurrentStack matches the reference layers on every backend") {
   // B, T, I, H, ND
   const std::vector<RecurrentDims> shapes = {
@@ -391,65 +455,7 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
     for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
       for (const RecurrentDims& dims : shapes) {
         for (const int L : {1, 2, 3}) {
-          const auto [B, T, I, H, ND] = dims;
-          std::mt19937 rng(static_cast<uint32_t>(7000 + L * 100 + B * 10 + H + ND));
-          std::vector<RecurrentWeightsHost> layers;
-          for (int l = 0; l < L; ++l) {
-            RecurrentDims layer_dims = dims;
-            if (l > 0) layer_dims.I = ND * H;
-            layers.emplace_back(rng, cell, layer_dims);
-          }
-          const std::vector<float> inp = Uniform(rng, B * T * I);
-          const int64_t out_n = B * T * ND * H;
-
-          std::vector<float> want(inp), next(out_n);
-          std::vector<RecurrentDirectionWeights> host_weights, dev_weights;
-          std::unique_ptr<TestMemory> mem = under_test.memory();
-          for (int l = 0; l < L; ++l) {
-            RecurrentDims layer_dims = dims;
-            if (l > 0) layer_dims.I = ND * H;
-            const std::vector<RecurrentDirectionWeights> h = layers[l].Host();
-            if (cell == Cell::kLstm) {
-              ref::LstmLayerForward(next.data(), nullptr, nullptr, want.data(), nullptr, nullptr,
-                                    h.data(), layer_dims);
-            } else {
-              ref::GruLayerForward(next.data(), nullptr, want.data(), nullptr, h.data(),
-                                   layer_dims);
-            }
-            want = next;
-            for (const RecurrentDirectionWeights& w : layers[l].Upload(*mem)) {
-              dev_weights.push_back(w);
-            }
-          }
-          float* out = mem->Output(out_n);
-          float* scratch = mem->Output(out_n);
-          const absl::Status status = backend->RecurrentStack(
-              cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, out, scratch,
-              mem->Upload(inp), dev_weights.data(), dims, L);
-          const std::string what = Describe(
-              under_test, cell == Cell::kLstm ? "RecurrentStack LSTM" : "RecurrentStack GRU",
-              DimsString(dims) + " L=" + std::to_string(L));
-          INFO(what << ": " << status.ToString());
-          REQUIRE(status.ok());
-          ExpectAllClose(what, mem->Download(out, out_n), want, kRecurrentAtol, kRecurrentRtol);
-          // RecurrentStackLast, where the backend has it: out[:, T-1, :] alone.
-          const int64_t C = ND * H;
-          float* last = mem->Output(B * C);
-          const absl::Status last_status = backend->RecurrentStackLast(
-              cell == Cell::kLstm ? RecurrentCell::kLstm : RecurrentCell::kGru, last,
-              mem->Output(out_n), mem->Upload(inp), dev_weights.data(), dims, L);
-          if (!backend->HasFastPath(FastPath::kRecurrentStackLast)) {
-            CHECK(last_status.code() == absl::StatusCode::kUnimplemented);
-            continue;
-          }
-          INFO(what << " RecurrentStackLast: " << last_status.ToString());
-          REQUIRE(last_status.ok());
-          std::vector<float> want_last(B * C);
-          for (int64_t b = 0; b < B; ++b) {
-            std::copy_n(want.begin() + (b * T + T - 1) * C, C, want_last.begin() + b * C);
-          }
-          ExpectAllClose(what + " RecurrentStackLast", mem->Download(last, B * C), want_last,
-                         kRecurrentAtol, kRecurrentRtol);
+          CheckRecurrentStack(under_test, *backend, cell, dims, L);
         }
       }
     }
@@ -461,6 +467,47 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
                 .code() == absl::StatusCode::kInvalidArgument);
   }
 }
+
+#if !FORECASTD_BACKEND_OPS_CUDA
+// One row of a unidirectional stack on 2 * L threads or more, at most 32 units a thread above
+// the first layer, runs as one wavefront over the layers (RunStackWavefront): on OpenMP's
+// threads, and on one OpenMP thread with helpers lent. Widths with and without whole blocks of
+// 16 units, and a layer narrower than two blocks; rows and widths where it does not run check
+// the layer-by-layer path it leaves them to.
+TEST_CASE("A unidirectional stack of one row runs as one wavefront on enough threads") {
+  const int saved = DnnlBackend::ThreadsForCallingThread();
+  struct Restore {
+    int threads;
+    ~Restore() {
+      DnnlBackend::SetThreadsForCallingThread(threads);
+      cpu::SetThisThreadCpuHelpers(nullptr);
+    }
+  } restore{saved};
+  const BackendUnderTest& onednn = Backends().back();
+  REQUIRE(std::string(onednn.name) == "onednn");
+  std::unique_ptr<Backend> backend = Make(onednn);
+  // B, T, I, H, ND
+  const std::vector<RecurrentDims> shapes = {
+      {1, 7, 3, 40, 1}, {1, 5, 4, 33, 1}, {1, 6, 10, 128, 1}, {1, 4, 2, 9, 1}, {2, 6, 10, 64, 1}};
+  const auto check_all = [&] {
+    for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
+      for (const RecurrentDims& dims : shapes) {
+        for (const int L : {2, 3}) CheckRecurrentStack(onednn, *backend, cell, dims, L);
+      }
+    }
+  };
+  for (const int threads : {4, 6, 8}) {
+    DnnlBackend::SetThreadsForCallingThread(threads);
+    check_all();
+  }
+  DnnlBackend::SetThreadsForCallingThread(1);
+  ThreadHelpers helpers(8);
+  cpu::SetThisThreadCpuHelpers(&helpers);
+  check_all();
+  cpu::SetThisThreadCpuHelpers(nullptr);
+  if (cpu::HasAvx2Fma()) REQUIRE(helpers.members_run() > 0);
+}
+#endif
 
 // RecurrentStep, where a backend has it: one time step of a stack of layers on states that stay
 // in a slab, at scattered slots, against the reference layers at T = 1 from the gathered
