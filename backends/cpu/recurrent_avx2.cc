@@ -887,13 +887,13 @@ void RunTasksSharedByUnits(const RecurrenceArgs* args, const std::vector<Task>& 
   }
 }
 
-// The threads RunRecurrences' plan would keep busy with no limit on them: a lone direction of
-// few rows shared by blocks of 16 units; else a piece of at least 4 rows per thread, each
+// The threads RunRecurrences' plan would keep busy with no limit on them: directions of few
+// rows shared by blocks of 16 units; else a piece of at least 4 rows per thread, each
 // piece's units shared by blocks of 32 where the rows are packed.
 int UsefulRecurrenceThreads(int n, int64_t B, int64_t H) {
   constexpr int64_t kMost = 64;
   const int64_t pieces = n * ((B + 3) / 4);
-  if (n == 1 && H / 32 > 1 && pieces < H / 32) return static_cast<int>(std::min(kMost, H / 16));
+  if (H / 32 > 1 && (B + 3) / 4 < H / 32) return static_cast<int>(std::min(kMost, n * (H / 16)));
   const int64_t groups = B >= 2 ? std::max<int64_t>(1, H / 32) : 1;
   return static_cast<int>(std::min(kMost, pieces * groups));
 }
@@ -909,19 +909,22 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
     team = BorrowCpuTeam(UsefulRecurrenceThreads(n, B, H));
     if (team != nullptr) threads = team->size();
   }
-  // A single direction whose rows, in 4-row tiles, would keep fewer threads busy than blocks
-  // of 32 of its hidden units could is shared out by hidden units instead, in blocks of whole
-  // 16-float cache lines (16 units at least), with a StepBarrier per step. (lstm_h128_l2 at
-  // B=1 on 16 threads of a 16-core Xeon: 784 and 679 us in blocks of 16 on 8 threads, against
-  // 972 and 996 in blocks of 32 on 4 threads with OpenMP's barrier, two rounds. Sharing by
-  // units whenever some thread would go without a tile made 32 rows slower on 16 threads than
-  // on 4, 8.3-9.4 ms against 5.3-6.2 there: 4 unit blocks with a barrier per step instead of
-  // 8 row tiles without.)
-  const int64_t blocks_of_32 = std::min<int64_t>(threads, H / 32);
-  if (n == 1 && blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
-    RunTasksSharedByUnits(args, {Task{0, 0, B, 0, H}},
-                          static_cast<int>(std::min<int64_t>(threads, H / 16)), /*align=*/16,
-                          team.get());
+  // Directions whose rows, in 4-row tiles, would keep fewer of a direction's share of the
+  // threads busy than blocks of 32 of its hidden units could are shared out by hidden units
+  // instead, each direction on threads of its own, in blocks of whole 16-float cache lines (16
+  // units at least), with a StepBarrier per direction and step. (lstm_h128_l2 at B=1 on 16
+  // threads of a 16-core Xeon: 784 and 679 us in blocks of 16 on 8 threads, against 972 and
+  // 996 in blocks of 32 on 4 threads with OpenMP's barrier, two rounds. Sharing by units
+  // whenever some thread would go without a tile made 32 rows slower on 16 threads than on 4,
+  // 8.3-9.4 ms against 5.3-6.2 there: 4 unit blocks with a barrier per step instead of 8 row
+  // tiles without.)
+  const int per_direction = std::max(1, threads / n);
+  const int64_t blocks_of_32 = std::min<int64_t>(per_direction, H / 32);
+  if (blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
+    std::vector<Task> whole;
+    for (int d = 0; d < n; ++d) whole.push_back(Task{d, 0, B, 0, H});
+    RunTasksSharedByUnits(args, whole, static_cast<int>(std::min<int64_t>(per_direction, H / 16)),
+                          /*align=*/16, team.get());
     return;
   }
   // Otherwise directions first, then batch rows, so that each thread gets one piece of its

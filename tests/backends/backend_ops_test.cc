@@ -291,7 +291,8 @@ TEST_CASE("GruLayer matches the reference on every backend") {
 // The CPU backend's OpenMP threads.
 TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece's units") {
   // 8 threads: 8 or 12 rows make 2 or 3 pieces of 4 rows, and the threads left over share each
-  // piece's hidden units (H a multiple of every panel width) with a barrier per step.
+  // piece's hidden units (H a multiple of every panel width) with a barrier per step; the two
+  // directions of one or two rows share their units on 4 threads each.
   const int saved = DnnlBackend::ThreadsForCallingThread();
   struct Restore {
     int threads;
@@ -301,7 +302,8 @@ TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
     for (const RecurrentDims& dims : {RecurrentDims{8, 5, 3, 64, 1}, RecurrentDims{12, 4, 5, 96, 1},
-                                      RecurrentDims{8, 3, 4, 128, 1}}) {
+                                      RecurrentDims{8, 3, 4, 128, 1}, RecurrentDims{1, 5, 3, 96, 2},
+                                      RecurrentDims{2, 4, 4, 67, 2}}) {
       for (const Cell cell : {Cell::kLstm, Cell::kGru}) {
         CheckRecurrent(under_test, *backend, cell, dims, /*with_h_0=*/true,
                        /*with_c_0=*/cell == Cell::kLstm, /*want_h_n=*/true,
