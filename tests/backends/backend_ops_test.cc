@@ -288,16 +288,27 @@ TEST_CASE("GruLayer matches the reference on every backend") {
 }
 
 #if !FORECASTD_BACKEND_OPS_CUDA
+// The calling thread's OpenMP thread count as it was, and no CpuHelpers, once out of scope.
+class RestoreThreadSettings {
+ public:
+  RestoreThreadSettings() : threads_(DnnlBackend::ThreadsForCallingThread()) {}
+  ~RestoreThreadSettings() {
+    DnnlBackend::SetThreadsForCallingThread(threads_);
+    cpu::SetThisThreadCpuHelpers(nullptr);
+  }
+  RestoreThreadSettings(const RestoreThreadSettings&) = delete;
+  RestoreThreadSettings& operator=(const RestoreThreadSettings&) = delete;
+
+ private:
+  const int threads_;
+};
+
 // The CPU backend's OpenMP threads.
 TEST_CASE("Recurrent layers on more threads than pieces of rows share each piece's units") {
   // 8 threads: 8 or 12 rows make 2 or 3 pieces of 4 rows, and the threads left over share each
   // piece's hidden units (H a multiple of every panel width) with a barrier per step; the two
   // directions of one or two rows share their units on 4 threads each.
-  const int saved = DnnlBackend::ThreadsForCallingThread();
-  struct Restore {
-    int threads;
-    ~Restore() { DnnlBackend::SetThreadsForCallingThread(threads); }
-  } restore{saved};
+  const RestoreThreadSettings restore;
   DnnlBackend::SetThreadsForCallingThread(8);
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
@@ -351,14 +362,7 @@ class ThreadHelpers final : public cpu::CpuHelpers {
 TEST_CASE("Recurrent layers on one OpenMP thread spread over the threads CpuHelpers lend") {
   // One OpenMP thread and helpers installed: a single direction of a row or two shares its
   // units, two directions take one each, 8 rows make pieces whose units the rest share.
-  const int saved = DnnlBackend::ThreadsForCallingThread();
-  struct Restore {
-    int threads;
-    ~Restore() {
-      DnnlBackend::SetThreadsForCallingThread(threads);
-      cpu::SetThisThreadCpuHelpers(nullptr);
-    }
-  } restore{saved};
+  const RestoreThreadSettings restore;
   DnnlBackend::SetThreadsForCallingThread(1);
   for (const int most : {2, 4, 8}) {
     ThreadHelpers helpers(most);
@@ -477,14 +481,7 @@ TEST_CASE("RecurrentStack matches the reference layers on every backend") {
 // 16 units, and a layer narrower than two blocks; rows and widths where it does not run check
 // the layer-by-layer path it leaves them to.
 TEST_CASE("A unidirectional stack of one row runs as one wavefront on enough threads") {
-  const int saved = DnnlBackend::ThreadsForCallingThread();
-  struct Restore {
-    int threads;
-    ~Restore() {
-      DnnlBackend::SetThreadsForCallingThread(threads);
-      cpu::SetThisThreadCpuHelpers(nullptr);
-    }
-  } restore{saved};
+  const RestoreThreadSettings restore;
   const BackendUnderTest& onednn = Backends().back();
   REQUIRE(std::string(onednn.name) == "onednn");
   std::unique_ptr<Backend> backend = Make(onednn);
