@@ -124,7 +124,7 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   app.add_option("--cpu-helpers", options.cpu_helpers,
                  "idle CPU workers whose threads one forecast may borrow for its recurrent "
                  "layers, while at least half of the workers stay idle (workers of one thread "
-                 "each; 0: none)")
+                 "each; -1: as many as that leaves; 0: none)")
       ->capture_default_str();
   app.add_option("--cpu-min-batch-rows", options.cpu_min_batch_rows,
                  "the fewest rows a CPU batch is cut to when idle workers share what is queued "
@@ -286,8 +286,8 @@ CommandLine ParseCommandLine(const std::vector<std::string>& args) {
   if (options.cpu_workers < 0 || options.cpu_workers > 1024) {
     return UsageError("--cpu-workers must be between 0 and 1024");
   }
-  if (options.cpu_helpers < 0 || options.cpu_helpers > 1023) {
-    return UsageError("--cpu-helpers must be between 0 and 1023");
+  if (options.cpu_helpers < -1 || options.cpu_helpers > 1023) {
+    return UsageError("--cpu-helpers must be between -1 and 1023");
   }
   if (options.cpu_min_batch_rows < 0 || options.cpu_min_batch_rows > 1 << 20) {
     return UsageError("--cpu-min-batch-rows must be between 0 and 1048576");

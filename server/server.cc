@@ -219,9 +219,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
   ASSIGN_OR_RETURN(const CpuWorkerPlan plan,
                    PlanCpuWorkers(topology, options.cpu_workers, pinning));
   spdlog::info("cpu: {}; {}{}", topology.Describe(), plan.Describe(),
-               plan.threads_per_worker == 1 && options.cpu_helpers > 0
-                   ? absl::StrCat("; a forecast may borrow up to ", options.cpu_helpers,
-                                  " idle workers' threads")
+               plan.threads_per_worker == 1 && options.cpu_helpers != 0 && plan.workers >= 4
+                   ? (options.cpu_helpers < 0
+                          ? std::string("; a forecast may borrow idle workers' threads while half "
+                                        "of the workers stay free")
+                          : absl::StrCat("; a forecast may borrow up to ", options.cpu_helpers,
+                                         " idle workers' threads"))
                    : std::string());
   const int workers = plan.workers;
   // Cores shared out between the workers, so that a worker's OpenMP threads never compete
@@ -262,7 +265,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
            // workers (see DeviceScheduler::Options::allow_inline).
            .allow_inline = threads_per_worker == 1,
            // One thread a worker: idle workers lend theirs to a quiet server's forecasts.
-           .max_helpers = threads_per_worker == 1 ? options.cpu_helpers : 0}));
+           .max_helpers = threads_per_worker != 1   ? 0
+                          : options.cpu_helpers < 0 ? workers
+                                                    : options.cpu_helpers}));
   // This thread loads and warms up the models (ModelRegistry::Start) on the CPU backend: one
   // OpenMP thread, so that it keeps no team of its own beside the workers' (which would make
   // libgomp count more threads than cores and stop spinning at the workers' barriers).

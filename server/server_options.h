@@ -87,8 +87,9 @@ struct ServerOptions {
   // "none", "node" or "core" (backends/cpu_topology.h).
   std::string cpu_pinning = "auto";
   // With one OpenMP thread a worker: the most idle workers whose threads a forecast's recurrent
-  // layers may borrow (DeviceScheduler::Options::max_helpers); 0: none.
-  int cpu_helpers = 3;
+  // layers may borrow (DeviceScheduler::Options::max_helpers); -1: as many as keep half of the
+  // workers free; 0: none.
+  int cpu_helpers = -1;
   // Instances of every model on each GPU of `devices` (each with its own stream), >= 1.
   int gpu_instances = 2;
   // Capture a CUDA graph of each GPU instance's forward pass per batch size at load (batches

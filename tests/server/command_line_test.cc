@@ -62,7 +62,7 @@ TEST_CASE("Every flag lands in the options", "[unit][flags]") {
   REQUIRE(defaults.options.cpu_workers == 0);
   REQUIRE(defaults.options.cpu_pinning == "auto");
   REQUIRE(defaults.options.cpu_min_batch_rows == 0);
-  REQUIRE(defaults.options.cpu_helpers == 3);
+  REQUIRE(defaults.options.cpu_helpers == -1);
   const CommandLine cpu = Parse({"--cpu-workers", "4", "--cpu-pinning", "core",
                                  "--cpu-min-batch-rows", "2", "--cpu-helpers", "0"});
   REQUIRE_FALSE(cpu.should_exit);
@@ -163,7 +163,7 @@ TEST_CASE("Bad flags and values are usage errors that say what is wrong", "[unit
       {{"--gpu-resident-step-idle-us", "-1"}, "--gpu-resident-step-idle-us"},
       {{"--cpu-workers", "-1"}, "--cpu-workers must be between 0 and 1024"},
       {{"--cpu-min-batch-rows", "-1"}, "--cpu-min-batch-rows must be between 0 and 1048576"},
-      {{"--cpu-helpers", "-1"}, "--cpu-helpers must be between 0 and 1023"},
+      {{"--cpu-helpers", "-2"}, "--cpu-helpers must be between -1 and 1023"},
       {{"--cpu-pinning", "socket"},
        "--cpu-pinning: bad CPU pinning 'socket': expected auto, none, node or core"},
   };
