@@ -153,7 +153,8 @@ absl::Status DnnlBackend::ProjectedRecurrentLayer(PrimitiveKind kind, float* out
 absl::Status DnnlBackend::RecurrentStack(RecurrentCell cell, float* out, float* scratch,
                                          const float* inp, const RecurrentDirectionWeights* weights,
                                          const RecurrentDims& dims, int num_layers) {
-  const auto [B, T, I, H, ND] = dims;
+  // Plain names, not a structured binding: the lambda below captures them.
+  const int64_t B = dims.B, T = dims.T, I = dims.I, H = dims.H, ND = dims.ND;
   if (!bf16() && cpu::HasAvx2Fma() && ND == 1 && num_layers >= 2 && B >= 1 && T >= 1 && I >= 1 &&
       H >= 1) {
     // A few rows of a unidirectional stack: the layers as one wavefront where there are threads
