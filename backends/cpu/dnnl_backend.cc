@@ -17,6 +17,7 @@
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
 #include "backends/cpu/recurrent_avx2.h"
+#include "backends/cpu/rows_avx2.h"
 #include "kernels/base/status.h"
 #include "kernels/ref/positional_encoding.h"
 
@@ -458,6 +459,10 @@ absl::Status DnnlBackend::LayerNorm(float* out, float* mean, float* rstd, const 
                                     const float* gamma, const float* beta, int64_t N, int64_t C,
                                     float eps) {
   if (N == 0 || C == 0) return reference_.LayerNorm(out, mean, rstd, inp, gamma, beta, N, C, eps);
+  if (cpu::HasAvx2Fma()) {
+    cpu::LayerNormRows(out, mean, rstd, inp, gamma, beta, N, C, eps);
+    return absl::OkStatus();
+  }
   const bool with_stats = mean != nullptr || rstd != nullptr;
   ASSIGN_OR_RETURN(
       std::shared_ptr<const DnnlPrimitive> p,
@@ -654,6 +659,10 @@ absl::Status DnnlBackend::AttentionLastQuery(float* out, const float* q, const f
 
 absl::Status DnnlBackend::Residual(float* out, const float* a, const float* b, int64_t n) {
   if (n == 0) return absl::OkStatus();
+  if (cpu::HasAvx2Fma()) {
+    cpu::AddRows(out, a, b, n);
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(
       std::shared_ptr<const DnnlPrimitive> p,
       cache_.GetOrBuild<DnnlPrimitive>({static_cast<int64_t>(PrimitiveKind::kBinaryAdd), n},

@@ -16,6 +16,7 @@
 #include "backends/cpu/dnnl_primitive.h"
 #include "backends/cpu/dnnl_status.h"
 #include "backends/cpu/recurrent_avx2.h"
+#include "backends/cpu/rows_avx2.h"
 #include "kernels/base/status.h"
 
 namespace forecastd {
@@ -210,7 +211,9 @@ absl::Status DnnlBackend::LinearBackward(float* dinp, float* dweight, float* dbi
                {DNNL_ARG_WEIGHTS, Wrap(md.inp, engine_, inp)},
                {DNNL_ARG_DST, Wrap(md.dweight, engine_, dweight)}});
     }
-    if (dbias != nullptr) {
+    if (dbias != nullptr && cpu::HasAvx2Fma()) {
+      cpu::ColumnSums(dbias, dout, N, OUT);
+    } else if (dbias != nullptr) {
       Execute(stream, p->dbias,
               {{DNNL_ARG_SRC, Wrap(md.ones, engine_, p->ones.data())},
                {DNNL_ARG_WEIGHTS, Wrap(md.dout, engine_, dout)},
@@ -252,6 +255,10 @@ absl::Status DnnlBackend::LayerNormBackward(float* dinp, float* dgamma, float* d
                                             int64_t N, int64_t C, float eps) {
   if (N == 0 || C == 0) {
     return reference_.LayerNormBackward(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps);
+  }
+  if (cpu::HasAvx2Fma()) {
+    cpu::LayerNormBackwardRows(dinp, dgamma, dbeta, dout, inp, gamma, N, C, eps);
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(
       std::shared_ptr<const LayerNormBackwardPrimitive> p,

@@ -619,7 +619,9 @@ TEST_CASE("LayerNorm matches the reference on every backend") {
     int64_t N, C;
     float offset;  // added to every input: a mean far from zero tests the variance's stability
   };
-  const std::vector<Shape> shapes = {{3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}};
+  // The last shares its rows out over threads (N * C well past a thread's least share).
+  const std::vector<Shape> shapes = {
+      {3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}, {700, 131, 1.0f}};
   constexpr float kEps = 1e-5f;
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
@@ -668,7 +670,8 @@ TEST_CASE("LayerNorm matches the reference on every backend") {
 // allows).
 
 const std::vector<int64_t>& ElementCounts() {
-  static const auto* const counts = new std::vector<int64_t>{1, 7, 1000, 4099};
+  // The last is long enough to be shared out over threads.
+  static const auto* const counts = new std::vector<int64_t>{1, 7, 1000, 4099, 40003};
   return *counts;
 }
 
@@ -929,7 +932,9 @@ TEST_CASE("LinearBackward matches the reference on every backend") {
   struct Shape {
     int64_t N, IN, OUT;
   };
-  const std::vector<Shape> shapes = {{1, 1, 1}, {1, 7, 5}, {6, 13, 17}, {32, 64, 48}, {3, 67, 1}};
+  // The last one's bias gradient sums rows on several threads.
+  const std::vector<Shape> shapes = {{1, 1, 1},    {1, 7, 5},  {6, 13, 17},
+                                     {32, 64, 48}, {3, 67, 1}, {600, 24, 133}};
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
     for (const auto [N, IN, OUT] : shapes) {
@@ -1214,7 +1219,9 @@ TEST_CASE("LayerNormBackward matches the reference on every backend") {
     int64_t N, C;
     float offset;  // as in the forward test
   };
-  const std::vector<Shape> shapes = {{3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}};
+  // The last shares its rows out over threads (N * C well past a thread's least share).
+  const std::vector<Shape> shapes = {
+      {3, 1, 0.0f}, {1, 8, 0.0f}, {5, 13, 3.0f}, {64, 96, 0.0f}, {700, 131, 1.0f}};
   constexpr float kEps = 1e-5f;
   for (const BackendUnderTest& under_test : Backends()) {
     std::unique_ptr<Backend> backend = Make(under_test);
