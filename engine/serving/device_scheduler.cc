@@ -250,10 +250,16 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
       }
       port.lingering.store(true, std::memory_order_relaxed);
       const auto until = std::chrono::steady_clock::now() + kLinger;
-      while (!port.lent.load(std::memory_order_acquire) &&
-             queued_.load(std::memory_order_relaxed) == 0 &&
-             std::chrono::steady_clock::now() < until) {
-        SpinPause();
+      for (int spins = 0;
+           !port.lent.load(std::memory_order_acquire) &&
+           queued_.load(std::memory_order_relaxed) == 0 && std::chrono::steady_clock::now() < until;
+           ++spins) {
+        // Yielding once it has spun a while: a core others want is not held for all of kLinger.
+        if (spins < kSpinsBeforeYield) {
+          SpinPause();
+        } else {
+          std::this_thread::yield();
+        }
       }
       port.lingering.store(false, std::memory_order_relaxed);
       if (!port.lent.load(std::memory_order_acquire)) return;
