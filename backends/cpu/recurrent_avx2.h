@@ -4,11 +4,12 @@
 // vectorised exp. One row reads PyTorch's (G*H, H) row-major weights as they are; several rows
 // read them packed into panels once per call (8 columns; 16, with AVX-512 vectors, on a CPU that
 // has AVX-512 where ONEDNN_MAX_CPU_ISA does not cap oneDNN below it), so weights may change
-// between calls. Directions and batch rows are
-// independent, so they run on separate OpenMP threads without any per-step synchronisation; a
-// single direction of a few rows is shared out by hidden units with a barrier per step.
-// Used by DnnlBackend only; the functions that use AVX2 (or AVX-512) are compiled for it and
-// called only when the CPU has it. Stateless; thread-safe.
+// between calls. Directions and batch rows are independent, so they run on separate threads
+// without any per-step synchronisation; directions of a few rows are shared out by hidden units
+// with a barrier per step, and a one-row stack of layers runs as one wavefront over them. The
+// threads are the calling thread's OpenMP threads or, with one, threads of idle workers that
+// CpuHelpers lend (cpu_helpers.h). Used by DnnlBackend only; the functions that use AVX2 (or
+// AVX-512) are compiled for it and called only when the CPU has it. Stateless; thread-safe.
 #ifndef FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
 #define FORECASTD_BACKENDS_CPU_RECURRENT_AVX2_H_
 
