@@ -583,6 +583,7 @@ v1::ServerStatus Server::Status() const {
       if (serving->id() != device.Id()) continue;
       d->set_workers(serving->scheduler().num_workers());
       d->set_busy_workers(static_cast<int32_t>(serving->scheduler().busy_workers()));
+      d->set_lent_teams(serving->scheduler().lent_teams());
     }
     if (device.kind == DeviceKind::kCpu) {
       d->set_memory_total_bytes(TotalMemoryBytes());

@@ -143,6 +143,10 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
     absl::MutexLock lock(&mu_);
     return CountLocked(lent_);
   }
+  int64_t lent_teams() const {
+    absl::MutexLock lock(&mu_);
+    return lent_teams_;
+  }
 
   std::unique_ptr<cpu::CpuTeam> Borrow(int threads) override {
     std::vector<int> helpers;
@@ -163,6 +167,7 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
           }
         }
       }
+      if (!helpers.empty()) ++lent_teams_;
     }
     if (helpers.empty()) return nullptr;
     return std::make_unique<Team>(this, std::move(helpers));
@@ -336,8 +341,9 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
   std::vector<bool> busy_ ABSL_GUARDED_BY(mu_);    // [worker]: running an item
   std::vector<bool> leased_ ABSL_GUARDED_BY(mu_);  // [worker]: held by a TrainingLease
   std::vector<bool> lent_ ABSL_GUARDED_BY(mu_);    // [worker]: a helper of a Team
-  const std::unique_ptr<Port[]> ports_;            // [worker]; lent_ mirrored in ports_[w].lent
-  std::atomic<int64_t> queued_{0};                 // items_.size(), for lingering workers
+  int64_t lent_teams_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::unique_ptr<Port[]> ports_;  // [worker]; lent_ mirrored in ports_[w].lent
+  std::atomic<int64_t> queued_{0};       // items_.size(), for lingering workers
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   // This thread is running work, inline or as a worker (of any scheduler).
   static thread_local bool running_work_;
@@ -412,6 +418,7 @@ int64_t DeviceScheduler::queued() const { return impl_->queued(); }
 int64_t DeviceScheduler::busy_workers() const { return impl_->busy_workers(); }
 int64_t DeviceScheduler::leased_workers() const { return impl_->leased_workers(); }
 int64_t DeviceScheduler::lent_workers() const { return impl_->lent_workers(); }
+int64_t DeviceScheduler::lent_teams() const { return impl_->lent_teams(); }
 
 DeviceScheduler::TrainingLease::TrainingLease(TrainingLease&& other) noexcept
     : scheduler_(other.scheduler_), worker_(other.worker_) {

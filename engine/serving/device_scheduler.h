@@ -134,6 +134,7 @@ class DeviceScheduler {
   int64_t busy_workers() const;  // running an item
   int64_t leased_workers() const;
   int64_t lent_workers() const;  // lent to a running item's team (Options::max_helpers)
+  int64_t lent_teams() const;    // teams lent since Create
 
  private:
   explicit DeviceScheduler(std::unique_ptr<Impl> impl);

@@ -115,6 +115,49 @@ TEST_CASE("Predict returns the engine's forecasts for values and raw inputs",
   }
 }
 
+// On a quiet server a request borrows idle workers' threads for its recurrent layers
+// (--cpu-helpers; 16 workers: up to 7 helpers, so a one-row stack of H=128 runs as one
+// wavefront), and its forecasts are the engine's, as without helpers. GetServerStatus counts
+// the teams lent.
+TEST_CASE("A recurrent forecast on a quiet server borrows idle workers and forecasts as one core",
+          "[integration][daemon]") {
+  TempDir repository;
+  constexpr int kWideT = 24;
+  ModelConfig config = BaseConfig("wide", kWideT, {"load"});
+  config.mutable_lstm()->set_hidden_size(128);
+  config.mutable_lstm()->set_num_layers(2);
+  const std::shared_ptr<Forecaster> model = MakeModel(config, 21);
+  Publish(repository, *model, 1);
+  for (const std::string helpers : {"-1", "0"}) {
+    INFO("--cpu-helpers " << helpers);
+    ForecastdDaemon::Options options;
+    options.binary = FORECASTD_BINARY;
+    options.repository = repository.path();
+    options.extra_flags = {"--cpu-workers", "16", "--cpu-helpers", helpers};
+    absl::StatusOr<std::unique_ptr<ForecastdDaemon>> started = ForecastdDaemon::Start(options);
+    INFO(started.status().ToString());
+    REQUIRE(started.ok());
+    ForecastdDaemon& daemon = **started;
+    for (uint32_t seed = 1; seed <= 4; ++seed) {
+      const std::vector<float> x = Windows(1, kWideT, seed);
+      v1::PredictResponse response;
+      const grpc::Status status = Predict(daemon, Request("wide", {1, kWideT, kF}, x), &response);
+      INFO(status.error_message());
+      REQUIRE(status.ok());
+      RequireClose(Floats(response.forecasts()), Expected(*model, x));
+    }
+    v1::ServerStatus server;
+    REQUIRE(daemon.admin().GetServerStatus(Context().get(), {}, &server).ok());
+    REQUIRE(server.devices(0).id() == "cpu");
+    REQUIRE(server.devices(0).workers() == 16);
+    if (helpers == "0") {
+      REQUIRE(server.devices(0).lent_teams() == 0);
+    } else {
+      REQUIRE(server.devices(0).lent_teams() > 0);
+    }
+  }
+}
+
 TEST_CASE("Predict refuses malformed inputs with INVALID_ARGUMENT and says why",
           "[integration][api]") {
   ForecastdDaemon& daemon = *Shared().daemon;

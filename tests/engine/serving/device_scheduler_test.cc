@@ -573,6 +573,7 @@ TEST_CASE("Running work borrows idle workers' threads as a team that runs its me
   REQUIRE(all_arrived);
   REQUIRE(lent_inside == 3);
   REQUIRE(lent_after == 0);
+  REQUIRE(scheduler.lent_teams() == 1);
   REQUIRE(member_threads[0] == item_thread);
   std::vector<std::thread::id> helpers(member_threads.begin() + 1, member_threads.end());
   std::sort(helpers.begin(), helpers.end());
@@ -608,6 +609,7 @@ TEST_CASE("A team is lent only while busy and lent workers stay within half of t
   REQUIRE(a_done.get_future().wait_for(std::chrono::seconds(30)) == std::future_status::ready);
   REQUIRE(a_size == 4);
   REQUIRE_FALSE(b_got_team);
+  REQUIRE(scheduler.lent_teams() == 1);  // A's; B got none
 }
 
 TEST_CASE("Work run inline borrows helpers too - none without max_helpers",
