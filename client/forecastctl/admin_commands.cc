@@ -110,9 +110,12 @@ int RunStatus(Context& context) {
             << "   requests queued: " << s.requests_queued()
             << "   training jobs: " << s.train_jobs_running() << " running, "
             << s.train_jobs_total() << " total\n\n";
-  TextTable devices({"DEVICE", "NAME", "WORKERS", "BUSY", "MEMORY USED", "MEMORY TOTAL"});
+  // LENT TEAMS: how often idle CPU workers lent their threads to a running request.
+  TextTable devices(
+      {"DEVICE", "NAME", "WORKERS", "BUSY", "LENT TEAMS", "MEMORY USED", "MEMORY TOTAL"});
   for (const v1::DeviceStatus& d : s.devices()) {
     devices.AddRow({d.id(), d.name(), absl::StrCat(d.workers()), absl::StrCat(d.busy_workers()),
+                    absl::StrCat(d.lent_teams()),
                     FormatBytes(static_cast<double>(d.memory_used_bytes())),
                     FormatBytes(static_cast<double>(d.memory_total_bytes()))});
   }

@@ -852,6 +852,7 @@ TEST_CASE("status and models list/show/unload/load", "[integration][forecastctl]
   REQUIRE(status.exit_code == 0);
   REQUIRE(absl::StrContains(status.out, "ready"));
   REQUIRE(absl::StrContains(status.out, "cpu"));
+  REQUIRE(absl::StrContains(status.out, "LENT TEAMS"));
   REQUIRE(ParseJson<v1::ServerStatus>(Ctl(f, {"status", "--json"}).out).ready());
 
   const CtlResult list = Ctl(f, {"models", "list"});
