@@ -887,61 +887,85 @@ void RunTasksSharedByUnits(const RecurrenceArgs* args, const std::vector<Task>& 
   }
 }
 
-// The threads RunRecurrences' plan would keep busy with no limit on them: directions of few
-// rows shared by blocks of 16 units; else a piece of at least 4 rows per thread, each
-// piece's units shared by blocks of 32 where the rows are packed.
-int UsefulRecurrenceThreads(int n, int64_t B, int64_t H) {
-  constexpr int64_t kMost = 64;
-  const int64_t pieces = n * ((B + 3) / 4);
-  if (H / 32 > 1 && (B + 3) / 4 < H / 32) return static_cast<int>(std::min(kMost, n * (H / 16)));
-  const int64_t groups = B >= 2 ? std::max<int64_t>(1, H / 32) : 1;
-  return static_cast<int>(std::min(kMost, pieces * groups));
+// How RunRecurrences shares n directions of B rows (H units each) over `threads` threads.
+// Directions whose rows, in 4-row tiles, would keep fewer of a direction's share of the
+// threads busy than blocks of 32 of its hidden units could are shared out by hidden units
+// instead (by_units), each direction on threads of its own, in blocks of whole 16-float cache
+// lines (16 units at least), with a StepBarrier per direction and step. (lstm_h128_l2 at B=1
+// on 16 threads of a 16-core Xeon: 784 and 679 us in blocks of 16 on 8 threads, against 972
+// and 996 in blocks of 32 on 4 threads with OpenMP's barrier, two rounds. Sharing by units
+// whenever some thread would go without a tile made 32 rows slower on 16 threads than on 4,
+// 8.3-9.4 ms against 5.3-6.2 there: 4 unit blocks with a barrier per step instead of 8 row
+// tiles without.) Otherwise directions first, then batch rows (splits pieces a direction), so
+// that each thread gets one piece of its own and never waits for another; a piece has at least
+// one full 4-row tile. From kMinPackedBatch rows on, W_hh is packed into panels first (G*H*H
+// floats, a fraction 1/(B*T) of the work that follows), for the broadcast kernel that needs no
+// horizontal sums; panels of 16 columns for AVX-512's vectors where the CPU has it and a task
+// has whole tiles of 4 rows, else of 8: the 16-column tiles of 2 and 3 rows ran slower. (One
+// thread of a 16-core Xeon, lstm_h128_l2, us a row, panels of 16 / of 8, three rounds taking
+// turns: B=3 738 / 663, 1,091 / 846, 913 / 660; B=2 1,078 / 1,093, 1,252 / 1,258, 1,282 /
+// 961.) Threads left over once every piece of rows has one share each piece's hidden units
+// (groups), in blocks of 32 or more whole panels, with a StepBarrier a piece (32 rows of
+// lstm_h128_l2 on 16 threads: 8 pieces of 4 rows, each on 2 threads of 64 units).
+namespace {
+
+struct RecurrencePlan {
+  bool by_units = false;
+  int64_t splits = 1;
+  bool packed = false;
+  int64_t panel = kPanel;
+  int groups = 1;   // threads sharing each task's units (by_units: each direction's)
+  int threads = 1;  // the threads the plan keeps busy
+};
+
+RecurrencePlan PlanRecurrences(int n, int64_t B, int64_t H, int threads) {
+  constexpr int64_t kMinPackedBatch = 2;
+  RecurrencePlan plan;
+  const int per_direction = std::max(1, threads / n);
+  const int64_t blocks_of_32 = std::min<int64_t>(per_direction, H / 32);
+  if (blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
+    plan.by_units = true;
+    plan.groups = static_cast<int>(std::min<int64_t>(per_direction, H / 16));
+    plan.threads = n * plan.groups;
+    return plan;
+  }
+  plan.splits = RowSplits(threads, n, B);
+  plan.panel = HasAvx512() && B >= 4 ? kPanel16 : kPanel;
+  plan.packed = B >= kMinPackedBatch;
+  const int num_tasks = static_cast<int>(n * plan.splits);
+  plan.groups = plan.packed && H % plan.panel == 0
+                    ? static_cast<int>(std::min<int64_t>(threads / num_tasks, H / 32))
+                    : 1;
+  plan.threads = std::min(threads, num_tasks * std::max(1, plan.groups));
+  return plan;
 }
+
+}  // namespace
 
 void RunRecurrences(const RecurrenceArgs* args, int n) {
   if (n <= 0) return;
   int threads = std::max(1, omp_get_max_threads());
   const int64_t B = args[0].B, H = args[0].H;
   // On one OpenMP thread, the threads of idle workers where the server lends them
-  // (cpu_helpers.h), as many as the plan below can keep busy.
+  // (cpu_helpers.h), as many as the plan can keep busy.
   std::unique_ptr<CpuTeam> team;
   if (threads == 1) {
-    team = BorrowCpuTeam(UsefulRecurrenceThreads(n, B, H));
+    constexpr int kMostThreads = 64;
+    team = BorrowCpuTeam(PlanRecurrences(n, B, H, kMostThreads).threads);
     if (team != nullptr) threads = team->size();
   }
-  // Directions whose rows, in 4-row tiles, would keep fewer of a direction's share of the
-  // threads busy than blocks of 32 of its hidden units could are shared out by hidden units
-  // instead, each direction on threads of its own, in blocks of whole 16-float cache lines (16
-  // units at least), with a StepBarrier per direction and step. (lstm_h128_l2 at B=1 on 16
-  // threads of a 16-core Xeon: 784 and 679 us in blocks of 16 on 8 threads, against 972 and
-  // 996 in blocks of 32 on 4 threads with OpenMP's barrier, two rounds. Sharing by units
-  // whenever some thread would go without a tile made 32 rows slower on 16 threads than on 4,
-  // 8.3-9.4 ms against 5.3-6.2 there: 4 unit blocks with a barrier per step instead of 8 row
-  // tiles without.)
-  const int per_direction = std::max(1, threads / n);
-  const int64_t blocks_of_32 = std::min<int64_t>(per_direction, H / 32);
-  if (blocks_of_32 > 1 && (B + 3) / 4 < blocks_of_32) {
+  const RecurrencePlan plan = PlanRecurrences(n, B, H, threads);
+  if (plan.by_units) {
     std::vector<Task> whole;
     for (int d = 0; d < n; ++d) whole.push_back(Task{d, 0, B, 0, H});
-    RunTasksSharedByUnits(args, whole, static_cast<int>(std::min<int64_t>(per_direction, H / 16)),
-                          /*align=*/16, team.get());
+    RunTasksSharedByUnits(args, whole, plan.groups, /*align=*/16, team.get());
     return;
   }
-  // Otherwise directions first, then batch rows, so that each thread gets one piece of its
-  // own and never waits for another; a piece has at least one full 4-row tile. From
-  // kMinPackedBatch rows on, W_hh is packed into panels first (G*H*H floats, a fraction 1/(B*T)
-  // of the work that follows), for the broadcast kernel that needs no horizontal sums.
-  constexpr int64_t kMinPackedBatch = 2;
-  const int64_t splits = RowSplits(threads, n, B);
-  // Panels of 16 columns for AVX-512's vectors where the CPU has it and a task has whole tiles
-  // of 4 rows, else of 8: the 16-column tiles of 2 and 3 rows ran slower. (One thread of a
-  // 16-core Xeon, lstm_h128_l2, us a row, panels of 16 / of 8, three rounds taking turns:
-  // B=3 738 / 663, 1,091 / 846, 913 / 660; B=2 1,078 / 1,093, 1,252 / 1,258, 1,282 / 961.)
-  const int64_t panel = HasAvx512() && B >= 4 ? kPanel16 : kPanel;
+  const int64_t splits = plan.splits, panel = plan.panel;
+  const bool packed = plan.packed;
   const int64_t G = args[0].cell == Cell::kLstm ? 4 : 3,
                 panel_floats = PackedRowFloats(G * H, panel) * H;
   thread_local std::vector<float> panels;
-  const bool packed = B >= kMinPackedBatch;
   if (packed) {
     if (panels.size() < static_cast<size_t>(n * panel_floats)) panels.resize(n * panel_floats);
     for (int d = 0; d < n; ++d) {
@@ -964,15 +988,8 @@ void RunRecurrences(const RecurrenceArgs* args, int n) {
     }
   }
   const int num_tasks = static_cast<int>(tasks.size());
-  // Threads left over once every piece of rows has one share each piece's hidden units, in
-  // blocks of 32 or more whole panels, with a StepBarrier a piece (32 rows of lstm_h128_l2 on
-  // 16 threads: 8 pieces of 4 rows, each on 2 threads of 64 units).
-  const int groups =
-      packed && H % panel == 0
-          ? static_cast<int>(std::min<int64_t>(threads / std::max(1, num_tasks), H / 32))
-          : 1;
-  if (groups > 1) {
-    RunTasksSharedByUnits(args, tasks, groups, panel, team.get());
+  if (plan.groups > 1) {
+    RunTasksSharedByUnits(args, tasks, plan.groups, panel, team.get());
     return;
   }
   if (team != nullptr) {

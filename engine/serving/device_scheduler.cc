@@ -149,6 +149,8 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
   }
 
   std::unique_ptr<cpu::CpuTeam> Borrow(int threads) override {
+    // Under load (work queued), without taking mu_: every item's recurrent layers ask.
+    if (queued_.load(std::memory_order_relaxed) > 0) return nullptr;
     std::vector<int> helpers;
     {
       absl::MutexLock lock(&mu_);
@@ -218,13 +220,7 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
     }
     fn(0);
     // The members end together (their work waits for each other), so this wait is short.
-    for (int spins = 0; pending.load(std::memory_order_acquire) > 0; ++spins) {
-      if (spins < kSpinsBeforeYield) {
-        SpinPause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    for (int spins = 0; pending.load(std::memory_order_acquire) > 0; ++spins) SpinOrYield(spins);
   }
 
   void GiveBack(const std::vector<int>& helpers) {
@@ -247,10 +243,8 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
           (*share->fn)(share->member);
           share->pending->fetch_sub(1, std::memory_order_release);
           spins = 0;
-        } else if (spins < kSpinsBeforeYield) {
-          SpinPause();
         } else {
-          std::this_thread::yield();
+          SpinOrYield(spins);
         }
       }
       port.lingering.store(true, std::memory_order_relaxed);
@@ -260,18 +254,19 @@ class DeviceScheduler::Impl final : public cpu::CpuHelpers {
            queued_.load(std::memory_order_relaxed) == 0 && std::chrono::steady_clock::now() < until;
            ++spins) {
         // Yielding once it has spun a while: a core others want is not held for all of kLinger.
-        if (spins < kSpinsBeforeYield) {
-          SpinPause();
-        } else {
-          std::this_thread::yield();
-        }
+        SpinOrYield(spins);
       }
       port.lingering.store(false, std::memory_order_relaxed);
       if (!port.lent.load(std::memory_order_acquire)) return;
     }
   }
 
-  static void SpinPause() {
+  // The `spins`-th turn of a wait: a pause while it is short, then yielding the core.
+  static void SpinOrYield(int spins) {
+    if (spins >= kSpinsBeforeYield) {
+      std::this_thread::yield();
+      return;
+    }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
